@@ -1,0 +1,376 @@
+"""The run configuration: one YAML file, a typed schema, validated before any heavy work.
+
+The dataclasses below *are* the schema: each field's default and ``help`` text is the one
+place a default lives (argparse, YAML and code all read it from here). ``load_config``
+reads YAML with ``yaml.safe_load``, applies ``--set key.sub=value`` overrides, checks
+every key and type, runs each section's own checks, and raises one :class:`ConfigError`
+listing every problem, one line each, naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from xtts_ft.errors import ConfigError
+
+
+def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
+    """A schema field: its default and the sentence that documents it."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+LANGUAGE_ALIASES = {"am": "am", "amh": "am"}
+
+DEFAULT_TEST_SENTENCES = [
+    "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
+    "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ጥንታዊ ሀገር ናት።",
+    "በ2015 ዓ.ም 25 ተማሪዎች ትምህርታቸውን አጠናቀቁ።",
+]
+
+
+@dataclass
+class RunConfig:
+    output_dir: str = opt("runs/amharic", "Run directory: config, data, tokenizer, checkpoints, samples, logs.")
+    seed: int = opt(1234, "Seed for every random generator (data split is hash-based and does not use it).")
+    language: str = opt("am", "Language code of the new language; 'am' or 'amh' (stored as 'am').")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where to train: auto picks cuda when available.")
+
+    def check(self, problems: list[str]) -> None:
+        if self.language not in LANGUAGE_ALIASES:
+            problems.append(f"run.language: '{self.language}' is not supported; use 'am' (or 'amh')")
+        else:
+            self.language = LANGUAGE_ALIASES[self.language]
+
+
+@dataclass
+class BaseModelConfig:
+    source: str = opt(
+        "coqui/XTTS-v2",
+        "A local directory in the coqui/XTTS-v2 file layout, or a Hugging Face repo id to download.",
+    )
+    revision: Optional[str] = opt(None, "Hugging Face revision (branch, tag or commit) when source is a repo id.")
+    cache_dir: Optional[str] = opt(None, "Hugging Face cache directory (default: the hub's own cache).")
+    create_tiny: bool = opt(
+        False,
+        "Write a tiny random XTTS at `source` if that directory does not exist. Demo and tests only: "
+        "it never replaces a real model you named.",
+    )
+
+
+@dataclass
+class DatasetConfig:
+    path: str = opt("", "Dataset root: an LJSpeech folder, a coqui CSV folder, or audio files with .txt transcripts.")
+    format: Literal["auto", "ljspeech", "coqui", "folder"] = opt("auto", "Layout of the dataset; auto detects it.")
+    speaker_name: str = opt("speaker", "Speaker name for layouts that carry none.")
+    eval_fraction: float = opt(0.05, "Share of clips held out for evaluation (hash-based, stable when clips are added).")
+    eval_max_clips: int = opt(200, "Upper bound on the number of evaluation clips.")
+    split_by_speaker: bool = opt(False, "Split per speaker so every speaker appears in both train and eval.")
+    min_duration_s: float = opt(0.5, "Shortest clip kept, in seconds.")
+    max_duration_s: float = opt(11.6, "Longest clip kept, in seconds (XTTS-v2 limit: 255,995 samples at 22,050 Hz).")
+    min_chars_per_second: float = opt(3.0, "Below this the transcript is probably misaligned (too short for the audio).")
+    max_chars_per_second: float = opt(30.0, "Above this the transcript is probably misaligned (too long for the audio).")
+    max_text_chars: int = opt(250, "Longest normalised transcript kept, in characters.")
+    trim_silence_db: float = opt(40.0, "Leading/trailing audio quieter than this many dB below the peak is trimmed.")
+    loudness: Literal["peak", "none"] = opt("peak", "Normalise each clip to a fixed peak level, or leave it.")
+    peak_level: float = opt(0.95, "Target peak for loudness: peak (0-1].")
+    max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
+    num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
+
+    def check(self, problems: list[str]) -> None:
+        if not self.path:
+            problems.append("dataset.path: missing; set it to your dataset folder")
+        elif not Path(self.path).is_dir():
+            problems.append(f"dataset.path: folder '{self.path}' does not exist")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            problems.append(f"dataset.eval_fraction: {self.eval_fraction} must be in [0, 1)")
+        if self.min_duration_s <= 0 or self.max_duration_s <= self.min_duration_s:
+            problems.append("dataset.min_duration_s/max_duration_s: need 0 < min_duration_s < max_duration_s")
+        if not 0.0 < self.peak_level <= 1.0:
+            problems.append(f"dataset.peak_level: {self.peak_level} must be in (0, 1]")
+        if self.num_workers < 0:
+            problems.append("dataset.num_workers: must be >= 0 (0 = every core)")
+
+
+@dataclass
+class TextConfig:
+    fold_homophones: bool = opt(False, "Fold homophone letters (ሐ/ኀ->ሀ, ሠ->ሰ, ዐ->አ, ፀ->ጸ) before tokenising.")
+
+
+@dataclass
+class TokenizerConfig:
+    new_tokens: int = opt(2000, "How many tokens to add to the base vocabulary (Ethiopic characters included).")
+    extra_text_files: list[str] = opt([], "Extra Amharic text files (one sentence per line) to train the BPE on.")
+    min_frequency: int = opt(2, "A merge must occur this often in the training text to be added.")
+    char_limit: int = opt(200, "Sentence-splitting limit for 'am' at synthesis time, in characters.")
+
+    def check(self, problems: list[str]) -> None:
+        if self.new_tokens < 0:
+            problems.append("tokenizer.new_tokens: must be >= 0")
+        for f in self.extra_text_files:
+            if not Path(f).is_file():
+                problems.append(f"tokenizer.extra_text_files: file '{f}' does not exist")
+
+
+@dataclass
+class TrainingConfig:
+    max_steps: int = opt(10000, "Optimizer steps to train for.")
+    batch_size: Union[int, Literal["auto"]] = opt(4, "Clips per micro-batch, or 'auto' to find the largest that fits.")
+    grad_accum_steps: int = opt(1, "Micro-batches per optimizer step (effective batch = batch_size x this x GPUs).")
+    lr: float = opt(5e-6, "Peak learning rate (AdamW).")
+    betas: list[float] = opt([0.9, 0.96], "AdamW betas.")
+    weight_decay: float = opt(1e-2, "AdamW weight decay, applied to weight matrices only (not biases, norms).")
+    warmup_steps: int = opt(500, "Linear warm-up length in optimizer steps.")
+    lr_schedule: Literal["constant", "cosine", "step"] = opt("constant", "Learning rate after warm-up.")
+    min_lr_ratio: float = opt(0.1, "Cosine: final LR as a share of the peak.")
+    step_every: int = opt(2000, "Step schedule: multiply the LR by step_gamma every this many optimizer steps.")
+    step_gamma: float = opt(0.5, "Step schedule: factor applied every step_every steps.")
+    new_token_lr_multiplier: float = opt(1.0, "LR multiplier for the newly added token rows.")
+    grad_clip: float = opt(1.0, "Max gradient norm (computed on unscaled gradients); 0 disables clipping.")
+    num_workers: int = opt(2, "Data-loader worker processes.")
+    log_every: int = opt(10, "Console and metrics.jsonl line every this many optimizer steps.")
+    cache_dvae_codes: bool = opt(True, "Compute the DVAE codes of training audio once and cache them on disk.")
+    gradient_checkpointing: bool = opt(False, "Recompute GPT block activations in backward to save memory.")
+    length_bucketing: bool = opt(True, "Batch clips of similar length together (less padding).")
+
+    def check(self, problems: list[str]) -> None:
+        if self.max_steps < 1:
+            problems.append("training.max_steps: must be >= 1")
+        if isinstance(self.batch_size, int) and self.batch_size < 1:
+            problems.append("training.batch_size: must be >= 1 or 'auto'")
+        if self.grad_accum_steps < 1:
+            problems.append("training.grad_accum_steps: must be >= 1")
+        if not 0 < self.lr < 1:
+            problems.append(f"training.lr: {self.lr} is not a plausible learning rate (expected 0 < lr < 1)")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            problems.append(f"training.betas: {self.betas} must be two numbers in [0, 1)")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or self.log_every < 1:
+            problems.append("training.warmup_steps/grad_clip must be >= 0 and training.log_every >= 1")
+
+
+@dataclass
+class PrecisionConfig:
+    mode: Literal["auto", "bf16", "fp16", "fp32"] = opt(
+        "auto", "auto: bf16 where the GPU supports it, fp16 + GradScaler on older GPUs (T4, V100), fp32 on CPU."
+    )
+    init_scale: float = opt(1024.0, "GradScaler initial loss scale (torch's 65536 overflows at once on XTTS).")
+    growth_interval: int = opt(100, "GradScaler: clean steps before the scale doubles.")
+    backoff_factor: float = opt(0.5, "GradScaler: factor applied to the scale after an overflow.")
+    min_scale: float = opt(1.0, "If the scale falls below this, warn and switch the run to bf16 or fp32.")
+
+
+@dataclass
+class StabilityConfig:
+    max_consecutive_bad_steps: int = opt(10, "Non-finite steps in a row before rolling back to the last good checkpoint.")
+    rollback_lr_factor: float = opt(0.5, "LR multiplier applied at each rollback.")
+    max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = opt(1000, "Save every this many optimizer steps (and always at the end).")
+    keep_last: int = opt(3, "How many recent checkpoints to keep.")
+    keep_best: bool = opt(True, "Also keep the checkpoint with the lowest eval loss.")
+    resume: str = opt("auto", "auto (latest in the run dir), never, or a checkpoint path.")
+    on_save_error: Literal["continue", "stop"] = opt(
+        "stop", "When a save fails (e.g. disk full): keep training, or stop cleanly. The previous checkpoint stays."
+    )
+
+    def check(self, problems: list[str]) -> None:
+        if self.every_steps < 1 or self.keep_last < 1:
+            problems.append("checkpoint.every_steps and checkpoint.keep_last: must be >= 1")
+        if self.resume not in ("auto", "never") and not Path(self.resume).exists():
+            problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
+
+
+@dataclass
+class EvaluationConfig:
+    every_steps: int = opt(1000, "Eval losses and samples every this many optimizer steps (and at the end); 0: end only.")
+    max_eval_batches: int = opt(50, "Upper bound on eval batches per evaluation.")
+    sentences: list[str] = opt(DEFAULT_TEST_SENTENCES, "Test sentences to synthesise (normalised like training text).")
+    speaker_wavs: list[str] = opt([], "Reference clips for the voice; empty: clips from the eval set.")
+    max_speakers: int = opt(2, "How many eval-set speakers to use when speaker_wavs is empty.")
+    temperature: float = opt(0.7, "Sampling temperature for synthesis.")
+
+    def check(self, problems: list[str]) -> None:
+        for f in self.speaker_wavs:
+            if not Path(f).is_file():
+                problems.append(f"evaluation.speaker_wavs: file '{f}' does not exist")
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    base_model: BaseModelConfig = field(default_factory=BaseModelConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    text: TextConfig = field(default_factory=TextConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    stability: StabilityConfig = field(default_factory=StabilityConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.output_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading, type checking and overrides
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Return (ok, value) with value converted where YAML is looser than the schema (int -> float)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return (value in typing.get_args(tp), value)
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, v = _coerce(value, arg)
+            if ok:
+                return True, v
+        return False, value
+    if origin is list:
+        if not isinstance(value, list):
+            return False, value
+        (item_tp,) = typing.get_args(tp)
+        out = []
+        for item in value:
+            ok, v = _coerce(item, item_tp)
+            if not ok:
+                return False, value
+            out.append(v)
+        return True, out
+    if tp is type(None):
+        return value is None, value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if tp is str:
+        return isinstance(value, str), value
+    raise TypeError(f"schema type {tp!r} not supported")  # a bug in this file, not user input
+
+
+def _did_you_mean(key: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _build_section(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: expected a mapping of keys, got {type(raw).__name__}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in names:
+            problems.append(f"{where}.{key}: unknown key{_did_you_mean(str(key), names)}")
+            continue
+        ok, coerced = _coerce(value, hints[key])
+        if not ok:
+            problems.append(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
+            continue
+        values[key] = coerced
+    return cls(**values)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``training.lr=1e-5`` -> (['training', 'lr'], 1e-05); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected key.sub=value, e.g. --set training.lr=1e-5")
+    key, _, value = text.partition("=")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip().split("."), parsed
+
+
+def config_from_dict(raw: Any, source: str = "<config>") -> Config:
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a YAML mapping with sections like 'run:' and 'dataset:'")
+    sections = {f.name: f.type for f in dataclasses.fields(Config)}
+    hints = typing.get_type_hints(Config)
+    built = {}
+    for key, value in raw.items():
+        if key not in sections:
+            problems.append(f"{key}: unknown section{_did_you_mean(str(key), list(sections))}")
+            continue
+        built[key] = _build_section(hints[key], value, key, problems)
+    cfg = Config(**built)
+    for name in sections:
+        section = getattr(cfg, name)
+        if hasattr(section, "check"):
+            section.check(problems)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
+    return cfg
+
+
+def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> Config:
+    """Read, override, type-check and validate a run config; one ConfigError lists every problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found; pass --config with a YAML file (see configs/)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    for item in overrides or []:
+        keys, value = parse_override(item)
+        node = raw
+        for k in keys[:-1]:
+            if not isinstance(node.get(k, {}), dict):
+                raise ConfigError(f"--set {item}: '{k}' is not a section")
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return config_from_dict(raw, source=str(path))
+
+
+def config_to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def dump_config(cfg: Config, path: str | os.PathLike) -> None:
+    """Write the resolved config (every default filled in) as YAML."""
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def field_help(section: str, key: str) -> str:
+    cls = typing.get_type_hints(Config)[section]
+    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == key)
