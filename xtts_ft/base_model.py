@@ -1,0 +1,125 @@
+"""Find the base XTTS-v2 model: a local directory, or a Hugging Face repo fetched into its cache.
+
+A base model is a directory in the coqui/XTTS-v2 file layout. Only the files the fine-tune
+needs are fetched (``hf_hub_download`` per file: resumable, cached, no other files).
+A tiny random model is written only when the config asks for it explicitly
+(``base_model.create_tiny``) and the named directory does not exist yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from xtts_ft.config import BaseModelConfig
+from xtts_ft.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+REQUIRED_FILES = ("config.json", "model.pth", "vocab.json", "dvae.pth", "mel_stats.pth")
+OPTIONAL_FILES = ("speakers_xtts.pth",)
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+# fetcher(repo_id, filename, revision, cache_dir) -> local path of the downloaded file
+Fetcher = Callable[[str, str, Optional[str], Optional[str]], str]
+
+
+@dataclass(frozen=True)
+class BaseModelFiles:
+    """Paths of one base model's files (all in the XTTS-v2 layout)."""
+
+    root: Path
+    config_json: Path
+    model_pth: Path
+    vocab_json: Path
+    dvae_pth: Path
+    mel_stats_pth: Path
+    speakers_pth: Optional[Path]
+
+    @classmethod
+    def from_dir(cls, root: Path) -> "BaseModelFiles":
+        missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
+        if missing:
+            raise ModelError(
+                f"base model folder '{root}' lacks {', '.join(missing)}; it needs the coqui/XTTS-v2 files "
+                f"({', '.join(REQUIRED_FILES)})"
+            )
+        speakers = root / "speakers_xtts.pth"
+        return cls(
+            root=root,
+            config_json=root / "config.json",
+            model_pth=root / "model.pth",
+            vocab_json=root / "vocab.json",
+            dvae_pth=root / "dvae.pth",
+            mel_stats_pth=root / "mel_stats.pth",
+            speakers_pth=speakers if speakers.is_file() else None,
+        )
+
+
+def is_repo_id(source: str) -> bool:
+    """'coqui/XTTS-v2' is a repo id; './models/xtts', '/abs/path' and existing folders are not."""
+    if Path(source).expanduser().exists() or source.startswith((".", "/", "~")):
+        return False
+    return bool(_REPO_ID.match(source))
+
+
+def hf_fetcher(endpoint: Optional[str] = None) -> Fetcher:
+    """The real fetcher: huggingface_hub's per-file download into its cache (resumes partial files)."""
+
+    def fetch(repo_id: str, filename: str, revision: Optional[str], cache_dir: Optional[str]) -> str:
+        from huggingface_hub import hf_hub_download
+
+        return hf_hub_download(
+            repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir, endpoint=endpoint
+        )
+
+    return fetch
+
+
+def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
+    paths: dict[str, Path] = {}
+    for name in REQUIRED_FILES + OPTIONAL_FILES:
+        try:
+            paths[name] = Path(fetcher(cfg.source, name, cfg.revision, cfg.cache_dir))
+        except EntryNotFoundError:
+            if name in OPTIONAL_FILES:
+                continue
+            raise ModelError(f"base_model.source: repo '{cfg.source}' has no {name}; is it an XTTS-v2 repo?") from None
+        except LocalEntryNotFoundError:
+            raise ModelError(
+                f"base_model.source: cannot download '{cfg.source}' (no network, and {name} is not in the cache). "
+                f"On a connected machine run `huggingface-cli download {cfg.source} --local-dir DIR`, copy DIR "
+                f"here and set base_model.source: DIR"
+            ) from None
+        except HfHubHTTPError as exc:
+            raise ModelError(f"base_model.source: downloading {name} from '{cfg.source}' failed: {exc}") from None
+        log.info("base model file %s -> %s", name, paths[name])
+    folders = {p.parent for p in paths.values()}
+    if len(folders) != 1:  # the hub cache keeps a snapshot folder per revision; all files land in one
+        raise ModelError(f"base_model.source: files of '{cfg.source}' landed in different folders: {sorted(folders)}")
+    return BaseModelFiles.from_dir(folders.pop())
+
+
+def resolve_base_model(cfg: BaseModelConfig, fetcher: Optional[Fetcher] = None) -> BaseModelFiles:
+    """Return the base model's files, downloading or (if explicitly asked) creating them."""
+    if is_repo_id(cfg.source):
+        return _download(cfg, fetcher or hf_fetcher())
+    root = Path(cfg.source).expanduser()
+    if not root.exists():
+        if not cfg.create_tiny:
+            raise ModelError(
+                f"base_model.source: folder '{root}' does not exist; point it at an XTTS-v2 folder or a repo id "
+                f"such as coqui/XTTS-v2"
+            )
+        from xtts_ft.tiny_model import write_tiny_model
+
+        log.warning("writing a tiny RANDOM XTTS model to %s (base_model.create_tiny is set)", root)
+        write_tiny_model(root)
+    if not root.is_dir():
+        raise ModelError(f"base_model.source: '{root}' is a file; it must be a folder in the XTTS-v2 layout")
+    return BaseModelFiles.from_dir(root)

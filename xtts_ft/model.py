@@ -1,0 +1,223 @@
+"""The model being fine-tuned: XTTS-v2 with a grown text vocabulary, and what training needs beside it.
+
+``XttsTrainingModel`` holds the coqui ``Xtts`` (GPT + HiFiGAN decoder), the DVAE that turns
+target audio into codes, and the two mel extractors. It does what coqui's ``GPTTrainer`` does
+for one step, without importing it (its module imports coqui's XTTS dataset, which calls
+``torch.set_num_threads(1)`` at import time) and without its resize path (unit-variance new rows,
+and the assumption that [START] is the last id).
+
+Only ``xtts.gpt`` is trained; everything else is frozen and kept in eval mode.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+LOSS_TEXT_CE_WEIGHT = 0.01  # coqui GPTArgs.gpt_loss_text_ce_weight
+LOSS_MEL_CE_WEIGHT = 1.0  # coqui GPTArgs.gpt_loss_mel_ce_weight
+_DROPPED_KEYS = ("torch_mel_spectrogram_style_encoder", "torch_mel_spectrogram_dvae", "dvae")
+
+
+def load_xtts_config(config_json: Path):
+    from TTS.tts.configs.xtts_config import XttsConfig
+
+    cfg = XttsConfig()
+    try:
+        cfg.load_json(str(config_json))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{config_json}: not a valid XTTS config.json ({exc})") from None
+    return cfg
+
+
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+    """torch.load with weights_only=True; a pickle that would run code is refused by name."""
+    import pickle
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ModelError(
+            f"{path}: refused to load: it is not a plain weights file (loading it would run code: {exc}). "
+            f"Use the official files or re-save the weights as a plain state dict"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise ModelError(f"{path}: cannot read weights ({exc}); the file is truncated or corrupted") from None
+    return obj
+
+
+def base_state_dict(model_pth: Path) -> dict[str, torch.Tensor]:
+    """The base model's Xtts weights with coqui-trainer prefixes removed and DVAE/mel keys dropped."""
+    ckpt = load_state_dict_file(model_pth)
+    state = ckpt.get("model", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise ModelError(f"{model_pth}: expected a dict with a 'model' state dict")
+    out = {}
+    for key, value in state.items():
+        key = key[len("xtts.") :] if key.startswith("xtts.") else key
+        if key.split(".")[0] not in _DROPPED_KEYS:
+            out[key] = value
+    return out
+
+
+def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
+    from TTS.tts.layers.xtts.dvae import DiscreteVAE
+
+    state = load_state_dict_file(dvae_pth)
+    with torch.random.fork_rng(devices=[]):
+        # An empty dvae.pth (the tiny demo model) gives a DVAE from a fixed seed: deterministic codes.
+        torch.manual_seed(0)
+        dvae = DiscreteVAE(
+            channels=80,
+            normalization=None,
+            positional_dims=1,
+            num_tokens=num_audio_tokens - 2,
+            codebook_dim=512,
+            hidden_dim=512,
+            num_resnet_blocks=3,
+            kernel_size=3,
+            num_layers=2,
+            use_transposed_convs=False,
+        )
+    if state:
+        missing, unexpected = dvae.load_state_dict(state, strict=False)
+        if missing:
+            raise ModelError(f"{dvae_pth}: DVAE weights lack {len(missing)} tensors (e.g. {missing[0]})")
+    else:
+        log.warning("%s is empty: using a seeded random DVAE (tiny demo model only)", dvae_pth)
+    dvae.eval().requires_grad_(False)
+    return dvae
+
+
+class XttsTrainingModel(nn.Module):
+    """Xtts + DVAE + mel extractors; ``forward(batch)`` returns the GPT losses."""
+
+    def __init__(self, xtts: nn.Module, dvae: nn.Module, mel_stats_pth: Path):
+        super().__init__()
+        from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
+
+        self.xtts = xtts
+        self.dvae = dvae
+        args = xtts.args
+        sr = xtts.config.audio.sample_rate
+        if args.gpt_use_perceiver_resampler:
+            style = dict(filter_length=2048, hop_length=256, win_length=1024)
+        else:
+            style = dict(filter_length=4096, hop_length=1024, win_length=4096)
+        self.mel_style = TorchMelSpectrogram(
+            **style, normalize=False, sampling_rate=sr, mel_fmin=0, mel_fmax=8000, n_mel_channels=80,
+            mel_norm_file=str(mel_stats_pth),
+        )
+        self.mel_dvae = TorchMelSpectrogram(mel_norm_file=str(mel_stats_pth), sampling_rate=xtts.config.audio.dvae_sample_rate)
+        self.requires_grad_(False)
+        self.xtts.gpt.requires_grad_(True)
+
+    @property
+    def gpt(self) -> nn.Module:
+        return self.xtts.gpt
+
+    def train(self, mode: bool = True) -> "XttsTrainingModel":
+        """Only the GPT ever trains; the frozen parts stay in eval mode (dropout off, fixed norms)."""
+        super().train(False)
+        self.xtts.gpt.train(mode)
+        return self
+
+    @torch.no_grad()
+    def audio_codes(self, wav: torch.Tensor) -> torch.Tensor:
+        """DVAE codes of (B, 1, T) audio at the model's sample rate. Deterministic: safe to cache."""
+        if self.xtts.config.audio.sample_rate != self.xtts.config.audio.dvae_sample_rate:
+            raise ModelError("base model: audio.sample_rate != audio.dvae_sample_rate is not supported")
+        return self.dvae.get_codebook_indices(self.mel_dvae(wav))
+
+    @torch.no_grad()
+    def conditioning_mels(self, conditioning: torch.Tensor) -> torch.Tensor:
+        """(B, N, 1, T) reference crops -> (B, N, 80, frames)."""
+        b, n, c, t = conditioning.shape
+        mel = self.mel_style(conditioning.view(b * n, c, t))
+        return mel.view(b, n, mel.shape[1], mel.shape[2])
+
+    def forward(
+        self,
+        text_inputs: torch.Tensor,
+        text_lengths: torch.Tensor,
+        audio_codes: torch.Tensor,
+        wav_lengths: torch.Tensor,
+        cond_mels: torch.Tensor,
+        cond_idxs: Optional[torch.Tensor] = None,
+        cond_lens: Optional[torch.Tensor] = None,
+    ) -> dict[str, torch.Tensor]:
+        loss_text, loss_mel, _ = self.xtts.gpt(
+            text_inputs, text_lengths, audio_codes, wav_lengths,
+            cond_mels=cond_mels, cond_idxs=cond_idxs, cond_lens=cond_lens,
+        )
+        text = loss_text * LOSS_TEXT_CE_WEIGHT
+        mel = loss_mel * LOSS_MEL_CE_WEIGHT
+        return {"loss": text + mel, "loss_text_ce": text, "loss_mel_ce": mel}
+
+
+def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_weights: bool = True):
+    """A coqui ``Xtts`` sized for ``vocab_path`` with the base weights loaded (text rows grown)."""
+    from TTS.tts.models.xtts import Xtts
+
+    from xtts_ft.tokenizer.resize import resize_text_rows
+
+    cfg = load_xtts_config(base.config_json)
+    cfg.model_args.tokenizer_file = str(vocab_path)
+    xtts = Xtts(cfg)
+    xtts.tokenizer = tokenizer
+    xtts.init_models()  # sizes the GPT text embedding/head from the (extended) vocab
+    if "am" not in cfg.languages:
+        cfg.languages = list(cfg.languages) + ["am"]
+    if load_base_weights:
+        state = base_state_dict(base.model_pth)
+        new_size = xtts.gpt.text_embedding.weight.shape[0]
+        old_size = state["gpt.text_embedding.weight"].shape[0]
+        if old_size > new_size:
+            raise ModelError(
+                f"{vocab_path}: has {new_size} tokens but the base model has {old_size}; the vocabulary must "
+                f"extend the base model's vocab.json ({base.vocab_json})"
+            )
+        state = resize_text_rows(state, new_size)
+        missing, unexpected = xtts.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.startswith("gpt.gpt_inference")]
+        if missing or unexpected:
+            raise ModelError(
+                f"{base.model_pth}: weights do not match the model in {base.config_json} "
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
+    return xtts
+
+
+def build_training_model(base: BaseModelFiles, vocab_path: Path, tokenizer) -> XttsTrainingModel:
+    """Everything one training step needs, on CPU; the caller moves it to the device."""
+    xtts = build_xtts(base, vocab_path, tokenizer)
+    xtts.mel_stats.copy_(load_state_dict_file(base.mel_stats_pth))
+    dvae = _build_dvae(base.dvae_pth, xtts.args.gpt_num_audio_tokens)
+    return XttsTrainingModel(xtts, dvae, base.mel_stats_pth)
+
+
+def model_limits(xtts) -> dict[str, int]:
+    """Token and length limits that data and training must respect."""
+    a = xtts.args
+    return {
+        "max_text_tokens": int(a.gpt_max_text_tokens),
+        "max_audio_tokens": int(a.gpt_max_audio_tokens),
+        "code_stride": int(a.gpt_code_stride_len),
+        "sample_rate": int(xtts.config.audio.sample_rate),
+    }
+
+
+def describe_vocab(vocab_path: Path) -> int:
+    data = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
+    ids = list(data["model"]["vocab"].values()) + [t["id"] for t in data.get("added_tokens", [])]
+    return max(ids) + 1
