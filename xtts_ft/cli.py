@@ -1,0 +1,271 @@
+"""Both command lines: ``headless_train.py`` (the whole run) and ``python -m xtts_ft <command>``.
+
+User mistakes (``UserError``) are printed as ``error: <message>`` lines and exit non-zero with
+no traceback; anything else is a bug and keeps its traceback. Heavy imports happen inside the
+command handlers so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from xtts_ft.errors import UserError
+
+log = logging.getLogger("xtts_ft")
+
+_NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx")
+
+
+def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None:
+    """Console lines for a person, plus ``<run_dir>/train.log`` with everything."""
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    root.addHandler(console)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(fh)
+    for name in _NOISY_LOGGERS:  # third-party chatter (e.g. GPT2 config warnings) hides our lines
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        return handler(args)
+    except UserError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _load(args: argparse.Namespace):
+    from xtts_ft.config import load_config
+
+    overrides = list(args.set or [])
+    if getattr(args, "resume", None):
+        overrides.append(f"checkpoint.resume={args.resume}")
+    if getattr(args, "max_steps", None):
+        overrides.append(f"training.max_steps={args.max_steps}")
+    return load_config(args.config, overrides)
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="Run config (YAML); see configs/.")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="Override a config value, e.g. --set training.lr=1e-5."
+    )
+    p.add_argument("--resume", help="auto (latest checkpoint in the run dir), never, or a checkpoint folder.")
+    p.add_argument("--max-steps", type=int, help="Shortcut for --set training.max_steps=N.")
+    p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
+
+
+# ---------------------------------------------------------------------------------------------
+# headless_train.py
+
+
+def print_header(cfg) -> None:
+    import torch
+
+    device = "cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else cfg.run.device
+    device = "cpu" if device == "auto" else device
+    gpu = f" ({torch.cuda.get_device_name(0)})" if device == "cuda" and torch.cuda.is_available() else ""
+    t = cfg.training
+    log.info("xtts-ft run: %s", cfg.run_dir)
+    log.info("  device      %s%s, precision %s", device, gpu, cfg.precision.mode)
+    log.info("  base model  %s", cfg.base_model.source)
+    log.info("  dataset     %s (%s)", cfg.dataset.path, cfg.dataset.format)
+    log.info(
+        "  training    %d optimizer steps, batch %s x accumulation %d, lr %g, warmup %d, schedule %s",
+        t.max_steps, t.batch_size, t.grad_accum_steps, t.lr, t.warmup_steps, t.lr_schedule,
+    )
+
+
+def headless_main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="headless_train.py",
+        description="Fine-tune XTTS-v2 on a new language: prepare data, extend the tokenizer, train, evaluate.",
+    )
+    _add_config_args(parser)
+    parser.add_argument("--evaluate", action="store_true", help="Only evaluate (samples + report) a checkpoint.")
+    parser.add_argument("--checkpoint", help="With --evaluate: the checkpoint folder (default: latest in the run dir).")
+    args = parser.parse_args(argv)
+    return _run(_headless, args)
+
+
+def _headless(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    setup_logging(cfg.run_dir, args.verbose)
+    print_header(cfg)
+    if args.evaluate:
+        from xtts_ft.evaluate.standalone import evaluate_run
+
+        report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
+        log.info("report: %s", report)
+        return 0
+    from xtts_ft.pipeline import run_pipeline
+
+    result = run_pipeline(cfg)
+    log.info("done.")
+    log.info("  last checkpoint  %s", result.last_checkpoint)
+    if result.best_checkpoint:
+        log.info("  best checkpoint  %s", result.best_checkpoint)
+    log.info("  samples          %s", result.samples_dir)
+    log.info("  report           %s", result.report)
+    if result.first_eval_loss is not None and result.final_eval_loss is not None:
+        log.info("  eval loss        %.4f -> %.4f", result.first_eval_loss, result.final_eval_loss)
+    if result.stopped_by_signal:
+        log.info("stopped early; resume with: python headless_train.py --config %s", args.config)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m xtts_ft <command>
+
+
+def _cmd_normalize(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from xtts_ft.text import normalize_text
+
+    dropped: Counter = Counter()
+    for line in sys.stdin:
+        result = normalize_text(line.rstrip("\n"), fold_homophones=args.fold_homophones)
+        dropped.update(result.dropped)
+        sys.stdout.write(result.text + "\n")
+    if dropped:
+        summary = ", ".join(f"{ch!r} x{n}" for ch, n in dropped.most_common(10))
+        print(f"dropped {sum(dropped.values())} characters: {summary}", file=sys.stderr)
+    return 0
+
+
+def _cmd_tokenizer(args: argparse.Namespace) -> int:
+    from xtts_ft.tokenizer import tokenizer_command
+
+    setup_logging(None, args.verbose)
+    report = tokenizer_command(Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out))
+    print(
+        f"{report.new_tokens_added} new tokens, vocab {report.base_vocab_size} -> {report.vocab_size}, "
+        f"{report.train_tokens_per_char:.3f} tokens/char; wrote {Path(args.out) / 'vocab.json'}"
+    )
+    return 0
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from xtts_ft.data import prepare_command
+
+    setup_logging(None, args.verbose)
+    report = prepare_command(Path(args.input), Path(args.out), args.format)
+    for line in report.summary_lines():
+        print(line)
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    return _headless(argparse.Namespace(**vars(args), evaluate=False, checkpoint=None))
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    return _headless(argparse.Namespace(**vars(args), evaluate=True))
+
+
+def _cmd_synthesize(args: argparse.Namespace) -> int:
+    from xtts_ft.evaluate import synthesize_command
+
+    setup_logging(None, args.verbose)
+    base = None
+    if args.base_model:
+        from xtts_ft.base_model import resolve_base_model
+        from xtts_ft.config import BaseModelConfig
+
+        base = resolve_base_model(BaseModelConfig(source=args.base_model))
+    out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base)
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from xtts_ft.evaluate import export_from_checkpoint
+    from xtts_ft.evaluate.standalone import base_for_checkpoint
+
+    setup_logging(None, args.verbose)
+    ckpt = Path(args.checkpoint)
+    base = base_for_checkpoint(ckpt, args.base_model)
+    out = export_from_checkpoint(ckpt, Path(args.out), base)
+    print(f"exported to {out}")
+    return 0
+
+
+def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
+    from xtts_ft.tiny_model import write_tiny_model
+
+    setup_logging(None, args.verbose)
+    out = write_tiny_model(Path(args.out), seed=args.seed)
+    print(f"wrote a tiny RANDOM XTTS (for demos and tests, it cannot speak) to {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler, help: str) -> argparse.ArgumentParser:  # noqa: A002
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handler)
+        if name not in ("train", "evaluate"):
+            p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
+        return p
+
+    p = add("prepare", _cmd_prepare, "Turn a dataset folder into a clean training set with a report.")
+    p.add_argument("--input", required=True, help="Dataset root folder.")
+    p.add_argument("--out", required=True, help="Output folder (metadata_*.csv, wavs/, report.json).")
+    p.add_argument("--format", default="auto", choices=["auto", "ljspeech", "coqui", "folder"], help="Dataset layout.")
+
+    p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
+    p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")
+    p.add_argument("--text", required=True, nargs="+", help="Amharic text files, one sentence per line.")
+    p.add_argument("--new-tokens", type=int, default=2000, help="Tokens to add (Ethiopic characters included).")
+    p.add_argument("--out", required=True, help="Output folder for vocab.json and report.json.")
+
+    p = add("normalize", _cmd_normalize, "Read text on stdin, write what the model reads on stdout.")
+    p.add_argument("--fold-homophones", action="store_true", help="Fold homophone letters (ሐ/ኀ->ሀ, ...).")
+
+    p = add("train", _cmd_train, "Run the pipeline for a config (same as headless_train.py).")
+    _add_config_args(p)
+
+    p = add("evaluate", _cmd_evaluate, "Synthesise samples and write the report for a checkpoint.")
+    _add_config_args(p)
+    p.add_argument("--checkpoint", help="Checkpoint folder (default: latest in the run dir).")
+
+    p = add("synthesize", _cmd_synthesize, "Speak a text with an exported model or a checkpoint.")
+    p.add_argument("--model", required=True, help="An export folder, or a checkpoint folder (then --base-model).")
+    p.add_argument("--text", required=True, help="Text to speak (Amharic).")
+    p.add_argument("--speaker-wav", required=True, help="Reference clip of the voice (3-10 s).")
+    p.add_argument("--out", required=True, help="Output WAV path.")
+    p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
+
+    p = add("export", _cmd_export, "Write a model folder that stock coqui-tts loads.")
+    p.add_argument("--checkpoint", required=True, help="Checkpoint folder (runs/<name>/checkpoints/step_XXXXXX).")
+    p.add_argument("--out", required=True, help="Output folder.")
+    p.add_argument("--base-model", help="Base model folder or repo id (default: the one the run used).")
+
+    p = add("make-tiny-model", _cmd_make_tiny_model, "Write a tiny random XTTS in the XTTS-v2 file layout.")
+    p.add_argument("--out", required=True, help="Output folder.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return _run(args.handler, args)

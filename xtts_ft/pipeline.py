@@ -1,0 +1,161 @@
+"""The whole run, top to bottom: prepare data -> build tokenizer -> train -> evaluate.
+
+``run_pipeline`` is what ``python headless_train.py --config X`` does. Each stage writes into
+its own folder of the run directory and is skipped on a re-run when its inputs did not change
+(see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from xtts_ft import stages
+from xtts_ft.base_model import BaseModelFiles, resolve_base_model
+from xtts_ft.config import Config, dump_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineResult:
+    run_dir: Path
+    data_dir: Path
+    vocab_path: Path
+    last_checkpoint: Optional[Path] = None
+    best_checkpoint: Optional[Path] = None
+    samples_dir: Optional[Path] = None
+    report: Optional[Path] = None
+    stopped_by_signal: bool = False
+    first_eval_loss: Optional[float] = None
+    final_eval_loss: Optional[float] = None
+
+
+def _normalizer(cfg: Config):
+    from xtts_ft.text import normalize_text
+
+    return lambda text: normalize_text(text, fold_homophones=cfg.text.fold_homophones).text
+
+
+def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
+    """Dataset -> run_dir/data (metadata_train.csv, metadata_eval.csv, wavs/, report.*)."""
+    from xtts_ft.data import prepare_dataset
+
+    data_dir = cfg.run_dir / "data"
+    key = stages.hash_inputs(
+        "prepare-v1", dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text), stages.tree_stats(Path(cfg.dataset.path))
+    )
+    if stages.is_current(data_dir, key, ["metadata_train.csv", "metadata_eval.csv", "report.json"]):
+        log.info("prepare: dataset unchanged, reusing %s", data_dir)
+        return data_dir
+    report = prepare_dataset(
+        cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones
+    )
+    for line in report.summary_lines():
+        log.info("prepare: %s", line)
+    stages.mark_done(data_dir, key, kept=report.kept, rejected=report.rejected)
+    return data_dir
+
+
+def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
+    """Base vocab + training transcripts (+ extra text) -> run_dir/tokenizer/vocab.json."""
+    from xtts_ft.data import read_metadata
+    from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
+
+    tok_dir = cfg.run_dir / "tokenizer"
+    train_csv, eval_csv = data_dir / "metadata_train.csv", data_dir / "metadata_eval.csv"
+    extra = [Path(f) for f in cfg.tokenizer.extra_text_files]
+    key = stages.hash_inputs(
+        "tokenizer-v1",
+        dataclasses.asdict(cfg.tokenizer),
+        dataclasses.asdict(cfg.text),
+        vocab_fingerprint(base.vocab_json),
+        stages.file_stats([train_csv, eval_csv, *extra]),
+    )
+    if stages.is_current(tok_dir, key, ["vocab.json", "report.json"]):
+        log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / "vocab.json")
+        return tok_dir / "vocab.json"
+    texts = [row["text"] for row in read_metadata(train_csv)]
+    for path in extra:
+        texts.extend(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    eval_texts = [row["text"] for row in read_metadata(eval_csv)]
+    report = build_extended_vocab(
+        base.vocab_json,
+        texts,
+        cfg.tokenizer.new_tokens,
+        tok_dir,
+        min_frequency=cfg.tokenizer.min_frequency,
+        normalizer=_normalizer(cfg),
+        eval_texts=eval_texts,
+    )
+    log.info(
+        "tokenizer: %d new tokens (vocab %d -> %d), %.3f tokens/char on train text, fingerprint %s",
+        report.new_tokens_added, report.base_vocab_size, report.vocab_size, report.train_tokens_per_char,
+        report.fingerprint,
+    )
+    stages.mark_done(tok_dir, key, fingerprint=report.fingerprint)
+    return tok_dir / "vocab.json"
+
+
+def base_vocab_size(base: BaseModelFiles) -> int:
+    from xtts_ft.model import describe_vocab
+
+    return describe_vocab(base.vocab_json)
+
+
+def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
+    """Run every stage for ``cfg``; returns where the outputs are."""
+    from xtts_ft.evaluate import make_eval_hook, write_report
+    from xtts_ft.train import train
+
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, run_dir / "config.yaml")
+    base = resolve_base_model(cfg.base_model)
+    data_dir = prepare_stage(cfg, base)
+    vocab_path = tokenizer_stage(cfg, base, data_dir)
+    result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
+    if not train_model:
+        return result
+
+    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir)
+    outcome = train(
+        cfg,
+        base=base,
+        vocab_path=vocab_path,
+        base_vocab_size=base_vocab_size(base),
+        train_csv=data_dir / "metadata_train.csv",
+        eval_csv=data_dir / "metadata_eval.csv",
+        run_dir=run_dir,
+        eval_hook=eval_hook,
+    )
+    result.last_checkpoint = outcome.last_checkpoint
+    result.best_checkpoint = outcome.best_checkpoint
+    result.stopped_by_signal = outcome.stopped_by_signal
+    result.first_eval_loss = outcome.first_eval_loss
+    result.final_eval_loss = outcome.final_eval_loss
+    result.samples_dir = run_dir / "samples"
+    result.report = write_report(run_dir)
+    (run_dir / "summary.json").write_text(
+        json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
+    )
+    return result
+
+
+def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path):
+    """The sample-synthesis hook the trainer calls after each evaluation."""
+    from xtts_ft.evaluate import make_eval_hook
+    from xtts_ft.evaluate.references import pick_references
+    from xtts_ft.tokenizer import AmharicTokenizer
+
+    tokenizer = AmharicTokenizer(
+        str(vocab_path), char_limit=cfg.tokenizer.char_limit, fold_homophones=cfg.text.fold_homophones
+    )
+    refs = pick_references(cfg.evaluation, data_dir)
+    return make_eval_hook(
+        cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range
+    )
