@@ -86,16 +86,19 @@ def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
     for name in REQUIRED_FILES + OPTIONAL_FILES:
         try:
             paths[name] = Path(fetcher(cfg.source, name, cfg.revision, cfg.cache_dir))
-        except EntryNotFoundError:
+        except LocalEntryNotFoundError:  # a subclass of EntryNotFoundError: must come first
             if name in OPTIONAL_FILES:
+                log.info("base model: optional %s not available offline; continuing without it", name)
                 continue
-            raise ModelError(f"base_model.source: repo '{cfg.source}' has no {name}; is it an XTTS-v2 repo?") from None
-        except LocalEntryNotFoundError:
             raise ModelError(
                 f"base_model.source: cannot download '{cfg.source}' (no network, and {name} is not in the cache). "
                 f"On a connected machine run `huggingface-cli download {cfg.source} --local-dir DIR`, copy DIR "
                 f"here and set base_model.source: DIR"
             ) from None
+        except EntryNotFoundError:
+            if name in OPTIONAL_FILES:
+                continue
+            raise ModelError(f"base_model.source: repo '{cfg.source}' has no {name}; is it an XTTS-v2 repo?") from None
         except HfHubHTTPError as exc:
             raise ModelError(f"base_model.source: downloading {name} from '{cfg.source}' failed: {exc}") from None
         log.info("base model file %s -> %s", name, paths[name])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -230,6 +231,9 @@ class Config:
 # Loading, type checking and overrides
 
 
+_YAML11_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -272,6 +276,8 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return True, float(value)
+        if isinstance(value, str) and _YAML11_FLOAT.match(value.strip()):
+            return True, float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
         return False, value
     if tp is str:
         return isinstance(value, str), value

@@ -1,0 +1,121 @@
+"""Config schema: every problem reported in one error, one line each, naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from xtts_ft.config import Config, config_from_dict, dump_config, load_config, parse_override
+from xtts_ft.errors import ConfigError
+
+from tests.conftest import REPO_ROOT
+
+
+def write(tmp_path: Path, data: dict, name: str = "run.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return p
+
+
+@pytest.fixture
+def dataset_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    return d
+
+
+def test_minimal_config_gets_documented_defaults(tmp_path, dataset_dir):
+    cfg = load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir)}}))
+    assert cfg.training.lr == 5e-6
+    assert cfg.precision.init_scale == 1024.0
+    assert cfg.training.betas == [0.9, 0.96]
+    assert cfg.checkpoint.resume == "auto"
+
+
+def test_every_problem_in_one_error_with_did_you_mean(tmp_path, dataset_dir):
+    path = write(
+        tmp_path,
+        {
+            "dataset": {"path": str(dataset_dir)},
+            "trainig": {},
+            "training": {"lerning_rate": 1, "batch_size": "big", "max_steps": 0},
+            "precision": {"mode": "fp8"},
+        },
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    lines = str(err.value).splitlines()
+    assert all(line.startswith(str(path)) for line in lines)
+    text = str(err.value)
+    assert "trainig: unknown section (did you mean 'training'?)" in text
+    assert "training.lerning_rate: unknown key" in text
+    assert "training.batch_size: expected int | 'auto', got 'big'" in text
+    assert "training.max_steps: must be >= 1" in text
+    assert "precision.mode: expected 'auto' | 'bf16' | 'fp16' | 'fp32', got 'fp8'" in text
+    assert len(lines) == 5
+
+
+def test_missing_dataset_and_files_are_named(tmp_path):
+    path = write(tmp_path, {"dataset": {"path": str(tmp_path / "nope")}, "tokenizer": {"extra_text_files": ["x.txt"]}})
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"dataset.path: folder '{tmp_path / 'nope'}' does not exist" in str(err.value)
+    assert "tokenizer.extra_text_files: file 'x.txt' does not exist" in str(err.value)
+
+
+def test_int_is_accepted_for_float_and_bool_is_not_int(tmp_path, dataset_dir):
+    with pytest.raises(ConfigError, match="training.max_steps: expected int, got True"):
+        load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir)}, "training": {"max_steps": True}}))
+    cfg = load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir)}, "precision": {"init_scale": 512}}))
+    assert cfg.precision.init_scale == 512.0 and isinstance(cfg.precision.init_scale, float)
+
+
+def test_set_overrides_are_typed_and_validated(tmp_path, dataset_dir):
+    path = write(tmp_path, {"dataset": {"path": str(dataset_dir)}})
+    cfg = load_config(path, ["training.lr=1e-5", "training.batch_size=auto", "run.language=amh"])
+    assert cfg.training.lr == 1e-5
+    assert cfg.training.batch_size == "auto"
+    assert cfg.run.language == "am"  # alias stored as one code
+    with pytest.raises(ConfigError, match="training.grad_clip: expected float"):
+        load_config(path, ["training.grad_clip=high"])
+    with pytest.raises(ConfigError, match="expected key.sub=value"):
+        parse_override("training.lr")
+
+
+def test_bad_yaml_and_missing_file_are_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  seed: [1, 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert "is not valid YAML" in str(err.value) and len(str(err.value).splitlines()) == 1
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("run: !!python/object/apply:os.system ['echo pwned']\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(evil)
+
+
+def test_resolved_config_round_trips(tmp_path, dataset_dir):
+    cfg = load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir)}, "training": {"lr": 2e-5}}))
+    out = tmp_path / "resolved.yaml"
+    dump_config(cfg, out)
+    again = load_config(out)
+    assert again == cfg
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_yaml_loads_and_names_its_command(path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first == f"# python headless_train.py --config configs/{path.name}"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    # A shipped config may name a dataset the user has not copied yet; everything else must hold.
+    raw["dataset"]["path"] = raw["dataset"]["path"] if Path(raw["dataset"]["path"]).is_dir() else str(REPO_ROOT)
+    cfg = config_from_dict(raw, str(path))
+    assert isinstance(cfg, Config)
