@@ -1,0 +1,79 @@
+"""The whole pipeline on CPU with the tiny model and the bundled demo data, as a user runs it.
+
+A smoke-size run of headless_train.py (a few steps), its outputs, then the same command with a
+larger step budget: stages whose inputs did not change are skipped and training continues from
+the saved step instead of starting again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def headless(run_dir: Path, tiny_base_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "headless_train.py", "--config", "configs/demo.yaml",
+        "--set", f"run.output_dir={run_dir}",
+        "--set", f"base_model.source={tiny_base_dir}",
+        "--set", "training.num_workers=0",
+        "--set", "training.log_every=1",
+        "--set", "checkpoint.every_steps=4",
+        "--set", "evaluation.every_steps=0",
+        "--set", "evaluation.sentences=['ሰላም ለዓለም።']",
+        "--set", "evaluation.max_new_tokens=20",
+        "--set", "evaluation.mcd_clips=1",
+        *extra,
+    ]
+    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, tiny_base_dir):
+    run_dir = tmp_path_factory.mktemp("e2e") / "run"
+    out = headless(run_dir, tiny_base_dir, "--max-steps", "8")
+    return run_dir, out
+
+
+def test_smoke_run_writes_every_output(smoke_run):
+    run_dir, out = smoke_run
+    assert (run_dir / "config.yaml").is_file()
+    assert (run_dir / "data" / "metadata_train.csv").is_file()
+    report = json.loads((run_dir / "data" / "report.json").read_text())
+    assert report["kept"] >= 40
+    assert (run_dir / "tokenizer" / "vocab.json").is_file()
+    ckpt = run_dir / "checkpoints" / "step_000008"
+    assert (ckpt / "training_state.pt").is_file() and (ckpt / "vocab.json").is_file()
+    wavs = list((run_dir / "samples").rglob("*.wav"))
+    assert wavs, "evaluation samples"
+    train_lines = [m for m in metrics(run_dir) if m.get("split") != "eval"]
+    assert train_lines[-1]["step"] == 8
+    for key in ("step", "loss", "loss_text_ce", "loss_mel_ce", "lr", "grad_norm", "loss_scale", "skipped_steps"):
+        assert key in train_lines[-1], key
+    assert list((run_dir / "tensorboard").iterdir())
+    html = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "<audio" in html
+    assert "report.html" in out.stderr  # the closing summary names the outputs
+
+
+def test_rerun_skips_unchanged_stages_and_continues_training(smoke_run, tiny_base_dir):
+    run_dir, _ = smoke_run
+    out = headless(run_dir, tiny_base_dir, "--max-steps", "12")
+    assert "prepare: dataset unchanged" in out.stderr
+    assert "tokenizer: inputs unchanged" in out.stderr
+    steps = [m["step"] for m in metrics(run_dir) if m.get("split") != "eval"]
+    assert steps[-1] == 12
+    assert steps.count(8) == 1, "resumed after step 8 instead of starting again"
+    assert (run_dir / "checkpoints" / "step_000012").is_dir()
