@@ -1,0 +1,121 @@
+"""Common Amharic abbreviations and their spoken forms.
+
+Amharic abbreviates with a slash (ዶ/ር) or dots (ዓ.ም). Runs before punctuation mapping, so
+each separator in the table also matches ``.`` ``/`` ``፡`` ``:`` ``·`` and ``•`` optionally
+followed by one space (ዓ.ም, ዓ/ም, ዓ፡ም, ዓ. ም are one abbreviation).
+
+Where an abbreviation may be read:
+
+* after a space, the start of the text, a non-letter, or one of the proclitics በ ለ ከ የ
+  (በዶ/ር -> በዶክተር); a digit just before it is parted by a space (2015ዓ.ም);
+* ``closed`` entries must not be followed by an Ethiopic letter; a trailing ``.`` or ``፡``
+  (ዓ.ም.) is swallowed only when the sentence clearly goes on (a letter or digit follows);
+* ``open`` entries stand for the start of a word and keep its rest: ት/ቤቱ -> ትምህርት ቤቱ,
+  ገ/ሚካኤል -> ገብረሚካኤል (name prefixes are written as one word);
+* ``number`` entries (ቁ.) only before a number.
+
+Only expansions whose meaning is certain are listed. Note that እ.ኤ.አ is "እንደ ኤውሮፓውያን
+አቆጣጠር" (by the European, i.e. Gregorian, calendar): the letters are the initials.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .script import ETHIOPIC_LETTER_CLASS
+
+CLOSED, OPEN, NUMBER = "closed", "open", "number"
+
+#: (written form, spoken form, kind). Written forms use "." or "/" as separators.
+ABBREVIATIONS: tuple[tuple[str, str, str], ...] = (
+    # calendar
+    ("ዓ.ም", "ዓመተ ምሕረት", CLOSED),
+    ("ዓ.ዓ", "ዓመተ ዓለም", CLOSED),
+    ("እ.ኤ.አ", "እንደ ኤውሮፓውያን አቆጣጠር", CLOSED),
+    ("እ.አ.አ", "እንደ አውሮፓውያን አቆጣጠር", CLOSED),
+    ("እአአ", "እንደ አውሮፓውያን አቆጣጠር", CLOSED),  # BBC Amharic style, no dots
+    # titles
+    ("ዶ/ር", "ዶክተር", CLOSED),
+    ("ፕ/ር", "ፕሮፌሰር", CLOSED),
+    ("ኢ/ር", "ኢንጂነር", CLOSED),
+    ("ወ/ሮ", "ወይዘሮ", CLOSED),
+    ("ወ/ሪት", "ወይዘሪት", CLOSED),
+    ("ወ/ት", "ወይዘሪት", CLOSED),
+    ("ም/ጠ/ሚ", "ምክትል ጠቅላይ ሚኒስትር", CLOSED),
+    ("ጠ/ሚ/ር", "ጠቅላይ ሚኒስትር", CLOSED),
+    ("ጠ/ሚ", "ጠቅላይ ሚኒስትር", CLOSED),
+    ("ሚ/ር", "ሚኒስትር", CLOSED),
+    ("ኮ/ል", "ኮሎኔል", CLOSED),
+    ("ጄ/ል", "ጄኔራል", CLOSED),
+    # institutions and places; "ቤ" forms keep the suffix: ቤት, ቤቱ, ቤቶች
+    ("ት/ቤ", "ትምህርት ቤ", OPEN),
+    ("መ/ቤ", "መሥሪያ ቤ", OPEN),
+    ("ፍ/ቤ", "ፍርድ ቤ", OPEN),
+    ("ም/ቤ", "ምክር ቤ", OPEN),
+    ("ጽ/ቤ", "ጽሕፈት ቤ", OPEN),
+    ("ቤ/ክርስቲያን", "ቤተ ክርስቲያን", CLOSED),
+    ("ቤ/ክ", "ቤተ ክርስቲያን", CLOSED),
+    ("አ.አ", "አዲስ አበባ", CLOSED),
+    ("ኃ/የተ/የግ/ማ", "ኃላፊነቱ የተወሰነ የግል ማኅበር", CLOSED),  # before the ኃ/ name prefix
+    # units, references
+    ("ኪ.ሜ", "ኪሎ ሜትር", CLOSED),
+    ("ወ.ዘ.ተ", "ወዘተ", CLOSED),
+    ("ቁ.", "ቁጥር", NUMBER),
+    ("ተ/ቁ", "ተራ ቁጥር", CLOSED),  # before the ተ/ name prefix
+    # name prefixes (ገ/ሚካኤል, ወ/ማርያም, ኃ/ሥላሴ, ተ/ሃይማኖት)
+    ("ገ/", "ገብረ", OPEN),
+    ("ወ/", "ወልደ", OPEN),
+    ("ኃ/", "ኃይለ", OPEN),
+    ("ተ/", "ተክለ", OPEN),
+)
+
+_L = f"[{ETHIOPIC_LETTER_CLASS}]"
+_SEP = r"[./፡:·•][ ]?"
+_PROCLITICS = "በለከየ"
+
+
+def _written_pattern(written: str) -> str:
+    out = []
+    for ch in written:
+        if ch in "./":
+            out.append(_SEP)
+        elif ch in "ዓ":
+            out.append("[ዓዐ]")  # ዐ.ም is a common variant spelling
+        else:
+            out.append(re.escape(ch))
+    pattern = "".join(out)
+    return pattern[: -len(_SEP)] + r"[./፡:·•]" if written[-1] in "./" else pattern
+
+
+def _build() -> tuple[re.Pattern[str], list[str]]:
+    alternatives, spoken = [], []
+    # Longest written form first, so ወ/ሮ wins over ወ/ and ጠ/ሚ/ር over ጠ/ሚ.
+    for written, expansion, kind in sorted(ABBREVIATIONS, key=lambda entry: -len(entry[0])):
+        if kind == CLOSED:
+            tail = rf"(?!{_L})(?:[.፡](?=[ ]?(?:{_L}|[0-9])))?"
+        elif kind == OPEN:
+            tail = rf"(?=[ ]?{_L})"
+        else:
+            tail = r"(?=[ ]?[0-9])"
+        alternatives.append(f"(?P<a{len(spoken)}>{_written_pattern(written)}{tail})")
+        spoken.append(expansion)
+    pattern = rf"(?<!{_L})(?P<pre>[{_PROCLITICS}])?(?:{'|'.join(alternatives)})"
+    return re.compile(pattern), spoken
+
+
+ABBREVIATION_RE, _SPOKEN = _build()
+
+
+def _sub(m: re.Match[str]) -> str:
+    out = (m.group("pre") or "") + _SPOKEN[int(m.lastgroup[1:])]  # type: ignore[index]
+    string, start, end = m.string, m.start(), m.end()
+    if start and string[start - 1].isdigit():
+        out = " " + out
+    if end < len(string) and string[end].isdigit():
+        out += " "
+    return out
+
+
+def expand_abbreviations(text: str) -> str:
+    """Replace the abbreviations in :data:`ABBREVIATIONS` with their spoken forms."""
+    return ABBREVIATION_RE.sub(_sub, text)
