@@ -253,8 +253,12 @@ def _number_sub(m: re.Match[str]) -> str:
     string, start, end = m.string, m.start(), m.end()
     if start and string[start - 1].isascii() and string[start - 1].isalnum():
         words = " " + words
-    if end < len(string) and string[end].isascii() and string[end].isalnum():
-        words += " "
+    if end < len(string):
+        following = string[end]
+        if following.isascii() and following.isalnum():
+            words += " "
+        elif "\u1270" <= following <= "\u1277" and words.endswith("ት"):
+            words = words[:-1]  # 3ቱ -> ሶስቱ, 2ቱም -> ሁለቱም: the ት merges with the suffix
     return words
 
 
