@@ -1,8 +1,10 @@
 """Common Amharic abbreviations and their spoken forms.
 
 Amharic abbreviates with a slash (ዶ/ር) or dots (ዓ.ም). Runs before punctuation mapping, so
-each separator in the table also matches ``.`` ``/`` ``፡`` ``:`` ``·`` and ``•`` optionally
-followed by one space (ዓ.ም, ዓ/ም, ዓ፡ም, ዓ. ም are one abbreviation).
+each separator in the table also matches ``.`` ``/`` ``፡`` ``·`` and ``•`` (ዓ.ም, ዓ/ም, ዓ፡ም are
+one abbreviation). No space is allowed after a separator and ``:`` is not one: normalised
+text always has a space after ``.`` and ``:``, so it never matches again (idempotence);
+the price is that a spaced ``ዓ. ም`` is not recognised.
 
 Where an abbreviation may be read:
 
@@ -10,6 +12,7 @@ Where an abbreviation may be read:
   (በዶ/ር -> በዶክተር); a digit just before it is parted by a space (2015ዓ.ም);
 * ``closed`` entries must not be followed by an Ethiopic letter; a trailing ``.`` or ``፡``
   (ዓ.ም.) is swallowed only when the sentence clearly goes on (a letter or digit follows);
+  otherwise it stays as the full stop;
 * ``open`` entries stand for the start of a word and keep its rest: ት/ቤቱ -> ትምህርት ቤቱ,
   ገ/ሚካኤል -> ገብረሚካኤል (name prefixes are written as one word);
 * ``number`` entries (ቁ.) only before a number.
@@ -70,7 +73,7 @@ ABBREVIATIONS: tuple[tuple[str, str, str], ...] = (
 )
 
 _L = f"[{ETHIOPIC_LETTER_CLASS}]"
-_SEP = r"[./፡:·•][ ]?"
+_SEP = "[./፡·•]"
 _PROCLITICS = "በለከየ"
 
 
@@ -83,8 +86,7 @@ def _written_pattern(written: str) -> str:
             out.append("[ዓዐ]")  # ዐ.ም is a common variant spelling
         else:
             out.append(re.escape(ch))
-    pattern = "".join(out)
-    return pattern[: -len(_SEP)] + r"[./፡:·•]" if written[-1] in "./" else pattern
+    return "".join(out)
 
 
 def _build() -> tuple[re.Pattern[str], list[str]]:
@@ -94,7 +96,7 @@ def _build() -> tuple[re.Pattern[str], list[str]]:
         if kind == CLOSED:
             tail = rf"(?!{_L})(?:[.፡](?=[ ]?(?:{_L}|[0-9])))?"
         elif kind == OPEN:
-            tail = rf"(?=[ ]?{_L})"
+            tail = rf"(?={_L})"
         else:
             tail = r"(?=[ ]?[0-9])"
         alternatives.append(f"(?P<a{len(spoken)}>{_written_pattern(written)}{tail})")
@@ -104,6 +106,10 @@ def _build() -> tuple[re.Pattern[str], list[str]]:
 
 
 ABBREVIATION_RE, _SPOKEN = _build()
+# Cheap test first: a first letter of some abbreviation followed by a separator, or እአአ.
+_HINT_RE = re.compile(
+    "[" + "".join(sorted({w[0] for w, _, _ in ABBREVIATIONS} | {"ዐ"})) + "]" + _SEP + "|እአአ"
+)
 
 
 def _sub(m: re.Match[str]) -> str:
@@ -118,4 +124,6 @@ def _sub(m: re.Match[str]) -> str:
 
 def expand_abbreviations(text: str) -> str:
     """Replace the abbreviations in :data:`ABBREVIATIONS` with their spoken forms."""
+    if not _HINT_RE.search(text):
+        return text
     return ABBREVIATION_RE.sub(_sub, text)

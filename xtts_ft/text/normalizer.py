@@ -17,7 +17,7 @@ Mapping (done in this order):
 1. Unicode NFC; format characters (zero-width space/joiners, BOM, word joiner, soft hyphen,
    bidi controls) removed and counted in ``dropped``; other Unicode digits -> ASCII digits;
    quote, dash, percent and full-width punctuation variants unified; ``…`` -> ``.``.
-2. Lower case; every kind of whitespace (NBSP, thin space, tabs, newlines) -> one space.
+2. Latin lower case (other scripts are counted as given); every kind of whitespace (NBSP, thin space, tabs, newlines) -> one space.
 3. Abbreviations expanded (:mod:`.abbreviations`), then Ge'ez numerals and digit strings read
    as Amharic words (:mod:`.numbers`).
 4. Ethiopic punctuation: ። -> ``.``, ፣ -> ``,``, ፤ -> ``;``, ፥ -> ``:`` (its name is
@@ -86,10 +86,14 @@ def _early_table() -> dict[int, str]:
         for ch in chars:
             table[ord(ch)] = target
     table[ord("…")] = "."
+    for c in range(ord("A"), ord("Z") + 1):  # other scripts keep their case: dropped as given
+        table[c] = chr(c + 32)
     return table
 
 
 _EARLY_TABLE = _early_table()
+# Lines made only of Ethiopic letters and punctuation, ASCII and spaces skip step 1.
+_RARE_RE = re.compile("[^\u1200-\u135a\u1361-\u1368 -~]")
 _OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")  # Arabic-Indic, Devanagari, full-width ... digits
 
 
@@ -99,21 +103,19 @@ def _ascii_digit(m: re.Match[str]) -> str:
 # --- step 4: punctuation -------------------------------------------------------------------
 
 _DOUBLE_STOP_RE = re.compile("፡(?: ?፡)+|::+")
-_PUNCT_TABLE = str.maketrans(
-    {
-        "።": ".",
-        "፣": ",",
-        "፤": ";",
-        "፥": ":",
-        "፦": ":",
-        "፧": "?",
-        "፨": ".",
-        "፡": " ",
-        "(": ",",
-        ")": ",",
-        "[": ",",
-        "]": ",",
-    }
+_PUNCT_MAP = (
+    ("።", "."),
+    ("፣", ","),
+    ("፤", ";"),
+    ("፥", ":"),
+    ("፦", ":"),
+    ("፧", "?"),
+    ("፨", "."),
+    ("፡", " "),
+    ("(", ","),
+    (")", ","),
+    ("[", ","),
+    ("]", ","),
 )
 # Marks before the first word (a bullet dash, an opening bracket, a stray ።) are counted as
 # what they were, before they are mapped.
@@ -132,8 +134,8 @@ def _fold_latin(m: re.Match[str]) -> str:
     s = m.group()
     out = _latin_cache.get(s)
     if out is None:
-        if s in _LATIN_SPECIAL:
-            out = _LATIN_SPECIAL[s]
+        if s.lower() in _LATIN_SPECIAL:
+            out = _LATIN_SPECIAL[s.lower()]
         elif unicodedata.combining(s[0]):
             out = ""  # a diacritic left after an ASCII letter
         else:
@@ -149,6 +151,15 @@ def _fold_latin(m: re.Match[str]) -> str:
 _KEEP = f"{ETHIOPIC_LETTER_CLASS}a-z '{PUNCTUATION}\"\\-"
 _DROP_RE = re.compile(f"[^{_KEEP}]")
 _LETTER_RE = re.compile(f"[{ETHIOPIC_LETTER_CLASS}a-z]")
+
+# --- step 7: homophones ---------------------------------------------------------------------
+
+_HOMOPHONE_RE = re.compile("[" + "".join(chr(cp) for cp in sorted(HOMOPHONE_TABLE)) + "]")
+
+
+def _fold_homophone(m: re.Match[str]) -> str:
+    return chr(HOMOPHONE_TABLE[ord(m.group())])
+
 
 # --- step 8: layout --------------------------------------------------------------------------
 
@@ -199,6 +210,9 @@ def _layout_quotes(text: str, dropped: Counter[str]) -> str:
 
 
 def _layout(text: str, dropped: Counter[str]) -> str:
+    text = " ".join(text.split())
+    if '"' in text:  # first: dropping an empty pair can bring marks together
+        text = _layout_quotes(text, dropped)
     if "-" in text:
         text = _FREE_HYPHEN_RE.sub(",", text)
     text = _PUNCT_RUN_RE.sub(_strongest, text)
@@ -208,8 +222,6 @@ def _layout(text: str, dropped: Counter[str]) -> str:
     if m:
         _count_dropped(_MARK_RE, m.group(), dropped)
         text = text[m.end():]
-    if '"' in text:
-        text = _layout_quotes(text, dropped)
     return text
 
 
@@ -219,12 +231,16 @@ def normalize_text(text: str, *, fold_homophones: bool = False) -> NormalizedTex
     if not text or text.isspace():
         return NormalizedText("", dropped)
     text = unicodedata.normalize("NFC", text)
-    if _FORMAT_RE.search(text):
-        _count_dropped(_FORMAT_RE, text, dropped)
-        text = _FORMAT_RE.sub("", text)
-    if _OTHER_DIGIT_RE.search(text):
-        text = _OTHER_DIGIT_RE.sub(_ascii_digit, text)
-    text = " ".join(text.translate(_EARLY_TABLE).lower().split())
+    if _RARE_RE.search(text):  # anything beyond Ethiopic letters/punctuation and ASCII
+        if _FORMAT_RE.search(text):
+            _count_dropped(_FORMAT_RE, text, dropped)
+            text = _FORMAT_RE.sub("", text)
+        if _OTHER_DIGIT_RE.search(text):
+            text = _OTHER_DIGIT_RE.sub(_ascii_digit, text)
+        text = text.translate(_EARLY_TABLE)
+    else:
+        text = text.lower()  # only ASCII letters are cased here
+    text = " ".join(text.split())
 
     text = expand_abbreviations(text)
     if ETHIOPIC_NUMERAL_RE.search(text):
@@ -236,7 +252,11 @@ def normalize_text(text: str, *, fold_homophones: bool = False) -> NormalizedTex
     if m:
         _count_dropped(_NOT_SPACE_RE, m.group(), dropped)
         text = text[m.end():]
-    text = _DOUBLE_STOP_RE.sub(".", text).translate(_PUNCT_TABLE)
+    if "፡" in text or "::" in text:
+        text = _DOUBLE_STOP_RE.sub(".", text)
+    for mark, mapped in _PUNCT_MAP:
+        if mark in text:
+            text = text.replace(mark, mapped)
     if "'" in text:
         text = _APOSTROPHE_RE.sub('"', text)
     if _LATIN_RE.search(text):
@@ -244,7 +264,7 @@ def normalize_text(text: str, *, fold_homophones: bool = False) -> NormalizedTex
     if _DROP_RE.search(text):
         text = _drop(text, dropped)
     if fold_homophones:
-        text = text.translate(HOMOPHONE_TABLE)
+        text = _HOMOPHONE_RE.sub(_fold_homophone, text)
 
     text = _layout(text, dropped)
     if text and not _LETTER_RE.search(text):
