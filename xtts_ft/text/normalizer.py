@@ -17,7 +17,8 @@ Mapping (done in this order):
 1. Unicode NFC; format characters (zero-width space/joiners, BOM, word joiner, soft hyphen,
    bidi controls) removed and counted in ``dropped``; other Unicode digits -> ASCII digits;
    quote, dash, percent and full-width punctuation variants unified; ``…`` -> ``.``.
-2. Latin lower case (other scripts are counted as given); every kind of whitespace (NBSP, thin space, tabs, newlines) -> one space.
+2. Latin lower case (other scripts are counted as given); every kind of whitespace (NBSP,
+   thin space, tabs, newlines) -> one space.
 3. Abbreviations expanded (:mod:`.abbreviations`), then Ge'ez numerals and digit strings read
    as Amharic words (:mod:`.numbers`).
 4. Ethiopic punctuation: ። -> ``.``, ፣ -> ``,``, ፤ -> ``;``, ፥ -> ``:`` (its name is
@@ -39,6 +40,7 @@ mark are not "dropped". Empty or whitespace-only input gives ``NormalizedText(""
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -46,7 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .abbreviations import expand_abbreviations
-from .numbers import HAS_DIGIT_RE, ETHIOPIC_NUMERAL_RE, expand_numbers, replace_ethiopic_numerals
+from .numbers import ETHIOPIC_NUMERAL_RE, HAS_DIGIT_RE, expand_numbers, replace_ethiopic_numerals
 from .script import ETHIOPIC_LETTER_CLASS, HOMOPHONE_TABLE
 
 
@@ -100,6 +102,7 @@ _OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")  # Arabic-Indic, Devanagari, full-w
 def _ascii_digit(m: re.Match[str]) -> str:
     return str(unicodedata.decimal(m.group()))
 
+
 # --- step 4: punctuation -------------------------------------------------------------------
 
 _DOUBLE_STOP_RE = re.compile("፡(?: ?፡)+|::+")
@@ -125,25 +128,23 @@ _APOSTROPHE_RE = re.compile("(?<![a-z])'|'(?![a-z])")
 # --- step 5: Latin diacritics ----------------------------------------------------------------
 
 _LATIN_RE = re.compile("[\u00c0-\u024f\u1e00-\u1eff]|(?<=[a-z])[\u0300-\u036f]+")
-_LATIN_SPECIAL = {"ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "đ": "d", "ð": "d", "þ": "th",
-                  "ł": "l", "ı": "i", "ŋ": "ng"}
-_latin_cache: dict[str, str] = {}
+_LATIN_SPECIAL = {
+    "ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "đ": "d", "ð": "d", "þ": "th", "ł": "l", "ı": "i", "ŋ": "ng",
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_latin_text(s: str) -> str:
+    if s.lower() in _LATIN_SPECIAL:
+        return _LATIN_SPECIAL[s.lower()]
+    if unicodedata.combining(s[0]):
+        return ""  # a diacritic left after an ASCII letter
+    base = "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c)).lower()
+    return base if base.isascii() and base.isalpha() else s  # else dropped in step 6
 
 
 def _fold_latin(m: re.Match[str]) -> str:
-    s = m.group()
-    out = _latin_cache.get(s)
-    if out is None:
-        if s.lower() in _LATIN_SPECIAL:
-            out = _LATIN_SPECIAL[s.lower()]
-        elif unicodedata.combining(s[0]):
-            out = ""  # a diacritic left after an ASCII letter
-        else:
-            base = "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c))
-            base = base.lower()
-            out = base if base.isascii() and base.isalpha() else s  # else dropped in step 6
-        _latin_cache[s] = out
-    return out
+    return _fold_latin_text(m.group())
 
 
 # --- step 6: what the model cannot read ------------------------------------------------------

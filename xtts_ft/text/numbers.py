@@ -14,7 +14,7 @@ Our own converter (num2words' Amharic output is wrong). Conventions chosen here:
   ስድስተኛ, ``20ኛ`` ሃያኛ, ``100ኛ`` መቶኛ. A suffix after ኛ stays attached (``1ኛው`` አንደኛው).
 * Percent: ``25%`` ሃያ አምስት በመቶ.
 * Money: ``50 ብር`` / ``ብር 50`` / ``50 ETB`` -> ሃምሳ ብር; ``5.50 ብር`` -> አምስት ብር ከሃምሳ ሳንቲም;
-  ``$``, ``€``, ``£`` -> ዶላር, ዩሮ, ፓውንድ the same way.
+  ``ብር 2.5 ሚሊዮን`` -> ሁለት ነጥብ አምስት ሚሊዮን ብር; ``$``, ``€``, ``£`` -> ዶላር, ዩሮ, ፓውንድ.
 * Digit strings with a leading zero (``0911``) or of 16+ digits are read digit by digit.
 * Group separators: ``1,000,000`` and ``1 000 000`` (single spaces, groups of exactly three).
 """
@@ -203,6 +203,7 @@ NUMBER_RE = re.compile(
           |[0-9]{{1,3}}(?:[ ][0-9]{{3}})+(?![0-9])         # 1 000 000
           |[0-9]+)
     (?:\.(?P<frac>[0-9]+))?                              # 2.5
+    (?:[ ](?P<scale>ሺህ|ሺ|ሚሊዮን|ቢሊዮን|ትሪሊዮን)(?!{_L}))?      # ብር 5 ሚሊዮን
     (?:(?P<pct>[ ]?%)                                    # 25%
       |(?P<ord>ኛ)                                        # 16ኛ
       |[ ]?(?P<cur_post>{_CUR})(?!{_L})                  # 50 ብር
@@ -229,26 +230,27 @@ def _money(integer: str, fraction: str | None, unit: str) -> str:
 
 def _number_sub(m: re.Match[str]) -> str:
     integer = m.group("int").replace(",", "").replace(" ", "")
-    fraction = m.group("frac")
+    fraction, scale = m.group("frac"), m.group("scale")
     cur_pre, cur_post = m.group("cur_pre"), m.group("cur_post")
-    prefix = ""
-    if cur_post or (cur_pre and not (m.group("pct") or m.group("ord"))):
-        words = _money(integer, fraction, _CURRENCIES[cur_post or cur_pre])
+    ordinal, percent = m.group("ord"), m.group("pct")
+    unit = _CURRENCIES[cur_post or cur_pre] if (cur_post or cur_pre) else None
+    if unit and not (scale or ordinal or percent):
+        words = _money(integer, fraction, unit)
     else:
-        if cur_pre:
-            prefix = _CURRENCIES[cur_pre] + " "
-        if fraction is not None:
-            words = decimal_to_amharic(integer, fraction)
-        else:
-            words = _integer_words(integer)
-        if m.group("ord"):
+        words = decimal_to_amharic(integer, fraction) if fraction is not None else _integer_words(integer)
+        if scale:
+            words += " " + scale
+        if ordinal:
             head, _, last = words.rpartition(" ")
             words = f"{head} {_ordinal_word(last)}" if head else _ordinal_word(last)
-        elif m.group("pct"):
+        elif percent:
             words += " " + PERCENT
+        if unit and (ordinal or percent):
+            words = f"{unit} {words}"  # "ብር 5ኛ": not an amount, keep the order
+        elif unit:
+            words += " " + unit  # ብር 2.5 ሚሊዮን -> ሁለት ነጥብ አምስት ሚሊዮን ብር
     if m.group("neg"):
         words = f"{MINUS} {words}"
-    words = prefix + words
     # Keep Ethiopic affixes glued (በ2014 -> በሁለት ..., 2014ን -> ...አራትን); part Latin ones.
     string, start, end = m.string, m.start(), m.end()
     if start and string[start - 1].isascii() and string[start - 1].isalnum():
