@@ -385,3 +385,27 @@ def test_idempotent_and_closed_on_random_mixtures() -> None:
         assert again.text == once.text and not again.dropped, text
         assert all(is_ethiopic_letter(c) or allowed.fullmatch(c) for c in once.text), text
         assert not re.search(f" [{re.escape(PUNCTUATION)}]|  |^ | $", once.text), text
+
+
+# Typical ~80-character lines (mean 77): the speed figure quoted for this module comes from
+# `python -m pytest tests/text -k throughput -s` (prints lines/s on one core).
+THROUGHPUT_LINES = [
+    "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ነገ ደግሞ ዝናብ ሊዘንብ እንደሚችል ተነግሯል፤ ተጠንቀቁ።",
+    "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ጥንታዊ ሀገር ናት፤ ብዙ ብሔሮችና ቋንቋዎች ያሏት ውብና ታሪካዊ ሀገር ናት፤ ሕዝቧም እንግዳ ተቀባይ ነው።",
+    "በ2015 ዓ.ም 25 ተማሪዎች ትምህርታቸውን አጠናቀቁ። ከእነሱ ውስጥ 3ቱ በከፍተኛ ማዕረግ ተመርቀዋል፤ ወላጆቻቸውም ተደስተዋል።",
+    "ዶ/ር አበበ በአዲስ አበባ ዩኒቨርሲቲ ለረጅም ዓመታት አስተምረዋል፤ ብዙ መጻሕፍትንም ጽፈዋል፤ ተማሪዎቻቸውም ያከብሯቸዋል።",
+    "የBBC ዘጋቢ «ነገ እመጣለሁ» አለ፤ እሷም “እሺ” ብላ መለሰች። ከዚያም ሁለቱም ወደ ቤታቸው በደስታ ሄዱ።",
+    "ዋጋው 5.50 ብር ሲሆን ቅናሹ 25% ነው፤ ባለፈው ሳምንት ግን 7 ብር ነበር ብለው በገበያው ያሉ ነጋዴዎቹ ተናገሩ።",
+]
+
+
+def test_throughput() -> None:
+    import time
+
+    n = 6000
+    start = time.perf_counter()
+    for i in range(n):
+        normalize_text(THROUGHPUT_LINES[i % len(THROUGHPUT_LINES)])
+    rate = n / (time.perf_counter() - start)
+    print(f"\nnormalize_text: {rate:,.0f} lines/s (mean {sum(map(len, THROUGHPUT_LINES)) / 6:.0f} chars)")
+    assert rate > 2000  # a loose floor: catches a pathological regex, not a slow machine

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from .script import ETHIOPIC_LETTER_CLASS
+from .script import ETHIOPIC_LETTER_SPAN
 
 CLOSED, OPEN, NUMBER = "closed", "open", "number"
 
@@ -72,7 +72,7 @@ ABBREVIATIONS: tuple[tuple[str, str, str], ...] = (
     ("ተ/", "ተክለ", OPEN),
 )
 
-_L = f"[{ETHIOPIC_LETTER_CLASS}]"
+_L = f"[{ETHIOPIC_LETTER_SPAN}]"
 _SEP = "[./፡·•]"
 _PROCLITICS = "በለከየ"
 
@@ -124,6 +124,24 @@ def _sub(m: re.Match[str]) -> str:
 
 def expand_abbreviations(text: str) -> str:
     """Replace the abbreviations in :data:`ABBREVIATIONS` with their spoken forms."""
-    if not _HINT_RE.search(text):
+    # Only try the full pattern where a hint says an abbreviation may start (at the hint, or one
+    # letter earlier for a proclitic): ABBREVIATION_RE.sub would try it at every position.
+    out: list[str] = []
+    pos = 0
+    for hint in _HINT_RE.finditer(text):
+        start = hint.start()
+        if start < pos:
+            continue
+        m = None
+        if start > pos and text[start - 1] in _PROCLITICS:
+            m = ABBREVIATION_RE.match(text, start - 1)
+        if m is None:
+            m = ABBREVIATION_RE.match(text, start)
+        if m is not None:
+            out.append(text[pos : m.start()])
+            out.append(_sub(m))
+            pos = m.end()
+    if not out:
         return text
-    return ABBREVIATION_RE.sub(_sub, text)
+    out.append(text[pos:])
+    return "".join(out)

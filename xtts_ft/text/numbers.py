@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from .script import ETHIOPIC_LETTER_CLASS
+from .script import ETHIOPIC_LETTER_SPAN
 
 ZERO = "ዜሮ"
 UNITS = ("", "አንድ", "ሁለት", "ሶስት", "አራት", "አምስት", "ስድስት", "ሰባት", "ስምንት", "ዘጠኝ")
@@ -193,7 +193,7 @@ def replace_ethiopic_numerals(text: str) -> str:
 
 _CURRENCIES = {"ብር": "ብር", "etb": "ብር", "$": "ዶላር", "€": "ዩሮ", "£": "ፓውንድ"}
 _CUR = r"(?:ብር|etb|\$|€|£)"
-_L = f"[{ETHIOPIC_LETTER_CLASS}a-z]"  # a letter (text is lower-cased before we run)
+_L = f"[{ETHIOPIC_LETTER_SPAN}a-z]"  # a letter (text is lower-cased before we run)
 
 NUMBER_RE = re.compile(
     rf"""
@@ -212,6 +212,8 @@ NUMBER_RE = re.compile(
     re.VERBOSE,
 )
 HAS_DIGIT_RE = re.compile("[0-9]")
+_LONGEST_PREFIX = len("etb ")
+_PREFIX_CHARS = frozenset("ብb$€£")  # ends of "ብር", "etb", "$" ... within 4 characters
 
 
 def _money(integer: str, fraction: str | None, unit: str) -> str:
@@ -266,6 +268,23 @@ def _number_sub(m: re.Match[str]) -> str:
 
 def expand_numbers(text: str) -> str:
     """Replace every ASCII digit string in (lower-cased) ``text`` with Amharic words."""
-    if not HAS_DIGIT_RE.search(text):
+    # NUMBER_RE.sub would try the whole pattern at every position (its optional prefixes defeat
+    # the regex engine's first-character scan); start it just before each digit instead.
+    out: list[str] = []
+    pos = 0
+    while (digit := HAS_DIGIT_RE.search(text, pos)) is not None:
+        start = digit.start()
+        if start > pos and text[start - 1] == "-":
+            start -= 1
+        lead = max(pos, start - _LONGEST_PREFIX)
+        if any(c in _PREFIX_CHARS for c in text[lead:start]):  # a currency may come first
+            start = lead
+        m = NUMBER_RE.search(text, start)
+        assert m is not None  # the digit itself always matches
+        out.append(text[pos : m.start()])
+        out.append(_number_sub(m))
+        pos = m.end()
+    if not out:
         return text
-    return NUMBER_RE.sub(_number_sub, text)
+    out.append(text[pos:])
+    return "".join(out)
