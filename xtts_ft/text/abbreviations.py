@@ -82,7 +82,7 @@ def _written_pattern(written: str) -> str:
     for ch in written:
         if ch in "./":
             out.append(_SEP)
-        elif ch in "ዓ":
+        elif ch == "ዓ":
             out.append("[ዓዐ]")  # ዐ.ም is a common variant spelling
         else:
             out.append(re.escape(ch))

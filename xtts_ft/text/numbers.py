@@ -218,9 +218,8 @@ _PREFIX_CHARS = frozenset("ብb$€£")  # ends of "ብር", "etb", "$" ... with
 
 def _money(integer: str, fraction: str | None, unit: str) -> str:
     if fraction is not None and len(fraction) <= 2:
-        cents = int(fraction.ljust(2, "0"))
-        whole = int(integer) if integer.isdigit() and len(integer) <= MAX_CARDINAL_DIGITS else None
-        if whole == 0 and cents:
+        cents = int(fraction.ljust(2, "0"))  # 5.5 ብር is 5 birr 50 santim
+        if cents and not integer.strip("0"):
             return f"{number_to_amharic(cents)} {CENTS}"
         if cents:
             return f"{_integer_words(integer)} {unit} ከ{number_to_amharic(cents)} {CENTS}"
