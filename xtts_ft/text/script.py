@@ -1,0 +1,108 @@
+"""Facts about the Ethiopic script: code-point ranges, letter tests, homophone folding.
+
+Ethiopic syllables are laid out in rows of eight code points: one consonant, its seven vowel
+orders (ä u i a e ə o) and usually an eighth, labialised ("-wa") or "-oa" form. Homophone
+series therefore map onto each other by a fixed offset, order by order, which is how the
+folding table below is built.
+
+Homophone folding (optional, ``fold_homophones=True``), each order kept:
+
+=================  =====================  ==========================================
+from               to                     notes
+=================  =====================  ==========================================
+ሐ ሑ ሒ ሓ ሔ ሕ ሖ      ሀ ሁ ሂ ሃ ሄ ህ ሆ
+ሗ (HHWA, ḥʷa)      ኋ (XWAA, hʷa)          the ሀ row has no labialised form; ኋ is the
+                                          usual spelling of /hʷa/ (ኋላ)
+ኀ ኁ ኂ ኃ ኄ ኅ ኆ ኇ    ሀ ሁ ሂ ሃ ሄ ህ ሆ ሇ
+ኈ ኊ ኋ ኌ ኍ          kept                   no labialised ሀ forms exist to fold into
+ሠ ... ሦ ሧ          ሰ ... ሶ ሷ              labialised ሧ (SZWA) -> ሷ (SWA)
+ዐ ዑ ዒ ዓ ዔ ዕ ዖ      አ ኡ ኢ ኣ ኤ እ ኦ
+ፀ ፁ ፂ ፃ ፄ ፅ ፆ      ጸ ጹ ጺ ጻ ጼ ጽ ጾ
+ፇ (TZOA)           kept                   ጿ is TSWA, a different order
+=================  =====================  ==========================================
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+#: Inclusive code-point ranges of the Ethiopic blocks: Ethiopic, Ethiopic Supplement,
+#: Ethiopic Extended, Ethiopic Extended-A and Ethiopic Extended-B.
+ETHIOPIC_RANGES: tuple[tuple[int, int], ...] = (
+    (0x1200, 0x137F),
+    (0x1380, 0x139F),
+    (0x2D80, 0x2DDF),
+    (0xAB00, 0xAB2F),
+    (0x1E7E0, 0x1E7FF),
+)
+
+
+def is_ethiopic(s: str) -> bool:
+    """True when ``s`` is non-empty and every character lies in an Ethiopic block.
+
+    Blocks include Ethiopic punctuation (፡ ። ...) and numerals (፩ ... ፼); use
+    :func:`is_ethiopic_letter` to test for syllables only.
+    """
+    if not s:
+        return False
+    for ch in s:
+        cp = ord(ch)
+        if not any(lo <= cp <= hi for lo, hi in ETHIOPIC_RANGES):
+            return False
+    return True
+
+
+def _letter_ranges() -> list[tuple[int, int]]:
+    """Contiguous runs of assigned Ethiopic letters (category Lo) in ETHIOPIC_RANGES."""
+    runs: list[tuple[int, int]] = []
+    for lo, hi in ETHIOPIC_RANGES:
+        for cp in range(lo, hi + 1):
+            if unicodedata.category(chr(cp)) != "Lo":
+                continue
+            if runs and runs[-1][1] == cp - 1:
+                runs[-1] = (runs[-1][0], cp)
+            else:
+                runs.append((cp, cp))
+    return runs
+
+
+_LETTER_RUNS = _letter_ranges()
+
+#: Body of a regex character class (no brackets) matching every Ethiopic letter.
+ETHIOPIC_LETTER_CLASS = "".join(
+    chr(lo) if lo == hi else f"{chr(lo)}-{chr(hi)}" for lo, hi in _LETTER_RUNS
+)
+#: Shorter class body for word-boundary look-arounds: whole syllable ranges of each block,
+#: unassigned gaps included (cheaper to compile many times; gaps never occur in real text).
+ETHIOPIC_LETTER_SPAN = "\u1200-\u135a\u1380-\u138f\u2d80-\u2dde\uab01-\uab2e\U0001e7e0-\U0001e7fe"
+_LETTERS = frozenset(chr(cp) for lo, hi in _LETTER_RUNS for cp in range(lo, hi + 1))
+
+
+def is_ethiopic_letter(ch: str) -> bool:
+    """True for one Ethiopic syllable (a letter the model reads), False otherwise."""
+    return ch in _LETTERS
+
+
+def _build_homophone_table() -> dict[int, int]:
+    table: dict[int, int] = {}
+
+    def row(src: int, dst: int, count: int) -> None:
+        for i in range(count):
+            table[src + i] = dst + i
+
+    row(0x1210, 0x1200, 7)  # ሐ..ሖ -> ሀ..ሆ
+    table[0x1217] = 0x128B  # ሗ -> ኋ
+    row(0x1280, 0x1200, 8)  # ኀ..ኆ ኇ -> ሀ..ሆ ሇ
+    row(0x1220, 0x1230, 8)  # ሠ..ሦ ሧ -> ሰ..ሶ ሷ
+    row(0x12D0, 0x12A0, 7)  # ዐ..ዖ -> አ..ኦ
+    row(0x1340, 0x1338, 7)  # ፀ..ፆ -> ጸ..ጾ
+    return table
+
+
+#: ``str.translate`` table for homophone folding (see the module docstring).
+HOMOPHONE_TABLE: dict[int, int] = _build_homophone_table()
+
+
+def fold_homophones(text: str) -> str:
+    """Fold homophone letters (ሐ/ኀ -> ሀ, ሠ -> ሰ, ዐ -> አ, ፀ -> ጸ), keeping each order."""
+    return text.translate(HOMOPHONE_TABLE)
