@@ -25,6 +25,26 @@ def test_base_tokens_merges_and_added_tokens_are_kept_as_is(extended):
     assert report.base_vocab_size == base.num_rows
 
 
+def test_base_ids_are_the_same_once_loaded_by_tokenizers(extended):
+    """tokenizers ignores the JSON id of an added token missing from the model vocab: ids must not move."""
+    base_path, out, _ = extended
+    before = Tokenizer.from_file(str(base_path)).get_vocab(with_added_tokens=True)
+    after = Tokenizer.from_file(str(out / "vocab.json")).get_vocab(with_added_tokens=True)
+    assert {t: after.get(t) for t in before} == before
+    assert after == read_vocab(out / "vocab.json").all_ids()
+
+
+def test_a_base_vocab_whose_ids_do_not_load_as_written_is_refused(tiny_vocab, tmp_path, nfc):
+    data = json.loads(tiny_vocab.read_text(encoding="utf-8"))
+    for token in data["added_tokens"]:
+        if token["content"] == "[START]":
+            token["id"] = 300  # tokenizers would load it as 140
+    bad = tmp_path / "vocab.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(TokenizerError, match=r"inconsistent.*\[START\] \(300 -> 140\)|\[START\] \(300 -> 140\).*inconsistent"):
+        build_extended_vocab(bad, ["ሰላም"], 600, tmp_path / "out", normalizer=nfc)
+
+
 def test_new_ids_are_appended_contiguously_after_the_highest_base_id(extended, new_tokens):
     base_path, out, report = extended
     base, ext = read_vocab(base_path), read_vocab(out / "vocab.json")

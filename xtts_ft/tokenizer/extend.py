@@ -26,7 +26,15 @@ from xtts_ft.tokenizer.bpe import learn_merges, target_words
 from xtts_ft.tokenizer.ethiopic import ethiopic_characters, is_ethiopic
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.report import TokenizerReport, measure, top_new_tokens
-from xtts_ft.tokenizer.vocab_file import VocabTable, load_tokenizer, read_vocab, write_json_atomic, write_vocab
+from xtts_ft.tokenizer.vocab_file import (
+    VocabTable,
+    id_mismatches,
+    load_tokenizer,
+    pin_added_tokens,
+    read_vocab,
+    write_json_atomic,
+    write_vocab,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +101,7 @@ def extend_table(
             f"({n_eth} Ethiopic characters, {len(chars) - n_eth} other new characters"
             f"{', [am]' if needs_lang else ''}); set tokenizer.new_tokens to {minimum} or more (default 2000)"
         )
+    pin_added_tokens(table)  # else appending to the model vocab would move [START]/[en]/... (see id_mismatches)
     next_id = table.num_rows
     if needs_lang:
         _add_language_token(table, next_id)
@@ -155,6 +164,12 @@ def build_extended_vocab(
     base_vocab, out_dir = Path(base_vocab), Path(out_dir)
     normalizer = normalizer or project_normalizer()
     table = read_vocab(base_vocab)
+    moved = id_mismatches(table)
+    if moved:
+        raise TokenizerError(
+            f"{base_vocab}: token ids written in the file differ from the ids tokenizers gives them "
+            f"({', '.join(moved[:3])}); this vocab.json is inconsistent, use the base model's original one"
+        )
     base_rows = table.num_rows
     train = _normalise_all(texts, normalizer)
     if not train:
@@ -164,6 +179,9 @@ def build_extended_vocab(
         )
     evaluation = _normalise_all(eval_texts, normalizer)
     n_chars, n_merges, notes = extend_table(table, train, new_tokens, min_frequency=min_frequency)
+    moved = id_mismatches(table)
+    if moved:  # a bug here, not a user mistake: never write a vocabulary that moves base ids
+        raise RuntimeError(f"extended vocabulary would load with different ids: {', '.join(moved[:5])}")
     vocab_path = out_dir / "vocab.json"
     write_vocab(table, vocab_path)
 

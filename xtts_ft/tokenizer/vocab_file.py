@@ -49,6 +49,13 @@ class VocabTable:
     def single_characters(self) -> set[str]:
         return {token for token in self.vocab if len(token) == 1}
 
+    def synced_data(self) -> dict[str, Any]:
+        """The JSON to write: ``data`` with the current vocab and merges, merges in the file's own format."""
+        model = self.data["model"]
+        model["vocab"] = self.vocab
+        model["merges"] = [f"{a} {b}" if self.merges_as_strings else [a, b] for a, b in self.merges]
+        return self.data
+
 
 def _split_merge(merge: Any, path: Path) -> tuple[str, str]:
     if isinstance(merge, str):
@@ -97,10 +104,7 @@ def read_vocab(path: str | os.PathLike[str]) -> VocabTable:
 def write_vocab(table: VocabTable, out_path: Path) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half a vocab.json."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    model = table.data["model"]
-    model["vocab"] = table.vocab
-    model["merges"] = [f"{a} {b}" if table.merges_as_strings else [a, b] for a, b in table.merges]
-    write_json_atomic(out_path, table.data)
+    write_json_atomic(out_path, table.synced_data())
 
 
 def write_json_atomic(out_path: Path, obj: Any, indent: int | None = 2) -> None:
@@ -124,6 +128,28 @@ def load_tokenizer(path: str | os.PathLike[str]):
         return Tokenizer.from_str(json.dumps(table.data, ensure_ascii=False))
     except Exception as exc:  # tokenizers raises plain Exception for every parse error
         raise TokenizerError(f"{path}: the tokenizers library rejects this vocabulary ({exc})") from None
+
+
+def id_mismatches(table: VocabTable) -> list[str]:
+    """Tokens whose id after loading with ``tokenizers`` differs from the id written in the file.
+
+    ``tokenizers`` ignores the "id" of an added token that is not also in the model vocab: it
+    gives it the next free id after the model vocab instead. So appending to the model vocab
+    would move such tokens (the tiny vocab's [en], [START], ...) unless they are pinned there.
+    """
+    from tokenizers import Tokenizer
+
+    try:
+        loaded = Tokenizer.from_str(json.dumps(table.synced_data(), ensure_ascii=False)).get_vocab(with_added_tokens=True)
+    except Exception as exc:  # tokenizers raises plain Exception for every parse error
+        raise TokenizerError(f"{table.path}: the tokenizers library rejects this vocabulary ({exc})") from None
+    return [f"{t} ({i} -> {loaded.get(t)})" for t, i in table.all_ids().items() if loaded.get(t) != i]
+
+
+def pin_added_tokens(table: VocabTable) -> None:
+    """Put every added token into the model vocab with its own id, as real XTTS vocabularies do."""
+    for token in table.added_tokens:
+        table.vocab.setdefault(token["content"], token["id"])
 
 
 def xtts_text(text: str, lang: str) -> str:
