@@ -16,17 +16,18 @@ from xtts_ft.errors import TokenizerError
 
 
 def vocab_fingerprint(vocab_path: str | Path) -> str:
-    """16 hex digits of sha256 over (token, id) pairs, merges in rank order and added tokens.
+    """16 hex digits of sha256 over (token, id) pairs, merges in effective rank order and added tokens.
 
     Equal fingerprints mean the same ids for every text. Formatting does not matter: merges
-    stored as "a b" or ["a", "b"], key order and indentation all give the same fingerprint.
+    stored as "a b" or ["a", "b"], repeated merges, key order and indentation all give the same
+    fingerprint as the file ``tokenizers`` would re-save.
     """
-    from xtts_ft.tokenizer.vocab_file import read_vocab
+    from xtts_ft.tokenizer.vocab_file import effective_merges, read_vocab
 
     table = read_vocab(vocab_path)
     blob = {
         "vocab": sorted(table.vocab.items(), key=lambda kv: (kv[1], kv[0])),
-        "merges": [[a, b] for a, b in table.merges],
+        "merges": [[a, b] for a, b in effective_merges(table.merges)],
         "added": sorted((t["id"], t["content"], bool(t.get("special", False))) for t in table.added_tokens),
     }
     data = json.dumps(blob, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -57,6 +57,16 @@ class VocabTable:
         return self.data
 
 
+def effective_merges(merges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Merges in the rank order ``tokenizers`` applies them.
+
+    A pair listed twice takes the rank of its *last* listing (the real XTTS vocab lists ~1,700
+    pairs twice); ``tokenizers`` re-saves a file in exactly this order, without the repeats.
+    """
+    last = {merge: rank for rank, merge in enumerate(merges)}
+    return sorted(last, key=last.__getitem__)
+
+
 def _split_merge(merge: Any, path: Path) -> tuple[str, str]:
     if isinstance(merge, str):
         parts = merge.split(" ")
