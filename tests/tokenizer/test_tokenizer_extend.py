@@ -221,3 +221,22 @@ def test_two_thousand_tokens_on_three_thousand_lines_takes_seconds(tiny_vocab, t
     report = build_extended_vocab(tiny_vocab, lines, 2000, tmp_path, normalizer=nfc)
     assert time.perf_counter() - started < 10
     assert report.new_tokens_added == 2000 and report.train_unk_rate == 0.0
+
+
+def test_merge_budget_is_filled_even_when_many_learned_merges_are_dropped():
+    """Frequent Latin-only pairs are learned first and dropped; training repeats until the budget is met."""
+    from xtts_ft.tokenizer.bpe import learn_merges, target_words
+
+    rng = random.Random(5)
+    latin = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=8)) for _ in range(60)]
+    amharic = ["".join(rng.choices(ethiopic_characters()[:200], k=5)) for _ in range(80)]
+    texts = [f"የ{w} " * 30 for w in latin] + [f"{w} {w} {w}" for w in amharic]
+    base_tokens = set("abcdefghijklmnopqrstuvwxyz")
+    known = base_tokens | set(ethiopic_characters())
+
+    def is_target(c: str) -> bool:
+        return is_ethiopic(c)
+
+    kept = learn_merges(target_words(texts, is_target), 150, min_frequency=2, known_tokens=known, is_target=is_target)
+    assert sum(makes_new for _, _, makes_new in kept) == 150
+    assert all(any(is_ethiopic(c) for c in a + b) for a, b, _ in kept)

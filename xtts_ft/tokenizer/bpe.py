@@ -38,20 +38,21 @@ def _train(sequences: Sequence[str], num_merges: int, min_frequency: int) -> tup
     """(merges in rank order, whether the trainer stopped at its size limit rather than running out)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    alphabet = {c for s in sequences for c in s if not c.isspace()}
+    alphabet = {c for s in sequences for c in s}  # a few too many (spaces) only loosens the size limit
+    vocab_size = len(alphabet) + 1 + num_merges
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     trainer = trainers.BpeTrainer(
-        vocab_size=len(alphabet) + 1 + num_merges,
+        vocab_size=vocab_size,
         min_frequency=max(1, min_frequency),
         special_tokens=["[UNK]"],
-        limit_alphabet=len(alphabet) + 1,
+        limit_alphabet=len(alphabet),
         show_progress=False,
     )
     tok.train_from_iterator(sequences, trainer=trainer)
     raw = json.loads(tok.to_str())["model"]["merges"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in raw]
-    return merges, len(merges) >= num_merges
+    return merges, tok.get_vocab_size() >= vocab_size
 
 
 def learn_merges(
@@ -72,7 +73,6 @@ def learn_merges(
     """
     if budget <= 0 or not sequences:
         return []
-    available = set(known_tokens)
     extra = max(50, budget // 10)
     while True:
         learned, hit_limit = _train(sequences, budget + extra, min_frequency)
