@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                  plain.tokens_per_char, plain.unk_rate, seconds)
             )
 
-    header = f"{'vocab':<12}{'added':>7}{'ext tok/char':>14}{'ext unk':>9}{'plain BPE tok/char':>20}{'plain unk':>11}{'build s':>9}"
+    header = (
+        f"{'vocab':<12}{'added':>7}{'ext tok/char':>14}{'ext unk':>9}"
+        f"{'plain BPE tok/char':>20}{'plain unk':>11}{'build s':>9}"
+    )
     print(header)
     print("-" * len(header))
     for name, added, tpc, unk, ptpc, punk, secs in rows:

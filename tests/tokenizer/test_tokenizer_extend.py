@@ -181,7 +181,10 @@ def test_extending_an_extended_vocab_adds_only_merges(extended, train_lines, tmp
 
 
 def test_normalizer_is_applied_before_training(tiny_vocab, tmp_path):
-    report = build_extended_vocab(tiny_vocab, ["ሐሰት ሐሰት ሐሰት"] * 3, 600, tmp_path, normalizer=lambda s: s.replace("ሐ", "ሀ"))
+    def fold(text: str) -> str:
+        return text.replace("ሐ", "ሀ")
+
+    report = build_extended_vocab(tiny_vocab, ["ሐሰት ሐሰት ሐሰት"] * 3, 600, tmp_path, normalizer=fold)
     vocab = read_vocab(tmp_path / "vocab.json").vocab
     assert "ሀሰት" in vocab and "ሐሰት" not in vocab and report.train_characters == 3 * 11
 
