@@ -118,3 +118,18 @@ def test_base_vocab_without_am_refuses_amharic(tiny_vocab, nfc):
 def test_missing_vocab_file_is_a_tokenizer_error(tmp_path):
     with pytest.raises(TokenizerError, match="not found"):
         AmharicTokenizer(tmp_path / "nope.json")
+
+
+def test_default_normaliser_is_the_projects_when_present(tiny_vocab, train_lines, tmp_path):
+    """normalizer=None means xtts_ft.text.normalize_text for both training and encoding (built elsewhere)."""
+    text_module = pytest.importorskip("xtts_ft.text")
+    if not hasattr(text_module, "normalize_text"):
+        pytest.skip("xtts_ft.text.normalize_text is not in this checkout yet")
+    from xtts_ft.tokenizer import build_extended_vocab
+
+    report = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path)
+    tok = AmharicTokenizer(tmp_path / "vocab.json")
+    sentence = "በ2014 ዓ.ም. ዶ/ር አበበ  ሰላም አለ።"
+    expected = text_module.normalize_text(sentence).text
+    assert tok.decode(tok.encode(sentence, "am")) == expected
+    assert report.train_unk_rate == 0.0

@@ -38,6 +38,7 @@ def test_fingerprint_changes_with_any_token_or_merge(tiny_vocab, tmp_path):
 def test_extension_has_its_own_fingerprint(extended):
     base_path, out, report = extended
     assert report.fingerprint == vocab_fingerprint(out / "vocab.json") != vocab_fingerprint(base_path)
+    assert report.base_fingerprint == vocab_fingerprint(base_path)  # which base it extends, for the model stage
 
 
 def test_matching_vocab_passes(extended):

@@ -199,6 +199,7 @@ def build_extended_vocab(
         eval_unk_rate=round(eval_c.unk_rate, 6) if eval_c else None,
         top_new_tokens=top_new_tokens(tok, train_c, base_rows),
         fingerprint=vocab_fingerprint(vocab_path),
+        base_fingerprint=vocab_fingerprint(base_vocab),
         requested_new_tokens=new_tokens,
         characters_added=n_chars,
         merges_added=n_merges,

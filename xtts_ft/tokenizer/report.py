@@ -33,6 +33,7 @@ class TokenizerReport:
     eval_unk_rate: Optional[float]
     top_new_tokens: list[str]  # the most used new multi-character tokens in the training text
     fingerprint: str  # vocab_fingerprint of the written vocab.json
+    base_fingerprint: str = ""  # vocab_fingerprint of the base vocab.json it extends
     requested_new_tokens: int = 0
     characters_added: int = 0
     merges_added: int = 0
