@@ -2,8 +2,14 @@
 
 Stock ``VoiceBpeTokenizer.preprocess_text`` raises NotImplementedError for any language it
 does not know, and its ``char_limits`` table is an instance attribute. This subclass adds
-'am' (and the alias 'amh') with the project's own normaliser and a sentence-splitting limit,
-and leaves every other language to coqui unchanged.
+'am' (and the alias 'amh', encoded as 'am') with the project's own normaliser and a
+sentence-splitting limit, and leaves every other language to coqui unchanged.
+
+Differences from the parent, all deliberate:
+- 'amh' is accepted wherever 'am' is (``encode``, ``char_limits``); both give the same ids.
+- Encoding Amharic with a vocabulary that has no ``[am]`` token raises TokenizerError instead of
+  silently spelling "[am]" as the four tokens "[", "am", "]" (the base XTTS vocab has no [am]).
+- ``decode`` also drops language tokens and [START], so ``decode(encode(x, lang)) == preprocessed x``.
 """
 
 from __future__ import annotations
@@ -13,17 +19,24 @@ from typing import Any, Callable, Optional
 
 from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
 
+from xtts_ft.errors import TokenizerError
+
 AMHARIC_CODES = ("am", "amh")
+LANGUAGE = "am"  # the one code stored in configs, vocabularies and checkpoints
 
 
-def _default_normalizer(fold_homophones: bool) -> Callable[[str], str]:
-    from xtts_ft.text import normalize_text
-
-    return lambda text: normalize_text(text, fold_homophones=fold_homophones).text
+def canonical_language(lang: str) -> str:
+    """'amh' -> 'am'; every other code unchanged."""
+    return LANGUAGE if lang in AMHARIC_CODES else lang
 
 
 class AmharicTokenizer(VoiceBpeTokenizer):
-    """A VoiceBpeTokenizer that also encodes Amharic ('am' / 'amh') with the extended vocab."""
+    """A VoiceBpeTokenizer that also encodes Amharic ('am' / 'amh') with the extended vocab.
+
+    ``normalizer`` turns raw Amharic text into what the vocabulary was trained on; it must be the
+    one given to ``build_extended_vocab``. Default: the project's ``xtts_ft.text.normalize_text``
+    (imported on first Amharic use, so English-only use works without it).
+    """
 
     def __init__(
         self,
@@ -33,14 +46,46 @@ class AmharicTokenizer(VoiceBpeTokenizer):
         fold_homophones: bool = False,
         normalizer: Optional[Callable[[str], str]] = None,
     ):
+        self.vocab_file = vocab_file
+        if vocab_file is not None:
+            from xtts_ft.tokenizer.vocab_file import load_tokenizer
+
+            load_tokenizer(vocab_file)  # a missing or broken file becomes a one-line TokenizerError
         super().__init__(vocab_file)
-        self.char_limits["am"] = char_limit
-        self._normalize = normalizer or _default_normalizer(fold_homophones)
+        for code in AMHARIC_CODES:
+            self.char_limits[code] = char_limit
+        self._fold_homophones = fold_homophones
+        self._normalize = normalizer
 
     def preprocess_text(self, txt: str, lang: str) -> str:
         if lang in AMHARIC_CODES:
+            if self._normalize is None:
+                from xtts_ft.tokenizer.extend import project_normalizer
+
+                self._normalize = project_normalizer(self._fold_homophones)
             return self._normalize(txt)
         return super().preprocess_text(txt, lang)
 
     def encode(self, txt: str, lang: str) -> list[int]:
-        return super().encode(txt, "am" if lang == "amh" else lang)
+        lang = canonical_language(lang)
+        if lang == LANGUAGE and self.tokenizer is not None and self.tokenizer.token_to_id("[am]") is None:
+            raise TokenizerError(
+                f"{self.vocab_file}: this vocabulary has no [am] token, so it cannot encode Amharic; "
+                f"use the extended vocab.json written by the tokenizer stage (tokenizer/vocab.json in the run folder)"
+            )
+        return super().encode(txt, lang)
+
+    def decode(self, seq) -> str:
+        if hasattr(seq, "tolist"):
+            seq = seq.tolist()
+        tags = self._tag_ids()
+        return super().decode([int(i) for i in seq if int(i) not in tags])
+
+    def _tag_ids(self) -> set[int]:
+        """Ids of [START] and the language tokens: added special tokens other than [SPACE]/[STOP]/[UNK]."""
+        keep = {"[SPACE]", "[STOP]", "[UNK]"}
+        return {
+            token_id
+            for token_id, added in self.tokenizer.get_added_tokens_decoder().items()
+            if added.special and added.content not in keep
+        }

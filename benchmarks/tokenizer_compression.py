@@ -1,0 +1,114 @@
+"""Tokens per character on held-out Amharic: the extended vocabulary vs. plain BPE vs. characters only.
+
+    PYTHONPATH=. python benchmarks/tokenizer_compression.py \\
+        --train-text benchmarks/data/amharic_train_sample.txt \\
+        --heldout /path/to/heldout.txt --base-vocab /path/to/base/vocab.json
+
+For each size N (default 1000, 2000, 4000) it builds the extension with N new tokens and trains a
+plain BPE from scratch with N tokens in all, on the same training text, and measures both on the
+held-out text. "chars only" is the base vocabulary plus [am] and the characters (no merges).
+Tokens per character: see xtts_ft.tokenizer.report ([SPACE] counts as a token; characters of the
+normalised text, spaces included). The held-out text is only measured, never trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import unicodedata
+from pathlib import Path
+from typing import Callable
+
+from xtts_ft.errors import UserError
+from xtts_ft.tokenizer.command import read_text_lines
+from xtts_ft.tokenizer.extend import build_extended_vocab
+from xtts_ft.tokenizer.report import TOKENS_PER_CHAR_DEFINITION, measure
+
+
+def pick_normalizer() -> tuple[Callable[[str], str], str]:
+    """The project normaliser when xtts_ft.text provides it, else Unicode NFC."""
+    try:
+        from xtts_ft.text import normalize_text
+    except ImportError:
+        return (lambda s: unicodedata.normalize("NFC", s)), "NFC (xtts_ft.text not available)"
+    return (lambda s: normalize_text(s).text), "xtts_ft.text.normalize_text"
+
+
+def plain_bpe(train: list[str], size: int, out: Path):
+    """A BPE trained from scratch on the training text with ``size`` tokens in all, XTTS-shaped."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    specials = ["[STOP]", "[UNK]", "[SPACE]", "[am]"]
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=specials, min_frequency=2, show_progress=False)
+    tok.train_from_iterator(train, trainer=trainer)  # spaces split words exactly like [SPACE] does at encode
+    tok.add_special_tokens(specials)
+    tok.save(str(out))
+    return Tokenizer.from_file(str(out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train-text", type=Path, nargs="+", required=True, help="Amharic training text, one sentence per line")
+    ap.add_argument("--heldout", type=Path, required=True, help="held-out Amharic text (measured only)")
+    ap.add_argument("--base-vocab", type=Path, required=True, help="base XTTS vocab.json")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
+    ap.add_argument("--min-frequency", type=int, default=2)
+    args = ap.parse_args(argv)
+
+    normalizer, norm_name = pick_normalizer()
+    try:
+        train_raw = [line for f in args.train_text for line in read_text_lines(f)]
+        heldout_raw = read_text_lines(args.heldout)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    train = [t for t in map(normalizer, train_raw) if t.strip()]
+    heldout = [t for t in map(normalizer, heldout_raw) if t.strip()]
+    print(f"normaliser: {norm_name}")
+    print(f"training text: {len(train)} lines, {sum(map(len, train))} characters")
+    print(f"held-out text: {len(heldout)} lines, {sum(map(len, heldout))} characters")
+    print(TOKENS_PER_CHAR_DEFINITION)
+    print()
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        chars = build_extended_vocab(
+            args.base_vocab, train, 10**6, tmp / "chars", min_frequency=10**9, normalizer=lambda s: s, eval_texts=heldout
+        )
+        rows.append(("chars only", chars.new_tokens_added, chars.eval_tokens_per_char, chars.eval_unk_rate, None, None, 0.0))
+        for size in args.sizes:
+            started = time.perf_counter()
+            try:
+                rep = build_extended_vocab(
+                    args.base_vocab, train, size, tmp / f"ext{size}", min_frequency=args.min_frequency,
+                    normalizer=lambda s: s, eval_texts=heldout,
+                )
+            except UserError as exc:
+                print(f"N={size}: {exc}", file=sys.stderr)
+                continue
+            seconds = time.perf_counter() - started
+            plain = measure(plain_bpe(train, size, tmp / f"plain{size}.json"), heldout)
+            rows.append(
+                (f"N={size}", rep.new_tokens_added, rep.eval_tokens_per_char, rep.eval_unk_rate,
+                 plain.tokens_per_char, plain.unk_rate, seconds)
+            )
+
+    header = (
+        f"{'vocab':<12}{'added':>7}{'ext tok/char':>14}{'ext unk':>9}"
+        f"{'plain BPE tok/char':>20}{'plain unk':>11}{'build s':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, added, tpc, unk, ptpc, punk, secs in rows:
+        plain_cols = f"{ptpc:>20.4f}{punk:>11.4f}" if ptpc is not None else f"{'-':>20}{'-':>11}"
+        print(f"{name:<12}{added:>7}{tpc:>14.4f}{unk:>9.4f}{plain_cols}{secs:>9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Shared fixtures: base vocabularies (tiny, and the real-format reference when present), Amharic text,
+extended vocabularies built once per session, and the tiny base model (written once, ~5 s)."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_TEXT = REPO / "benchmarks" / "data" / "amharic_train_sample.txt"
+REFERENCE_VOCAB = Path("/work/shared/eval/xtts_vocab_reference.json")  # real XTTS-format vocab, if present
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+@pytest.fixture(scope="session")
+def nfc():
+    """Stand-in for the project normaliser (xtts_ft.text is built on another branch)."""
+    return _nfc
+
+
+@pytest.fixture(scope="session")
+def amharic_lines() -> list[str]:
+    return [line for line in SAMPLE_TEXT.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def train_lines(amharic_lines) -> list[str]:
+    return [line for i, line in enumerate(amharic_lines) if i % 5]
+
+
+@pytest.fixture(scope="session")
+def eval_lines(amharic_lines) -> list[str]:
+    """Every fifth line, never trained on: unseen text for the compression tests."""
+    return [line for i, line in enumerate(amharic_lines) if i % 5 == 0]
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab(tmp_path_factory) -> Path:
+    from xtts_ft.tiny_model import write_tiny_vocab
+
+    path = tmp_path_factory.mktemp("tiny_vocab") / "vocab.json"
+    write_tiny_vocab(path)
+    return path
+
+
+BASES = ["tiny", "reference"]
+
+
+@pytest.fixture(scope="session", params=BASES)
+def base_vocab(request, tiny_vocab) -> Path:
+    """Each base vocabulary in turn; the reference one only where /work/shared/eval has it."""
+    if request.param == "tiny":
+        return tiny_vocab
+    if not REFERENCE_VOCAB.is_file():
+        pytest.skip("reference XTTS vocab not available")
+    return REFERENCE_VOCAB
+
+
+NEW_TOKENS = 1000  # tests read it through the fixture below (test modules do not import conftest)
+
+
+@pytest.fixture(scope="session")
+def new_tokens() -> int:
+    return NEW_TOKENS
+
+
+@pytest.fixture(scope="session")
+def extended(base_vocab, train_lines, eval_lines, nfc, tmp_path_factory):
+    """(base vocab, out dir, report) of a 1000-token extension of ``base_vocab`` on the training lines."""
+    from xtts_ft.tokenizer import build_extended_vocab
+
+    out = tmp_path_factory.mktemp("extended")
+    report = build_extended_vocab(base_vocab, train_lines, NEW_TOKENS, out, normalizer=nfc, eval_texts=eval_lines)
+    return base_vocab, out, report
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from xtts_ft.tiny_model import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("tiny_model"))

@@ -1,0 +1,64 @@
+"""tokenizer_command: text files in, vocab.json + report.json out; every unreadable file is named."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from xtts_ft.errors import TokenizerError
+from xtts_ft.tokenizer import read_text_lines, tokenizer_command
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "tokenizer_compression.py"
+
+
+def test_builds_from_text_files(tiny_vocab, amharic_lines, tmp_path, nfc):
+    a, b, held = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "held.txt"
+    a.write_text("\ufeff" + "\n".join(amharic_lines[:200]) + "\n\n   \n", encoding="utf-8")  # BOM, blank lines
+    b.write_text("\r\n".join(amharic_lines[200:380]), encoding="utf-8")
+    held.write_text("\n".join(amharic_lines[380:]), encoding="utf-8")
+    report = tokenizer_command(tiny_vocab, [a, b], 800, tmp_path / "tok", nfc, eval_files=[held])
+    assert report.train_texts == 380 and report.eval_texts == len(amharic_lines) - 380
+    assert report.new_tokens_added == 800 and report.eval_unk_rate == 0.0
+    saved = json.loads((tmp_path / "tok" / "report.json").read_text(encoding="utf-8"))
+    assert saved["fingerprint"] == report.fingerprint and (tmp_path / "tok" / "vocab.json").is_file()
+
+
+def test_read_text_lines_strips_and_skips_blanks(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("\ufeff ሰላም \n\n\tዓለም\r\n", encoding="utf-8")
+    assert read_text_lines(path) == ["ሰላም", "ዓለም"]
+
+
+def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("ሰላም\n".encode("utf-8") + "café\n".encode("latin-1"))
+    cases = [
+        (tmp_path / "missing.txt", "not found"),
+        (tmp_path, "is a folder"),
+        (bad, "not UTF-8 \\(bad byte 0xe9 on line 2\\)"),
+    ]
+    for path, expected in cases:
+        with pytest.raises(TokenizerError, match=expected) as err:
+            tokenizer_command(tiny_vocab, [path], 800, tmp_path / "out")
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(TokenizerError, match="no text files"):
+        tokenizer_command(tiny_vocab, [], 800, tmp_path / "out")
+
+
+def test_benchmark_script_runs_and_prints_the_table(tiny_vocab, train_lines, eval_lines, tmp_path, capsys):
+    train, held = tmp_path / "train.txt", tmp_path / "held.txt"
+    train.write_text("\n".join(train_lines), encoding="utf-8")
+    held.write_text("\n".join(eval_lines), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("tokenizer_compression", BENCHMARK)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rc = bench.main(["--train-text", str(train), "--heldout", str(held), "--base-vocab", str(tiny_vocab),
+                     "--sizes", "600", "800"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "chars only" in out and "N=600" in out and "N=800" in out and f"{len(train_lines)} lines" in out
+    assert bench.main(["--train-text", str(tmp_path / "nope.txt"), "--heldout", str(held),
+                       "--base-vocab", str(tiny_vocab)]) == 2
