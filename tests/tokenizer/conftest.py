@@ -10,7 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_TEXT = REPO / "benchmarks" / "data" / "amharic_train_sample.txt"
-REFERENCE_VOCAB = Path("/work/shared/eval/xtts_vocab_reference.json")  # real XTTS-format vocab, if present
+# A real XTTS-format vocab in the held-out folder beside the checkout (../shared/eval), if present.
+REFERENCE_VOCAB = REPO.parent / "shared" / "eval" / "xtts_vocab_reference.json"
 
 
 def _nfc(text: str) -> str:
@@ -19,7 +20,7 @@ def _nfc(text: str) -> str:
 
 @pytest.fixture(scope="session")
 def nfc():
-    """Stand-in for the project normaliser (xtts_ft.text is built on another branch)."""
+    """NFC only: the tokenizer invariants are tested apart from the normaliser."""
     return _nfc
 
 
@@ -53,7 +54,7 @@ BASES = ["tiny", "reference"]
 
 @pytest.fixture(scope="session", params=BASES)
 def base_vocab(request, tiny_vocab) -> Path:
-    """Each base vocabulary in turn; the reference one only where /work/shared/eval has it."""
+    """Each base vocabulary in turn; the reference one only where ../shared/eval has it."""
     if request.param == "tiny":
         return tiny_vocab
     if not REFERENCE_VOCAB.is_file():
@@ -80,7 +81,5 @@ def extended(base_vocab, train_lines, eval_lines, nfc, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from xtts_ft.tiny_model import write_tiny_model
-
-    return write_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+def tiny_model_dir(tiny_base_dir) -> Path:
+    return tiny_base_dir  # the session-wide tiny model from tests/conftest.py
