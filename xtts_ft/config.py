@@ -82,11 +82,19 @@ class DatasetConfig:
     min_chars_per_second: float = opt(3.0, "Below this the transcript is probably misaligned (too short for the audio).")
     max_chars_per_second: float = opt(30.0, "Above this the transcript is probably misaligned (too long for the audio).")
     max_text_chars: int = opt(250, "Longest normalised transcript kept, in characters.")
-    trim_silence_db: float = opt(40.0, "Leading/trailing audio quieter than this many dB below the peak is trimmed.")
+    trim_silence_db: float = opt(
+        40.0, "Leading/trailing audio quieter than this many dB below the peak is trimmed; 0 disables trimming."
+    )
     loudness: Literal["peak", "none"] = opt("peak", "Normalise each clip to a fixed peak level, or leave it.")
     peak_level: float = opt(0.95, "Target peak for loudness: peak (0-1].")
     max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
     num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
+    silence_peak_db: float = opt(-60.0, "Reject a clip as silent when its peak is below this level, in dBFS.")
+    metadata_files: list[str] = opt(
+        [],
+        "CSV files (relative to the dataset root) to read for the ljspeech/coqui layouts; empty: the standard "
+        "names (metadata.csv, metadata_train.csv, metadata_eval.csv).",
+    )
 
     def check(self, problems: list[str]) -> None:
         if not self.path:
@@ -101,6 +109,23 @@ class DatasetConfig:
             problems.append(f"dataset.peak_level: {self.peak_level} must be in (0, 1]")
         if self.num_workers < 0:
             problems.append("dataset.num_workers: must be >= 0 (0 = every core)")
+        if self.eval_max_clips < 0:
+            problems.append("dataset.eval_max_clips: must be >= 0")
+        if not 0 <= self.min_chars_per_second < self.max_chars_per_second:
+            problems.append("dataset.min/max_chars_per_second: need 0 <= min_chars_per_second < max_chars_per_second")
+        if self.max_text_chars < 1:
+            problems.append("dataset.max_text_chars: must be >= 1")
+        if self.trim_silence_db < 0:
+            problems.append("dataset.trim_silence_db: must be >= 0 (0 disables trimming)")
+        if not 0.0 <= self.max_clipped_fraction <= 1.0:
+            problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
+        if self.silence_peak_db >= 0:
+            problems.append("dataset.silence_peak_db: must be below 0 dBFS, e.g. -60")
+        if not self.speaker_name.strip() or any(c in self.speaker_name for c in "|\r\n"):
+            problems.append("dataset.speaker_name: must be non-empty and hold no '|' or line break")
+        for name in self.metadata_files:
+            if self.path and Path(self.path).is_dir() and not (Path(self.path) / name).is_file():
+                problems.append(f"dataset.metadata_files: '{name}' not found in '{self.path}'")
 
 
 @dataclass
