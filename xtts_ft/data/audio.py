@@ -1,0 +1,179 @@
+"""The audio stage of one clip: decode, check, mono, resample, trim, normalise, write 16-bit WAV.
+
+:func:`process_audio` runs in worker processes, so this module imports only numpy,
+soundfile and soxr, and everything it receives and returns is a small picklable dataclass.
+Decoding goes through soundfile (libsndfile: WAV, FLAC, OGG, and MP3 from libsndfile 1.1 on);
+when soundfile cannot decode a file and the ``ffmpeg`` binary is on PATH, the file is decoded
+by ffmpeg into a temporary float WAV instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+SAMPLE_RATE = 22050
+FULL_SCALE = 0.999  # a sample at or above this magnitude counts as clipped
+RESAMPLE_QUALITY = "HQ"
+# Files longer than this are not decoded at all (memory bound), whatever trimming might remove.
+MIN_DECODE_LIMIT_S = 120.0
+FRAME, HOP = 1024, 256  # silence-trimming analysis at 22,050 Hz: 46 ms frames, 11.6 ms hop
+
+
+class DecodeError(Exception):
+    """The file could not be decoded by soundfile or ffmpeg (becomes an 'unreadable' rejection)."""
+
+
+class TooLongToDecode(Exception):
+    """The file is longer than the decode limit; it is not read into memory (a 'too_long' rejection)."""
+
+
+@dataclass(frozen=True)
+class AudioSettings:
+    """Every config value the audio stage depends on (part of the cache key)."""
+
+    trim_silence_db: float
+    loudness: str
+    peak_level: float
+    max_clipped_fraction: float
+    min_duration_s: float
+    max_duration_s: float
+    silence_peak_db: float
+    sample_rate: int = SAMPLE_RATE
+    quality: str = RESAMPLE_QUALITY
+
+    @classmethod
+    def from_config(cls, cfg) -> "AudioSettings":  # cfg: xtts_ft.config.DatasetConfig
+        return cls(
+            trim_silence_db=cfg.trim_silence_db,
+            loudness=cfg.loudness,
+            peak_level=cfg.peak_level,
+            max_clipped_fraction=cfg.max_clipped_fraction,
+            min_duration_s=cfg.min_duration_s,
+            max_duration_s=cfg.max_duration_s,
+            silence_peak_db=cfg.silence_peak_db,
+        )
+
+    @property
+    def decode_limit_s(self) -> float:
+        return max(MIN_DECODE_LIMIT_S, 10.0 * self.max_duration_s)
+
+
+@dataclass(frozen=True)
+class AudioJob:
+    clip_id: str
+    src: str  # source audio file
+    dst: str  # output WAV (written only when the clip passes)
+    settings: AudioSettings
+
+
+@dataclass(frozen=True)
+class AudioResult:
+    clip_id: str
+    reason: Optional[str]  # None: the clip passed and dst was written
+    detail: str = ""
+    duration_s: float = 0.0  # after trimming
+    pcm_sha1: str = ""  # of the written 16-bit samples
+
+
+def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int]:
+    """Samples as float32 (frames, channels) and the sample rate; longer than limit_s: TooLongToDecode."""
+    try:
+        with sf.SoundFile(path) as f:
+            if f.samplerate > 0 and f.frames / f.samplerate > limit_s:
+                raise TooLongToDecode(f"{f.frames / f.samplerate:.0f} s long")
+            return f.read(dtype="float32", always_2d=True), f.samplerate
+    except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        if shutil.which("ffmpeg") is None:
+            raise DecodeError(f"cannot decode ({exc}); ffmpeg is not installed to try it") from None
+        return _decode_ffmpeg(path, str(exc))
+
+
+def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int]:
+    with tempfile.TemporaryDirectory(prefix="xtts_ft_decode_") as tmp:
+        out = os.path.join(tmp, "decoded.wav")
+        cmd = ["ffmpeg", "-nostdin", "-v", "error", "-i", path, "-vn", "-acodec", "pcm_f32le", "-f", "wav", out]
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=300, check=False)
+        except subprocess.TimeoutExpired:
+            raise DecodeError("ffmpeg took over 300 s to decode it") from None
+        if done.returncode != 0 or not os.path.isfile(out):
+            msg = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise DecodeError(f"soundfile: {why}; ffmpeg: {msg[-1] if msg else 'failed'}")
+        try:
+            data, rate = sf.read(out, dtype="float32", always_2d=True)
+        except (sf.LibsndfileError, RuntimeError) as exc:
+            raise DecodeError(f"ffmpeg output unreadable ({exc})") from None
+        return data, rate
+
+
+def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
+    """Cut leading/trailing frames whose energy is more than top_db below the loudest frame's."""
+    if top_db <= 0 or len(y) <= FRAME:
+        return y
+    n_frames = 1 + (len(y) - FRAME) // HOP
+    energy_sum = np.concatenate(([0.0], np.cumsum(np.square(y, dtype=np.float64))))
+    starts = np.arange(n_frames) * HOP
+    energy = energy_sum[starts + FRAME] - energy_sum[starts]
+    loud = np.flatnonzero(energy > energy.max() * 10.0 ** (-top_db / 10.0))
+    if loud.size == 0:
+        return y[:0]
+    start = int(loud[0]) * HOP
+    end = len(y) if loud[-1] == n_frames - 1 else int(loud[-1]) * HOP + FRAME
+    return y[start:end]
+
+
+def to_pcm16(y: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(y * 32767.0), -32768, 32767).astype("<i2")
+
+
+def process_audio(job: AudioJob) -> AudioResult:
+    """Run every audio check on one clip; write ``job.dst`` (atomically) only when it passes."""
+    s = job.settings
+
+    def reject(reason: str, detail: str, duration: float = 0.0) -> AudioResult:
+        return AudioResult(job.clip_id, reason, detail, duration)
+
+    try:
+        data, rate = decode(job.src, s.decode_limit_s)
+    except DecodeError as exc:
+        return reject("unreadable", str(exc))
+    except TooLongToDecode as exc:
+        return reject("too_long", f"{exc} before trimming; not decoded (limit {s.decode_limit_s:.0f} s)")
+    if data.size == 0 or rate <= 0:
+        return reject("empty_audio", "no samples")
+    bad = data.size - int(np.count_nonzero(np.isfinite(data)))
+    if bad:
+        return reject("non_finite", f"{bad} NaN/Inf samples")
+    clipped = np.count_nonzero(np.abs(data) >= FULL_SCALE) / data.size
+    mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
+    del data
+    peak = float(np.max(np.abs(mono)))
+    if peak <= 10.0 ** (s.silence_peak_db / 20.0):
+        level = 20 * np.log10(peak) if peak > 0 else float("-inf")
+        return reject("silent", f"peak {level:.1f} dBFS (threshold {s.silence_peak_db:g} dBFS)")
+    if clipped > s.max_clipped_fraction:
+        return reject("clipped", f"{clipped:.2%} of samples at full scale (limit {s.max_clipped_fraction:.2%})")
+    y = soxr.resample(mono, rate, s.sample_rate, quality=s.quality) if rate != s.sample_rate else mono
+    y = trim_silence(y, s.trim_silence_db)
+    duration = len(y) / s.sample_rate
+    if duration < s.min_duration_s:
+        return reject("too_short", f"{duration:.2f} s after trimming (min {s.min_duration_s:g} s)", duration)
+    if duration > s.max_duration_s:
+        return reject("too_long", f"{duration:.2f} s after trimming (max {s.max_duration_s:g} s)", duration)
+    if s.loudness == "peak":
+        y = y * (s.peak_level / max(float(np.max(np.abs(y))), 1e-9))
+    pcm = to_pcm16(y)
+    part = f"{job.dst}.part"
+    sf.write(part, pcm, s.sample_rate, subtype="PCM_16", format="WAV")
+    os.replace(part, job.dst)
+    return AudioResult(job.clip_id, None, "", duration, hashlib.sha1(pcm.tobytes()).hexdigest())

@@ -1,0 +1,207 @@
+"""Prepare a dataset for fine-tuning: read, check, convert, split, and report every clip.
+
+Pipeline per clip, first failing check wins (see ``reasons.REASONS`` for the order):
+reader (bad_row, outside_root, missing_file) -> transcript (empty_text, text_too_long,
+unencodable_text) -> audio in worker processes (unreadable ... too_long; cached) ->
+chars_per_second, duplicate_audio, duplicate_text (clips in id order, the first one wins)
+-> hash-based train/eval split -> ``metadata_train.csv`` / ``metadata_eval.csv`` / ``wavs/`` /
+``report.json`` / ``report.txt`` / ``report.png`` in ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Optional
+
+from xtts_ft.config import DatasetConfig, config_from_dict
+from xtts_ft.data.audio import AudioJob, AudioResult, AudioSettings
+from xtts_ft.data.cache import WAVS_DIR, Manifest, clip_key
+from xtts_ft.data.checks import Normalizer, PostChecks, assign_names, check_text, make_normalizer
+from xtts_ft.data.metadata import write_metadata
+from xtts_ft.data.readers import SourceEntry, read_entries
+from xtts_ft.data.reasons import REASONS, Rejection
+from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_reports
+from xtts_ft.data.runner import run_jobs
+from xtts_ft.data.split import split_clips
+from xtts_ft.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+SAVE_EVERY = 250  # results between two saves of the cache manifest (an interrupted run resumes)
+
+
+def prepare_dataset(
+    cfg: DatasetConfig,
+    out_dir: Path,
+    *,
+    normalizer: Optional[Normalizer] = None,
+    allowed_chars: Optional[Callable[[str], bool]] = None,
+    fold_homophones: bool = False,
+    progress: bool = True,
+) -> PrepareReport:
+    """Prepare ``cfg.path`` into ``out_dir``; re-runs only process new or changed clips.
+
+    ``normalizer``: text front-end (str -> str or NormalizedText); default
+    ``xtts_ft.text.normalize_text(text, fold_homophones)``. ``allowed_chars``: predicate per
+    character (spaces excluded) from the tokenizer; None skips the unencodable_text check.
+    Raises DataError when the dataset cannot be read or no clip is kept.
+    """
+    started = time.monotonic()
+    root, out_dir = _check_paths(cfg, Path(out_dir))
+    normalize = make_normalizer(normalizer, fold_homophones)
+    exclude = out_dir if root in out_dir.parents else None
+    layout, entries = read_entries(root, cfg.format, cfg.speaker_name, cfg.metadata_files, exclude)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / WAVS_DIR).mkdir(exist_ok=True)
+
+    settings = AudioSettings.from_config(cfg)
+    names = assign_names(e.clip_id for e in entries if e.audio is not None)
+    manifest = Manifest.load(out_dir, root)
+    rejections: list[Rejection] = []
+    texts: dict[str, str] = {}
+    results: dict[str, AudioResult] = {}
+    jobs, keys = [], {}
+    passed: list[SourceEntry] = []  # entries that reach the audio stage
+    for e in entries:
+        problem = e.rejection
+        if problem is None:
+            texts[e.clip_id], problem = check_text(e.text, normalize, cfg.max_text_chars, allowed_chars)
+        if problem is not None:
+            rejections.append(Rejection(e.clip_id, problem[0], problem[1], e.where))
+            continue
+        passed.append(e)
+        st = e.audio.stat()
+        name = names[e.clip_id]
+        keys[e.clip_id] = clip_key(e.clip_id, st.st_size, st.st_mtime_ns, settings, name)
+        cached = manifest.lookup(e.clip_id, keys[e.clip_id])
+        if cached is not None:
+            results[e.clip_id] = cached
+        else:
+            jobs.append(AudioJob(e.clip_id, str(e.audio), str(out_dir / WAVS_DIR / name), settings))
+
+    def on_result(result: AudioResult) -> None:
+        results[result.clip_id] = result
+        manifest.store(keys[result.clip_id], names[result.clip_id], result)
+        if len(results) % SAVE_EVERY == 0:
+            manifest.save()
+
+    try:
+        run_jobs(jobs, cfg.num_workers, on_result, progress)
+    finally:
+        manifest.save()
+
+    passed.sort(key=lambda e: e.clip_id)
+    post = PostChecks(cfg.min_chars_per_second, cfg.max_chars_per_second)
+    kept: list[SourceEntry] = []
+    plot_rejected: tuple[list[float], list[float]] = ([], [])
+    for e in passed:
+        r = results[e.clip_id]
+        problem = (r.reason, r.detail) if r.reason else post.check(e.clip_id, texts[e.clip_id], e.speaker, r)
+        if problem is None:
+            kept.append(e)
+            continue
+        rejections.append(Rejection(e.clip_id, problem[0], problem[1], e.where))
+        if r.duration_s > 0:
+            plot_rejected[0].append(r.duration_s)
+            plot_rejected[1].append(len(texts[e.clip_id]) / r.duration_s)
+
+    split = split_clips([(e.clip_id, e.speaker) for e in kept], cfg.eval_fraction, cfg.eval_max_clips, cfg.split_by_speaker)
+    for file_name, in_eval in (("metadata_train.csv", False), ("metadata_eval.csv", True)):
+        rows = [
+            (f"{WAVS_DIR}/{names[e.clip_id]}", texts[e.clip_id], e.speaker)
+            for e in kept
+            if (e.clip_id in split.eval_ids) == in_eval
+        ]
+        write_metadata(out_dir / file_name, rows)
+    manifest.place({names[e.clip_id] for e in kept}, (e.clip_id for e in entries if e.audio is not None))
+    manifest.save()
+
+    report = _build_report(cfg, root, out_dir, layout, entries, kept, split, results, texts, rejections)
+    report.processed, report.reused = len(jobs), len(results) - len(jobs)
+    report.seconds = round(time.monotonic() - started, 2)
+    durations = [results[e.clip_id].duration_s for e in kept]
+    cps = [len(texts[e.clip_id]) / results[e.clip_id].duration_s for e in kept]
+    bounds = {
+        "duration": (cfg.min_duration_s, cfg.max_duration_s),
+        "chars_per_second": (cfg.min_chars_per_second, cfg.max_chars_per_second),
+    }
+    write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
+    for line in report.summary_lines():
+        log.info("%s", line)
+    if report.kept == 0:
+        top = ", ".join(f"{r} {c}" for r, c in report.top_reasons()) or "none"
+        raise DataError(
+            f"dataset '{root}': no usable clips out of {report.total} (top rejections: {top}); "
+            f"see {out_dir / 'report.txt'} for examples"
+        )
+    return report
+
+
+def _check_paths(cfg: DatasetConfig, out_dir: Path) -> tuple[Path, Path]:
+    if not cfg.path or not Path(cfg.path).is_dir():
+        raise DataError(f"dataset folder '{cfg.path}' does not exist; set dataset.path (or --input) to your dataset")
+    problems: list[str] = []
+    cfg.check(problems)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    root, out = Path(cfg.path).resolve(), out_dir.resolve()
+    if out == root:
+        raise DataError(f"output folder '{out_dir}' is the dataset folder itself; choose another --out folder")
+    if out.exists() and not out.is_dir():
+        raise DataError(f"output '{out_dir}' exists and is not a folder; choose another --out folder")
+    return root, out
+
+
+def _build_report(cfg, root, out_dir, layout, entries, kept, split, results, texts, rejections) -> PrepareReport:
+    counts = {reason: 0 for reason in REASONS}
+    examples: dict[str, list[dict]] = {reason: [] for reason in REASONS}
+    for rej in sorted(rejections, key=lambda r: r.clip_id):
+        counts[rej.reason] += 1
+        if len(examples[rej.reason]) < MAX_EXAMPLES:
+            examples[rej.reason].append({"clip": rej.clip_id, "where": rej.where, "detail": rej.detail})
+    detail: dict[str, dict] = defaultdict(lambda: {"kept": 0, "train": 0, "eval": 0, "hours": 0.0})
+    for e in kept:
+        d = detail[e.speaker]
+        d["kept"] += 1
+        d["eval" if e.clip_id in split.eval_ids else "train"] += 1
+        d["hours"] += results[e.clip_id].duration_s / 3600.0
+    for d in detail.values():
+        d["hours"] = round(d["hours"], 4)
+    durations = [results[e.clip_id].duration_s for e in kept]
+    if len(kept) + len(rejections) != len(entries):  # every entry is kept or rejected exactly once
+        raise RuntimeError(f"clip accounting is off: {len(kept)} kept + {len(rejections)} rejected != {len(entries)}")
+    return PrepareReport(
+        kept=len(kept),
+        kept_train=len(kept) - len(split.eval_ids),
+        kept_eval=len(split.eval_ids),
+        rejected=counts,
+        hours=round(sum(durations) / 3600.0, 4),
+        speakers={s: d["kept"] for s, d in sorted(detail.items())},
+        dataset=str(root),
+        out_dir=str(out_dir),
+        layout=layout,
+        total=len(entries),
+        examples={r: ex for r, ex in examples.items() if ex},
+        speaker_detail=dict(sorted(detail.items())),
+        speakers_without_eval=split.speakers_without_eval,
+        duration_stats=stats(durations),
+        chars_per_second_stats=stats([len(texts[e.clip_id]) / results[e.clip_id].duration_s for e in kept]),
+    )
+
+
+def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", **overrides) -> PrepareReport:
+    """``python -m xtts_ft prepare --input DIR --out DIR [--format ...]``: config from flags, then prepare.
+
+    ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``), type-checked like the
+    YAML config, plus the keyword arguments of :func:`prepare_dataset` (normalizer, allowed_chars,
+    fold_homophones, progress). Unknown keys raise ConfigError.
+    """
+    passthrough = {k: overrides.pop(k) for k in ("normalizer", "allowed_chars", "fold_homophones", "progress") if k in overrides}
+    if not Path(input_dir).is_dir():
+        raise DataError(f"--input '{input_dir}' is not a folder; pass your dataset folder")
+    raw = {"path": str(input_dir), "format": fmt, **overrides}
+    cfg = config_from_dict({"dataset": raw}, source="prepare").dataset
+    return prepare_dataset(cfg, Path(out_dir), **passthrough)

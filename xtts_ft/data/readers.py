@@ -1,0 +1,282 @@
+"""Read a dataset folder into clip entries: LJSpeech, coqui CSV, or audio files with .txt transcripts.
+
+Every line or file that names a clip becomes one :class:`SourceEntry`; entries the reader
+cannot use carry their rejection (``bad_row``, ``outside_root``, ``missing_file``,
+``unreadable`` transcript, ``duplicate_audio`` for a second entry naming the same file).
+Nothing is skipped silently: only blank lines and a recognised header row are not clips.
+
+Metadata files are read as UTF-8 (a BOM is ignored), with LF or CRLF line ends, a header row
+or none, and extra columns ignored. Fields are split on ``|`` without CSV quoting (a quote is
+an ordinary character, as in LJSpeech). Audio paths must stay inside the dataset root: an
+entry that leaves it through ``..``, an absolute path or a symlink is rejected ``outside_root``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from xtts_ft.errors import DataError
+
+log = logging.getLogger(__name__)
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg")
+FORMATS = ("ljspeech", "coqui", "folder")
+LJSPEECH_FILES = ("metadata.csv",)
+COQUI_FILES = ("metadata.csv", "metadata_train.csv", "metadata_eval.csv")
+# First-row values that mark a header line rather than a clip.
+HEADER_NAMES = {"id", "file", "file_id", "filename", "name", "audio", "audio_file", "path", "wav", "utt", "utt_id"}
+COQUI_COLUMNS = {
+    "audio": ("audio_file", "audio", "path", "wav", "file", "filename"),
+    "text": ("text", "transcript", "transcription", "sentence", "normalized_text"),
+    "speaker": ("speaker_name", "speaker"),
+}
+
+
+@dataclass
+class SourceEntry:
+    """One clip as the dataset names it, before any audio is read."""
+
+    clip_id: str  # audio path relative to the root (posix), or "<file>:<line>" for a bad row
+    where: str  # where the user can find it: "metadata.csv:12" or "a/b.txt"
+    text: str
+    speaker: str
+    audio: Optional[Path] = None  # resolved file inside the root; None when rejected
+    rejection: Optional[tuple[str, str]] = None  # (reason, detail)
+
+
+def _is_audio_name(name: str) -> bool:
+    return name.strip().lower().endswith(AUDIO_EXTENSIONS)
+
+
+def resolve_inside(root: Path, ref: str) -> tuple[str, Optional[Path], Optional[tuple[str, str]]]:
+    """Resolve ``ref`` against ``root`` (already resolved); return (clip_id, file, rejection)."""
+    ref = ref.strip().replace("\\", "/")
+    given = Path(ref)
+    logical = Path(os.path.normpath(given if given.is_absolute() else root / given))
+    if logical != root and root not in logical.parents:
+        return ref, None, ("outside_root", f"'{ref}' points outside the dataset folder")
+    clip_id = logical.relative_to(root).as_posix()
+    real = logical.resolve()
+    if real != root and root not in real.parents:
+        return clip_id, None, ("outside_root", f"'{ref}' is a link to '{real}', outside the dataset folder")
+    if not real.is_file():
+        return clip_id, None, ("missing_file", f"audio file '{ref}' not found")
+    return clip_id, real, None
+
+
+def read_text_lines(path: Path) -> list[tuple[int, str]]:
+    """Non-blank lines of a UTF-8 file (BOM and CR stripped) with their 1-based line numbers."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}: line {line} is not UTF-8 text; save the file as UTF-8") from None
+    lines = [(i + 1, line.rstrip("\r")) for i, line in enumerate(text.split("\n"))]
+    return [(n, line) for n, line in lines if line.strip()]
+
+
+def _bad_row(name: str, n: int, detail: str, speaker: str) -> SourceEntry:
+    where = f"{name}:{n}"
+    return SourceEntry(clip_id=where, where=where, text="", speaker=speaker, rejection=("bad_row", detail))
+
+
+def _entry(root: Path, ref: str, where: str, text: str, speaker: str) -> SourceEntry:
+    clip_id, audio, rejection = resolve_inside(root, ref)
+    return SourceEntry(clip_id=clip_id, where=where, text=text.strip(), speaker=speaker, audio=audio, rejection=rejection)
+
+
+def read_ljspeech(root: Path, files: list[str], speaker: str) -> list[SourceEntry]:
+    """``id|text[|normalized_text|...]`` rows; audio in ``wavs/<id>.wav`` (or .flac/.mp3/.ogg).
+
+    The normalized_text column is used when present and non-empty (as coqui's own LJSpeech
+    reader does), else the text column.
+    """
+    entries = []
+    for name in files:
+        for index, (n, line) in enumerate(read_text_lines(root / name)):
+            fields = line.split("|")
+            clip = fields[0].strip()
+            if index == 0 and clip.lower() in HEADER_NAMES and _ljspeech_ref(root, clip) is None:
+                continue  # a header row such as "id|text|normalized_text"
+            if len(fields) < 2:
+                entries.append(_bad_row(name, n, f"{len(fields)} column(s); expected id|text[|normalized_text]", speaker))
+                continue
+            if not clip:
+                entries.append(_bad_row(name, n, "empty id column", speaker))
+                continue
+            text = fields[2] if len(fields) >= 3 and fields[2].strip() else fields[1]
+            ref = _ljspeech_ref(root, clip) or (f"wavs/{clip}" if _is_audio_name(clip) else f"wavs/{clip}.wav")
+            entries.append(_entry(root, ref, f"{name}:{n}", text, speaker))
+    return entries
+
+
+def _ljspeech_ref(root: Path, clip: str) -> Optional[str]:
+    """The existing ``wavs/`` file for an LJSpeech id, or None."""
+    if _is_audio_name(clip):
+        return f"wavs/{clip}" if (root / "wavs" / clip).is_file() else None
+    for ext in AUDIO_EXTENSIONS:
+        if (root / "wavs" / f"{clip}{ext}").is_file():
+            return f"wavs/{clip}{ext}"
+    return None
+
+
+def _coqui_columns(fields: list[str], path: Path) -> Optional[dict[str, int]]:
+    """Column indices from a header row, or None when the row is data (positional columns)."""
+    names = [f.strip().lower() for f in fields]
+    is_header = "audio_file" in names or (not _is_audio_name(names[0]) and names[0] in HEADER_NAMES)
+    if not is_header:
+        return None
+    columns = {}
+    for key, aliases in COQUI_COLUMNS.items():
+        found = next((names.index(a) for a in aliases if a in names), None)
+        if found is not None:
+            columns[key] = found
+    if "audio" not in columns or "text" not in columns:
+        raise DataError(
+            f"{path}: header '{'|'.join(fields)}' lacks an audio_file or text column; "
+            "a coqui CSV header is audio_file|text|speaker_name"
+        )
+    return columns
+
+
+def read_coqui(root: Path, files: list[str], speaker: str) -> list[SourceEntry]:
+    """``audio_file|text|speaker_name`` rows (header optional, columns by header name when present)."""
+    entries = []
+    for name in files:
+        lines = read_text_lines(root / name)
+        columns = {"audio": 0, "text": 1, "speaker": 2}
+        if lines:
+            header = _coqui_columns(lines[0][1].split("|"), root / name)
+            if header is not None:
+                columns, lines = header, lines[1:]
+        needed = max(columns["audio"], columns["text"]) + 1
+        for n, line in lines:
+            fields = line.split("|")
+            if len(fields) < needed:
+                entries.append(_bad_row(name, n, f"{len(fields)} column(s); expected audio_file|text|speaker_name", speaker))
+                continue
+            ref = fields[columns["audio"]].strip()
+            if not ref:
+                entries.append(_bad_row(name, n, "empty audio_file column", speaker))
+                continue
+            spk_col = columns.get("speaker")
+            spk = fields[spk_col].strip() if spk_col is not None and spk_col < len(fields) else ""
+            entries.append(_entry(root, ref, f"{name}:{n}", fields[columns["text"]], spk or speaker))
+    return entries
+
+
+def read_folder(root: Path, speaker: str, exclude: Optional[Path] = None) -> list[SourceEntry]:
+    """Audio files with a same-named ``.txt`` transcript next to them, in any sub-folder.
+
+    Hidden folders (and ``exclude``, the output folder when it lies inside the root) are skipped.
+    An audio file without a transcript, or a transcript without audio, is ``missing_file``.
+    """
+    entries = []
+    for folder, dirs, names in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (exclude is None or here / d != exclude))
+        audio = sorted(n for n in names if _is_audio_name(n))
+        texts = {n[:-4] for n in names if n.lower().endswith(".txt")}
+        for name in audio:
+            stem = name.rsplit(".", 1)[0]
+            rel = (here / name).relative_to(root).as_posix()
+            if stem not in texts:
+                entries.append(SourceEntry(rel, rel, "", speaker, rejection=("missing_file", f"no transcript {stem}.txt")))
+                continue
+            text, problem = _read_transcript(root, here / f"{stem}.txt")
+            entry = _entry(root, rel, rel, text, speaker)
+            if entry.rejection is None and problem is not None:
+                entry.audio, entry.rejection = None, problem
+            entries.append(entry)
+        stems = {n.rsplit(".", 1)[0] for n in audio}
+        for stem in sorted(texts - stems):
+            rel = (here / f"{stem}.txt").relative_to(root).as_posix()
+            detail = f"transcript without an audio file ({'/'.join(AUDIO_EXTENSIONS)})"
+            entries.append(SourceEntry(rel, rel, "", speaker, rejection=("missing_file", detail)))
+    return entries
+
+
+def _read_transcript(root: Path, path: Path) -> tuple[str, Optional[tuple[str, str]]]:
+    rel = path.relative_to(root).as_posix()
+    real = path.resolve()
+    if real != root and root not in real.parents:
+        return "", ("outside_root", f"transcript '{rel}' is a link outside the dataset folder")
+    try:
+        text = real.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return "", ("unreadable", f"transcript '{rel}' is not UTF-8 text")
+    except OSError as exc:
+        return "", ("unreadable", f"transcript '{rel}': {exc.strerror or exc}")
+    return " ".join(text.split()), None
+
+
+def detect_format(root: Path, metadata_files: list[str]) -> str:
+    """Tell the layout from the files present; DataError names what was looked for."""
+    names = metadata_files or [n for n in COQUI_FILES if (root / n).is_file()]
+    if any(n != "metadata.csv" for n in names) and not metadata_files:
+        return "coqui"
+    if names:
+        lines = read_text_lines(root / names[0])
+        if not lines:
+            raise DataError(f"{root / names[0]}: the file is empty; add one line per clip")
+        fields = [f.strip().lower() for f in lines[0][1].split("|")]
+        return "coqui" if "audio_file" in fields or _is_audio_name(fields[0]) else "ljspeech"
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        stems = {n[:-4] for n in files if n.lower().endswith(".txt")}
+        if any(_is_audio_name(n) and n.rsplit(".", 1)[0] in stems for n in files):
+            return "folder"
+    raise DataError(
+        f"'{root}': cannot tell the dataset layout; looked for metadata.csv (LJSpeech id|text or coqui "
+        f"audio_file|text|speaker_name), metadata_train.csv / metadata_eval.csv (coqui) and audio files "
+        f"({', '.join(AUDIO_EXTENSIONS)}) with same-named .txt transcripts, and found none; fix the folder or pass --format"
+    )
+
+
+def read_entries(
+    root: Path, fmt: str, speaker: str, metadata_files: list[str], exclude: Optional[Path] = None
+) -> tuple[str, list[SourceEntry]]:
+    """Read the dataset at ``root`` (resolved) in layout ``fmt`` ("auto" detects); return (layout, entries)."""
+    if fmt == "auto":
+        fmt = detect_format(root, metadata_files)
+    if fmt not in FORMATS:
+        raise DataError(f"dataset format '{fmt}' is unknown; use auto, {', '.join(FORMATS)}")
+    if fmt == "folder":
+        entries = read_folder(root, speaker, exclude)
+    else:
+        defaults = LJSPEECH_FILES if fmt == "ljspeech" else COQUI_FILES
+        files = list(metadata_files) or [n for n in defaults if (root / n).is_file()]
+        if not files:
+            raise DataError(f"'{root}': no {' or '.join(defaults)} found for the {fmt} layout; add it or pass another --format")
+        for name in files:
+            if _escapes(root, name):
+                raise DataError(f"dataset.metadata_files: '{name}' is outside '{root}'; name a file inside the dataset folder")
+        reader = read_ljspeech if fmt == "ljspeech" else read_coqui
+        entries = reader(root, files, speaker)
+    if not entries:
+        raise DataError(f"'{root}': the {fmt} layout was read but names no clips; check the metadata / transcripts")
+    _mark_repeats(entries)
+    log.info("read %d entries from %s (%s layout)", len(entries), root, fmt)
+    return fmt, entries
+
+
+def _escapes(root: Path, name: str) -> bool:
+    real = (root / name).resolve()
+    return root not in real.parents
+
+
+def _mark_repeats(entries: list[SourceEntry]) -> None:
+    """A second entry naming the same audio file is a duplicate_audio rejection."""
+    first: dict[str, str] = {}
+    for e in entries:
+        if e.rejection is not None:
+            continue
+        if e.clip_id in first:
+            e.audio, e.rejection = None, ("duplicate_audio", f"same file as {first[e.clip_id]}")
+        else:
+            first[e.clip_id] = e.where
