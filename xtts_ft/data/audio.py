@@ -93,9 +93,15 @@ def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int]:
                 raise TooLongToDecode(f"{f.frames / f.samplerate:.0f} s long")
             return f.read(dtype="float32", always_2d=True), f.samplerate
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        why = _short(str(exc), path)
         if shutil.which("ffmpeg") is None:
-            raise DecodeError(f"cannot decode ({exc}); ffmpeg is not installed to try it") from None
-        return _decode_ffmpeg(path, str(exc))
+            raise DecodeError(f"cannot decode ({why}); ffmpeg is not installed to try it") from None
+        return _decode_ffmpeg(path, why)
+
+
+def _short(message: str, path: str) -> str:
+    """An error message without the (long, already known) file path in it."""
+    return message.replace(f"Error opening '{path}': ", "").replace(f"{path}: ", "").replace(path, "the file").strip()
 
 
 def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int]:
@@ -108,7 +114,7 @@ def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int]:
             raise DecodeError("ffmpeg took over 300 s to decode it") from None
         if done.returncode != 0 or not os.path.isfile(out):
             msg = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise DecodeError(f"soundfile: {why}; ffmpeg: {msg[-1] if msg else 'failed'}")
+            raise DecodeError(f"soundfile: {why}; ffmpeg: {_short(msg[-1], path) if msg else 'failed'}")
         try:
             data, rate = sf.read(out, dtype="float32", always_2d=True)
         except (sf.LibsndfileError, RuntimeError) as exc:

@@ -5,7 +5,7 @@ reader (bad_row, outside_root, missing_file) -> transcript (empty_text, text_too
 unencodable_text) -> audio in worker processes (unreadable ... too_long; cached) ->
 chars_per_second, duplicate_audio, duplicate_text (clips in id order, the first one wins)
 -> hash-based train/eval split -> ``metadata_train.csv`` / ``metadata_eval.csv`` / ``wavs/`` /
-``report.json`` / ``report.txt`` / ``report.png`` in ``out_dir``.
+``report.json`` / ``report.txt`` / ``report.png`` / ``rejected.tsv`` (every rejected clip) in ``out_dir``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from xtts_ft.data.checks import Normalizer, PostChecks, assign_names, check_text
 from xtts_ft.data.metadata import write_metadata
 from xtts_ft.data.readers import SourceEntry, read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
-from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_reports
+from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_rejections, write_reports
 from xtts_ft.data.runner import run_jobs
 from xtts_ft.data.split import split_clips
 from xtts_ft.errors import ConfigError, DataError
@@ -129,6 +129,7 @@ def prepare_dataset(
         "chars_per_second": (cfg.min_chars_per_second, cfg.max_chars_per_second),
     }
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
+    write_rejections(out_dir / "rejected.tsv", rejections)
     for line in report.summary_lines():
         log.info("%s", line)
     if report.kept == 0:

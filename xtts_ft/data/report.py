@@ -1,4 +1,4 @@
-"""What data preparation did: the :class:`PrepareReport` and its report.json / report.txt / report.png."""
+"""What data preparation did: the :class:`PrepareReport`, report.json / .txt / .png, and rejected.tsv."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from xtts_ft.data.reasons import REASONS
+from xtts_ft.data.reasons import REASONS, Rejection
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
 
@@ -128,6 +128,19 @@ def write_reports(
     text = report.summary_lines() + [""] + report.detail_lines()
     _atomic_write(out_dir / "report.txt", "\n".join(text).rstrip("\n") + "\n")
     write_plot(out_dir / "report.png", kept, rejected, bounds or {})
+
+
+def write_rejections(path: Path, rejections: list[Rejection]) -> None:
+    """Every rejected clip, one per line: clip_id, reason, where, detail (tab-separated, header row)."""
+    def clean(value: str) -> str:
+        return " ".join(str(value).split())
+
+    rows = ["clip_id\treason\twhere\tdetail"]
+    rows += [
+        "\t".join(clean(v) for v in (r.clip_id, r.reason, r.where, r.detail))
+        for r in sorted(rejections, key=lambda r: (r.clip_id, r.where))
+    ]
+    _atomic_write(path, "\n".join(rows) + "\n")
 
 
 def write_plot(
