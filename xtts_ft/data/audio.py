@@ -123,13 +123,19 @@ def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int]:
 
 
 def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
-    """Cut leading/trailing frames whose energy is more than top_db below the loudest frame's."""
+    """Cut leading/trailing frames whose energy is more than top_db below the loudest frame's.
+
+    Energies of FRAME-long frames every HOP samples, from per-HOP block sums (one pass over y).
+    """
     if top_db <= 0 or len(y) <= FRAME:
         return y
-    n_frames = 1 + (len(y) - FRAME) // HOP
-    energy_sum = np.concatenate(([0.0], np.cumsum(np.square(y, dtype=np.float64))))
-    starts = np.arange(n_frames) * HOP
-    energy = energy_sum[starts + FRAME] - energy_sum[starts]
+    n_blocks = len(y) // HOP
+    blocks = y[: n_blocks * HOP].reshape(n_blocks, HOP)
+    block_energy = np.einsum("ij,ij->i", blocks, blocks).astype(np.float64)  # 256-sample sums: float32 is enough
+    per = FRAME // HOP
+    csum = np.concatenate(([0.0], np.cumsum(block_energy)))
+    energy = csum[per:] - csum[:-per]  # frame i covers blocks i .. i+per-1
+    n_frames = len(energy)
     loud = np.flatnonzero(energy > energy.max() * 10.0 ** (-top_db / 10.0))
     if loud.size == 0:
         return y[:0]
@@ -138,8 +144,28 @@ def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
     return y[start:end]
 
 
-def to_pcm16(y: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(y * 32767.0), -32768, 32767).astype("<i2")
+def _peak(x: np.ndarray) -> float:
+    """max |x| without a temporary array (NaN/Inf propagate)."""
+    return max(float(x.max()), -float(x.min()))
+
+
+def to_mono(data: np.ndarray) -> np.ndarray:
+    """Average the channels of a (frames, channels) array (column sums: much faster than mean(axis=1))."""
+    if data.shape[1] == 1:
+        return data[:, 0]
+    mono = data[:, 0].copy()
+    for c in range(1, data.shape[1]):
+        mono += data[:, c]
+    mono *= np.float32(1.0 / data.shape[1])
+    return mono
+
+
+def to_pcm16(y: np.ndarray, gain: float = 1.0) -> np.ndarray:
+    """Scale, round and saturate to 16-bit samples (one temporary float array)."""
+    scaled = np.multiply(y, np.float32(gain * 32767.0), dtype=np.float32)
+    np.rint(scaled, out=scaled)
+    np.clip(scaled, -32768, 32767, out=scaled)
+    return scaled.astype("<i2")
 
 
 def process_audio(job: AudioJob) -> AudioResult:
@@ -157,13 +183,14 @@ def process_audio(job: AudioJob) -> AudioResult:
         return reject("too_long", f"{exc} before trimming; not decoded (limit {s.decode_limit_s:.0f} s)")
     if data.size == 0 or rate <= 0:
         return reject("empty_audio", "no samples")
-    bad = data.size - int(np.count_nonzero(np.isfinite(data)))
-    if bad:
+    peak = _peak(data)
+    if not np.isfinite(peak):
+        bad = data.size - int(np.count_nonzero(np.isfinite(data)))
         return reject("non_finite", f"{bad} NaN/Inf samples")
-    clipped = np.count_nonzero(np.abs(data) >= FULL_SCALE) / data.size
-    mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
+    clipped = 0.0 if peak < FULL_SCALE else np.count_nonzero(np.abs(data) >= FULL_SCALE) / data.size
+    mono = to_mono(data)
     del data
-    peak = float(np.max(np.abs(mono)))
+    peak = _peak(mono)
     if peak <= 10.0 ** (s.silence_peak_db / 20.0):
         level = 20 * np.log10(peak) if peak > 0 else float("-inf")
         return reject("silent", f"peak {level:.1f} dBFS (threshold {s.silence_peak_db:g} dBFS)")
@@ -176,9 +203,8 @@ def process_audio(job: AudioJob) -> AudioResult:
         return reject("too_short", f"{duration:.2f} s after trimming (min {s.min_duration_s:g} s)", duration)
     if duration > s.max_duration_s:
         return reject("too_long", f"{duration:.2f} s after trimming (max {s.max_duration_s:g} s)", duration)
-    if s.loudness == "peak":
-        y = y * (s.peak_level / max(float(np.max(np.abs(y))), 1e-9))
-    pcm = to_pcm16(y)
+    gain = s.peak_level / max(_peak(y), 1e-9) if s.loudness == "peak" else 1.0
+    pcm = to_pcm16(y, gain)
     part = f"{job.dst}.part"
     sf.write(part, pcm, s.sample_rate, subtype="PCM_16", format="WAV")
     os.replace(part, job.dst)
