@@ -123,3 +123,9 @@ def test_ffmpeg_fallback_for_formats_soundfile_cannot_read(tmp_path: Path):
         sf.info(str(m4a))
     result, _ = _run(m4a, tmp_path)
     assert result.reason is None, result.detail
+
+
+def test_clipping_is_seen_in_8bit_files(tmp_path: Path):
+    loud = np.clip(tone(2.0) * 4, -1.0, 1.0)
+    sf.write(str(tmp_path / "u8.wav"), loud, 22050, subtype="PCM_U8")
+    assert _run(tmp_path / "u8.wav", tmp_path)[0].reason == "clipped"

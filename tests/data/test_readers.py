@@ -134,3 +134,18 @@ def test_non_utf8_metadata_names_file_and_line(tmp_path: Path):
 def test_named_format_without_its_file(tmp_path: Path):
     with pytest.raises(DataError, match="no metadata.csv found for the ljspeech layout"):
         read_entries(tmp_path.resolve(), "ljspeech", "s", [])
+
+
+def test_folder_links_inside_are_followed_outside_counted(tmp_path: Path):
+    root = (tmp_path / "ds").resolve()
+    write_audio(root / "real" / "a.wav", 0.3)
+    (root / "real" / "a.txt").write_text("a", encoding="utf-8")
+    (root / "alias").symlink_to(root / "real")  # the same folder twice: read once
+    (root / "real" / "loop").symlink_to(root)  # a loop: not followed
+    write_audio(tmp_path / "elsewhere" / "b.wav", 0.3)
+    (tmp_path / "elsewhere" / "b.txt").write_text("b", encoding="utf-8")
+    (root / "ext").symlink_to(tmp_path / "elsewhere")
+    _, entries = read_entries(root, "folder", "spk", [])
+    got = {e.clip_id: e.rejection for e in entries}
+    assert set(got) == {"real/a.wav", "ext/"} and got["real/a.wav"] is None
+    assert got["ext/"][0] == "outside_root"

@@ -15,14 +15,19 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import soundfile as sf
 import soxr
 
+if TYPE_CHECKING:
+    from xtts_ft.config import DatasetConfig
+
 SAMPLE_RATE = 22050
 FULL_SCALE = 0.999  # a sample at or above this magnitude counts as clipped
+# 8-bit files cannot reach 0.999 on the positive side (their largest value is 127/128).
+FULL_SCALE_8BIT = 127.0 / 128.0
 RESAMPLE_QUALITY = "HQ"
 # Files longer than this are not decoded at all (memory bound), whatever trimming might remove.
 MIN_DECODE_LIMIT_S = 120.0
@@ -52,7 +57,7 @@ class AudioSettings:
     quality: str = RESAMPLE_QUALITY
 
     @classmethod
-    def from_config(cls, cfg) -> "AudioSettings":  # cfg: xtts_ft.config.DatasetConfig
+    def from_config(cls, cfg: "DatasetConfig") -> "AudioSettings":
         return cls(
             trim_silence_db=cfg.trim_silence_db,
             loudness=cfg.loudness,
@@ -85,13 +90,17 @@ class AudioResult:
     pcm_sha1: str = ""  # of the written 16-bit samples
 
 
-def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int]:
-    """Samples as float32 (frames, channels) and the sample rate; longer than limit_s: TooLongToDecode."""
+def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int, float]:
+    """float32 samples (frames, channels), the sample rate, and the clipping threshold for the format.
+
+    Longer than limit_s: TooLongToDecode; not decodable by soundfile nor ffmpeg: DecodeError.
+    """
     try:
         with sf.SoundFile(path) as f:
             if f.samplerate > 0 and f.frames / f.samplerate > limit_s:
                 raise TooLongToDecode(f"{f.frames / f.samplerate:.0f} s long")
-            return f.read(dtype="float32", always_2d=True), f.samplerate
+            full_scale = FULL_SCALE_8BIT if f.subtype in ("PCM_U8", "PCM_S8") else FULL_SCALE
+            return f.read(dtype="float32", always_2d=True), f.samplerate, full_scale
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
         why = _short(str(exc), path)
         if shutil.which("ffmpeg") is None:
@@ -104,7 +113,7 @@ def _short(message: str, path: str) -> str:
     return message.replace(f"Error opening '{path}': ", "").replace(f"{path}: ", "").replace(path, "the file").strip()
 
 
-def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int]:
+def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int, float]:
     with tempfile.TemporaryDirectory(prefix="xtts_ft_decode_") as tmp:
         out = os.path.join(tmp, "decoded.wav")
         cmd = ["ffmpeg", "-nostdin", "-v", "error", "-i", path, "-vn", "-acodec", "pcm_f32le", "-f", "wav", out]
@@ -119,7 +128,7 @@ def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int]:
             data, rate = sf.read(out, dtype="float32", always_2d=True)
         except (sf.LibsndfileError, RuntimeError) as exc:
             raise DecodeError(f"ffmpeg output unreadable ({exc})") from None
-        return data, rate
+        return data, rate, FULL_SCALE
 
 
 def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
@@ -176,7 +185,7 @@ def process_audio(job: AudioJob) -> AudioResult:
         return AudioResult(job.clip_id, reason, detail, duration)
 
     try:
-        data, rate = decode(job.src, s.decode_limit_s)
+        data, rate, full_scale = decode(job.src, s.decode_limit_s)
     except DecodeError as exc:
         return reject("unreadable", str(exc))
     except TooLongToDecode as exc:
@@ -187,7 +196,7 @@ def process_audio(job: AudioJob) -> AudioResult:
     if not np.isfinite(peak):
         bad = data.size - int(np.count_nonzero(np.isfinite(data)))
         return reject("non_finite", f"{bad} NaN/Inf samples")
-    clipped = 0.0 if peak < FULL_SCALE else np.count_nonzero(np.abs(data) >= FULL_SCALE) / data.size
+    clipped = 0.0 if peak < full_scale else np.count_nonzero(np.abs(data) >= full_scale) / data.size
     mono = to_mono(data)
     del data
     peak = _peak(mono)

@@ -145,7 +145,11 @@ def _coqui_columns(fields: list[str], path: Path) -> Optional[dict[str, int]]:
 
 
 def read_coqui(root: Path, files: list[str], speaker: str) -> list[SourceEntry]:
-    """``audio_file|text|speaker_name`` rows (header optional, columns by header name when present)."""
+    """``audio_file|text|speaker_name`` rows (header optional, columns by header name when present).
+
+    Audio paths are relative to the dataset root (as coqui's own ``coqui`` formatter joins them);
+    a missing or empty speaker column gives the configured speaker name.
+    """
     entries = []
     for name in files:
         lines = read_text_lines(root / name)
@@ -175,11 +179,28 @@ def read_folder(root: Path, speaker: str, exclude: Optional[Path] = None) -> lis
 
     Hidden folders (and ``exclude``, the output folder when it lies inside the root) are skipped.
     An audio file without a transcript, or a transcript without audio, is ``missing_file``.
+    Folder links are followed inside the root; a folder link leading outside it is one
+    ``outside_root`` entry (its files are not read), and a folder reached twice is read once.
     """
     entries = []
-    for folder, dirs, names in os.walk(root):
+    seen = {root}
+    for folder, dirs, names in os.walk(root, followlinks=True):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (exclude is None or here / d != exclude))
+        keep = []
+        for d in sorted(dirs, key=lambda d: ((here / d).is_symlink(), d)):  # real folders before links
+            if d.startswith(".") or (exclude is not None and here / d == exclude):
+                continue
+            real = (here / d).resolve()
+            rel = (here / d).relative_to(root).as_posix()
+            if real != root and root not in real.parents:
+                detail = f"folder link to '{real}', outside the dataset folder; its files were not read"
+                entries.append(SourceEntry(rel + "/", rel + "/", "", speaker, rejection=("outside_root", detail)))
+            elif real in seen:
+                log.warning("folder %s leads to a folder already read (%s); not read twice", rel, real)
+            else:
+                seen.add(real)
+                keep.append(d)
+        dirs[:] = keep
         audio = sorted(n for n in names if _is_audio_name(n))
         texts = {n[:-4] for n in names if n.lower().endswith(".txt")}
         for name in audio:
