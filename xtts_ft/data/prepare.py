@@ -130,8 +130,7 @@ def prepare_dataset(
     }
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
-    for line in report.summary_lines():
-        log.info("%s", line)
+    log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)
     if report.kept == 0:
         top = ", ".join(f"{r} {c}" for r, c in report.top_reasons()) or "none"
         raise DataError(
