@@ -47,3 +47,56 @@ def train_steps(model, tokenizer, steps: int = 2, lr: float = 1e-3) -> None:
         out["loss"].backward()
         opt.step()
         opt.zero_grad()
+
+
+def write_fake_run(run_dir, steps=(200, 400, 600), sentences=("selam", "ende't neh"), speakers=("spk_a", "spk_b")):
+    """A run dir as the trainer and the eval hook leave it: metrics.jsonl, samples/, checkpoints/.
+
+    Returns the number of sample WAVs listed in samples/index.jsonl.
+    """
+    import json
+    import math
+    from pathlib import Path
+
+    import soundfile as sf
+
+    run_dir = Path(run_dir)
+    (run_dir / "samples").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for step in range(10, max(steps) + 1, 10):
+        loss = 3.0 * math.exp(-step / 300) + 0.5
+        row = {"step": step, "loss": loss, "loss_text_ce": 0.02 * loss, "loss_mel_ce": 0.98 * loss,
+               "lr": 5e-6 * min(1.0, step / 100), "grad_norm": 1.0 + 0.1 * (step % 7), "loss_scale": 1024.0 * 2 ** (step // 200),
+               "skipped_steps": step // 250}
+        if step == 330:
+            row.pop("loss_scale")  # tolerated: keys come and go (bf16 runs have no loss scale)
+        lines.append(json.dumps(row))
+        if step in steps:
+            lines.append(json.dumps({"split": "eval", "step": step, "eval_loss": loss + 0.2 - step / 5000,
+                                     "eval_loss_mel_ce": loss + 0.1}))
+    lines.append("{not json")
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    n = 0
+    with (run_dir / "samples" / "index.jsonl").open("w", encoding="utf-8") as index:
+        for k, step in enumerate(steps):
+            step_dir = run_dir / "samples" / f"step_{step:06d}"
+            step_dir.mkdir(parents=True, exist_ok=True)
+            samples = []
+            for s, speaker in enumerate(speakers):
+                for i, text in enumerate(sentences):
+                    name = f"{speaker}_{i}.wav"
+                    sf.write(str(step_dir / name), voice_like(1.5, f0=120 + 20 * s, seed=i), 24000)
+                    samples.append({"name": name[:-4], "speaker": speaker, "index": i, "text": text,
+                                    "normalized_text": text, "path": f"samples/step_{step:06d}/{name}",
+                                    "n_codes": 30 + i, "max_codes": 400, "ended_with_stop": (i + k) % 2 == 0,
+                                    "duration_s": 1.5, "seconds_per_char": 0.1, "seconds_per_char_in_range": i == 0,
+                                    "silence_ratio": 0.1 * k, "rtf": 0.4, "synthesis_s": 0.2})
+                    n += 1
+            metrics = {"sample_stop_rate": 0.5 + 0.2 * k, "sample_silence_ratio": 0.1 * k, "sample_rtf": 0.4,
+                       "sample_seconds_per_char": 0.1, "mcd": 9.0 - k}
+            index.write(json.dumps({"step": step, "dir": f"samples/step_{step:06d}", "samples": samples,
+                                    "mcd_samples": [], "metrics": metrics,
+                                    "seconds_per_char_range": [0.06, 0.14]}) + "\n")
+    for step in steps[1:]:
+        (run_dir / "checkpoints" / f"step_{step:06d}").mkdir(parents=True, exist_ok=True)
+    return n

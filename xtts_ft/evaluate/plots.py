@@ -49,7 +49,7 @@ def clean_series(label: str, points: Sequence[tuple[float, Optional[float]]], st
     return Series(label, xs, ys, style) if xs else None
 
 
-def render_png(spec: PlotSpec, *, width_in: float = 6.4, height_in: float = 3.0, dpi: int = 100) -> bytes:
+def render_png(spec: PlotSpec, *, width_in: float = 5.2, height_in: float = 2.8, dpi: int = 100) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -31,7 +31,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans Ethiopic",
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}
 th{background:#f4f4f4}.best{font-weight:bold;background:#eef8ee}.bad{color:#b00}.muted{color:#777}
-.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:12px}
 .plots figure{margin:0}.plots img{width:100%;height:auto;border:1px solid #eee}
 audio{height:32px;width:260px}td.text{max-width:420px}
 """
@@ -163,7 +163,7 @@ def _checkpoint_table(run_dir: Path, evals: list[dict], index: list[dict]) -> st
     for s in steps:
         m = sample_metrics.get(s, {})
         cls = ' class="best"' if s in (best_loss, best_mcd) else ""
-        marks = " ".join(x for x, b in (("lowest eval loss", best_loss), ("lowest MCD", best_mcd)) if b == s)
+        marks = ", ".join(x for x, b in (("lowest eval loss", best_loss), ("lowest MCD", best_mcd)) if b == s)
         ck = f'<a href="{_src(ckpts[s])}">{html.escape(ckpts[s])}</a>' if s in ckpts else '<span class="muted">—</span>'
         out.append(
             f"<tr{cls}><td>{s}{(' (' + marks + ')') if marks else ''}</td><td>{_fmt(eval_loss.get(s), 4)}</td>"
@@ -184,7 +184,7 @@ def _audio(run_dir: Path, path: Optional[str]) -> str:
             p = p.resolve().relative_to(run_dir.resolve())
         except ValueError:
             return f'<span class="muted" title="{html.escape(path)}">outside the run dir</span>'
-    return f'<audio controls preload="none" src="{_src(p.as_posix())}"></audio>'
+    return f'<audio controls preload="metadata" src="{_src(p.as_posix())}"></audio>'
 
 
 def _sample_rows(run_dir: Path, samples: list[dict], with_reference: bool) -> str:
