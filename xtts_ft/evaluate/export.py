@@ -244,6 +244,8 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
+    if not (ckpt_dir / TRAINING_STATE).is_file():
+        raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
     vocab = ckpt_dir / "vocab.json"
     if not vocab.is_file():
         raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
