@@ -96,7 +96,8 @@ def evaluate_step(
     duration_range: Optional[tuple[float, float]] = None,
     writer=None,
 ) -> dict[str, float]:
-    """One evaluation of ``model`` (an XttsTrainingModel, or a bare Xtts) at ``step``."""
+    """One evaluation of ``model`` (an XttsTrainingModel, possibly DDP-wrapped, or a bare Xtts) at ``step``."""
+    model = getattr(model, "module", model)  # DistributedDataParallel wraps the training model
     xtts = getattr(model, "xtts", model)
     ev = cfg.evaluation
     run_dir = Path(run_dir)

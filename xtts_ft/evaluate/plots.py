@@ -52,6 +52,7 @@ def clean_series(label: str, points: Sequence[tuple[float, Optional[float]]], st
 def render_png(spec: PlotSpec, *, width_in: float = 5.2, height_in: float = 2.8, dpi: int = 100) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(width_in, height_in), dpi=dpi)
     FigureCanvasAgg(fig)
@@ -68,6 +69,7 @@ def render_png(spec: PlotSpec, *, width_in: float = 5.2, height_in: float = 2.8,
         ax.set_yscale("log")
     ax.set_title(spec.title, fontsize=11)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(spec.ylabel)
     ax.grid(True, alpha=0.3)
     if len(spec.series) > 1 or spec.band is not None:
