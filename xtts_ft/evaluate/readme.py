@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TOKENIZER_IMPORT = "from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer"
+TOKENIZER_IMPORT = "from xtts_ft.tokenizer import AmharicTokenizer"
 EXAMPLE_TEXT = "ሰላም፣ እንዴት ነህ?"
 
 
