@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def small_config(run_dir: Path, **sections) -> Config:
     t = cfg.training
     t.max_steps, t.batch_size, t.lr, t.warmup_steps, t.num_workers, t.log_every = 6, 2, 1e-3, 2, 0, 1
     t.min_conditioning_s, t.max_conditioning_s = 0.4, 0.8
-    cfg.evaluation.every_steps, cfg.evaluation.max_eval_batches = 0, 2
+    cfg.evaluation.every_steps, cfg.evaluation.max_eval_batches, cfg.evaluation.eval_at_start = 0, 1, False
     cfg.checkpoint.every_steps, cfg.checkpoint.keep_last = 3, 2
     cfg.stability.max_consecutive_bad_steps, cfg.stability.max_rollbacks, cfg.stability.snapshot_every = 3, 1, 2
     for section, values in sections.items():
@@ -122,13 +123,35 @@ def small_config(run_dir: Path, **sections) -> Config:
     return cfg
 
 
+@pytest.fixture(scope="session")
+def codes_cache(built_model, dataset, tokenizer, tmp_path_factory) -> Path:
+    """DVAE codes of every test clip, computed once; runs start with a copy (tests of the cache itself do not)."""
+    import torch
+
+    from xtts_ft.model import model_limits
+    from xtts_ft.train.codes_cache import build_codes_cache
+    from xtts_ft.train.data import Limits, load_clips
+
+    limits = Limits(**model_limits(built_model.xtts))
+    clips = [c for csv in dataset for c in load_clips(csv, tokenizer, "am", limits, progress=False)[0]]
+    out = tmp_path_factory.mktemp("codes")
+    build_codes_cache(built_model, clips, out, torch.device("cpu"), progress=False)
+    return out
+
+
 @pytest.fixture
-def trainer(tiny_base, vocab, tokenizer, dataset, model_factory):
-    """``trainer(cfg, **hooks)`` runs ``run_training`` on the tiny model and the synthetic dataset."""
+def trainer(tiny_base, vocab, tokenizer, dataset, model_factory, codes_cache):
+    """``trainer(cfg, **hooks)`` runs ``run_training`` on the tiny model and the synthetic dataset.
+
+    The run dir starts with the session's DVAE code cache unless ``seed_cache=False``.
+    """
     from xtts_ft.train.loop import run_training
 
-    def run(cfg: Config, **kwargs):
+    def run(cfg: Config, seed_cache: bool = True, **kwargs):
         kwargs.setdefault("model_factory", model_factory)
+        target = Path(cfg.run.output_dir) / "cache" / "dvae_codes"
+        if seed_cache and not target.exists():
+            shutil.copytree(codes_cache, target)
         return run_training(
             cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
             eval_csv=dataset[1], run_dir=Path(cfg.run.output_dir), tokenizer=tokenizer, **kwargs,
