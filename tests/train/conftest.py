@@ -167,3 +167,22 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 def train_lines(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir) if "loss" in r and r.get("split") != "eval" and "event" not in r]
+
+
+@pytest.fixture
+def script_args(tiny_base, vocab, dataset, codes_cache):
+    """Write the JSON that scripts/run_small.py reads; the run dir starts with the code cache."""
+
+    def make(run_dir: Path, sections: dict | None = None, weights_out: Path | None = None) -> Path:
+        shutil.copytree(codes_cache, run_dir / "cache" / "dvae_codes")
+        args = {"base": str(tiny_base.root), "vocab": str(vocab[0]), "base_vocab_size": vocab[1],
+                "train_csv": str(dataset[0]), "eval_csv": str(dataset[1]), "run_dir": str(run_dir),
+                "sections": sections or {}, "weights_out": str(weights_out) if weights_out else None}
+        path = run_dir.parent / f"{run_dir.name}.json"
+        path.write_text(json.dumps(args))
+        return path
+
+    return make
+
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "run_small.py"
