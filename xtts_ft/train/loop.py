@@ -409,32 +409,28 @@ class FineTuneRecipe:
     def _eval_losses(self) -> dict[str, float]:
         keys = ("loss", "loss_text_ce", "loss_mel_ce")
         totals, count = torch.zeros(3, device=self.device), 0
-        batches = eval_batches(self.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
-        self.model.eval()
-        try:
-            for keys_batch in batches:
-                batch = collate([self.eval_set[k] for k in keys_batch])
-                with self.policy.autocast():
-                    out = self.model(**self.model_inputs(batch, train=False))  # coqui evaluates without the prompt mask
-                n = len(keys_batch)
-                totals += torch.stack([out[k].float() for k in keys]) * n
-                count += n
-        finally:
-            self.model.train()
+        for keys_batch in eval_batches(self.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches):
+            batch = collate([self.eval_set[k] for k in keys_batch])
+            with self.policy.autocast():
+                out = self.model(**self.model_inputs(batch, train=False))  # coqui evaluates without the prompt mask
+            totals += torch.stack([out[k].float() for k in keys]) * len(keys_batch)
+            count += len(keys_batch)
         values = (totals / count).tolist()
         return {f"eval_{k}": v for k, v in zip(keys, values)}
 
     def evaluate(self) -> bool:
-        """Eval losses (+ the eval hook) on rank 0; returns True when this is the best eval loss so far."""
+        """Eval losses, then the eval hook (model in eval mode), on rank 0; True when the eval loss is a new best."""
         result = None
         if self.is_main and self.eval_clips:
-            losses = self._eval_losses()
-            extra = {}
-            if self.eval_hook is not None:
-                with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                    extra = self.eval_hook(self.step, self.model) or {}
+            self.model.eval()
+            try:
+                losses, extra = self._eval_losses(), {}
+                if self.eval_hook is not None:
+                    with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                        extra = self.eval_hook(self.step, self.model) or {}
+                    extra = {k: float(v) for k, v in extra.items() if isinstance(v, (int, float))}
+            finally:
                 self.model.train()
-                extra = {k: float(v) for k, v in extra.items() if isinstance(v, (int, float))}
             self.metrics.evaluation(self.step, losses, extra)
             result = losses["eval_loss"]
         result = self.dist.broadcast_object(result)
