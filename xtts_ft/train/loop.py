@@ -40,11 +40,13 @@ from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
+from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
 from xtts_ft.train.metrics import MetricsLogger
-from xtts_ft.train.precision import PrecisionPolicy, fallback_policy, make_scaler, resolve_precision, scale_tensor
-from xtts_ft.train.preflight import check_forward_backward, check_setup, find_batch_size, pick_check_clips
-from xtts_ft.train.resume import check_compatible, choose_checkpoint, log_config_changes
+from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
+from xtts_ft.train.memory import enable_gradient_checkpointing, find_batch_size
+from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
+from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopSignals
@@ -124,7 +126,7 @@ class FineTuneRecipe:
         self.model = (self.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
         self.model.to(self.device)
         if tcfg.gradient_checkpointing:
-            self.model.xtts.gpt.gpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(self.model.xtts.gpt)
         self.model.train()
         self.vocab_fp = vocab_fingerprint(self.vocab_path)
         self.limits = Limits(**model_limits(self.model.xtts))
@@ -213,36 +215,24 @@ class FineTuneRecipe:
         return int(size)
 
     def _restore(self, state: dict, path: Path) -> tuple[int, int]:
-        """Load a verified checkpoint into the fresh model/optimizer; return the sampler position."""
+        """Continue from a verified checkpoint; returns the sampler position."""
         check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt)
-        self.model.gpt.load_state_dict(state["gpt"], strict=False)  # keys and shapes were just checked
-        self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:  # the config's hyper-parameters win over the saved ones
-            group["betas"] = tuple(self.tcfg.betas)
-            group["weight_decay"] = self.tcfg.weight_decay if group.get("name") == "decay" else 0.0
-        self.step, self.fresh = int(state["step"]), False
-        self.guard.load_state_dict(state["stability"])
-        self.lr_factor = float(state["lr_factor"])
-        self.first_eval_loss, self.best_eval_loss = state.get("first_eval_loss"), state.get("best_eval_loss")
-        self.last_eval_loss, self.saved_step, self.last_checkpoint = state.get("last_eval_loss"), self.step, path
-        saved = state.get("precision", self.policy.name)
-        if self.policy.name == "fp16" and saved != "fp16" and saved == fallback_policy(self.policy, self.device).name:
-            log.warning("resume: this run switched from fp16 to %s after its loss scale collapsed; it stays on %s", saved, saved)
-            self.policy = PrecisionPolicy(saved, self.device.type)
-        log_config_changes(state, self.tcfg)
-        rngs = state.get("rng") or []
-        self._rng_state = rngs[self.dist.rank] if len(rngs) == self.dist.world_size else None
-        s = state["sampler"]
-        same = (s["world_size"], s["batch_size"], s["num_clips"], s["seed"]) == (
-            self.dist.world_size, self._batch_size_hint(), len(self.train_clips), self.cfg.run.seed)
-        if self._rng_state is None or not same:
-            log.warning("resume: world size, batch size, seed or training set changed since %s; the data order restarts "
-                        "at the next epoch and random streams are reseeded (not bit-exact)", path)
-        log.info("resuming from %s at step %d", path, self.step)
-        return (s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0)
+        point = apply_checkpoint(
+            state, path, gpt=self.model.gpt, optimizer=self.optimizer, guard=self.guard, tcfg=self.tcfg,
+            policy=self.policy, device=self.device, rank=self.dist.rank, world_size=self.dist.world_size,
+            sampler_key=self._sampler_key(),
+        )
+        self.step, self.fresh, self.saved_step, self.last_checkpoint = point.step, False, point.step, path
+        self.lr_factor, self.policy, self._rng_state = point.lr_factor, point.policy, point.rng
+        self.first_eval_loss, self.best_eval_loss, self.last_eval_loss = (
+            point.first_eval_loss, point.best_eval_loss, point.last_eval_loss)
+        return point.position
 
-    def _batch_size_hint(self) -> int:
-        return int(self.tcfg.batch_size) if self.tcfg.batch_size != "auto" else -1
+    def _sampler_key(self) -> dict:
+        """What must not change for the saved data position to mean the same batches."""
+        batch_size = int(self.tcfg.batch_size) if self.tcfg.batch_size != "auto" else -1
+        return {"world_size": self.dist.world_size, "batch_size": batch_size, "num_clips": len(self.train_clips),
+                "seed": self.cfg.run.seed}
 
     def _seed_or_restore_rng(self) -> None:
         if self._rng_state is not None:
@@ -405,26 +395,15 @@ class FineTuneRecipe:
         )
 
     # ------------------------------------------------------------------ evaluate
-    @torch.no_grad()
-    def _eval_losses(self) -> dict[str, float]:
-        keys = ("loss", "loss_text_ce", "loss_mel_ce")
-        totals, count = torch.zeros(3, device=self.device), 0
-        for keys_batch in eval_batches(self.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches):
-            batch = collate([self.eval_set[k] for k in keys_batch])
-            with self.policy.autocast():
-                out = self.model(**self.model_inputs(batch, train=False))  # coqui evaluates without the prompt mask
-            totals += torch.stack([out[k].float() for k in keys]) * len(keys_batch)
-            count += len(keys_batch)
-        values = (totals / count).tolist()
-        return {f"eval_{k}": v for k, v in zip(keys, values)}
-
     def evaluate(self) -> bool:
         """Eval losses, then the eval hook (model in eval mode), on rank 0; True when the eval loss is a new best."""
         result = None
         if self.is_main and self.eval_clips:
             self.model.eval()
             try:
-                losses, extra = self._eval_losses(), {}
+                batches = eval_batches(self.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
+                losses = eval_losses(self.model, self.eval_set, batches, self.policy.autocast, self.model_inputs)
+                extra = {}
                 if self.eval_hook is not None:
                     with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                         extra = self.eval_hook(self.step, self.model) or {}
@@ -480,9 +459,7 @@ class FineTuneRecipe:
         self.saved_step = self.step
 
     def _sampler_state(self) -> dict:
-        state = self.sampler.state_dict(self.data_position)
-        state["batch_size"] = self._batch_size_hint()
-        return state
+        return {**self.sampler.state_dict(self.data_position), **self._sampler_key()}
 
     # ------------------------------------------------------------------ cleanup
     def _resume_hint(self) -> str:

@@ -103,23 +103,3 @@ def check_forward_backward(
         gpt.zero_grad(set_to_none=True)
     log.info("pre-flight: first batch loss %.4f (finite)", value)
     return value
-
-
-def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limit: int) -> int:
-    """``training.batch_size: auto``: the largest power of two (<= limit) whose step fits in GPU memory."""
-    if device.type != "cuda":
-        log.info("batch_size auto: 4 on %s (memory probing is for GPUs)", device)
-        return min(4, limit)
-    best, size = 0, 1
-    while size <= limit:
-        try:
-            try_batch(size)
-        except torch.cuda.OutOfMemoryError:
-            break
-        finally:
-            torch.cuda.empty_cache()
-        best, size = size, size * 2
-    if best == 0:
-        raise TrainingStopped("batch_size auto: even one clip does not fit in GPU memory; shorten dataset.max_duration_s")
-    log.info("batch_size auto: %d (largest power of two that fits the longest clips)", best)
-    return best

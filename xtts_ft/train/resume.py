@@ -15,15 +15,18 @@ is allowed: the new value is used and the change is logged.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import torch
 import torch.nn as nn
 
 from xtts_ft.config import TrainingConfig
 from xtts_ft.errors import CheckpointError
 from xtts_ft.train.checkpoint import META_FILE, find_latest_checkpoint, list_checkpoints
-from xtts_ft.train.stability import gpt_state_dict
+from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
+from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +86,54 @@ def log_config_changes(state: dict, current: TrainingConfig) -> list[str]:
     for change in changes:
         log.info("resume: %s (the checkpoint's value is replaced by the config's)", change)
     return changes
+
+
+@dataclass
+class ResumePoint:
+    """What the loop continues from, besides the weights and optimizer state loaded in place."""
+
+    step: int
+    lr_factor: float
+    policy: PrecisionPolicy
+    position: tuple[int, int]  # sampler (epoch, batch_index) of the next batch
+    rng: Optional[dict]  # this rank's RNG states, None when they cannot be matched
+    first_eval_loss: Optional[float]
+    best_eval_loss: Optional[float]
+    last_eval_loss: Optional[float]
+
+
+def apply_checkpoint(
+    state: dict, path: Path, *, gpt: nn.Module, optimizer: torch.optim.Optimizer, guard: StabilityGuard,
+    tcfg: TrainingConfig, policy: PrecisionPolicy, device: torch.device, rank: int, world_size: int,
+    sampler_key: dict,
+) -> ResumePoint:
+    """Load a verified checkpoint into the fresh GPT/optimizer/guard; return where training continues.
+
+    ``sampler_key`` (world_size, batch_size, num_clips, seed) must match the saved one for the data
+    order to continue exactly; otherwise it restarts at the next epoch (logged).
+    """
+    gpt.load_state_dict(state["gpt"], strict=False)  # keys and shapes were checked by check_compatible
+    optimizer.load_state_dict(state["optimizer"])
+    for group in optimizer.param_groups:  # the config's hyper-parameters win over the saved ones
+        group["betas"] = tuple(tcfg.betas)
+        group["weight_decay"] = tcfg.weight_decay if group.get("name") == "decay" else 0.0
+    guard.load_state_dict(state["stability"])
+    saved = state.get("precision", policy.name)
+    if policy.name == "fp16" and saved != "fp16" and saved == fallback_policy(policy, device).name:
+        log.warning("resume: this run switched from fp16 to %s after its loss scale collapsed; it stays on %s", saved, saved)
+        policy = PrecisionPolicy(saved, device.type)
+    log_config_changes(state, tcfg)
+    rngs = state.get("rng") or []
+    rng = rngs[rank] if len(rngs) == world_size else None
+    s = state["sampler"]
+    same = all(s.get(k) == v for k, v in sampler_key.items())
+    if rng is None or not same:
+        log.warning("resume: world size, batch size, seed or training set changed since %s; the data order restarts "
+                    "at the next epoch and random streams are reseeded (not bit-exact)", path)
+    log.info("resuming from %s at step %d", path, int(state["step"]))
+    return ResumePoint(
+        step=int(state["step"]), lr_factor=float(state["lr_factor"]), policy=policy,
+        position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0), rng=rng,
+        first_eval_loss=state.get("first_eval_loss"), best_eval_loss=state.get("best_eval_loss"),
+        last_eval_loss=state.get("last_eval_loss"),
+    )
