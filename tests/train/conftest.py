@@ -165,8 +165,15 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def read_events(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def train_lines(run_dir: Path) -> list[dict]:
-    return [r for r in read_metrics(run_dir) if "loss" in r and r.get("split") != "eval" and "event" not in r]
+    lines = [r for r in read_metrics(run_dir) if r.get("split") != "eval"]
+    assert all("loss" in r and "event" not in r for r in lines)  # metrics.jsonl: step lines and eval lines only
+    return lines
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 import yaml
-from conftest import read_metrics, small_config, train_lines
+from conftest import read_events, read_metrics, small_config, train_lines
 
 from xtts_ft.errors import CheckpointError, TrainingStopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -63,7 +63,7 @@ def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_for_auto_resum
     monkeypatch.setattr(ckpt, "write_state", real_write)
     result = trainer(small_config(run))  # checkpoint.resume: auto
     assert result.step == 6 and [s for s, _ in ckpt.list_checkpoints(run)] == [3, 6]
-    assert [r for r in read_metrics(run) if r.get("event") == "resume"][0]["checkpoint"].endswith("step_000003")
+    assert [r for r in read_events(run) if r.get("event") == "resume"][0]["checkpoint"].endswith("step_000003")
     assert not any(p.name.startswith(".") for p in (run / "checkpoints").iterdir())
 
 
@@ -92,7 +92,7 @@ def test_a_truncated_checkpoint_is_named_and_auto_resume_falls_back(trainer, tmp
     assert result.step == 8
     last = train_lines(run)[-1]
     assert last["step"] == 8 and last["lr"] == pytest.approx(5e-4)  # the new LR is honoured
-    assert [r for r in read_metrics(run) if r.get("event") == "resume"][0]["checkpoint"].endswith("step_000003")
+    assert [r for r in read_events(run) if r.get("event") == "resume"][0]["checkpoint"].endswith("step_000003")
 
 
 def test_another_vocabulary_or_model_shape_is_refused(trainer, vocab, built_model, tmp_path):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import torch
-from conftest import SCRIPT, read_metrics, train_lines
+from conftest import SCRIPT, read_events, train_lines
 
 from xtts_ft.train.stability import gpt_state_dict
 
@@ -32,5 +32,5 @@ def test_two_process_gloo_run_keeps_ranks_identical(script_args, built_model, tm
         assert torch.equal(ranks[0][key], ranks[1][key]), key
     assert any(not torch.equal(ranks[0][k], start[k]) for k in start)  # they did train
     assert [r["step"] for r in train_lines(run)] == [1, 2, 3]  # rank 0 alone writes metrics
-    assert [r["step"] for r in read_metrics(run) if r.get("event") == "checkpoint"] == [3]  # one writer, one save
+    assert [r["step"] for r in read_events(run) if r.get("event") == "checkpoint"] == [3]  # one writer, one save
     assert (run / "checkpoints" / "step_000003" / "meta.json").is_file()

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import read_metrics, small_config, train_lines
+from conftest import read_events, small_config, train_lines
 
 from xtts_ft.errors import TrainingStopped
 
@@ -53,7 +53,7 @@ def test_consecutive_bad_steps_roll_back_and_lower_the_lr(trainer, tmp_path):
     run = tmp_path / "run"
     result = trainer(small_config(run, training={"max_steps": 6}), fault_injector=inject)
     assert result.step == 6
-    events = [r for r in read_metrics(run) if r.get("event") == "rollback"]
+    events = [r for r in read_events(run) if r.get("event") == "rollback"]
     assert len(events) == 1 and events[0]["failed_at"] == 6 and events[0]["step"] == 2 and events[0]["lr_factor"] == 0.5
     assert calls == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5]  # resumed from the snapshot at step 2
     lines = train_lines(run)
@@ -82,7 +82,7 @@ def test_too_many_rollbacks_stop_with_the_module_that_went_non_finite(trainer, m
     assert "module 'xtts.gpt.gpt.h.1.mlp' produced the first non-finite value" in msg
     assert "1 rollback(s)" in msg and "lower training.lr" in msg and "precision.mode: fp32" in msg and "clip_" in msg
     assert "\n" not in msg
-    events = [r["event"] for r in read_metrics(run) if "event" in r]
+    events = [r["event"] for r in read_events(run)]
     assert events.count("rollback") == 1 and events[-1] == "stopped"
 
 
@@ -122,7 +122,7 @@ def test_collapsing_loss_scale_switches_the_run_to_a_safer_precision(trainer, tm
     assert result.step == 6
     lines = train_lines(run)
     assert [r["loss_scale"] for r in lines[:2]] == [1024.0, 512.0] and lines[0]["precision"] == "fp16"
-    switch = [r for r in read_metrics(run) if r.get("event") == "precision_switch"]
+    switch = [r for r in read_events(run) if r.get("event") == "precision_switch"]
     assert len(switch) == 1 and switch[0]["step"] == 2 and switch[0]["loss_scale"] == 256.0  # 512 * 0.5 < 300
     assert switch[0]["old"] == "fp16" and switch[0]["new"] == "fp32"  # CPU: no bf16 GPU to fall back to
     assert [r["precision"] for r in lines[2:]] == ["fp32"] * 4 and lines[-1]["skipped_steps"] == 3

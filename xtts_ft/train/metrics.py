@@ -4,8 +4,9 @@ Every optimizer step: the bar advances (loss, LR, grad norm in its postfix) and 
 loss, LR, grad norm and loss scale. Every ``training.log_every`` steps: one console line and one
 JSON object in ``<run_dir>/metrics.jsonl`` with the interval's mean losses and the current LR,
 grad norm, loss scale, skip counters, samples/s and ETA. Evaluations add a line with
-``"split": "eval"``; events (resume, rollback, precision switch, stop) add a line with ``"event"``.
-Non-finite numbers are written as ``null`` (JSON has no NaN).
+``"split": "eval"``. Events (checkpoint, resume, rollback, precision switch, stop) go to
+``<run_dir>/events.jsonl``, one object with ``"event"`` and ``"step"`` per line, so metrics.jsonl
+holds only step and eval lines. Non-finite numbers are written as ``null`` (JSON has no NaN).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class MetricsLogger:
         self.max_steps = max_steps
         self.log_every = log_every
         self._reset_interval()
-        self._jsonl = None
+        self._jsonl = self._events = None
         self._tb = None
         self._bar = None
         if not enabled:
@@ -52,6 +53,7 @@ class MetricsLogger:
 
         run_dir.mkdir(parents=True, exist_ok=True)
         self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
         self._tb = SummaryWriter(str(run_dir / "tensorboard"))
         self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
 
@@ -62,10 +64,11 @@ class MetricsLogger:
         self._samples = 0
         self._seconds = 0.0
 
-    def _write(self, record: dict) -> None:
+    def _write(self, record: dict, file=None) -> None:
+        file = file or self._jsonl
         record = {k: _clean(v) for k, v in record.items()}
-        self._jsonl.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
-        self._jsonl.flush()
+        file.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+        file.flush()
 
     def train_step(
         self, step: int, stats: StepStats, *, lr: float, guard: StabilityGuard, precision: str, epoch: int,
@@ -122,7 +125,7 @@ class MetricsLogger:
 
     def event(self, step: int, event: str, **fields: Any) -> None:
         if self.enabled:
-            self._write({"step": step, "event": event, **fields, "time": time.time()})
+            self._write({"step": step, "event": event, **fields, "time": time.time()}, self._events)
 
     def close(self) -> None:
         if not self.enabled:
@@ -130,4 +133,5 @@ class MetricsLogger:
         self._bar.close()
         self._tb.close()
         self._jsonl.close()
+        self._events.close()
         self.enabled = False
