@@ -168,6 +168,12 @@ class TrainingConfig:
     cache_dvae_codes: bool = opt(True, "Compute the DVAE codes of training audio once and cache them on disk.")
     gradient_checkpointing: bool = opt(False, "Recompute GPT block activations in backward to save memory.")
     length_bucketing: bool = opt(True, "Batch clips of similar length together (less padding).")
+    min_conditioning_s: float = opt(
+        3.0, "Shortest voice prompt cut from the target clip each step, in seconds (coqui: 66,150 samples)."
+    )
+    max_conditioning_s: float = opt(
+        6.0, "Longest voice prompt cut from the target clip each step, in seconds (coqui: 132,300 samples)."
+    )
 
     def check(self, problems: list[str]) -> None:
         if self.max_steps < 1:
@@ -182,6 +188,12 @@ class TrainingConfig:
             problems.append(f"training.betas: {self.betas} must be two numbers in [0, 1)")
         if self.warmup_steps < 0 or self.grad_clip < 0 or self.log_every < 1:
             problems.append("training.warmup_steps/grad_clip must be >= 0 and training.log_every >= 1")
+        if self.num_workers < 0:
+            problems.append("training.num_workers: must be >= 0 (0 loads data in the training process)")
+        if self.new_token_lr_multiplier <= 0:
+            problems.append("training.new_token_lr_multiplier: must be > 0 (1.0 = same LR as every other row)")
+        if not 0 < self.min_conditioning_s <= self.max_conditioning_s:
+            problems.append("training.min_conditioning_s/max_conditioning_s: need 0 < min <= max (seconds)")
 
 
 @dataclass
@@ -194,12 +206,31 @@ class PrecisionConfig:
     backoff_factor: float = opt(0.5, "GradScaler: factor applied to the scale after an overflow.")
     min_scale: float = opt(1.0, "If the scale falls below this, warn and switch the run to bf16 or fp32.")
 
+    def check(self, problems: list[str]) -> None:
+        if self.init_scale <= 0 or self.min_scale <= 0 or self.growth_interval < 1:
+            problems.append("precision.init_scale/min_scale: must be > 0 and precision.growth_interval >= 1")
+        if not 0 < self.backoff_factor < 1:
+            problems.append(f"precision.backoff_factor: {self.backoff_factor} must be in (0, 1)")
+
 
 @dataclass
 class StabilityConfig:
     max_consecutive_bad_steps: int = opt(10, "Non-finite steps in a row before rolling back to the last good checkpoint.")
     rollback_lr_factor: float = opt(0.5, "LR multiplier applied at each rollback.")
     max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
+    snapshot_every: int = opt(
+        100,
+        "Refresh the in-memory rollback copy (GPT weights, optimizer, loss scaler; kept in CPU RAM, about 3x the "
+        "GPT's size) every this many good steps.",
+    )
+
+    def check(self, problems: list[str]) -> None:
+        if self.max_consecutive_bad_steps < 1 or self.max_rollbacks < 0 or self.snapshot_every < 1:
+            problems.append(
+                "stability.max_consecutive_bad_steps/snapshot_every: must be >= 1 and stability.max_rollbacks >= 0"
+            )
+        if not 0 < self.rollback_lr_factor <= 1:
+            problems.append(f"stability.rollback_lr_factor: {self.rollback_lr_factor} must be in (0, 1]")
 
 
 @dataclass
@@ -235,8 +266,13 @@ class EvaluationConfig:
     max_new_tokens: Optional[int] = opt(
         None, "Upper bound on audio codes generated per sample (about 21.5 per second); null: the model's limit."
     )
+    eval_at_start: bool = opt(
+        True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
+    )
 
     def check(self, problems: list[str]) -> None:
+        if self.every_steps < 0 or self.max_eval_batches < 1:
+            problems.append("evaluation.every_steps: must be >= 0 and evaluation.max_eval_batches >= 1")
         for f in self.speaker_wavs:
             if not Path(f).is_file():
                 problems.append(f"evaluation.speaker_wavs: file '{f}' does not exist")

@@ -1,0 +1,53 @@
+"""Run a small training in its own process (for the SIGTERM and the torchrun tests).
+
+Usage: python run_small.py ARGS.json   (or under torchrun). ARGS.json holds the paths of the test
+fixtures, config overrides (section -> {key: value}) and ``weights_out``: a folder where every rank
+writes its final GPT weights as rank<N>.pt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[2]), str(HERE.parent)]
+
+import torch  # noqa: E402
+from conftest import small_config  # noqa: E402
+
+from xtts_ft.base_model import BaseModelFiles  # noqa: E402
+from xtts_ft.model import build_training_model  # noqa: E402
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer  # noqa: E402
+from xtts_ft.train.loop import run_training  # noqa: E402
+from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
+
+
+def main() -> int:
+    args = json.loads(Path(sys.argv[1]).read_text())
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+    tokenizer = AmharicTokenizer(args["vocab"], normalizer=lambda s: s)
+    built = []
+
+    def factory(base, vocab, tok):
+        built.append(build_training_model(base, vocab, tok))
+        return built[-1]
+
+    cfg = small_config(Path(args["run_dir"]), **args.get("sections", {}))
+    result = run_training(
+        cfg, base=BaseModelFiles.from_dir(Path(args["base"])), vocab_path=Path(args["vocab"]),
+        base_vocab_size=args["base_vocab_size"], train_csv=Path(args["train_csv"]), eval_csv=Path(args["eval_csv"]),
+        run_dir=Path(args["run_dir"]), tokenizer=tokenizer, model_factory=factory,
+    )
+    if args.get("weights_out"):
+        rank = int(os.environ.get("RANK", "0"))
+        torch.save(gpt_state_dict(built[0].gpt), Path(args["weights_out"]) / f"rank{rank}.pt")
+    print(f"RESULT step={result.step} stopped_by_signal={result.stopped_by_signal}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""What a user sees: the LR schedule in metrics.jsonl and TensorBoard, eval lines, the eval hook, console lines."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, read_metrics, small_config, train_lines
+
+from xtts_ft.train import checkpoint as ckpt
+
+
+def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplog):
+    run = tmp_path / "run"
+    calls = []
+
+    def eval_hook(step, model):
+        calls.append((step, type(model).__name__, model.gpt.training))
+        return {"sample_seconds": 1.5, "ignored": "text"}
+
+    caplog.set_level(logging.INFO)
+    cfg = small_config(run, training={"max_steps": 6, "warmup_steps": 6, "log_every": 2, "grad_accum_steps": 2},
+                       evaluation={"every_steps": 4, "eval_at_start": True})
+    result = trainer(cfg, eval_hook=eval_hook)
+    lines = train_lines(run)
+    assert [r["step"] for r in lines] == [2, 4, 6]
+    assert [r["lr"] for r in lines] == pytest.approx([2e-3 / 6, 4e-3 / 6, 1e-3])  # linear warm-up over 6 steps
+    for key in ("loss", "loss_text_ce", "loss_mel_ce", "lr", "grad_norm", "loss_scale", "skipped_steps", "samples_per_s", "eta_s"):
+        assert key in lines[0]
+    evals = [r for r in read_metrics(run) if r.get("split") == "eval"]
+    assert [r["step"] for r in evals] == [0, 4, 6]
+    assert all({"eval_loss", "eval_loss_text_ce", "eval_loss_mel_ce"} <= set(r) and r["sample_seconds"] == 1.5 for r in evals)
+    assert "ignored" not in evals[0]
+    assert calls == [(0, "XttsTrainingModel", False), (4, "XttsTrainingModel", False), (6, "XttsTrainingModel", False)]
+    assert result.first_eval_loss == evals[0]["eval_loss"] and result.final_eval_loss == evals[-1]["eval_loss"]
+    assert "effective batch 4" in caplog.text and "samples/s" in caplog.text and "eta" in caplog.text
+    state = ckpt.load_training_state(result.last_checkpoint)
+    assert state["sampler"]["batch_index"] + 6 * state["sampler"]["epoch"] == 12  # 2 micro-batches per step
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    lr = [e.value for e in acc.Scalars("train/lr")]
+    assert len(lr) == 6 and lr == sorted(lr) and lr[0] < lr[-1]  # every step, rising through warm-up
+    assert len(acc.Scalars("train/grad_norm")) == 6 and len(acc.Scalars("eval/loss")) == 3
+    assert "TTS.tts.layers.xtts.trainer.dataset" not in sys.modules  # never imported (it sets torch threads)
+
+
+def test_importing_the_package_changes_nothing_global():
+    code = (
+        "import signal, torch; n = torch.get_num_threads(); h = signal.getsignal(signal.SIGTERM); "
+        "import xtts_ft.train, xtts_ft.train.loop, xtts_ft.train.data, xtts_ft.train.distributed; "
+        "assert torch.get_num_threads() == n and signal.getsignal(signal.SIGTERM) is h; "
+        "import sys; assert not any(m.startswith('TTS.tts.layers.xtts.trainer') for m in sys.modules); print('clean')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "clean", out.stderr[-2000:]

@@ -1,0 +1,262 @@
+"""Checkpoints: one self-contained folder per save, written atomically, verified before use.
+
+Layout (together with the base model folder named in ``meta.json``, it is all a resume or an export
+needs)::
+
+    <run_dir>/checkpoints/step_000500/
+        training_state.pt   GPT weights, optimizer, loss scaler, step, epoch, sampler position, RNG
+                            states, stability counters, LR factor (loads with weights_only=True:
+                            tensors, numbers, strings, lists and dicts only - no numpy objects)
+        meta.json           step, eval loss, vocab fingerprint, base model, sha256 of training_state.pt
+        vocab.json          the (extended) vocabulary the GPT was trained with
+        config.yaml         the resolved run config
+
+Writing: every file goes to a staging folder ``.tmp_step_000500_<pid>`` in the same directory
+(temp file, flush, fsync, ``os.replace``), the folder is fsynced and renamed into place, and the
+parent directory is fsynced. A crash or a full disk at any point leaves the previous checkpoints
+untouched and at most a staging folder, which is ignored and cleaned up later.
+
+Reading: ``meta.json`` must parse and the sha256 of ``training_state.pt`` must match; a damaged
+checkpoint is a :class:`CheckpointError` naming the folder, and ``find_latest_checkpoint`` skips it
+(with a warning) in favour of the previous good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from xtts_ft.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "training_state.pt"
+META_FILE = "meta.json"
+FORMAT = 1
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, to hash each file once
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+# --- atomic writing -------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """Write ``path`` through ``write(file)`` into a temp file beside it, fsync, rename, fsync the dir."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+
+
+def write_state(state: dict, f) -> None:
+    """Serialise the training state (a module-level function so tests can simulate a crash mid-write)."""
+    torch.save(state, f)
+
+
+def file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _verified:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        _verified[key] = h.hexdigest()
+    return _verified[key]
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, state: dict, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None]
+) -> Path:
+    """Write ``checkpoints/step_<step>/`` atomically and return its path."""
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_dir_name(step)
+    stage = root / f".tmp_{final.name}_{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
+    atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
+    tmp_cfg = stage / ".config.yaml.tmp"
+    write_config(tmp_cfg)
+    atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
+    tmp_cfg.unlink()
+    meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
+    _fsync_dir(stage)
+    if final.exists():  # the same step saved again (e.g. after a rollback): swap the folders
+        trash = root / f".trash_{final.name}_{os.getpid()}"
+        os.replace(final, trash)
+        os.replace(stage, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(stage, final)
+    _fsync_dir(root)
+    return final
+
+
+def clean_staging(run_dir: Path) -> None:
+    """Remove staging folders left by an interrupted save."""
+    root = checkpoint_root(run_dir)
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith((".tmp_", ".trash_")):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_meta(ckpt_dir: Path) -> dict:
+    path = Path(ckpt_dir) / META_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{ckpt_dir}: no {META_FILE}; not a checkpoint folder (or its save was interrupted)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise CheckpointError(f"{path}: unreadable ({exc}); the checkpoint is damaged, use an earlier one") from None
+    if not isinstance(meta, dict) or "training_state_sha256" not in meta:
+        raise CheckpointError(f"{path}: lacks training_state_sha256; the checkpoint is damaged, use an earlier one")
+    return meta
+
+
+def verify_checkpoint(ckpt_dir: Path) -> dict:
+    """Return meta.json after checking training_state.pt against its recorded sha256."""
+    meta = read_meta(ckpt_dir)
+    state = Path(ckpt_dir) / STATE_FILE
+    if not state.is_file():
+        raise CheckpointError(f"{state}: missing; the checkpoint is incomplete, use an earlier one")
+    if file_sha256(state) != meta["training_state_sha256"]:
+        raise CheckpointError(
+            f"{state}: checksum mismatch (file truncated or corrupted); delete {ckpt_dir} or resume from an earlier checkpoint"
+        )
+    return meta
+
+
+def load_training_state(ckpt_dir: Path) -> dict:
+    """The verified training state (``weights_only=True``), with its meta.json under ``"meta"``."""
+    ckpt_dir = Path(ckpt_dir)
+    meta = verify_checkpoint(ckpt_dir)
+    try:
+        state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: refused: not a plain weights file ({exc})") from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: cannot be read ({exc}); use an earlier checkpoint") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: not a training state of format {FORMAT}; start a new run dir")
+    state["meta"] = meta
+    return state
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every finished checkpoint folder, oldest first (not verified)."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / META_FILE).is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def find_latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    """The newest checkpoint that verifies; damaged ones are skipped with a warning."""
+    for _, path in reversed(list_checkpoints(run_dir)):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            log.warning("skipping damaged checkpoint: %s; falling back to the previous one", exc)
+            continue
+        return path
+    return None
+
+
+def best_checkpoint(run_dir: Path) -> Optional[Path]:
+    """The checkpoint with the lowest recorded eval loss (None if no checkpoint has one)."""
+    scored = []
+    for step, path in list_checkpoints(run_dir):
+        try:
+            loss = read_meta(path).get("eval_loss")
+        except CheckpointError:
+            continue
+        if isinstance(loss, (int, float)) and np.isfinite(loss):
+            scored.append((loss, step, path))
+    return min(scored)[2] if scored else None
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int, keep_best: bool) -> None:
+    """Delete all but the newest ``keep_last`` checkpoints and (with ``keep_best``) the best one."""
+    all_ckpts = list_checkpoints(run_dir)
+    keep = {p for _, p in all_ckpts[-keep_last:]}
+    best = best_checkpoint(run_dir) if keep_best else None
+    if best is not None:
+        keep.add(best)
+    for _, path in all_ckpts:
+        if path not in keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# --- RNG states as plain lists (weights_only-safe) ---------------------------------------------
+
+
+def capture_rng(device: torch.device) -> dict:
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    out = {
+        "python": [version, list(mt), gauss],
+        "numpy": [str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def restore_rng(state: dict, device: torch.device) -> None:
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)

@@ -1,0 +1,39 @@
+"""Evaluation losses: the GPT losses over fixed eval batches, as coqui's eval step computes them.
+
+Each eval clip gets a fixed prompt crop (mid length, from the start) and the forward runs without
+the prompt mask (``cond_idxs=None``), as coqui's ``GPTTrainer.eval_step`` does, under the run's
+autocast. The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_mel_ce``,
+read with one sync at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from xtts_ft.train.data import ClipDataset, collate
+from xtts_ft.train.sampler import ItemKey
+
+KEYS = ("loss", "loss_text_ce", "loss_mel_ce")
+
+
+@torch.no_grad()
+def eval_losses(
+    model: nn.Module,
+    dataset: ClipDataset,
+    batches: list[list[ItemKey]],
+    autocast: Callable,
+    model_inputs: Callable[..., dict],
+) -> dict[str, float]:
+    """``{"eval_loss", "eval_loss_text_ce", "eval_loss_mel_ce"}`` over ``batches`` (the model must be in eval mode)."""
+    device = next(model.parameters()).device
+    totals, count = torch.zeros(len(KEYS), device=device), 0
+    for keys in batches:
+        with autocast():
+            out = model(**model_inputs(collate([dataset[k] for k in keys]), train=False))
+        totals += torch.stack([out[k].float() for k in KEYS]) * len(keys)
+        count += len(keys)
+    values = (totals / max(count, 1)).tolist()
+    return {f"eval_{k}": v for k, v in zip(KEYS, values)}

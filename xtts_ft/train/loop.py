@@ -1,0 +1,483 @@
+"""The fine-tuning loop, readable top to bottom: setup, train (train_step), evaluate, save_checkpoint, cleanup.
+
+One optimizer step (``train_step``):
+
+1. ``lr = get_lr(step) * lr_factor`` on every param group (a pure function of the step);
+2. ``grad_accum_steps`` micro-batches: forward through the (DDP) wrapper under the precision
+   policy's autocast, ``scaler.scale(loss / accum).backward()`` (DDP all-reduces on the last one);
+3. ``scaler.unscale_``, then clip to ``grad_clip`` (the norm is of unscaled gradients);
+4. one fetch of losses, finite-loss count, grad norm and loss scale (the step's only sync);
+5. all finite: ``optimizer.step()`` (+ the new-token row LR correction) and ``scaler.update()``;
+   otherwise the step is skipped and counted (stability.py); ``zero_grad``.
+
+Around it: rollbacks and the fp16 -> bf16/fp32 switch (``_after_step``), evaluation every
+``evaluation.every_steps``, checkpoints every ``checkpoint.every_steps``, a clean stop on
+SIGINT/SIGTERM, and a final evaluation and checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import random
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.config import Config, dump_config
+from xtts_ft.errors import DataError, TrainingStopped
+from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
+from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
+from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
+from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
+from xtts_ft.train.evaluation import eval_losses
+from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.metrics import MetricsLogger
+from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
+from xtts_ft.train.memory import enable_gradient_checkpointing, find_batch_size
+from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
+from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
+from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
+from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
+from xtts_ft.train.signals import StopSignals
+from xtts_ft.train.stability import Snapshot, StabilityGuard, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu
+
+log = logging.getLogger(__name__)
+
+EvalHook = Callable[[int, XttsTrainingModel], dict[str, float]]
+FaultInjector = Callable[[int], Optional[str]]  # tests only: step -> "loss_nan" | "grad_nan" | None
+
+
+@dataclass
+class TrainResult:
+    step: int
+    last_checkpoint: Optional[Path]
+    best_checkpoint: Optional[Path]
+    stopped_by_signal: bool
+    final_eval_loss: Optional[float]
+    first_eval_loss: Optional[float]
+    data_reports: dict = field(default_factory=dict)  # per split: clips kept / rejected per reason
+
+
+def train(cfg: Config, *, base: BaseModelFiles, vocab_path: Path, base_vocab_size: int, train_csv: Path,
+          eval_csv: Path, run_dir: Path, eval_hook: Optional[EvalHook] = None,
+          max_steps_override: Optional[int] = None) -> TrainResult:
+    """Fine-tune the GPT of ``base`` (text rows grown to ``vocab_path``) on ``train_csv``; see the module doc."""
+    return run_training(cfg, base=base, vocab_path=vocab_path, base_vocab_size=base_vocab_size, train_csv=train_csv,
+                        eval_csv=eval_csv, run_dir=run_dir, eval_hook=eval_hook, max_steps_override=max_steps_override)
+
+
+def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callable] = None,
+                 fault_injector: Optional[FaultInjector] = None, **kwargs) -> TrainResult:
+    """``train`` plus test hooks: a ready tokenizer, a model factory, and a fault injector."""
+    recipe = FineTuneRecipe(cfg, tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector, **kwargs)
+    with StopSignals() as signals:
+        recipe.signals = signals
+        try:
+            recipe.setup()
+            return recipe.train()
+        finally:
+            recipe.cleanup()
+
+
+class FineTuneRecipe:
+    def __init__(self, cfg: Config, *, base, vocab_path, base_vocab_size, train_csv, eval_csv, run_dir, eval_hook=None,
+                 max_steps_override=None, tokenizer=None, model_factory=None, fault_injector=None):
+        if max_steps_override is not None:
+            cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_steps=int(max_steps_override)))
+        self.cfg, self.tcfg = cfg, cfg.training
+        self.base, self.vocab_path, self.base_vocab_size = base, Path(vocab_path), int(base_vocab_size)
+        self.train_csv, self.eval_csv, self.run_dir = Path(train_csv), Path(eval_csv), Path(run_dir)
+        self.eval_hook, self.tokenizer, self.model_factory = eval_hook, tokenizer, model_factory
+        self.fault_injector = fault_injector
+        self.max_steps = self.tcfg.max_steps
+        self.signals = StopSignals()
+        self.dist = self.metrics = self.train_iter = None
+        self.step, self.lr_factor, self.fresh = 0, 1.0, True
+        self.first_eval_loss = self.best_eval_loss = self.last_eval_loss = None
+        self.last_eval_step = self.saved_step = -1
+        self.last_checkpoint: Optional[Path] = None
+        self.last_bad: tuple[list[dict], list[int]] = ([], [])
+        self._rng_state: Optional[dict] = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        cfg, tcfg = self.cfg, self.tcfg
+        self.dist = setup_distributed(cfg.run.device)
+        self.device, self.is_main = self.dist.device, self.dist.is_main
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.clean_staging(self.run_dir)
+        if self.tokenizer is None:
+            from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+
+            self.tokenizer = AmharicTokenizer(self.vocab_path, char_limit=cfg.tokenizer.char_limit,
+                                              fold_homophones=cfg.text.fold_homophones)
+        self.model = (self.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
+        self.model.to(self.device)
+        if tcfg.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model.xtts.gpt)
+        self.model.train()
+        self.vocab_fp = vocab_fingerprint(self.vocab_path)
+        self.limits = Limits(**model_limits(self.model.xtts))
+        self.policy = resolve_precision(cfg.precision.mode, self.device)
+
+        # data: every clip checked up front; DVAE codes cached once
+        self._load_data()
+        self._prepare_codes()
+        batch_size = self._resolve_batch_size()
+
+        # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
+        self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
+        self.trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.new_rows = NewTokenRows(self.model.gpt, self.base_vocab_size, tcfg.new_token_lr_multiplier)
+        self.guard = StabilityGuard(cfg.stability)
+        path = self.dist.broadcast_object(choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None)
+        state = ckpt.load_training_state(path) if path is not None else None
+        position = self._restore(state, path) if state is not None else (0, 0)
+        self.scaler = make_scaler(self.policy, cfg.precision)
+        if state is not None and self.policy.scaler_enabled and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+        self.sampler = ResumableBatchSampler([c.num_samples for c in self.train_clips], batch_size, cfg.run.seed,
+                                             rank=self.dist.rank, world_size=self.dist.world_size,
+                                             bucketing=tcfg.length_bucketing, start=position)
+        self.data_position = self.sampler.position
+        self._preflight(batch_size)
+        self.ddp_model = wrap_model(self.model, self.dist)
+        loader = make_loader(self.train_set, self.sampler, num_workers=tcfg.num_workers, pin_memory=self.device.type == "cuda",
+                             base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
+        self.train_iter = iter(loader)
+        self.snapshot = Snapshot()
+        self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps, start_step=self.step,
+                                     log_every=tcfg.log_every)
+        if path is not None:
+            self.metrics.event(self.step, "resume", checkpoint=str(path))
+        self.samples_per_step = batch_size * tcfg.grad_accum_steps * self.dist.world_size
+        log.info("training %d clips on %s (%s): batch %d x accum %d x %d process(es) = effective batch %d; "
+                 "steps %d -> %d; DVAE code cache %s", len(self.train_clips), self.device, self.policy.name, batch_size,
+                 tcfg.grad_accum_steps, self.dist.world_size, self.samples_per_step, self.step, self.max_steps,
+                 "on" if tcfg.cache_dvae_codes else "off")
+        self._seed_or_restore_rng()  # last: nothing after it may draw random numbers before step 1
+
+    def _load_data(self) -> None:
+        lang, show = self.cfg.run.language, self.is_main
+        self.train_clips, train_report = load_clips(self.train_csv, self.tokenizer, lang, self.limits, progress=show)
+        self.eval_clips, eval_report = load_clips(self.eval_csv, self.tokenizer, lang, self.limits, progress=show)
+        self.data_reports = {"train": train_report.to_dict(), "eval": eval_report.to_dict()}
+        for report in (train_report, eval_report):
+            if self.is_main:
+                (log.warning if report.rejected else log.info)("data: %s", report.summary())
+        if not self.train_clips:
+            raise DataError(f"{self.train_csv}: no usable training clip; {train_report.summary()}")
+        if not self.eval_clips and self.is_main:
+            log.warning("data: %s has no usable clip: eval losses are skipped", self.eval_csv)
+
+    def _prepare_codes(self) -> None:
+        """With the cache: codes of every clip on disk (rank 0 computes, the others reuse); datasets built."""
+        paths = None
+        if self.tcfg.cache_dvae_codes:
+            cache_dir = self.run_dir / "cache" / "dvae_codes"
+            clips = self.train_clips + self.eval_clips
+            stop = lambda: self.signals.requested  # noqa: E731
+            if self.is_main:
+                paths = build_codes_cache(self.model, clips, cache_dir, self.device, should_stop=stop)
+            self.dist.barrier()
+            if not self.is_main:  # on a shared run dir everything is cached; otherwise compute locally
+                paths = build_codes_cache(self.model, clips, cache_dir, self.device, progress=False, should_stop=stop)
+        n = len(self.train_clips)
+        common = dict(sample_rate=self.limits.sample_rate, cond_min_s=self.tcfg.min_conditioning_s,
+                      cond_max_s=self.tcfg.max_conditioning_s, seed=self.cfg.run.seed)
+        self.train_set = ClipDataset(self.train_clips, train=True, code_paths=paths[:n] if paths else None, **common)
+        self.eval_set = ClipDataset(self.eval_clips, train=False, code_paths=paths[n:] if paths else None, **common)
+
+    def _resolve_batch_size(self) -> int:
+        size = self.tcfg.batch_size
+        if size == "auto":
+            longest = sorted(range(len(self.train_clips)), key=lambda i: -self.train_clips[i].num_samples)
+
+            def try_batch(n: int) -> None:
+                inputs = self.model_inputs(self._items(self.train_set, longest[:n]), train=True)
+                check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device)
+
+            size = self.dist.broadcast_object(find_batch_size(try_batch, self.device, min(64, len(self.train_clips))))
+        return int(size)
+
+    def _restore(self, state: dict, path: Path) -> tuple[int, int]:
+        """Continue from a verified checkpoint; returns the sampler position."""
+        check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt)
+        point = apply_checkpoint(
+            state, path, gpt=self.model.gpt, optimizer=self.optimizer, guard=self.guard, tcfg=self.tcfg,
+            policy=self.policy, device=self.device, rank=self.dist.rank, world_size=self.dist.world_size,
+            sampler_key=self._sampler_key(),
+        )
+        self.step, self.fresh, self.saved_step, self.last_checkpoint = point.step, False, point.step, path
+        self.lr_factor, self.policy, self._rng_state = point.lr_factor, point.policy, point.rng
+        self.first_eval_loss, self.best_eval_loss, self.last_eval_loss = (
+            point.first_eval_loss, point.best_eval_loss, point.last_eval_loss)
+        return point.position
+
+    def _sampler_key(self) -> dict:
+        """What must not change for the saved data position to mean the same batches."""
+        batch_size = int(self.tcfg.batch_size) if self.tcfg.batch_size != "auto" else -1
+        return {"world_size": self.dist.world_size, "batch_size": batch_size, "num_clips": len(self.train_clips),
+                "seed": self.cfg.run.seed}
+
+    def _seed_or_restore_rng(self) -> None:
+        if self._rng_state is not None:
+            ckpt.restore_rng(self._rng_state, self.device)
+            return
+        seed = self.cfg.run.seed + 7919 * self.dist.rank + self.step
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _items(self, dataset: ClipDataset, indices: list[int]) -> dict:
+        return collate([dataset[ItemKey(i, 0, 0, slot, self.dist.rank)] for slot, i in enumerate(indices)])
+
+    def _preflight(self, batch_size: int) -> None:
+        check_setup(self.model, self.optimizer, self.device)
+        tokens = [c.tokens for c in self.train_clips]
+        vocab_rows = self.model.gpt.text_embedding.weight.shape[0]
+        picked = pick_check_clips(tokens, self.base_vocab_size, vocab_rows, batch_size)
+        inputs = self.model_inputs(self._items(self.train_set, picked), train=True)
+        check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device)
+
+    # ------------------------------------------------------------------ train
+    def train(self) -> TrainResult:
+        if self.signals.requested:  # stopped while checking data / caching codes: nothing trained yet
+            return self._result(stopped=True)
+        if self.step >= self.max_steps:
+            log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)
+            return self._result(stopped=False)
+        redirect = contextlib.nullcontext()
+        if self.is_main:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            redirect = logging_redirect_tqdm()
+        with redirect:
+            if self.fresh and self.cfg.evaluation.eval_at_start:
+                self.evaluate()
+            stopped = False
+            while self.step < self.max_steps:
+                started = time.perf_counter()
+                stats = self.train_step()
+                self.step += 1
+                self._after_step(stats, time.perf_counter() - started)
+                if stats.stop_requested:
+                    stopped = True
+                    break
+                every = self.cfg.evaluation.every_steps
+                new_best = False
+                if every and self.step % every == 0 and self.step < self.max_steps:
+                    new_best = self.evaluate() and self.cfg.checkpoint.keep_best
+                if (self.step % self.cfg.checkpoint.every_steps == 0 and self.step < self.max_steps) or new_best:
+                    self.save_checkpoint()
+            if not stopped:
+                if self.last_eval_step != self.step:
+                    self.evaluate()
+            if self.saved_step != self.step:
+                self.save_checkpoint()
+            if stopped and self.is_main:
+                log.warning("stopped by %s at step %d; checkpoint %s. %s", self.signals.signal_name, self.step,
+                            self.last_checkpoint, self._resume_hint())
+        return self._result(stopped=stopped)
+
+    def train_step(self):
+        """One optimizer step over ``grad_accum_steps`` micro-batches; returns the fetched StepStats."""
+        accum = self.tcfg.grad_accum_steps
+        lr = get_lr(self.step, self.tcfg) * self.lr_factor
+        set_lr(self.optimizer, lr)
+        fault = self.fault_injector(self.step) if self.fault_injector else None
+        rows, kept_inputs, kept_clips = [], [], []
+        for micro in range(accum):
+            batch = next(self.train_iter)
+            self.data_position = self.sampler.next_position(*batch["position"])
+            inputs = self.model_inputs(batch, train=True)
+            last = micro == accum - 1
+            sync = self.ddp_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
+            with sync:
+                with self.policy.autocast():
+                    out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})  # the GPT edits it in place
+                loss = out["loss"]
+                if fault == "loss_nan":
+                    loss = loss * float("nan")
+                self.scaler.scale(loss / accum).backward()
+            rows.append(torch.stack([loss.detach(), out["loss_text_ce"].detach(), out["loss_mel_ce"].detach()]))
+            kept_inputs.append(inputs)
+            kept_clips += batch["clips"].tolist()
+        if fault == "grad_nan":
+            self.trainable[0].grad.view(-1)[0] = float("nan")
+        self.scaler.unscale_(self.optimizer)
+        if self.tcfg.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.tcfg.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.trainable if p.grad is not None])
+        stop_flag = torch.full((1,), float(self.signals.requested), device=self.device)
+        stats = fetch_step_stats(rows, norm, scale_tensor(self.scaler, self.device), stop_flag,
+                                 all_reduce=self.dist.all_reduce_sum if self.dist.enabled else None,
+                                 world_size=self.dist.world_size)
+        if stats.good:
+            self.new_rows.before_step()
+            self.optimizer.step()
+            self.new_rows.after_step()
+            self.scaler.update()
+        else:
+            self.last_bad = (kept_inputs, kept_clips)
+            if self.scaler.is_enabled():  # an overflow backs the scale off; a bad loss leaves it
+                self.scaler.update() if stats.loss_ok else self.scaler.update(new_scale=stats.loss_scale)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.lr = lr
+        return stats
+
+    def model_inputs(self, batch: dict, *, train: bool) -> dict:
+        """A collated batch -> XttsTrainingModel.forward arguments on the device (prompt mels and codes in fp32)."""
+        nb = self.device.type == "cuda"
+        to = lambda t: t.to(self.device, non_blocking=nb)  # noqa: E731
+        codes = to(batch["codes"]) if "codes" in batch else codes_for_batch(self.model, to(batch["wav"]))
+        return {"text_inputs": to(batch["padded_text"]), "text_lengths": to(batch["text_lengths"]), "audio_codes": codes,
+                "wav_lengths": to(batch["wav_lengths"]), "cond_mels": self.model.conditioning_mels(to(batch["conditioning"])),
+                "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
+
+    def _after_step(self, stats, seconds: float) -> None:
+        outcome = self.guard.record(stats)
+        pcfg = self.cfg.precision
+        if self.scaler.is_enabled() and not stats.grad_ok and stats.loss_scale * pcfg.backoff_factor < pcfg.min_scale:
+            self._switch_precision(stats.loss_scale * pcfg.backoff_factor)
+            outcome = "skip"
+        self.metrics.train_step(self.step, stats, lr=self.lr, guard=self.guard, precision=self.policy.name,
+                                epoch=self.data_position[0], samples=self.samples_per_step, seconds=seconds)
+        if outcome == "rollback":
+            failed_at = self.step
+            self.step = self.snapshot.restore(self.model.gpt, self.optimizer, self.scaler)
+            self.lr_factor *= self.cfg.stability.rollback_lr_factor
+            self.guard.note_rollback()
+            log.warning("%d non-finite steps in a row at step %d: rolled back to step %d with the LR x%g (rollback %d of %d)",
+                        self.cfg.stability.max_consecutive_bad_steps, failed_at, self.step, self.lr_factor,
+                        self.guard.rollbacks, self.cfg.stability.max_rollbacks)
+            self.metrics.event(self.step, "rollback", failed_at=failed_at, lr_factor=self.lr_factor)
+        elif outcome == "stop":
+            self._stop_with_diagnosis()
+        elif outcome == "ok" and self.step - (self.snapshot.step or 0) >= self.cfg.stability.snapshot_every:
+            self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+
+    def _switch_precision(self, scale: float) -> None:
+        new = fallback_policy(self.policy, self.device)
+        log.critical("loss scale fell to %g, below precision.min_scale=%g: fp16 keeps overflowing. Switching this run "
+                     "from %s to %s (set precision.mode: %s to start there)", scale, self.cfg.precision.min_scale,
+                     self.policy.name, new.name, new.name)
+        self.metrics.event(self.step, "precision_switch", old=self.policy.name, new=new.name, loss_scale=scale)
+        self.policy = new
+        self.scaler = make_scaler(new, self.cfg.precision)  # disabled: bf16 and fp32 need no loss scaling
+        self.guard.consecutive_bad = 0
+
+    def _stop_with_diagnosis(self) -> None:
+        inputs, clips = self.last_bad
+        where = diagnose_nonfinite(self.model, inputs, self.policy.autocast)
+        files = ", ".join(sorted({self.train_clips[i].audio_path.name for i in clips})[:4]) or "unknown"
+        self.metrics.event(self.step, "stopped", diagnosis=where)
+        raise TrainingStopped(
+            f"training stopped at step {self.step}: {self.guard.consecutive_bad} non-finite steps in a row after "
+            f"{self.guard.rollbacks} rollback(s) (stability.max_rollbacks); diagnosis: {where}. Advice: lower training.lr "
+            f"(now {self.tcfg.lr:g} x {self.lr_factor:g}), set precision.mode: fp32 (now {self.policy.name}), and check "
+            f"the data of the failing batch ({files})"
+        )
+
+    # ------------------------------------------------------------------ evaluate
+    def evaluate(self) -> bool:
+        """Eval losses, then the eval hook (model in eval mode), on rank 0; True when the eval loss is a new best."""
+        result = None
+        if self.is_main and self.eval_clips:
+            self.model.eval()
+            try:
+                batches = eval_batches(self.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
+                losses = eval_losses(self.model, self.eval_set, batches, self.policy.autocast, self.model_inputs)
+                extra = {}
+                if self.eval_hook is not None:
+                    with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                        extra = self.eval_hook(self.step, self.model) or {}
+                    extra = {k: float(v) for k, v in extra.items() if isinstance(v, (int, float))}
+            finally:
+                self.model.train()
+            self.metrics.evaluation(self.step, losses, extra)
+            result = losses["eval_loss"]
+        result = self.dist.broadcast_object(result)
+        self.last_eval_step = self.step
+        if result is None or not math.isfinite(result):
+            return False
+        self.last_eval_loss = result
+        if self.first_eval_loss is None:
+            self.first_eval_loss = result
+        is_best = self.best_eval_loss is None or result < self.best_eval_loss
+        if is_best:
+            self.best_eval_loss = result
+        return is_best
+
+    # ------------------------------------------------------------------ save_checkpoint
+    def save_checkpoint(self) -> None:
+        rngs = self.dist.all_gather_object(ckpt.capture_rng(self.device))
+        error = None
+        if self.is_main:
+            state = {
+                "format": ckpt.FORMAT, "step": self.step, "epoch": self.data_position[0],
+                "gpt": to_cpu(gpt_state_dict(self.model.gpt)), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(), "sampler": self._sampler_state(), "rng": rngs,
+                "stability": self.guard.state_dict(), "lr_factor": self.lr_factor, "precision": self.policy.name,
+                "first_eval_loss": self.first_eval_loss, "best_eval_loss": self.best_eval_loss,
+                "last_eval_loss": self.last_eval_loss, "training_config": dataclasses.asdict(self.tcfg),
+                "vocab_fingerprint": self.vocab_fp, "base_vocab_size": self.base_vocab_size,
+            }
+            meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp, "base_model": str(self.base.root),
+                    "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
+                    "precision": self.policy.name, "base_vocab_size": self.base_vocab_size}
+            try:
+                path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
+                                            write_config=lambda p: dump_config(self.cfg, p))
+                ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best)
+                self.last_checkpoint = path
+                self.metrics.event(self.step, "checkpoint", path=str(path))
+            except OSError as exc:
+                error = f"{exc.strerror or exc}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
+        if not self.dist.all_true(error is None):
+            msg = (f"could not write the checkpoint of step {self.step} in {self.run_dir / 'checkpoints'}: "
+                   f"{error or 'failed on rank 0'}; the previous checkpoint ({self.last_checkpoint}) is intact")
+            if self.cfg.checkpoint.on_save_error == "stop":
+                raise TrainingStopped(msg + "; free disk space, then rerun the same command to resume")
+            log.error("%s; training continues (checkpoint.on_save_error: continue)", msg)
+            return
+        self.saved_step = self.step
+
+    def _sampler_state(self) -> dict:
+        return {**self.sampler.state_dict(self.data_position), **self._sampler_key()}
+
+    # ------------------------------------------------------------------ cleanup
+    def _resume_hint(self) -> str:
+        command = shlex.join([Path(sys.executable).name, *sys.argv]) if sys.argv and sys.argv[0] else "the same command"
+        if self.cfg.checkpoint.resume == "auto":
+            return f"Resume with: {command} (checkpoint.resume: auto continues from it)"
+        return f"Resume with: {command} --set checkpoint.resume={self.last_checkpoint}"
+
+    def _result(self, stopped: bool) -> TrainResult:
+        best = ckpt.best_checkpoint(self.run_dir) if self.is_main else None
+        last, best = self.dist.broadcast_object((self.last_checkpoint, best))
+        final = self.last_eval_loss if (self.last_eval_step == self.step or stopped) else None
+        return TrainResult(step=self.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,
+                           final_eval_loss=final, first_eval_loss=self.first_eval_loss, data_reports=self.data_reports)
+
+    def cleanup(self) -> None:
+        self.train_iter = None  # shuts the loader's worker processes down
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.dist is not None:
+            cleanup_distributed(self.dist)

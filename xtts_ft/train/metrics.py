@@ -1,0 +1,137 @@
+"""What the run reports: a tqdm bar, a console line, metrics.jsonl and TensorBoard, all from rank 0.
+
+Every optimizer step: the bar advances (loss, LR, grad norm in its postfix) and TensorBoard gets
+loss, LR, grad norm and loss scale. Every ``training.log_every`` steps: one console line and one
+JSON object in ``<run_dir>/metrics.jsonl`` with the interval's mean losses and the current LR,
+grad norm, loss scale, skip counters, samples/s and ETA. Evaluations add a line with
+``"split": "eval"``. Events (checkpoint, resume, rollback, precision switch, stop) go to
+``<run_dir>/events.jsonl``, one object with ``"event"`` and ``"step"`` per line, so metrics.jsonl
+holds only step and eval lines. Non-finite numbers are written as ``null`` (JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from tqdm import tqdm
+
+from xtts_ft.train.stability import StabilityGuard, StepStats
+
+log = logging.getLogger(__name__)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, *, enabled: bool, max_steps: int, start_step: int, log_every: int):
+        self.enabled = enabled
+        self.max_steps = max_steps
+        self.log_every = log_every
+        self._reset_interval()
+        self._jsonl = self._events = None
+        self._tb = None
+        self._bar = None
+        if not enabled:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
+        self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
+
+    def _reset_interval(self) -> None:
+        self._n = 0
+        self._finite = 0
+        self._sums = [0.0, 0.0, 0.0]
+        self._samples = 0
+        self._seconds = 0.0
+
+    def _write(self, record: dict, file=None) -> None:
+        file = file or self._jsonl
+        record = {k: _clean(v) for k, v in record.items()}
+        file.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+        file.flush()
+
+    def train_step(
+        self, step: int, stats: StepStats, *, lr: float, guard: StabilityGuard, precision: str, epoch: int,
+        samples: int, seconds: float,
+    ) -> None:
+        """Record optimizer step ``step`` (1-based count of steps done)."""
+        if not self.enabled:
+            return
+        self._n += 1
+        self._samples += samples
+        self._seconds += seconds
+        if math.isfinite(stats.loss):
+            self._finite += 1
+            for i, v in enumerate((stats.loss, stats.loss_text_ce, stats.loss_mel_ce)):
+                self._sums[i] += v
+        for key, value in (("loss", stats.loss), ("lr", lr), ("grad_norm", stats.grad_norm), ("loss_scale", stats.loss_scale)):
+            if math.isfinite(value):
+                self._tb.add_scalar(f"train/{key}", value, step)
+        self._bar.update(1)
+        self._bar.set_postfix(loss=f"{stats.loss:.4f}", lr=f"{lr:.2e}", grad=f"{stats.grad_norm:.3f}", refresh=False)
+        if step % self.log_every and step != self.max_steps:
+            return
+        per_step = self._seconds / max(1, self._n)
+        mean = [s / self._finite if self._finite else float("nan") for s in self._sums]
+        record = {
+            "step": step, "epoch": epoch, "loss": mean[0], "loss_text_ce": mean[1], "loss_mel_ce": mean[2],
+            "lr": lr, "grad_norm": stats.grad_norm, "loss_scale": stats.loss_scale,
+            "skipped_steps": guard.skipped_steps, "skipped_nonfinite_loss": guard.skipped_nonfinite_loss,
+            "skipped_nonfinite_grad": guard.skipped_nonfinite_grad, "rollbacks": guard.rollbacks,
+            "precision": precision, "samples_per_s": self._samples / self._seconds if self._seconds else None,
+            "eta_s": per_step * (self.max_steps - step), "time": time.time(),
+        }
+        self._write(record)
+        for key in ("samples_per_s", "skipped_steps"):
+            if record[key] is not None:
+                self._tb.add_scalar(f"train/{key}", record[key], step)
+        log.info(
+            "step %d/%d | loss %.4f (text %.4f, mel %.4f) | lr %.3g | grad %.3f | scale %g | skipped %d | %.1f samples/s | eta %s",
+            step, self.max_steps, mean[0], mean[1], mean[2], lr, stats.grad_norm, stats.loss_scale,
+            guard.skipped_steps, record["samples_per_s"] or 0.0, _fmt_duration(record["eta_s"]),
+        )
+        self._reset_interval()
+
+    def evaluation(self, step: int, losses: dict[str, float], extra: Optional[dict[str, float]] = None) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, "split": "eval", **losses, **(extra or {}), "time": time.time()}
+        self._write(record)
+        for key, value in {**losses, **(extra or {})}.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._tb.add_scalar(f"eval/{key.removeprefix('eval_')}", value, step)
+        self._tb.flush()
+        log.info("eval @ step %d | " + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()), step)
+
+    def event(self, step: int, event: str, **fields: Any) -> None:
+        if self.enabled:
+            self._write({"step": step, "event": event, **fields, "time": time.time()}, self._events)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self._bar.close()
+        self._tb.close()
+        self._jsonl.close()
+        self._events.close()
+        self.enabled = False

@@ -1,0 +1,108 @@
+"""Mixed precision: one setting decides the autocast dtype and whether a loss scaler runs.
+
+``precision.mode`` resolves to one :class:`PrecisionPolicy`:
+
+- ``bf16``: autocast to bfloat16, no loss scaler (bf16 has fp32's exponent range);
+- ``fp16``: autocast to float16 *and* a ``torch.amp.GradScaler`` (fp16 gradients underflow without it);
+- ``fp32``: no autocast, no scaler.
+
+``auto`` picks bf16 on a GPU that supports it, fp16 on older GPUs (T4, V100) and fp32 on CPU.
+Only the ``torch.amp`` API is used. fp16 autocast and ``GradScaler("cpu")`` both work on CPU in
+torch 2.8 (verified on the tiny model), so the fp16 path is tested without a GPU.
+
+The scaler starts at ``precision.init_scale`` (1024, not torch's 65536, which overflows at once on
+XTTS) and grows every ``growth_interval`` clean steps. When the scale collapses below
+``precision.min_scale`` the run switches to :func:`fallback_policy` instead of skipping step after
+step: see ``loop.py``.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from xtts_ft.config import PrecisionConfig
+from xtts_ft.errors import ConfigError
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """The resolved precision of a run on one device type ('cuda' or 'cpu')."""
+
+    name: str  # "bf16" | "fp16" | "fp32"
+    device_type: str
+
+    @property
+    def dtype(self) -> Optional[torch.dtype]:
+        return _DTYPES[self.name]
+
+    @property
+    def autocast_enabled(self) -> bool:
+        return self.name != "fp32"
+
+    @property
+    def scaler_enabled(self) -> bool:
+        return self.name == "fp16"
+
+    def autocast(self) -> AbstractContextManager:
+        """The forward-pass context: autocast to ``dtype``, or a disabled autocast for fp32."""
+        if not self.autocast_enabled:
+            return torch.amp.autocast(self.device_type, enabled=False)
+        return torch.amp.autocast(self.device_type, dtype=self.dtype)
+
+
+def cuda_bf16_supported(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def resolve_precision(mode: str, device: torch.device) -> PrecisionPolicy:
+    """``precision.mode`` -> a policy for ``device``; an impossible explicit choice is a ConfigError."""
+    if mode == "auto":
+        if device.type != "cuda":
+            return PrecisionPolicy("fp32", device.type)
+        return PrecisionPolicy("bf16" if cuda_bf16_supported(device) else "fp16", "cuda")
+    if mode not in _DTYPES:
+        raise ConfigError(f"precision.mode: '{mode}' is not one of auto, bf16, fp16, fp32")
+    if mode == "bf16" and device.type == "cuda" and not cuda_bf16_supported(device):
+        name = torch.cuda.get_device_name(device)
+        raise ConfigError(f"precision.mode: bf16 is not supported by {name}; set precision.mode: fp16 (or auto)")
+    return PrecisionPolicy(mode, device.type)
+
+
+def fallback_policy(current: PrecisionPolicy, device: torch.device) -> PrecisionPolicy:
+    """The safer precision a run switches to when fp16 loss scaling collapses: bf16 if the GPU has it, else fp32."""
+    if current.name == "fp16" and cuda_bf16_supported(device):
+        return PrecisionPolicy("bf16", current.device_type)
+    return PrecisionPolicy("fp32", current.device_type)
+
+
+def make_scaler(policy: PrecisionPolicy, cfg: PrecisionConfig) -> torch.amp.GradScaler:
+    """A GradScaler with the config's settings; disabled (a no-op) unless the policy is fp16."""
+    return torch.amp.GradScaler(
+        policy.device_type,
+        init_scale=cfg.init_scale,
+        growth_factor=2.0,
+        backoff_factor=cfg.backoff_factor,
+        growth_interval=cfg.growth_interval,
+        enabled=policy.scaler_enabled,
+    )
+
+
+def scale_tensor(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Tensor:
+    """The current loss scale as a 0-d tensor on ``device``, read *without* a host sync.
+
+    ``GradScaler.get_scale()`` calls ``.item()``; the step's single fetch (see ``stability.py``)
+    reads the scale together with the losses and the gradient norm instead. ``_get_scale_async``
+    is torch's own non-blocking accessor (present since torch 1.6, used by ``get_scale``).
+    """
+    if scaler.is_enabled():
+        scale = scaler._get_scale_async()  # noqa: SLF001 - the non-syncing twin of get_scale()
+        if scale is not None:
+            return scale.detach().reshape(()).float()
+        return torch.tensor(float(scaler.get_scale()), device=device)
+    return torch.ones((), device=device)

@@ -1,0 +1,139 @@
+"""Which checkpoint a run continues from, and whether it may.
+
+``checkpoint.resume``:
+
+- ``auto``: the newest checkpoint in ``<run_dir>/checkpoints`` that verifies (a damaged one is
+  skipped with a warning); none -> a new run;
+- ``never``: a new run (existing checkpoints are kept until retention replaces them);
+- a path: that checkpoint folder; any problem with it is an error, never a silent fallback.
+
+A checkpoint trained with a different vocabulary (other fingerprint) or a different GPT shape is
+refused: its token ids or tensors do not fit this model. A changed LR, schedule or ``max_steps``
+is allowed: the new value is used and the change is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from xtts_ft.config import TrainingConfig
+from xtts_ft.errors import CheckpointError
+from xtts_ft.train.checkpoint import META_FILE, find_latest_checkpoint, list_checkpoints
+from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
+from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
+
+log = logging.getLogger(__name__)
+
+_FIX = "start a new run dir (run.output_dir) or set checkpoint.resume: never"
+_LOGGED_CHANGES = ("lr", "max_steps", "lr_schedule", "warmup_steps", "min_lr_ratio", "step_every", "step_gamma",
+                   "grad_accum_steps", "batch_size", "grad_clip", "new_token_lr_multiplier", "weight_decay")
+
+
+def choose_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
+    """The checkpoint folder to continue from, or None for a new run."""
+    if resume == "never":
+        existing = list_checkpoints(run_dir)
+        if existing:
+            log.warning("checkpoint.resume: never - starting a new run; the %d checkpoints in %s will be replaced as "
+                        "new ones are saved", len(existing), run_dir / "checkpoints")
+        return None
+    if resume == "auto":
+        path = find_latest_checkpoint(run_dir)
+        if path is None and list_checkpoints(run_dir):
+            log.warning("no checkpoint in %s verifies; starting a new run", run_dir / "checkpoints")
+        return path
+    path = Path(resume)
+    if not (path / META_FILE).is_file():
+        raise CheckpointError(f"checkpoint.resume: '{path}' is not a checkpoint folder (it has no {META_FILE}); "
+                              f"use auto, never, or a folder like {run_dir}/checkpoints/step_001000")
+    return path
+
+
+def check_compatible(state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module) -> None:
+    """Refuse a checkpoint of another vocabulary or model shape."""
+    theirs = state.get("vocab_fingerprint")
+    if theirs != vocab_fingerprint:
+        raise CheckpointError(
+            f"{ckpt_dir}: trained with vocabulary {theirs}, but the current vocab.json has fingerprint {vocab_fingerprint}; "
+            f"token ids differ so these weights cannot continue: {_FIX}"
+        )
+    ours = gpt_state_dict(gpt)
+    saved = state["gpt"]
+    for key in sorted(set(ours) | set(saved)):
+        if key not in saved or key not in ours:
+            where = "the current model" if key not in ours else "the checkpoint"
+            raise CheckpointError(f"{ckpt_dir}: GPT tensor '{key}' is missing from {where} (another model config); {_FIX}")
+        if tuple(saved[key].shape) != tuple(ours[key].shape):
+            raise CheckpointError(
+                f"{ckpt_dir}: GPT tensor '{key}' has shape {tuple(saved[key].shape)} in the checkpoint but "
+                f"{tuple(ours[key].shape)} in the current model (another base model?); {_FIX}"
+            )
+
+
+def log_config_changes(state: dict, current: TrainingConfig) -> list[str]:
+    """Log (and return) training settings that differ from the checkpoint's; the current ones win."""
+    saved = state.get("training_config") or {}
+    changes = []
+    for key in _LOGGED_CHANGES:
+        if key in saved and saved[key] != getattr(current, key):
+            changes.append(f"training.{key}: {saved[key]} -> {getattr(current, key)}")
+    for change in changes:
+        log.info("resume: %s (the checkpoint's value is replaced by the config's)", change)
+    return changes
+
+
+@dataclass
+class ResumePoint:
+    """What the loop continues from, besides the weights and optimizer state loaded in place."""
+
+    step: int
+    lr_factor: float
+    policy: PrecisionPolicy
+    position: tuple[int, int]  # sampler (epoch, batch_index) of the next batch
+    rng: Optional[dict]  # this rank's RNG states, None when they cannot be matched
+    first_eval_loss: Optional[float]
+    best_eval_loss: Optional[float]
+    last_eval_loss: Optional[float]
+
+
+def apply_checkpoint(
+    state: dict, path: Path, *, gpt: nn.Module, optimizer: torch.optim.Optimizer, guard: StabilityGuard,
+    tcfg: TrainingConfig, policy: PrecisionPolicy, device: torch.device, rank: int, world_size: int,
+    sampler_key: dict,
+) -> ResumePoint:
+    """Load a verified checkpoint into the fresh GPT/optimizer/guard; return where training continues.
+
+    ``sampler_key`` (world_size, batch_size, num_clips, seed) must match the saved one for the data
+    order to continue exactly; otherwise it restarts at the next epoch (logged).
+    """
+    gpt.load_state_dict(state["gpt"], strict=False)  # keys and shapes were checked by check_compatible
+    optimizer.load_state_dict(state["optimizer"])
+    for group in optimizer.param_groups:  # the config's hyper-parameters win over the saved ones
+        group["betas"] = tuple(tcfg.betas)
+        group["weight_decay"] = tcfg.weight_decay if group.get("name") == "decay" else 0.0
+    guard.load_state_dict(state["stability"])
+    saved = state.get("precision", policy.name)
+    if policy.name == "fp16" and saved != "fp16" and saved == fallback_policy(policy, device).name:
+        log.warning("resume: this run switched from fp16 to %s after its loss scale collapsed; it stays on %s", saved, saved)
+        policy = PrecisionPolicy(saved, device.type)
+    log_config_changes(state, tcfg)
+    rngs = state.get("rng") or []
+    rng = rngs[rank] if len(rngs) == world_size else None
+    s = state["sampler"]
+    same = all(s.get(k) == v for k, v in sampler_key.items())
+    if rng is None or not same:
+        log.warning("resume: world size, batch size, seed or training set changed since %s; the data order restarts "
+                    "at the next epoch and random streams are reseeded (not bit-exact)", path)
+    log.info("resuming from %s at step %d", path, int(state["step"]))
+    return ResumePoint(
+        step=int(state["step"]), lr_factor=float(state["lr_factor"]), policy=policy,
+        position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0), rng=rng,
+        first_eval_loss=state.get("first_eval_loss"), best_eval_loss=state.get("best_eval_loss"),
+        last_eval_loss=state.get("last_eval_loss"),
+    )
