@@ -5,6 +5,7 @@ One optimizer step (``train_step``):
 1. ``lr = get_lr(step) * lr_factor`` on every param group (a pure function of the step);
 2. ``grad_accum_steps`` micro-batches: forward through the (DDP) wrapper under the precision
    policy's autocast, ``scaler.scale(loss / accum).backward()`` (DDP all-reduces on the last one);
+   a micro-batch that runs out of GPU memory is split in halves or its clip skipped (``oom.py``);
 3. ``scaler.unscale_``, then clip to ``grad_clip`` (the norm is of unscaled gradients);
 4. one fetch of losses, finite-loss count, grad norm and loss scale (the step's only sync);
 5. all finite: ``optimizer.step()`` (+ the new-token row LR correction) and ``scaler.update()``;
@@ -45,12 +46,14 @@ from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wr
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.memory import enable_gradient_checkpointing, find_batch_size
+from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopSignals
-from xtts_ft.train.stability import Snapshot, StabilityGuard, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu
+from xtts_ft.train.stability import (Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats,
+                                      gpt_state_dict, to_cpu)
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +158,9 @@ class FineTuneRecipe:
         self.data_position = self.sampler.position
         self._preflight(batch_size)
         self.ddp_model = wrap_model(self.model, self.dist)
+        self.runner = MicroBatchRunner(counters=self.guard, device=self.device, describe=self._clip_names,
+                                       zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True),
+                                       recover=not self.dist.enabled)
         loader = make_loader(self.train_set, self.sampler, num_workers=tcfg.num_workers, pin_memory=self.device.type == "cuda",
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
@@ -301,22 +307,35 @@ class FineTuneRecipe:
         set_lr(self.optimizer, lr)
         fault = self.fault_injector(self.step) if self.fault_injector else None
         rows, kept_inputs, kept_clips = [], [], []
+
+        def forward(piece: dict) -> tuple[torch.Tensor, torch.Tensor]:
+            inputs = self.model_inputs(piece, train=True)
+            with self.policy.autocast():
+                out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})  # the GPT edits it in place
+            loss = out["loss"] * float("nan") if fault == "loss_nan" else out["loss"]
+            kept_inputs.append(inputs)
+            kept_clips.extend(piece["clips"].tolist())
+            return loss, torch.stack([loss.detach(), out["loss_text_ce"].detach(), out["loss_mel_ce"].detach()])
+
+        self.runner.begin()  # an out-of-memory micro-batch is split or skipped (oom.py)
         for micro in range(accum):
             batch = next(self.train_iter)
             self.data_position = self.sampler.next_position(*batch["position"])
-            inputs = self.model_inputs(batch, train=True)
             last = micro == accum - 1
             sync = self.ddp_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
             with sync:
-                with self.policy.autocast():
-                    out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})  # the GPT edits it in place
-                loss = out["loss"]
-                if fault == "loss_nan":
-                    loss = loss * float("nan")
-                self.scaler.scale(loss / accum).backward()
-            rows.append(torch.stack([loss.detach(), out["loss_text_ce"].detach(), out["loss_mel_ce"].detach()]))
-            kept_inputs.append(inputs)
-            kept_clips += batch["clips"].tolist()
+                row = self.runner.run(batch, 1.0 / (len(batch["clips"]) * accum), forward,
+                                      lambda loss: self.scaler.scale(loss).backward(), step=self.step)
+            if row is not None:
+                rows.append(row)
+        for event in self.runner.events:
+            self.metrics.event(self.step + 1, **event)
+        if not self.runner.finish([p.grad for p in self.trainable]):  # every clip ran out of memory: no update
+            self.optimizer.zero_grad(set_to_none=True)
+            self.lr = lr
+            nan = float("nan")
+            return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0, grad_norm=0.0,
+                             loss_scale=float(self.scaler.get_scale()), stop_requested=self.signals.requested)
         if fault == "grad_nan":
             self.trainable[0].grad.view(-1)[0] = float("nan")
         self.scaler.unscale_(self.optimizer)
@@ -381,6 +400,10 @@ class FineTuneRecipe:
         self.policy = new
         self.scaler = make_scaler(new, self.cfg.precision)  # disabled: bf16 and fp32 need no loss scaling
         self.guard.consecutive_bad = 0
+
+    def _clip_names(self, batch: dict) -> str:
+        names = [self.train_clips[i].audio_path.name for i in batch["clips"].tolist()]
+        return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
     def _stop_with_diagnosis(self) -> None:
         inputs, clips = self.last_bad

@@ -12,6 +12,7 @@ trainable embeddings, so they require grad anyway) and the alias is dropped.
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Callable
 
@@ -44,6 +45,13 @@ def enable_gradient_checkpointing(gpt: nn.Module) -> None:
         log.warning("training.gradient_checkpointing: this transformers version did not enable it; training without")
         return
     log.info("gradient checkpointing on: GPT block activations are recomputed in backward")
+
+
+def release_memory(device: torch.device) -> None:
+    """Hand cached blocks back after an out-of-memory error (call it outside the ``except`` block)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limit: int) -> int:

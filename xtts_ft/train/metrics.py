@@ -3,8 +3,9 @@
 Every optimizer step: the bar advances (loss, LR, grad norm in its postfix) and TensorBoard gets
 loss, LR, grad norm and loss scale. Every ``training.log_every`` steps: one console line and one
 JSON object in ``<run_dir>/metrics.jsonl`` with the interval's mean losses and the current LR,
-grad norm, loss scale, skip counters, samples/s and ETA. Evaluations add a line with
-``"split": "eval"``. Events (checkpoint, resume, rollback, precision switch, stop) go to
+grad norm, loss scale, skip counters (non-finite steps; ``oom_split``/``oom_skipped``), samples/s and
+ETA. Evaluations add a line with ``"split": "eval"``. Events (checkpoint, resume, rollback,
+precision switch, out-of-memory split/skip, stop) go to
 ``<run_dir>/events.jsonl``, one object with ``"event"`` and ``"step"`` per line, so metrics.jsonl
 holds only step and eval lines. Non-finite numbers are written as ``null`` (JSON has no NaN).
 """
@@ -98,6 +99,7 @@ class MetricsLogger:
             "lr": lr, "grad_norm": stats.grad_norm, "loss_scale": stats.loss_scale,
             "skipped_steps": guard.skipped_steps, "skipped_nonfinite_loss": guard.skipped_nonfinite_loss,
             "skipped_nonfinite_grad": guard.skipped_nonfinite_grad, "rollbacks": guard.rollbacks,
+            "oom_split": guard.oom_split, "oom_skipped": guard.oom_skipped,
             "precision": precision, "samples_per_s": self._samples / self._seconds if self._seconds else None,
             "eta_s": per_step * (self.max_steps - step), "time": time.time(),
         }

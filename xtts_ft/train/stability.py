@@ -100,6 +100,8 @@ class StabilityGuard:
     skipped_nonfinite_grad: int = 0
     consecutive_bad: int = 0
     rollbacks: int = 0
+    oom_split: int = 0  # micro-batches split after running out of GPU memory (oom.py)
+    oom_skipped: int = 0  # clips whose gradient an out-of-memory error dropped from a step (oom.py)
 
     @property
     def skipped_steps(self) -> int:

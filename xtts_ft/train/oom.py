@@ -1,0 +1,144 @@
+"""Out of GPU memory in the middle of a run: split the micro-batch, skip a clip that does not fit alone.
+
+A long outlier batch (or allocator fragmentation) can run out of memory although the batch size fit
+at the start. Instead of losing the run, :class:`MicroBatchRunner` runs each micro-batch of an
+optimizer step through a ``forward`` and a ``backward`` callable and, on ``torch.OutOfMemoryError``:
+
+- in the forward: nothing of this micro-batch has reached the gradients; memory is released and the
+  micro-batch is split in halves, each run on its own with its loss weighted by its share of the
+  clips (a half that still does not fit is split again);
+- in the backward: part of this micro-batch's gradient may already be in ``.grad``, so the
+  gradients of the whole accumulation window are cleared (the clips that had reached them are
+  counted as skipped), then the micro-batch is split as above;
+- a single clip that does not fit is skipped, counted and named in a warning.
+
+Every micro-batch is still consumed once, so the sampler position advances exactly as without the
+error (exact resume is unaffected). :meth:`MicroBatchRunner.finish` rescales the gradients when
+clips were dropped, so the step is the mean over the clips that counted; when none did, the loop
+skips the optimizer step. Weighting is per clip: a piece's loss (a token-weighted mean inside the
+piece, as the GPT computes it) counts with its share of the clips.
+
+Counters ``oom_split`` (micro-batches split) and ``oom_skipped`` (clips whose gradient was dropped)
+live on ``counters`` (the loop's StabilityGuard: saved with checkpoints, written to metrics.jsonl).
+Memory is released outside the ``except`` block: the exception's traceback holds the failed pass's
+activations until it is gone.
+
+Multi-process (DDP) runs do not split: ranks would disagree on the number of synchronised backward
+passes and the all-reduce would hang, so there an out-of-memory error stops the run with advice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import torch
+
+from xtts_ft.errors import TrainingStopped
+from xtts_ft.train.memory import release_memory
+
+log = logging.getLogger(__name__)
+
+Forward = Callable[[dict], tuple[torch.Tensor, torch.Tensor]]  # piece -> (loss to backpropagate, detached loss row)
+Backward = Callable[[torch.Tensor], None]  # weighted loss -> backward pass
+_TRIM = {"padded_text": "text_lengths", "wav": "wav_lengths"}  # padded tensor -> the lengths that bound it
+
+
+def batch_len(batch: dict) -> int:
+    return int(batch["clips"].shape[0])
+
+
+def split_batch(batch: dict) -> tuple[dict, dict]:
+    """The first and second half of a collated batch (every batch-first tensor sliced, padding trimmed)."""
+    n = batch_len(batch)
+    half = n // 2
+    pieces = []
+    for sl in (slice(0, half), slice(half, n)):
+        piece = {k: (v[sl] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n else v)
+                 for k, v in batch.items()}
+        for key, lengths in _TRIM.items():
+            if key in piece:
+                piece[key] = piece[key][..., : int(piece[lengths].max())]
+        pieces.append(piece)
+    return pieces[0], pieces[1]
+
+
+class MicroBatchRunner:
+    """Runs the micro-batches of one optimizer step; see the module doc."""
+
+    def __init__(self, *, counters, device: torch.device, describe: Callable[[dict], str],
+                 zero_grads: Callable[[], None], recover: bool = True):
+        self.counters, self.device, self.describe = counters, device, describe
+        self.zero_grads, self.recover = zero_grads, recover
+        self.events: list[dict] = []
+        self._nominal = self._counted = 0
+
+    def begin(self) -> None:
+        """Start an accumulation window."""
+        self._nominal = self._counted = 0
+        self.events = []
+
+    def run(self, batch: dict, weight_per_clip: float, forward: Forward, backward: Backward, *, step: int) -> Optional[torch.Tensor]:
+        """Forward and backward of one micro-batch (split on OOM); its clip-weighted loss row, None if nothing ran."""
+        self._nominal += batch_len(batch)
+        pending, rows = [batch], []
+        while pending:
+            piece = pending.pop(0)
+            n = batch_len(piece)
+            failed = self._attempt(piece, n * weight_per_clip, forward, backward, rows)
+            if failed is None:
+                self._counted += n
+                continue
+            release_memory(self.device)
+            names = self.describe(piece)
+            if not self.recover:
+                raise TrainingStopped(
+                    f"out of GPU memory at step {step + 1} in the {failed} pass of {n} clip(s) ({names}); a multi-GPU run "
+                    f"cannot split a batch. Lower training.batch_size (or use auto), enable training.gradient_checkpointing "
+                    f"or training.offload_frozen, or lower dataset.max_duration_s; rerun the same command to resume")
+            if failed == "backward" and self._counted:
+                dropped, self._counted = self._counted, 0
+                self.counters.oom_skipped += dropped
+                log.warning("out of GPU memory in a backward pass at step %d: gradients of the %d clip(s) before it in "
+                            "this step were cleared (a failed backward leaves partial gradients)", step + 1, dropped)
+                self.events.append({"event": "oom_cleared", "clips": dropped})
+            if failed == "backward":
+                self.zero_grads()
+            if n == 1:
+                self.counters.oom_skipped += 1
+                log.warning("out of GPU memory at step %d: clip %s does not fit even alone and is skipped in this step; "
+                            "enable training.gradient_checkpointing or lower dataset.max_duration_s", step + 1, names)
+                self.events.append({"event": "oom_skip", "clips": names, "pass": failed})
+                continue
+            self.counters.oom_split += 1
+            first, second = split_batch(piece)
+            log.warning("out of GPU memory in the %s pass at step %d on %d clips (%s): split into %d + %d", failed,
+                        step + 1, n, names, batch_len(first), batch_len(second))
+            self.events.append({"event": "oom_split", "clips": names, "size": n, "pass": failed})
+            pending[:0] = [first, second]
+        if not rows:
+            return None
+        total = sum(n for _, n in rows)
+        return sum(row * (n / total) for row, n in rows)
+
+    @staticmethod
+    def _attempt(piece: dict, weight: float, forward: Forward, backward: Backward, rows: list) -> Optional[str]:
+        """None when the piece ran; else the pass ('forward' / 'backward') that ran out of memory."""
+        phase = "forward"
+        try:
+            loss, row = forward(piece)
+            phase = "backward"
+            backward(loss * weight)
+        except torch.OutOfMemoryError:
+            return phase
+        rows.append((row, batch_len(piece)))
+        return None
+
+    def finish(self, grads: list[Optional[torch.Tensor]]) -> int:
+        """Rescale ``grads`` to the mean over the clips that counted; returns their number (0: skip the step)."""
+        if 0 < self._counted < self._nominal:
+            factor = self._nominal / self._counted
+            for g in grads:
+                if g is not None:
+                    g.mul_(factor)
+        return self._counted
