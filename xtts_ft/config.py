@@ -153,6 +153,12 @@ class TrainingConfig:
     max_steps: int = opt(10000, "Optimizer steps to train for.")
     batch_size: Union[int, Literal["auto"]] = opt(4, "Clips per micro-batch, or 'auto' to find the largest that fits.")
     grad_accum_steps: int = opt(1, "Micro-batches per optimizer step (effective batch = batch_size x this x GPUs).")
+    effective_batch_size: Optional[int] = opt(
+        None,
+        "Clips per optimizer step over all GPUs. When set, grad_accum_steps is derived: "
+        "ceil(effective_batch_size / (batch_size x GPUs)); with batch_size auto the batch is then lowered to the "
+        "smallest size that needs the same accumulation. Null: grad_accum_steps is used as given.",
+    )
     lr: float = opt(5e-6, "Peak learning rate (AdamW).")
     betas: list[float] = opt([0.9, 0.96], "AdamW betas.")
     weight_decay: float = opt(1e-2, "AdamW weight decay, applied to weight matrices only (not biases, norms).")
@@ -182,6 +188,8 @@ class TrainingConfig:
             problems.append("training.batch_size: must be >= 1 or 'auto'")
         if self.grad_accum_steps < 1:
             problems.append("training.grad_accum_steps: must be >= 1")
+        if self.effective_batch_size is not None and self.effective_batch_size < 1:
+            problems.append("training.effective_batch_size: must be >= 1, or null to use grad_accum_steps as given")
         if not 0 < self.lr < 1:
             problems.append(f"training.lr: {self.lr} is not a plausible learning rate (expected 0 < lr < 1)")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):

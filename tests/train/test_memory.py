@@ -1,9 +1,111 @@
-"""batch_size: auto (4 on CPU) and gradient checkpointing (same losses, activations recomputed)."""
+"""batch_size auto (back-off, accumulation, worst-case probe) and gradient checkpointing (same losses)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+import torch
 from conftest import small_config, train_lines
+
+from xtts_ft.errors import TrainingStopped
+from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.train import loop as loop_module
+from xtts_ft.train import memory
+from xtts_ft.train.memory import auto_batch_limit, find_batch_size, plan_accumulation
+
+CPU = torch.device("cpu")
+
+
+def _oom_above(threshold: int, tried: list):
+    def try_batch(n: int) -> None:
+        tried.append(n)
+        if n > threshold:
+            raise torch.cuda.OutOfMemoryError(f"injected: CUDA out of memory at batch {n}")
+
+    return try_batch
+
+
+def test_auto_batch_doubles_then_backs_off_by_binary_search_under_an_injected_oom():
+    assert issubclass(torch.cuda.OutOfMemoryError, torch.OutOfMemoryError)  # what the finder catches
+    tried = []
+    choice = find_batch_size(_oom_above(11, tried), CPU, 64, probe=True)
+    assert tried == [1, 2, 4, 8, 16, 12, 10, 11]  # double to the first failure, then bisect 8..16
+    assert choice.largest_fit == 11 and choice.first_oom == 12
+    assert choice.size == 9  # 90 % of 11, rounded down: the safety margin
+    assert choice.tried[-3:] == [(12, False), (10, True), (11, True)]
+    assert plan_accumulation(choice.size, 32, 1, 1, lower_batch=True) == (8, 4)  # 9 -> 4 steps -> 8 x 4 = 32
+
+    tried = []
+    small = find_batch_size(_oom_above(5, tried), CPU, 12, probe=True)
+    assert tried == [1, 2, 4, 8, 6, 5] and (small.largest_fit, small.size) == (5, 4)
+
+    tried = []
+    roomy = find_batch_size(_oom_above(100, tried), CPU, 12, probe=True)
+    assert tried == [1, 2, 4, 8, 12] and roomy.size == 12 and roomy.first_oom is None  # no failure: no margin
+
+
+def test_auto_batch_refuses_when_one_clip_does_not_fit_and_lets_other_errors_through():
+    with pytest.raises(TrainingStopped) as err:
+        find_batch_size(_oom_above(0, []), CPU, 64, probe=True)
+    assert "even one clip" in str(err.value) and "gradient_checkpointing" in str(err.value) and "\n" not in str(err.value)
+
+    def broken(n):
+        raise RuntimeError("a real bug, not out of memory")
+
+    with pytest.raises(RuntimeError, match="a real bug"):
+        find_batch_size(broken, CPU, 8, probe=True)
+    assert find_batch_size(broken, CPU, 8).size == 4  # on CPU nothing is probed
+
+
+def test_effective_batch_sets_the_accumulation():
+    assert plan_accumulation(10, None, 1, 8, lower_batch=True) == (10, 8)  # null: grad_accum_steps as given
+    assert plan_accumulation(10, 32, 1, 8, lower_batch=False) == (10, 4)  # fixed batch: 40 clips per step
+    assert plan_accumulation(6, 32, 2, 1, lower_batch=True) == (6, 3)  # 6 x 3 x 2 GPUs = 36 >= 32
+    assert plan_accumulation(64, 16, 1, 1, lower_batch=True) == (16, 1)
+    assert auto_batch_limit(12, 1, None) == 12 and auto_batch_limit(500, 1, None) == 64
+    assert auto_batch_limit(500, 2, 32) == 16
+
+
+def test_auto_batch_probes_real_steps_at_the_longest_clip(trainer, model_factory, tmp_path, monkeypatch, caplog):
+    """On CPU the probe is forced; the GPT 'runs out of memory' above 3 clips. A resume reuses the size."""
+    monkeypatch.setattr(loop_module, "probe_batch_size", functools.partial(memory.probe_batch_size, probe=True))
+    shapes = []
+
+    def factory(*args):
+        model = model_factory(*args)
+
+        def before_forward(_module, args):
+            shapes.append((args[0].shape[0], tuple(args[1].tolist()), args[2].shape[1], tuple(args[3].tolist())))
+            if args[0].shape[0] > 3:
+                raise torch.OutOfMemoryError("injected: CUDA out of memory")
+
+        model.gpt.register_forward_pre_hook(before_forward)
+        return model
+
+    caplog.set_level("INFO")
+    run = tmp_path / "run"
+    cfg = small_config(run, training={"max_steps": 1, "batch_size": "auto", "effective_batch_size": 8})
+    result = trainer(cfg, model_factory=factory)
+    probes = shapes[:4]
+    assert [n for n, *_ in probes] == [1, 2, 4, 3]  # limit min(12 clips, effective 8): 1, 2, 4 fails, 3 fits
+    texts, codes, wavs = {t for _, ts, _, _ in probes for t in ts}, {c for *_, c, _ in probes}, {w for *_, ws in probes for w in ws}
+    assert len(texts) == len(codes) == len(wavs) == 1  # every row of every probe: the same worst-case lengths
+    trained = shapes[4:-1]  # pre-flight and training batches (the last forward is the eval batch)
+    assert max(texts) >= max(max(ts) for _, ts, _, _ in trained)  # no training batch has longer text
+    assert max(codes) >= max(c for *_, c, _ in trained) and max(wavs) >= max(max(ws) for *_, ws in trained)
+    assert "batch_size auto: 2 (largest fitting 3" in caplog.text  # 90 % of 3
+    assert "effective batch: 2 x 4 accumulation x 1 process(es) = 8" in caplog.text
+    state = ckpt.load_training_state(result.last_checkpoint)
+    assert state["sampler"]["batch_size"] == 2 and state["training_config"]["grad_accum_steps"] == 4
+    assert state["sampler"]["batch_index"] == 4  # 1 step x 4 micro-batches
+    assert all(n == 2 for n, *_ in shapes[4:])  # pre-flight, training and eval batches
+
+    shapes.clear()
+    trainer(small_config(run, training={"max_steps": 2, "batch_size": "auto", "effective_batch_size": 8}),
+            model_factory=factory)
+    assert "batch_size auto: 2, as in the checkpoint" in caplog.text
+    assert shapes and all(n == 2 for n, *_ in shapes)  # no probing on resume: the same batches continue
 
 
 def test_gradient_checkpointing_and_auto_batch_size(trainer, model_factory, tmp_path, caplog):

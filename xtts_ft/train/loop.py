@@ -11,9 +11,10 @@ One optimizer step (``train_step``):
 5. all finite: ``optimizer.step()`` (+ the new-token row LR correction) and ``scaler.update()``;
    otherwise the step is skipped and counted (stability.py); ``zero_grad``.
 
-Around it: rollbacks and the fp16 -> bf16/fp32 switch (``_after_step``), evaluation every
-``evaluation.every_steps``, checkpoints every ``checkpoint.every_steps``, a clean stop on
-SIGINT/SIGTERM, and a final evaluation and checkpoint.
+Setup resolves ``batch_size: auto`` and ``effective_batch_size`` (``memory.py``). Around the step:
+rollbacks and the fp16 -> bf16/fp32 switch (``_after_step``), evaluation every ``evaluation.every_steps``,
+checkpoints every ``checkpoint.every_steps``, a clean stop on SIGINT/SIGTERM, and a final evaluation
+and checkpoint.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
-from xtts_ft.train.memory import enable_gradient_checkpointing, find_batch_size
+from xtts_ft.train.memory import enable_gradient_checkpointing, plan_accumulation, probe_batch_size
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
@@ -138,15 +139,16 @@ class FineTuneRecipe:
         # data: every clip checked up front; DVAE codes cached once
         self._load_data()
         self._prepare_codes()
-        batch_size = self._resolve_batch_size()
+        path = self.dist.broadcast_object(choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None)
+        state = ckpt.load_training_state(path) if path is not None else None
+        batch_size = self._resolve_batch_size(state)
+        cfg, tcfg = self.cfg, self.tcfg  # grad_accum_steps may now be derived from effective_batch_size
 
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
         self.trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.new_rows = NewTokenRows(self.model.gpt, self.base_vocab_size, tcfg.new_token_lr_multiplier)
         self.guard = StabilityGuard(cfg.stability)
-        path = self.dist.broadcast_object(choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None)
-        state = ckpt.load_training_state(path) if path is not None else None
         position = self._restore(state, path) if state is not None else (0, 0)
         self.scaler = make_scaler(self.policy, cfg.precision)
         if state is not None and self.policy.scaler_enabled and state.get("scaler"):
@@ -208,17 +210,31 @@ class FineTuneRecipe:
         self.train_set = ClipDataset(self.train_clips, train=True, code_paths=paths[:n] if paths else None, **common)
         self.eval_set = ClipDataset(self.eval_clips, train=False, code_paths=paths[n:] if paths else None, **common)
 
-    def _resolve_batch_size(self) -> int:
-        size = self.tcfg.batch_size
-        if size == "auto":
-            longest = sorted(range(len(self.train_clips)), key=lambda i: -self.train_clips[i].num_samples)
-
-            def try_batch(n: int) -> None:
-                inputs = self.model_inputs(self._items(self.train_set, longest[:n]), train=True)
-                check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device)
-
-            size = self.dist.broadcast_object(find_batch_size(try_batch, self.device, min(64, len(self.train_clips))))
-        return int(size)
+    def _resolve_batch_size(self, state: Optional[dict]) -> int:
+        """The micro-batch size (``auto``: reused from the checkpoint, else probed); sets grad_accum_steps."""
+        tcfg, world = self.tcfg, self.dist.world_size
+        auto = tcfg.batch_size == "auto"
+        saved = int(((state or {}).get("sampler") or {}).get("batch_size", -1))
+        if auto and saved > 0:  # the same batches as before the stop: exact resume
+            size = saved
+            log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again", size)
+        elif auto:
+            choice = probe_batch_size(self.model, self.train_set, self.train_clips, self.model_inputs, self.policy.autocast,
+                                      self.device, rank=self.dist.rank, world_size=world,
+                                      effective=tcfg.effective_batch_size)
+            size = min(self.dist.all_gather_object(choice.size))  # every rank must fit
+        else:
+            size = int(tcfg.batch_size)
+        size, accum = plan_accumulation(size, tcfg.effective_batch_size, world, tcfg.grad_accum_steps,
+                                        lower_batch=auto and saved <= 0)
+        if tcfg.effective_batch_size is not None:
+            log.info("effective batch: %d x %d accumulation x %d process(es) = %d (training.effective_batch_size %d)",
+                     size, accum, world, size * accum * world, tcfg.effective_batch_size)
+        if accum != tcfg.grad_accum_steps:
+            self.cfg = dataclasses.replace(self.cfg, training=dataclasses.replace(tcfg, grad_accum_steps=accum))
+            self.tcfg = self.cfg.training
+        self.batch_size = size
+        return size
 
     def _restore(self, state: dict, path: Path) -> tuple[int, int]:
         """Continue from a verified checkpoint; returns the sampler position."""
@@ -236,8 +252,7 @@ class FineTuneRecipe:
 
     def _sampler_key(self) -> dict:
         """What must not change for the saved data position to mean the same batches."""
-        batch_size = int(self.tcfg.batch_size) if self.tcfg.batch_size != "auto" else -1
-        return {"world_size": self.dist.world_size, "batch_size": batch_size, "num_clips": len(self.train_clips),
+        return {"world_size": self.dist.world_size, "batch_size": self.batch_size, "num_clips": len(self.train_clips),
                 "seed": self.cfg.run.seed}
 
     def _seed_or_restore_rng(self) -> None:

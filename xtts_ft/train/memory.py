@@ -1,20 +1,34 @@
-"""GPU memory: ``training.batch_size: auto`` and ``training.gradient_checkpointing``.
+"""GPU memory: ``batch_size: auto`` and ``training.gradient_checkpointing``.
 
-``find_batch_size`` tries powers of two on the longest training clips (one forward/backward each)
-and keeps the largest that fits; on CPU there is nothing to probe and it uses 4.
+``training.batch_size: auto`` (:func:`find_batch_size`): real training steps (forward + backward)
+on a worst-case batch (:func:`worst_case_batch`: every row padded to the dataset's longest text
+*and* its longest audio, so no real batch of that size is larger), doubling the size until one
+runs out of memory, then a binary search between the last size that fit and the first that did
+not. During the search a placeholder the size of AdamW's state (two fp32 copies of the trainable
+weights, :func:`optimizer_state_bytes`) is held on the GPU, since the optimizer does not exist yet.
+The run uses ``AUTO_BATCH_MARGIN`` (90 %) of the largest size that fit, rounded down (at least 1;
+the whole size when nothing ran out of memory up to the limit): allocator fragmentation and the
+optimizer's temporaries are not in the probe, and a batch that still runs out of memory mid-run is
+split (``oom.py``). The result is printed with the probe's peak memory. On CPU there is nothing to
+probe and the size is 4. :func:`plan_accumulation` then sets ``grad_accum_steps`` so batch x
+accumulation x GPUs reaches ``training.effective_batch_size``.
 
 ``enable_gradient_checkpointing`` switches on Hugging Face GPT-2's block checkpointing in the XTTS
 GPT. transformers' switch also hooks the model's input embedding (``GPT2Model.wte``), which XTTS
 deletes because it feeds embeddings directly; the embedding is aliased for the duration of the call
 (as coqui's own inference setup does), the hook is removed again (the GPT's inputs come from
 trainable embeddings, so they require grad anyway) and the alias is dropped.
+
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
-from typing import Callable
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -22,6 +36,10 @@ import torch.nn as nn
 from xtts_ft.errors import TrainingStopped
 
 log = logging.getLogger(__name__)
+
+AUTO_BATCH_MARGIN = 0.9  # share of the largest fitting batch size that a run uses
+MAX_AUTO_BATCH = 64
+CPU_AUTO_BATCH = 4
 
 
 def enable_gradient_checkpointing(gpt: nn.Module) -> None:
@@ -47,6 +65,26 @@ def enable_gradient_checkpointing(gpt: nn.Module) -> None:
     log.info("gradient checkpointing on: GPT block activations are recomputed in backward")
 
 
+# ---------------------------------------------------------------------- batch_size: auto
+@dataclass
+class BatchChoice:
+    """What :func:`find_batch_size` found; ``peak_bytes``/``total_bytes`` are None without a GPU."""
+
+    size: int  # the batch size the run uses
+    largest_fit: int  # the largest size whose probe step fit
+    first_oom: Optional[int]  # the smallest size that ran out of memory (None: none did up to the limit)
+    peak_bytes: Optional[int] = None  # peak memory of the probe step at ``largest_fit``
+    total_bytes: Optional[int] = None
+    tried: list[tuple[int, bool]] = field(default_factory=list)  # (size, fit) in the order tried
+
+    def describe(self) -> str:
+        if self.peak_bytes is None:
+            return f"batch_size auto: {self.size} (largest fitting {self.largest_fit}; no GPU memory to measure)"
+        oom = f", {self.first_oom} ran out of memory" if self.first_oom else ", no size up to the limit ran out"
+        return (f"batch_size auto: {self.size} (largest fitting {self.largest_fit}{oom}; peak "
+                f"{self.peak_bytes / 2**30:.2f} GiB of {self.total_bytes / 2**30:.2f} GiB at the longest clip)")
+
+
 def release_memory(device: torch.device) -> None:
     """Hand cached blocks back after an out-of-memory error (call it outside the ``except`` block)."""
     gc.collect()
@@ -54,21 +92,157 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limit: int) -> int:
-    """``training.batch_size: auto``: the largest power of two (<= limit) whose step fits in GPU memory."""
-    if device.type != "cuda":
-        log.info("batch_size auto: 4 on %s (memory probing is for GPUs)", device)
-        return min(4, limit)
-    best, size = 0, 1
-    while size <= limit:
+def _fits(try_batch: Callable[[int], None], n: int, device: torch.device) -> tuple[bool, Optional[int]]:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    ok = True
+    try:
+        try_batch(n)
+    except torch.OutOfMemoryError:  # torch.cuda.OutOfMemoryError is the same class (torch >= 2.5)
+        ok = False
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    if not ok:
+        release_memory(device)
+    return ok, peak
+
+
+def _will_probe(probe: Optional[bool], device: torch.device) -> bool:
+    return probe if probe is not None else device.type == "cuda"
+
+
+def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limit: int, *,
+                    probe: Optional[bool] = None, margin: float = AUTO_BATCH_MARGIN) -> BatchChoice:
+    """The batch size for ``training.batch_size: auto`` (see the module doc).
+
+    ``try_batch(n)`` runs one real step on ``n`` clips and raises ``torch.OutOfMemoryError`` when it
+    does not fit. ``probe`` None: probe on a GPU only; True forces probing (tests inject the error).
+    """
+    limit = max(1, int(limit))
+    if not _will_probe(probe, device):
+        size = min(CPU_AUTO_BATCH, limit)
+        log.info("batch_size auto: %d on %s (memory probing is for GPUs)", size, device)
+        return BatchChoice(size=size, largest_fit=size, first_oom=None)
+    tried: list[tuple[int, bool]] = []
+    peaks: dict[int, Optional[int]] = {}
+
+    def attempt(n: int) -> bool:
+        ok, peak = _fits(try_batch, n, device)
+        tried.append((n, ok))
+        if ok:
+            peaks[n] = peak
+        return ok
+
+    good, bad, n = 0, None, 1
+    while bad is None:  # doubling: 1, 2, 4, ... (the limit itself last)
+        if attempt(n):
+            good = n
+            if n >= limit:
+                break
+            n = min(2 * n, limit)
+        else:
+            bad = n
+    if good == 0:
+        raise TrainingStopped("batch_size auto: even one clip of the longest length does not fit in GPU memory; enable "
+                              "training.gradient_checkpointing or training.offload_frozen, or lower dataset.max_duration_s")
+    while bad is not None and bad - good > 1:  # binary search between the last fit and the first failure
+        mid = (good + bad) // 2
+        if attempt(mid):
+            good = mid
+        else:
+            bad = mid
+    size = good if bad is None else max(1, math.floor(good * margin))
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    choice = BatchChoice(size=size, largest_fit=good, first_oom=bad, peak_bytes=peaks.get(good), total_bytes=total,
+                         tried=tried)
+    log.info("%s", choice.describe())
+    return choice
+
+
+def plan_accumulation(batch_size: int, effective: Optional[int], world_size: int, grad_accum_steps: int, *,
+                      lower_batch: bool) -> tuple[int, int]:
+    """(batch size, accumulation steps) so batch x accumulation x world_size reaches ``effective``.
+
+    ``effective`` None keeps ``grad_accum_steps``. With ``lower_batch`` (batch_size auto) the batch is
+    lowered to the smallest size that needs the same accumulation: 32 clips with a batch of 10 that
+    fits -> 4 steps -> batch 8 (32 clips, not 40).
+    """
+    if effective is None:
+        return batch_size, grad_accum_steps
+    accum = max(1, math.ceil(effective / (batch_size * world_size)))
+    if lower_batch:
+        batch_size = max(1, min(batch_size, math.ceil(effective / (accum * world_size))))
+    return batch_size, accum
+
+
+def auto_batch_limit(num_clips: int, world_size: int, effective: Optional[int]) -> int:
+    """The largest batch worth probing: each rank's share of the clips, the effective batch, MAX_AUTO_BATCH."""
+    limit = min(MAX_AUTO_BATCH, -(-num_clips // world_size))
+    if effective is not None:
+        limit = min(limit, -(-effective // world_size))
+    return max(1, limit)
+
+
+def worst_case_batch(dataset, text_lengths: Sequence[int], audio_lengths: Sequence[int], n: int, rank: int = 0) -> dict:
+    """A collated batch of ``n`` rows, each the longest audio clip with the longest text's tokens.
+
+    Every real batch of ``n`` clips is padded to at most this text and audio length.
+    """
+    from xtts_ft.train.data import collate
+    from xtts_ft.train.sampler import ItemKey
+
+    longest_audio = max(range(len(audio_lengths)), key=audio_lengths.__getitem__)
+    longest_text = max(range(len(text_lengths)), key=text_lengths.__getitem__)
+    text = dataset[ItemKey(longest_text, 0, 0, 0, rank)]["text"]
+    items = []
+    for slot in range(n):
+        item = dataset[ItemKey(longest_audio, 0, 0, slot, rank)]
+        items.append({**item, "text": text})
+    return collate(items)
+
+
+def probe_step(model: nn.Module, inputs: dict, autocast: Callable, device: torch.device) -> None:
+    """One forward and backward of ``inputs``; leaves no gradient and no change to any random stream."""
+    gpt = model.xtts.gpt
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        gpt.zero_grad(set_to_none=True)
         try:
-            try_batch(size)
-        except torch.cuda.OutOfMemoryError:
-            break
+            args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+            with autocast():
+                loss = model(**args)["loss"]
+            loss.backward()
         finally:
-            torch.cuda.empty_cache()
-        best, size = size, size * 2
-    if best == 0:
-        raise TrainingStopped("batch_size auto: even one clip does not fit in GPU memory; shorten dataset.max_duration_s")
-    log.info("batch_size auto: %d (largest power of two that fits the longest clips)", best)
-    return best
+            gpt.zero_grad(set_to_none=True)
+
+
+def probe_batch_size(model: nn.Module, dataset, clips: Sequence, model_inputs: Callable[..., dict], autocast: Callable,
+                     device: torch.device, *, rank: int, world_size: int, effective: Optional[int],
+                     probe: Optional[bool] = None) -> BatchChoice:
+    """``batch_size: auto`` for the training loop: :func:`find_batch_size` on worst-case batches of ``clips``."""
+    texts, audio = [len(c.tokens) for c in clips], [c.num_samples for c in clips]
+
+    def try_batch(n: int) -> None:
+        batch = worst_case_batch(dataset, texts, audio, n, rank)
+        probe_step(model, model_inputs(batch, train=True), autocast, device)
+
+    limit = auto_batch_limit(len(clips), world_size, effective)
+    if _will_probe(probe, device):
+        log.info("batch_size auto: probing up to %d clips, each padded to the longest text (%d tokens) and audio "
+                 "(%d samples)", limit, max(texts), max(audio))
+    with reserve_memory(optimizer_state_bytes(list(model.xtts.gpt.parameters())), device):
+        return find_batch_size(try_batch, device, limit, probe=probe)
+
+
+def optimizer_state_bytes(params: Sequence[torch.Tensor]) -> int:
+    """AdamW keeps two fp32 tensors (exp_avg, exp_avg_sq) per trainable weight."""
+    return sum(2 * p.numel() * 4 for p in params if p.requires_grad)
+
+
+@contextlib.contextmanager
+def reserve_memory(nbytes: int, device: torch.device) -> Iterator[None]:
+    """Hold ``nbytes`` on a GPU for the duration (the optimizer state the probe must leave room for)."""
+    block = torch.empty(int(nbytes), dtype=torch.uint8, device=device) if device.type == "cuda" and nbytes > 0 else None
+    try:
+        yield
+    finally:
+        del block
+        release_memory(device)
