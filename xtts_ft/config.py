@@ -174,6 +174,11 @@ class TrainingConfig:
     cache_dvae_codes: bool = opt(True, "Compute the DVAE codes of training audio once and cache them on disk.")
     gradient_checkpointing: bool = opt(False, "Recompute GPT block activations in backward to save memory.")
     length_bucketing: bool = opt(True, "Batch clips of similar length together (less padding).")
+    offload_frozen: bool = opt(
+        False,
+        "Keep the frozen HiFiGAN decoder (with its speaker encoder) and, when DVAE codes are cached, the DVAE on the "
+        "CPU during training; evaluation moves what synthesis needs to the device and back.",
+    )
     min_conditioning_s: float = opt(
         3.0, "Shortest voice prompt cut from the target clip each step, in seconds (coqui: 66,150 samples)."
     )

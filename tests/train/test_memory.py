@@ -1,8 +1,11 @@
-"""batch_size auto (back-off, accumulation, worst-case probe) and gradient checkpointing (same losses)."""
+"""Memory options: batch_size auto (back-off, accumulation, worst-case probe), gradient checkpointing (same
+losses) and the frozen modules kept on the CPU."""
 
 from __future__ import annotations
 
+import copy
 import functools
+import math
 
 import pytest
 import torch
@@ -12,7 +15,8 @@ from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train import loop as loop_module
 from xtts_ft.train import memory
-from xtts_ft.train.memory import auto_batch_limit, find_batch_size, plan_accumulation
+from xtts_ft.train.memory import (auto_batch_limit, find_batch_size, modules_on, offload_plan, offloaded_tensor_names,
+                                  place_modules, plan_accumulation)
 
 CPU = torch.device("cpu")
 
@@ -123,3 +127,52 @@ def test_gradient_checkpointing_and_auto_batch_size(trainer, model_factory, tmp_
     assert not hasattr(models[0].gpt.gpt, "wte")  # the temporary alias is gone
     for (a_loss, a_norm), (b_loss, b_norm) in zip(losses[True], losses[False], strict=True):
         assert a_loss == pytest.approx(b_loss, rel=1e-5) and a_norm == pytest.approx(b_norm, rel=1e-4)
+
+
+def test_offload_plan_and_placement_move_only_the_frozen_modules(built_model, monkeypatch):
+    assert offload_plan(True, codes_cached=True) == ["xtts.hifigan_decoder", "dvae"]
+    assert offload_plan(True, codes_cached=False) == ["xtts.hifigan_decoder"]  # codes per step need the DVAE
+    assert offload_plan(False, codes_cached=True) == []
+
+    model = copy.deepcopy(built_model)
+    names = offload_plan(True, codes_cached=True)
+    place_modules(model, names, torch.device("meta"))  # a second "device" on a CPU-only machine
+    devices = {n: p.device.type for n, p in model.named_parameters()}
+    assert {devices[n] for n in devices if n.startswith(("dvae.", "xtts.hifigan_decoder."))} == {"meta"}
+    assert {devices[n] for n in devices if n.startswith("xtts.gpt.")} == {"cpu"}
+    assert next(model.xtts.hifigan_decoder.speaker_encoder.parameters()).device.type == "meta"  # inside the decoder
+    assert {b.device.type for b in model.mel_style.buffers()} == {"cpu"}  # the prompt mel extractor stays
+    moved = set(offloaded_tensor_names(model, names))
+    assert moved == {n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"}
+
+    calls = []
+    monkeypatch.setattr(memory, "place_modules", lambda m, ns, d: calls.append((tuple(ns), d.type)))
+    with pytest.raises(RuntimeError, match="synthesis failed"), modules_on(model, names, torch.device("meta")):
+        raise RuntimeError("synthesis failed")
+    assert calls == [(tuple(names), "meta"), (tuple(names), "cpu")]  # back on the CPU even after an error
+
+
+def test_offload_frozen_trains_with_the_frozen_modules_on_the_cpu(trainer, tmp_path, monkeypatch, caplog):
+    calls = []
+    real = memory.place_modules
+
+    def record(model, names, device):
+        calls.append((tuple(names), device.type))
+        real(model, names, device)
+
+    monkeypatch.setattr(memory, "place_modules", record)
+    monkeypatch.setattr(loop_module, "place_modules", record)
+
+    def eval_hook(step, model):
+        calls.append(("hook", next(model.xtts.hifigan_decoder.parameters()).device.type))
+        return {}
+
+    caplog.set_level("INFO")
+    run = tmp_path / "run"
+    cfg = small_config(run, training={"max_steps": 2, "offload_frozen": True}, evaluation={"eval_at_start": True})
+    result = trainer(cfg, eval_hook=eval_hook)
+    names = ("xtts.hifigan_decoder", "dvae")
+    assert result.step == 2 and "on the CPU: xtts.hifigan_decoder, dvae" in caplog.text
+    # setup: to the CPU; each evaluation: to the device, hook, back to the CPU
+    assert calls == [(names, "cpu")] + [(names, "cpu"), ("hook", "cpu"), (names, "cpu")] * 2
+    assert all(math.isfinite(r["loss"]) for r in train_lines(run))

@@ -11,10 +11,10 @@ One optimizer step (``train_step``):
 5. all finite: ``optimizer.step()`` (+ the new-token row LR correction) and ``scaler.update()``;
    otherwise the step is skipped and counted (stability.py); ``zero_grad``.
 
-Setup resolves ``batch_size: auto`` and ``effective_batch_size`` (``memory.py``). Around the step:
-rollbacks and the fp16 -> bf16/fp32 switch (``_after_step``), evaluation every ``evaluation.every_steps``,
-checkpoints every ``checkpoint.every_steps``, a clean stop on SIGINT/SIGTERM, and a final evaluation
-and checkpoint.
+Setup resolves ``batch_size: auto`` and ``effective_batch_size`` and keeps the frozen modules on the
+CPU with ``offload_frozen`` (``memory.py``). Around the step: rollbacks and the fp16 -> bf16/fp32
+switch (``_after_step``), evaluation every ``evaluation.every_steps``, checkpoints every
+``checkpoint.every_steps``, a clean stop on SIGINT/SIGTERM, and a final evaluation and checkpoint.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
-from xtts_ft.train.memory import enable_gradient_checkpointing, plan_accumulation, probe_batch_size
+from xtts_ft.train.memory import (ddp_ignore, enable_gradient_checkpointing, modules_on, offload_plan, place_modules,
+                                   plan_accumulation, probe_batch_size, release_memory)
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
@@ -139,6 +140,9 @@ class FineTuneRecipe:
         # data: every clip checked up front; DVAE codes cached once
         self._load_data()
         self._prepare_codes()
+        self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
+        place_modules(self.model, self.offloaded, torch.device("cpu"))
+        release_memory(self.device)
         path = self.dist.broadcast_object(choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None)
         state = ckpt.load_training_state(path) if path is not None else None
         batch_size = self._resolve_batch_size(state)
@@ -159,6 +163,8 @@ class FineTuneRecipe:
                                              bucketing=tcfg.length_bucketing, start=position)
         self.data_position = self.sampler.position
         self._preflight(batch_size)
+        if self.dist.enabled:
+            ddp_ignore(self.model, self.offloaded)
         self.ddp_model = wrap_model(self.model, self.dist)
         self.runner = MicroBatchRunner(counters=self.guard, device=self.device, describe=self._clip_names,
                                        zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True),
@@ -174,9 +180,9 @@ class FineTuneRecipe:
             self.metrics.event(self.step, "resume", checkpoint=str(path))
         self.samples_per_step = batch_size * tcfg.grad_accum_steps * self.dist.world_size
         log.info("training %d clips on %s (%s): batch %d x accum %d x %d process(es) = effective batch %d; "
-                 "steps %d -> %d; DVAE code cache %s", len(self.train_clips), self.device, self.policy.name, batch_size,
-                 tcfg.grad_accum_steps, self.dist.world_size, self.samples_per_step, self.step, self.max_steps,
-                 "on" if tcfg.cache_dvae_codes else "off")
+                 "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(self.train_clips), self.device, self.policy.name,
+                 batch_size, tcfg.grad_accum_steps, self.dist.world_size, self.samples_per_step, self.step, self.max_steps,
+                 "on" if tcfg.cache_dvae_codes else "off", ", ".join(self.offloaded) or "nothing")
         self._seed_or_restore_rng()  # last: nothing after it may draw random numbers before step 1
 
     def _load_data(self) -> None:
@@ -268,7 +274,7 @@ class FineTuneRecipe:
         return collate([dataset[ItemKey(i, 0, 0, slot, self.dist.rank)] for slot, i in enumerate(indices)])
 
     def _preflight(self, batch_size: int) -> None:
-        check_setup(self.model, self.optimizer, self.device)
+        check_setup(self.model, self.optimizer, self.device, self.offloaded)
         tokens = [c.tokens for c in self.train_clips]
         vocab_rows = self.model.gpt.text_embedding.weight.shape[0]
         picked = pick_check_clips(tokens, self.base_vocab_size, vocab_rows, batch_size)
@@ -443,7 +449,8 @@ class FineTuneRecipe:
                 losses = eval_losses(self.model, self.eval_set, batches, self.policy.autocast, self.model_inputs)
                 extra = {}
                 if self.eval_hook is not None:
-                    with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                    with modules_on(self.model, self.offloaded, self.device), \
+                            torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                         extra = self.eval_hook(self.step, self.model) or {}
                     extra = {k: float(v) for k, v in extra.items() if isinstance(v, (int, float))}
             finally:

@@ -1,4 +1,4 @@
-"""GPU memory: ``batch_size: auto`` and ``training.gradient_checkpointing``.
+"""GPU memory: ``batch_size: auto``, gradient checkpointing, and the frozen modules kept off the GPU.
 
 ``training.batch_size: auto`` (:func:`find_batch_size`): real training steps (forward + backward)
 on a worst-case batch (:func:`worst_case_batch`: every row padded to the dataset's longest text
@@ -19,6 +19,10 @@ deletes because it feeds embeddings directly; the embedding is aliased for the d
 (as coqui's own inference setup does), the hook is removed again (the GPT's inputs come from
 trainable embeddings, so they require grad anyway) and the alias is dropped.
 
+``training.offload_frozen`` (:func:`offload_plan`, :func:`place_modules`, :func:`modules_on`): the
+HiFiGAN decoder (and the speaker encoder inside it) never runs in a training step, and the DVAE
+does not either once its codes are cached; they stay on the CPU and move to the device only
+around the evaluation hook (synthesis needs them). The mel extractors are tiny and stay.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ log = logging.getLogger(__name__)
 AUTO_BATCH_MARGIN = 0.9  # share of the largest fitting batch size that a run uses
 MAX_AUTO_BATCH = 64
 CPU_AUTO_BATCH = 4
+OFFLOADABLE = ("xtts.hifigan_decoder", "dvae")  # frozen modules a training step never runs (DVAE: with cached codes)
 
 
 def enable_gradient_checkpointing(gpt: nn.Module) -> None:
@@ -246,3 +251,49 @@ def reserve_memory(nbytes: int, device: torch.device) -> Iterator[None]:
     finally:
         del block
         release_memory(device)
+
+
+# ---------------------------------------------------------------------- offload_frozen
+def offload_plan(enabled: bool, codes_cached: bool) -> list[str]:
+    """Names of the frozen submodules that stay on the CPU during training."""
+    if not enabled:
+        return []
+    if codes_cached:
+        return list(OFFLOADABLE)
+    log.info("training.offload_frozen: the DVAE stays on the device (training.cache_dvae_codes is off, so every "
+             "step computes codes); only the HiFiGAN decoder is offloaded")
+    return [name for name in OFFLOADABLE if name != "dvae"]
+
+
+def place_modules(model: nn.Module, names: Sequence[str], device: torch.device) -> None:
+    """Move the named submodules of ``model`` (and nothing else) to ``device``."""
+    for name in names:
+        model.get_submodule(name).to(device)
+
+
+@contextlib.contextmanager
+def modules_on(model: nn.Module, names: Sequence[str], device: torch.device) -> Iterator[None]:
+    """The offloaded modules on ``device`` for the duration (evaluation), back on the CPU afterwards."""
+    if not names:
+        yield
+        return
+    place_modules(model, names, device)
+    try:
+        yield
+    finally:
+        place_modules(model, names, torch.device("cpu"))
+        release_memory(device)
+
+
+def offloaded_tensor_names(model: nn.Module, names: Sequence[str]) -> list[str]:
+    """Parameter and buffer names under the offloaded modules."""
+    prefixes = tuple(f"{n}." for n in names)
+    return [k for k, _ in [*model.named_parameters(), *model.named_buffers()] if k.startswith(prefixes)]
+
+
+def ddp_ignore(model: nn.Module, names: Sequence[str]) -> None:
+    """Tell DistributedDataParallel to leave the offloaded modules alone (it wants one device type)."""
+    if names:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        DDP._set_params_and_buffers_to_ignore_for_model(model, offloaded_tensor_names(model, names))

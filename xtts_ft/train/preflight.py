@@ -1,8 +1,9 @@
 """Checks before step 1, so a broken setup fails in seconds with a reason instead of hours later.
 
 1. Trainable vs frozen parameter counts; the optimizer holds exactly the GPT's trainable tensors.
-2. Every parameter and buffer sits on the training device; trainable weights are fp32 (autocast
-   casts per operation; fp16 master weights would lose small updates); frozen parts in eval mode.
+2. Every parameter and buffer sits on the training device (those of the modules
+   ``training.offload_frozen`` keeps off it: on the CPU); trainable weights are fp32 (autocast casts
+   per operation; fp16 master weights would lose small updates); frozen parts in eval mode.
 3. One forward/backward on a real training batch gives a finite loss (else: a diagnosis naming
    the first module whose output is non-finite).
 4. Gradients reach the new token rows (ids >= base vocab size) of ``gpt.text_embedding`` and
@@ -32,15 +33,18 @@ def _count(params) -> int:
     return sum(p.numel() for p in params)
 
 
-def check_setup(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, int]:
-    """Checks 1 and 2; returns the parameter counts."""
+def check_setup(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+                offloaded: Sequence[str] = ()) -> dict[str, int]:
+    """Checks 1 and 2; returns the parameter counts. ``offloaded`` submodules must be on the CPU instead."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     frozen = [p for p in model.parameters() if not p.requires_grad]
     gpt_ids = {id(p) for p in model.xtts.gpt.parameters() if p.requires_grad}
     opt_ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
     if {id(p) for p in trainable} != gpt_ids or opt_ids != gpt_ids:
         raise TrainingStopped("pre-flight: the optimizer must hold exactly the GPT's trainable parameters (a bug)")
-    misplaced = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device != device]
+    prefixes = tuple(f"{name}." for name in offloaded)
+    misplaced = [n for n, t in [*model.named_parameters(), *model.named_buffers()]
+                 if t.device != (torch.device("cpu") if n.startswith(prefixes) else device)]
     if misplaced:
         raise TrainingStopped(f"pre-flight: {len(misplaced)} tensors are not on {device} (e.g. {misplaced[0]})")
     not_fp32 = [n for n, p in model.xtts.gpt.named_parameters() if p.requires_grad and p.dtype != torch.float32]
