@@ -1,5 +1,5 @@
 """Memory options: batch_size auto (back-off, accumulation, worst-case probe), gradient checkpointing (same
-losses) and the frozen modules kept on the CPU."""
+loss and gradients) and the frozen modules kept on the CPU."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train import loop as loop_module
 from xtts_ft.train import memory
-from xtts_ft.train.memory import (auto_batch_limit, find_batch_size, modules_on, offload_plan, offloaded_tensor_names,
-                                  place_modules, plan_accumulation)
+from xtts_ft.train.memory import (auto_batch_limit, enable_gradient_checkpointing, find_batch_size, modules_on,
+                                  offload_plan, offloaded_tensor_names, place_modules, plan_accumulation)
 
 CPU = torch.device("cpu")
 
@@ -127,6 +127,43 @@ def test_gradient_checkpointing_and_auto_batch_size(trainer, model_factory, tmp_
     assert not hasattr(models[0].gpt.gpt, "wte")  # the temporary alias is gone
     for (a_loss, a_norm), (b_loss, b_norm) in zip(losses[True], losses[False], strict=True):
         assert a_loss == pytest.approx(b_loss, rel=1e-5) and a_norm == pytest.approx(b_norm, rel=1e-4)
+
+
+def _real_inputs(model, dataset, tokenizer, n=3):
+    from xtts_ft.model import model_limits
+    from xtts_ft.train.codes_cache import codes_for_batch
+    from xtts_ft.train.data import ClipDataset, Limits, collate, load_clips
+    from xtts_ft.train.sampler import ItemKey
+
+    clips, _ = load_clips(dataset[0], tokenizer, "am", Limits(**model_limits(model.xtts)), progress=False)
+    ds = ClipDataset(clips[:n], sample_rate=22050, cond_min_s=0.4, cond_max_s=0.8, seed=0, train=True)
+    batch = collate([ds[ItemKey(i, 0, 0, i, 0)] for i in range(n)])
+    return {"text_inputs": batch["padded_text"], "text_lengths": batch["text_lengths"],
+            "audio_codes": codes_for_batch(model, batch["wav"]), "wav_lengths": batch["wav_lengths"],
+            "cond_mels": model.conditioning_mels(batch["conditioning"]), "cond_idxs": batch["cond_idxs"], "cond_lens": None}
+
+
+def test_gradient_checkpointing_recomputes_blocks_with_the_same_loss_and_gradients(built_model, dataset, tokenizer):
+    inputs = _real_inputs(built_model, dataset, tokenizer)
+    results = {}
+    for checkpointing in (False, True):
+        model = copy.deepcopy(built_model)
+        if checkpointing:
+            enable_gradient_checkpointing(model.gpt)
+        model.train()
+        calls = []
+        model.gpt.gpt.h[0].attn.register_forward_pre_hook(lambda *_: calls.append(1))  # inside the checkpointed forward
+        torch.manual_seed(0)  # dropout is on: the same masks in both runs (and in the recomputation)
+        loss = model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})["loss"]
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.gpt.named_parameters() if p.grad is not None}
+        results[checkpointing] = (loss.item(), grads, len(calls))
+    (loss_a, grads_a, calls_a), (loss_b, grads_b, calls_b) = results[False], results[True]
+    assert calls_a == 1 and calls_b == 2  # with checkpointing the block runs again in backward
+    assert loss_b == pytest.approx(loss_a, rel=1e-6)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 50
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-7, msg=name)
 
 
 def test_offload_plan_and_placement_move_only_the_frozen_modules(built_model, monkeypatch):
