@@ -1,5 +1,5 @@
 """Memory options: batch_size auto (back-off, accumulation, worst-case probe), gradient checkpointing (same
-loss and gradients) and the frozen modules kept on the CPU."""
+loss and gradients), frozen modules kept on the CPU, and length bucketing (fewer padded frames)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import copy
 import functools
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import small_config, train_lines
@@ -17,6 +18,7 @@ from xtts_ft.train import loop as loop_module
 from xtts_ft.train import memory
 from xtts_ft.train.memory import (auto_batch_limit, enable_gradient_checkpointing, find_batch_size, modules_on,
                                   offload_plan, offloaded_tensor_names, place_modules, plan_accumulation)
+from xtts_ft.train.sampler import ResumableBatchSampler
 
 CPU = torch.device("cpu")
 
@@ -213,3 +215,17 @@ def test_offload_frozen_trains_with_the_frozen_modules_on_the_cpu(trainer, tmp_p
     # setup: to the CPU; each evaluation: to the device, hook, back to the CPU
     assert calls == [(names, "cpu")] + [(names, "cpu"), ("hook", "cpu"), (names, "cpu")] * 2
     assert all(math.isfinite(r["loss"]) for r in train_lines(run))
+
+
+def test_length_bucketing_pads_fewer_frames():
+    lengths = np.random.default_rng(0).integers(22050, 22050 * 12, size=640).tolist()  # 1-12 s clips
+
+    def padded_codes(bucketing: bool) -> tuple[int, int]:
+        sampler = ResumableBatchSampler(lengths, 8, seed=5, bucketing=bucketing)
+        batches = sampler.epoch_batches(0)
+        codes = [[math.ceil(lengths[i] / 1024) for i in b] for b in batches]  # DVAE code frames per clip
+        return sum(max(c) * len(c) - sum(c) for c in codes), sum(len(b) for b in batches)
+
+    (plain, n_plain), (bucketed, n_bucketed) = padded_codes(False), padded_codes(True)
+    assert n_plain == n_bucketed == 640
+    assert bucketed < 0.1 * plain  # 32-batch windows sorted by length: a tenth of the padding or less
