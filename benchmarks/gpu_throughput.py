@@ -2,19 +2,24 @@
 
     python benchmarks/gpu_throughput.py                    # full-size GPT on the GPU at hand
     python benchmarks/gpu_throughput.py --size small       # a small GPT on CPU (CI checks it runs)
+    python benchmarks/gpu_throughput.py --gradient-checkpointing   # GPT blocks recomputed in backward
 
 Builds the XTTS GPT with random weights (speed does not depend on them), feeds synthetic text
 tokens, DVAE codes and conditioning mels of the longest allowed clip, and times real training
 steps: data (host->device copy), forward, backward, optimizer, split with synchronisation. Prints
 samples/s, peak memory, achieved model FLOP/s against the card's peak, and bf16/fp16 vs fp32 ratios.
+Only the GPT is built: a training run also holds the frozen DVAE and HiFiGAN decoder on the GPU
+unless ``training.offload_frozen`` is set (see docs/gpu_benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 
@@ -70,7 +75,8 @@ def measure(gpt, size, device, precision: str, batch: int, steps: int, text_len:
         sync(device)
         t1 = time.perf_counter()
         with autocast:
-            loss_text, loss_mel, _ = gpt(text, text_lens, codes, wav_len, cond_mels=cond, cond_idxs=cond_idxs)
+            # the GPT divides cond_idxs in place; on CPU .to() returns the same tensor, so hand it a copy
+            loss_text, loss_mel, _ = gpt(text, text_lens, codes, wav_len, cond_mels=cond, cond_idxs=cond_idxs.clone())
             loss = loss_text * 0.01 + loss_mel
         sync(device)
         t2 = time.perf_counter()
@@ -105,6 +111,8 @@ def main() -> None:
     parser.add_argument("--batches", default=None, help="comma-separated batch sizes")
     parser.add_argument("--precisions", default=None, help="comma-separated: fp32,fp16,bf16")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute GPT block activations in backward (training.gradient_checkpointing)")
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args()
 
@@ -119,20 +127,30 @@ def main() -> None:
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
     torch.manual_seed(0)
     gpt = build_gpt(size, device)
+    if args.gradient_checkpointing:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run as a script
+        from xtts_ft.train.memory import enable_gradient_checkpointing
+
+        enable_gradient_checkpointing(gpt)
     print(f"device {name}; GPT {size_name}: {sum(p.numel() for p in gpt.parameters()) / 1e6:.1f} M params; "
-          f"text {text_len} tokens, audio {codes_len} codes (longest clip); {steps} timed steps")
+          f"text {text_len} tokens, audio {codes_len} codes (longest clip); {steps} timed steps; gradient checkpointing "
+          f"{'on' if args.gradient_checkpointing else 'off'}")
     rows = []
     for precision in precisions:
         if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             print("bf16: not supported on this card, skipped")
             continue
         for batch in batches:
+            row = None
             try:
                 row = measure(gpt, size, device, precision, batch, steps, text_len, codes_len)
             except torch.OutOfMemoryError:
                 print(f"{precision} batch {batch}: out of memory")
+            if row is None:  # outside the except: its traceback no longer holds the failed step's tensors
+                gpt.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
                 continue
+            row["gradient_checkpointing"] = args.gradient_checkpointing
             rows.append(row)
             mfu = f"{100 * row['tflops'] / peak:5.1f}% of peak" if peak else "peak unknown"
             print(f"{precision:>4} b{batch:<3} {row['samples_per_s']:8.2f} samples/s  {row['step_ms']:8.1f} ms/step  "
