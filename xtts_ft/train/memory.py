@@ -245,7 +245,16 @@ def optimizer_state_bytes(params: Sequence[torch.Tensor]) -> int:
 @contextlib.contextmanager
 def reserve_memory(nbytes: int, device: torch.device) -> Iterator[None]:
     """Hold ``nbytes`` on a GPU for the duration (the optimizer state the probe must leave room for)."""
-    block = torch.empty(int(nbytes), dtype=torch.uint8, device=device) if device.type == "cuda" and nbytes > 0 else None
+    block, fits = None, True
+    if device.type == "cuda" and nbytes > 0:
+        try:
+            block = torch.empty(int(nbytes), dtype=torch.uint8, device=device)
+        except torch.OutOfMemoryError:
+            fits = False
+    if not fits:
+        release_memory(device)
+        raise TrainingStopped(f"batch_size auto: the model and AdamW's state ({nbytes / 2**30:.1f} GiB) alone do not fit "
+                              f"in GPU memory; set training.offload_frozen: true or use a card with more memory")
     try:
         yield
     finally:

@@ -116,8 +116,8 @@ class MicroBatchRunner:
                         step + 1, n, names, batch_len(first), batch_len(second))
             self.events.append({"event": "oom_split", "clips": names, "size": n, "pass": failed})
             pending[:0] = [first, second]
-        if not rows:
-            return None
+        if len(rows) <= 1:
+            return rows[0][0] if rows else None
         total = sum(n for _, n in rows)
         return sum(row * (n / total) for row, n in rows)
 
