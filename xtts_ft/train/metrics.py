@@ -55,7 +55,9 @@ class MetricsLogger:
         self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
         self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-        self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
+        self._bar = tqdm(  # disable=None: a live bar on a terminal, none in redirected logs (the lines suffice)
+            total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None
+        )
 
     def _reset_interval(self) -> None:
         self._n = 0
