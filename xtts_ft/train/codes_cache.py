@@ -106,7 +106,7 @@ def build_codes_cache(
             current = []
         current.append(i)
     batches.append(current)
-    for batch in tqdm(batches, desc="DVAE codes", disable=not progress, leave=False):
+    for batch in tqdm(batches, desc="DVAE codes", disable=None if progress else True, leave=False):
         if should_stop is not None and should_stop():
             break
         longest = max(clips[i].num_samples for i in batch)

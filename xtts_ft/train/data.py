@@ -130,7 +130,7 @@ def load_clips(
     root = csv_path.parent
     report = DataReport(csv=str(csv_path), total=len(rows))
     clips: list[Clip] = []
-    for row in tqdm(rows, desc=f"checking {csv_path.name}", disable=not progress, leave=False):
+    for row in tqdm(rows, desc=f"checking {csv_path.name}", disable=None if progress else True, leave=False):
         rel = (row.get("audio_file") or "").strip()
         text = (row.get("text") or "").strip()
         path = (root / rel) if rel else root

@@ -256,7 +256,7 @@ class FineTuneRecipe:
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
-        if self.signals.requested:  # stopped while checking data / caching codes: nothing trained yet
+        if not self.dist.all_true(not self.signals.requested):  # stopped while caching codes: nothing trained yet
             return self._result(stopped=True)
         if self.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)

@@ -55,7 +55,9 @@ class MetricsLogger:
         self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
         self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-        self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
+        # disable=None: a bar on a terminal, none in a log file (the log_every lines carry the same numbers)
+        self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
+                         mininterval=1.0, disable=None)
 
     def _reset_interval(self) -> None:
         self._n = 0
@@ -124,6 +126,9 @@ class MetricsLogger:
         log.info("eval @ step %d | " + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()), step)
 
     def event(self, step: int, event: str, **fields: Any) -> None:
+        if self.enabled and event == "rollback":  # the step counter went back
+            self._bar.n = step
+            self._bar.refresh()
         if self.enabled:
             self._write({"step": step, "event": event, **fields, "time": time.time()}, self._events)
 

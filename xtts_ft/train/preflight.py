@@ -63,8 +63,9 @@ def pick_check_clips(token_lists: Sequence[Sequence[int]], base_vocab_size: int,
             f"pre-flight: none of the {new_rows} new tokens (ids >= {base_vocab_size}) occurs in any training text, so "
             f"they would never train; check that vocab.json is the extended vocabulary and run.language is 'am'"
         )
-    rest = [i for i in range(len(token_lists)) if i not in set(users)]
-    return (users + rest)[:batch_size]
+    chosen = users[:batch_size]
+    taken = set(chosen)
+    return chosen + [i for i in range(len(token_lists)) if i not in taken][: batch_size - len(chosen)]
 
 
 def check_forward_backward(
