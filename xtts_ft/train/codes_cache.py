@@ -101,7 +101,8 @@ def build_codes_cache(
     log.info("DVAE code cache: computing codes of %d of %d clips on %s", len(todo), len(clips), device)
     batches, current = [], []
     for i in todo:  # ascending length: the last clip of a batch is its longest
-        if current and (len(current) >= MAX_BATCH_CLIPS or (len(current) + 1) * clips[i].num_samples > MAX_BATCH_SAMPLES):
+        full = len(current) >= MAX_BATCH_CLIPS or (len(current) + 1) * clips[i].num_samples > MAX_BATCH_SAMPLES
+        if current and full:
             batches.append(current)
             current = []
         current.append(i)
