@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, read_metrics, small_config, train_lines
+from conftest import REPO, read_events, read_metrics, small_config, train_lines
 
 from xtts_ft.train import checkpoint as ckpt
 
@@ -49,6 +49,17 @@ def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplo
     assert len(lr) == 6 and lr == sorted(lr) and lr[0] < lr[-1]  # every step, rising through warm-up
     assert len(acc.Scalars("train/grad_norm")) == 6 and len(acc.Scalars("eval/loss")) == 3
     assert "TTS.tts.layers.xtts.trainer.dataset" not in sys.modules  # never imported (it sets torch threads)
+
+
+def test_a_failing_eval_hook_is_reported_and_training_goes_on(trainer, tmp_path, caplog):
+    def broken_hook(step, model):
+        raise RuntimeError("synthesis exploded")
+
+    run = tmp_path / "run"
+    result = trainer(small_config(run, training={"max_steps": 2}), eval_hook=broken_hook)
+    assert result.step == 2 and result.last_checkpoint is not None and result.final_eval_loss is not None
+    assert "eval hook failed at step 2" in caplog.text and "synthesis exploded" in caplog.text
+    assert [e["event"] for e in read_events(run)][0] == "eval_hook_failed"
 
 
 def test_importing_the_package_changes_nothing_global():

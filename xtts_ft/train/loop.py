@@ -414,9 +414,7 @@ class FineTuneRecipe:
                 losses = eval_losses(self.model, self.eval_set, batches, self.policy.autocast, self.model_inputs)
                 extra = {}
                 if self.eval_hook is not None:
-                    with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                        extra = self.eval_hook(self.step, self.model) or {}
-                    extra = {k: float(v) for k, v in extra.items() if isinstance(v, (int, float))}
+                    extra = self._run_eval_hook()
             finally:
                 self.model.train()
             self.metrics.evaluation(self.step, losses, extra)
@@ -432,6 +430,18 @@ class FineTuneRecipe:
         if is_best:
             self.best_eval_loss = result
         return is_best
+
+    def _run_eval_hook(self) -> dict[str, float]:
+        """The integrator's hook (sample synthesis). Its random draws are isolated from training's, and a
+        failure inside it is logged with its traceback instead of ending hours of training."""
+        try:
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                extra = self.eval_hook(self.step, self.model) or {}
+        except Exception as exc:  # noqa: BLE001 - any hook bug; reported, training continues
+            log.exception("eval hook failed at step %d; training continues", self.step)
+            self.metrics.event(self.step, "eval_hook_failed", error=f"{type(exc).__name__}: {exc}")
+            return {}
+        return {k: float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self) -> None:
