@@ -40,11 +40,11 @@ from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
-from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.evaluation import eval_losses
+from xtts_ft.train.memory import enable_gradient_checkpointing, find_batch_size
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
-from xtts_ft.train.memory import enable_gradient_checkpointing, find_batch_size
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
