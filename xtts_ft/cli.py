@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -36,6 +37,12 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
         root.addHandler(fh)
     for name in _NOISY_LOGGERS:  # third-party chatter (e.g. GPT2 config warnings) hides our lines
         logging.getLogger(name).setLevel(logging.ERROR)
+    # transformers resets its own logger level when it is first imported; set it through its API.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
 
 
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

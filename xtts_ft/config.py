@@ -258,6 +258,14 @@ class EvaluationConfig:
     speaker_wavs: list[str] = opt([], "Reference clips for the voice; empty: clips from the eval set.")
     max_speakers: int = opt(2, "How many eval-set speakers to use when speaker_wavs is empty.")
     temperature: float = opt(0.7, "Sampling temperature for synthesis.")
+    mcd_clips: int = opt(
+        4,
+        "Eval clips re-synthesised from their own text with their own audio as the voice, to measure "
+        "mel-cepstral distortion (MCD) against the recording; 0: none.",
+    )
+    max_new_tokens: Optional[int] = opt(
+        None, "Upper bound on audio codes generated per sample (about 21.5 per second); null: the model's limit."
+    )
     eval_at_start: bool = opt(
         True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
     )
@@ -268,6 +276,12 @@ class EvaluationConfig:
         for f in self.speaker_wavs:
             if not Path(f).is_file():
                 problems.append(f"evaluation.speaker_wavs: file '{f}' does not exist")
+        if self.mcd_clips < 0:
+            problems.append("evaluation.mcd_clips: must be >= 0 (0 = no MCD)")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            problems.append("evaluation.max_new_tokens: must be >= 1, or null for the model's limit")
+        if not 0.0 < self.temperature <= 5.0:
+            problems.append(f"evaluation.temperature: {self.temperature} must be in (0, 5]")
 
 
 @dataclass

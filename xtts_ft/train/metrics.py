@@ -55,9 +55,10 @@ class MetricsLogger:
         self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
         self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-        # disable=None: a bar on a terminal, none in a log file (the log_every lines carry the same numbers)
-        self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
-                         mininterval=1.0, disable=None)
+        self._bar = tqdm(  # disable=None: a live bar on a terminal, none in redirected logs (the lines suffice)
+            total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None,
+            mininterval=1.0,
+        )
 
     def _reset_interval(self) -> None:
         self._n = 0

@@ -1,0 +1,80 @@
+import json
+import math
+
+import pytest
+import soundfile as sf
+
+from evalhelpers import MAX_NEW_TOKENS, SR, train_steps, voice_like
+from xtts_ft.config import config_from_dict
+from xtts_ft.errors import DataError
+from xtts_ft.evaluate.hook import make_eval_hook
+from xtts_ft.evaluate.report import write_report
+
+
+def _cfg(tmp_path, run_dir, **evaluation):
+    data = tmp_path / "dataset"
+    data.mkdir(exist_ok=True)
+    ev = {"sentences": ["the quick fox"], "max_new_tokens": MAX_NEW_TOKENS, "mcd_clips": 1, **evaluation}
+    return config_from_dict({"run": {"output_dir": str(run_dir), "seed": 7}, "dataset": {"path": str(data)}, "evaluation": ev})
+
+
+def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(trained, tokenizer, speaker_wav, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = tmp_path / "run"
+    wavs = run_dir / "data" / "wavs"
+    wavs.mkdir(parents=True)
+    clips = []
+    for i in range(2):
+        sf.write(str(wavs / f"clip_{i}.wav"), voice_like(2.0, seed=10 + i), SR)
+        clips.append((wavs / f"clip_{i}.wav", "peter piper"))
+    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    hook = make_eval_hook(_cfg(tmp_path, run_dir), run_dir, tokenizer, [speaker_wav], clips, (0.01, 10.0), writer=writer)
+
+    trained.train()
+    keys = set(trained.state_dict())
+    modes = {n: m.training for n, m in trained.named_modules()}
+    metrics = hook(5, trained)
+    writer.close()
+
+    assert set(trained.state_dict()) == keys
+    assert {n: m.training for n, m in trained.named_modules()} == modes and trained.xtts.gpt.training
+    train_steps(trained, tokenizer, steps=1)  # training continues after an evaluation
+
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
+    assert 0.0 <= metrics["sample_stop_rate"] <= 1.0 and 0.0 <= metrics["sample_silence_ratio"] <= 1.0
+    assert metrics["sample_rtf"] > 0 and metrics["sample_rate_in_range"] == 1.0
+    assert metrics["mcd"] > 0
+
+    step_dir = run_dir / "samples" / "step_000005"
+    assert sorted(p.name for p in step_dir.iterdir()) == ["mcd_0_clip_0.wav", "voice_a_0.wav"]  # mcd_clips=1
+    lines = (run_dir / "samples" / "index.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["step"] == 5 and record["dir"] == "samples/step_000005"
+    assert record["metrics"] == pytest.approx(metrics)
+    assert record["samples"][0]["path"] == "samples/step_000005/voice_a_0.wav"
+    assert record["mcd_samples"][0]["reference_wav"] == "data/wavs/clip_0.wav"
+    assert record["mcd_samples"][0]["mcd"] == pytest.approx(metrics["mcd"])
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"audio": 0})
+    acc.Reload()
+    assert {"samples/voice_a_0", "mcd_samples/mcd_0_clip_0"} <= set(acc.Tags()["audio"])
+
+    html = write_report(run_dir).read_text(encoding="utf-8")
+    assert html.count("<audio") == 3  # the sample, the MCD sample and its recording
+    assert 'src="samples/step_000005/voice_a_0.wav"' in html and 'src="data/wavs/clip_0.wav"' in html
+
+
+def test_eval_hook_refuses_missing_references_at_construction(tokenizer, speaker_wav, tmp_path):
+    cfg = _cfg(tmp_path, tmp_path / "run")
+    with pytest.raises(DataError, match="does not exist"):
+        make_eval_hook(cfg, tmp_path / "run", tokenizer, [tmp_path / "missing.wav"], [], None)
+    with pytest.raises(DataError, match="no reference voice"):
+        make_eval_hook(cfg, tmp_path / "run", tokenizer, [], [], None)
+    with pytest.raises(DataError, match="does not exist"):
+        make_eval_hook(cfg, tmp_path / "run", tokenizer, [speaker_wav], [(tmp_path / "gone.wav", "x")], None)
+    # clips beyond evaluation.mcd_clips are never read, so they are not checked
+    make_eval_hook(_cfg(tmp_path, tmp_path / "run", mcd_clips=0), tmp_path / "run", tokenizer, [speaker_wav],
+                   [(tmp_path / "gone.wav", "x")], None)

@@ -1,0 +1,266 @@
+"""Export a fine-tuned model as a folder that stock coqui-tts loads unchanged.
+
+The folder holds ``model.pth`` (``{"model": state}``: the base Xtts weights with the fine-tuned
+GPT in place of ``gpt.*``, text rows at the extended size; no optimizer, no DVAE),
+``config.json`` (the base config with the new text-token counts and the new language),
+the extended ``vocab.json``, ``mel_stats.pth`` and ``speakers_xtts.pth`` (when the base has
+them), ``xtts_ft_meta.json`` and a ``README.md`` with the loading code. Stock
+``Xtts.load_checkpoint(config, checkpoint_dir=DIR)`` loads it; the project contributes only its
+tokenizer (Amharic text normalisation), plugged in as ``model.tokenizer``.
+
+The folder is written to a temporary sibling and renamed into place, so a crash never leaves a
+half-written export under the requested name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+import yaml
+
+from xtts_ft import __version__
+from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
+from xtts_ft.evaluate.readme import export_readme
+from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
+from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
+from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
+
+log = logging.getLogger(__name__)
+
+EXPORT_META = "xtts_ft_meta.json"
+TRAINING_STATE = "training_state.pt"
+_INFERENCE_PREFIXES = ("gpt_inference.", "gpt.wte.")  # copies made by GPT.init_gpt_for_inference
+
+
+def gpt_relative_state(state: dict, source: str = "checkpoint") -> dict[str, torch.Tensor]:
+    """GPT weights keyed relative to ``xtts.gpt``, whichever prefix style they were saved with.
+
+    Accepts keys relative to ``xtts.gpt`` (``text_embedding.weight``), to ``xtts``
+    (``gpt.text_embedding.weight``), to coqui's trainer (``xtts.gpt.``), with or without a
+    DistributedDataParallel ``module.`` prefix. Inference-only copies are dropped.
+    """
+    if not isinstance(state, dict) or not state:
+        raise CheckpointError(f"{source}: holds no GPT state dict")
+    for outer in ("module.", ""):
+        for prefix in ("xtts.gpt.", "gpt.", ""):
+            full = outer + prefix
+            if full + "text_embedding.weight" in state:
+                out = {k[len(full) :]: v for k, v in state.items() if k.startswith(full)}
+                return {k: v for k, v in out.items() if not k.startswith(_INFERENCE_PREFIXES)}
+    raise CheckpointError(f"{source}: no GPT weights found (no 'text_embedding.weight' key); is it an XTTS GPT checkpoint?")
+
+
+def _check_gpt_state(gpt_state: dict, base_gpt: dict, n_tokens: int, vocab_path: Path) -> None:
+    rows = gpt_state["text_embedding.weight"].shape[0]
+    if rows != n_tokens:
+        raise TokenizerError(
+            f"{vocab_path}: has {n_tokens} tokens but the fine-tuned GPT has {rows} text rows; export with the "
+            f"vocab.json the checkpoint was trained with"
+        )
+    missing = sorted(set(base_gpt) - set(gpt_state))
+    unexpected = sorted(set(gpt_state) - set(base_gpt))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"fine-tuned GPT does not match the base model's GPT (missing {missing[:3]}, unexpected {unexpected[:3]}); "
+            f"was it trained from this base model?"
+        )
+    for key, value in base_gpt.items():
+        if key not in TEXT_ROW_KEYS and tuple(value.shape) != tuple(gpt_state[key].shape):
+            raise CheckpointError(
+                f"fine-tuned GPT tensor {key} has shape {tuple(gpt_state[key].shape)}, the base model's "
+                f"{tuple(value.shape)}; was it trained from this base model?"
+            )
+
+
+def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, language: str) -> dict:
+    from tokenizers import Tokenizer
+
+    raw = json.loads(base.config_json.read_text(encoding="utf-8"))
+    tok = Tokenizer.from_file(str(vocab_path))
+    ids = {name: tok.token_to_id(name) for name in ("[START]", "[STOP]", f"[{language}]")}
+    absent = [name for name, i in ids.items() if i is None]
+    if absent:
+        raise TokenizerError(f"{vocab_path}: lacks {', '.join(absent)}; use the extended vocab.json of the run")
+    args = raw.setdefault("model_args", {})
+    args["gpt_number_text_tokens"] = n_tokens
+    args["gpt_start_text_token"] = ids["[START]"]
+    args["gpt_stop_text_token"] = ids["[STOP]"]
+    args["tokenizer_file"] = ""  # coqui then reads vocab.json beside model.pth
+    languages = list(raw.get("languages") or [])
+    if language not in languages:
+        languages.append(language)
+    raw["languages"] = languages
+    return raw
+
+
+def _place(tmp: Path, out_dir: Path) -> None:
+    """Rename the finished ``tmp`` to ``out_dir``; an earlier export there is replaced."""
+    if not out_dir.exists():
+        tmp.rename(out_dir)
+        return
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        out_dir.rmdir()
+        tmp.rename(out_dir)
+        return
+    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    out_dir.rename(old)
+    tmp.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.is_file():
+        raise ModelError(f"--out {out_dir}: is a file; give a folder for the export")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / EXPORT_META).is_file():
+        raise ModelError(f"--out {out_dir}: exists and is not an earlier export; choose a new or empty folder")
+
+
+def export_model(
+    *,
+    base: BaseModelFiles,
+    vocab_path: Path,
+    gpt_state_dict: dict,
+    out_dir: Path,
+    language: str = "am",
+    extra_meta: Optional[dict] = None,
+) -> Path:
+    """Write the export folder (atomically) and return its path."""
+    vocab_path, out_dir = Path(vocab_path), Path(out_dir)
+    _check_out_dir(out_dir)
+    if not vocab_path.is_file():
+        raise TokenizerError(f"{vocab_path}: vocab.json not found; export needs the run's extended vocabulary")
+    gpt_state = gpt_relative_state(gpt_state_dict, "fine-tuned GPT state")
+    n_tokens = describe_vocab(vocab_path)
+    state = base_state_dict(base.model_pth)
+    state = {k: v for k, v in state.items() if not k.startswith(tuple("gpt." + p for p in _INFERENCE_PREFIXES))}
+    base_gpt = {k[4:]: v for k, v in state.items() if k.startswith("gpt.")}
+    _check_gpt_state(gpt_state, base_gpt, n_tokens, vocab_path)
+    model_state = {k: v for k, v in state.items() if not k.startswith("gpt.")}
+    for key, value in gpt_state.items():
+        model_state["gpt." + key] = value.detach().to("cpu", base_gpt[key].dtype).contiguous().clone()
+    if "mel_stats" not in model_state:
+        model_state["mel_stats"] = load_state_dict_file(base.mel_stats_pth)
+    config = _export_config(base, vocab_path, n_tokens, language)
+
+    meta = {
+        "format": 1,
+        "xtts_ft_version": __version__,
+        "language": language,
+        "vocab_fingerprint": vocab_fingerprint(vocab_path),
+        "text_tokens": n_tokens,
+        "base_model": str(base.root),
+        "source_checkpoint": None,
+        "step": None,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    meta.update(extra_meta or {})
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        torch.save({"model": model_state}, tmp / "model.pth")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+        shutil.copyfile(vocab_path, tmp / "vocab.json")
+        shutil.copyfile(base.mel_stats_pth, tmp / "mel_stats.pth")
+        if base.speakers_pth is not None:
+            shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
+        (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+        (tmp / "README.md").write_text(export_readme(out_dir.resolve(), meta), encoding="utf-8")
+        _place(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info("exported %d text tokens, language '%s' to %s", n_tokens, language, out_dir)
+    return out_dir
+
+
+def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
+    """The GPT weights of a training checkpoint folder (``training_state.pt``, key ``model``)."""
+    path = Path(ckpt_dir) / TRAINING_STATE
+    if not path.is_file():
+        raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path}: refused to load: not a plain weights file (loading it would run code: {exc})") from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise CheckpointError(f"{path}: cannot read it ({exc}); the file is truncated or corrupted") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):
+        raise CheckpointError(f"{path}: expected a dict with the GPT state dict under 'model'")
+    return gpt_relative_state(obj["model"], str(path))
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def checkpoint_settings(ckpt_dir: Path) -> dict:
+    """Language, text front-end settings and step recorded in a checkpoint folder (tolerant of gaps)."""
+    ckpt_dir = Path(ckpt_dir)
+    meta = _read_json(ckpt_dir / "meta.json")
+    cfg: dict = {}
+    if (ckpt_dir / "config.yaml").is_file():
+        try:
+            cfg = yaml.safe_load((ckpt_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise CheckpointError(f"{ckpt_dir / 'config.yaml'}: not valid YAML ({exc})") from None
+    section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
+    step = meta.get("step")
+    if step is None:
+        m = re.search(r"step_(\d+)$", ckpt_dir.name)
+        step = int(m.group(1)) if m else None
+    return {
+        "language": section("run").get("language", "am"),
+        "text": {
+            "fold_homophones": bool(section("text").get("fold_homophones", False)),
+            "char_limit": int(section("tokenizer").get("char_limit", 200)),
+        },
+        "step": step,
+        "checkpoint_meta": meta,
+    }
+
+
+def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) -> Path:
+    """``python -m xtts_ft export --checkpoint CKPT --out DIR``: a checkpoint folder -> an export folder."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
+    if not (ckpt_dir / TRAINING_STATE).is_file():
+        raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
+    vocab = ckpt_dir / "vocab.json"
+    if not vocab.is_file():
+        raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
+    settings = checkpoint_settings(ckpt_dir)
+    recorded = settings["checkpoint_meta"].get("vocab_fingerprint")
+    if recorded and recorded != vocab_fingerprint(vocab):
+        raise TokenizerError(f"{vocab}: fingerprint differs from the one in meta.json ({recorded}); the vocab was changed")
+    gpt_state = load_checkpoint_gpt_state(ckpt_dir)
+    extra = {
+        "source_checkpoint": str(ckpt_dir.resolve()),
+        "step": settings["step"],
+        "text": settings["text"],
+        "checkpoint_meta": settings["checkpoint_meta"],
+    }
+    return export_model(
+        base=base, vocab_path=vocab, gpt_state_dict=gpt_state, out_dir=out_dir,
+        language=settings["language"], extra_meta=extra,
+    )

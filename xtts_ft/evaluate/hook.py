@@ -1,0 +1,182 @@
+"""The evaluation hook the trainer calls: ``eval_hook(step, model) -> dict[str, float]``.
+
+At each evaluation it synthesises the configured test sentences in every reference voice into
+``<run_dir>/samples/step_XXXXXX/``, re-synthesises up to ``evaluation.mcd_clips`` eval clips
+(their own text, their own recording as the voice) to measure MCD against the recording,
+appends one JSON record to ``<run_dir>/samples/index.jsonl`` (read by the report), logs the
+audio to TensorBoard when a writer is given, and returns averaged scalars for the trainer to log.
+The model comes back in the train/eval state it arrived in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from xtts_ft.config import Config
+from xtts_ft.errors import DataError
+from xtts_ft.evaluate.layout import INDEX_FILE, SAMPLES_DIR, step_dir_name
+from xtts_ft.evaluate.metrics import mcd_files
+from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
+
+log = logging.getLogger(__name__)
+
+MCD_SAMPLE_RATE = 22050  # both the recording and the synthesis are resampled to this for MCD
+
+EvalHook = Callable[[int, object], dict]
+
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float(np.mean(finite)) if finite else None
+
+
+def summarize(samples: Sequence[SampleResult], mcd_samples: Sequence[SampleResult]) -> dict[str, float]:
+    """Averaged scalars over one evaluation; keys absent when there is nothing to average."""
+    out: dict[str, Optional[float]] = {}
+    if samples:
+        out["sample_stop_rate"] = _mean([float(s.ended_with_stop) for s in samples])
+        out["sample_silence_ratio"] = _mean([s.silence_ratio for s in samples])
+        out["sample_rtf"] = _mean([s.rtf for s in samples])
+        out["sample_duration_s"] = _mean([s.duration_s for s in samples])
+        out["sample_seconds_per_char"] = _mean([s.seconds_per_char for s in samples])
+        checked = [s.seconds_per_char_in_range for s in samples if s.seconds_per_char_in_range is not None]
+        if checked:
+            out["sample_rate_in_range"] = _mean([float(c) for c in checked])
+    if mcd_samples:
+        out["mcd"] = _mean([s.mcd for s in mcd_samples])
+        out["mcd_stop_rate"] = _mean([float(s.ended_with_stop) for s in mcd_samples])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _append_jsonl(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+
+
+def _json_safe(obj):
+    """NaN/inf -> None, recursively, so index.jsonl stays strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) -> None:
+    import soundfile as sf
+    import torch
+
+    for r in results:
+        audio, sr = sf.read(str(r.path), dtype="float32")
+        writer.add_audio(f"{prefix}/{r.name}", torch.from_numpy(audio).reshape(1, -1), step, sample_rate=sr)
+
+
+def evaluate_step(
+    step: int,
+    model,
+    *,
+    cfg: Config,
+    run_dir: Path,
+    tokenizer,
+    speaker_wavs: Sequence[Path],
+    eval_clips: Sequence[tuple[Path, str]] = (),
+    duration_range: Optional[tuple[float, float]] = None,
+    writer=None,
+) -> dict[str, float]:
+    """One evaluation of ``model`` (an XttsTrainingModel, possibly DDP-wrapped, or a bare Xtts) at ``step``."""
+    model = getattr(model, "module", model)  # DistributedDataParallel wraps the training model
+    xtts = getattr(model, "xtts", model)
+    ev = cfg.evaluation
+    run_dir = Path(run_dir)
+    out_dir = run_dir / SAMPLES_DIR / step_dir_name(step)
+    if out_dir.exists():  # a resumed or rolled-back run evaluates this step again: no stale files
+        shutil.rmtree(out_dir)
+    started = time.perf_counter()
+    common = dict(
+        language=cfg.run.language, temperature=ev.temperature, seed=cfg.run.seed,
+        max_new_tokens=ev.max_new_tokens, seconds_per_char_range=duration_range,
+    )
+    # Every module's own flag, not model.training: XttsTrainingModel.train() keeps the wrapper in eval
+    # mode while its GPT trains, so one flag cannot say how to restore it.
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        samples = synthesize_samples(xtts, tokenizer, list(ev.sentences), list(speaker_wavs), out_dir, **common)
+        clips = list(eval_clips)[: ev.mcd_clips]
+        requests = [(f"mcd_{j}_{Path(wav).stem}", j, text, Path(wav)) for j, (wav, text) in enumerate(clips)]
+        mcd_samples = synthesize_requests(xtts, tokenizer, requests, out_dir, **common) if requests else []
+    finally:
+        for module, mode in modes:
+            module.training = mode
+    for r in mcd_samples:
+        r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)
+    metrics = summarize(samples, mcd_samples)
+    record = {
+        "step": int(step),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "dir": out_dir.relative_to(run_dir).as_posix(),
+        "samples": [s.to_json(relative_to=run_dir) for s in samples],
+        "mcd_samples": [s.to_json(relative_to=run_dir) for s in mcd_samples],
+        "metrics": metrics,
+        "seconds_per_char_range": list(duration_range) if duration_range is not None else None,
+        "eval_seconds": round(time.perf_counter() - started, 3),
+    }
+    _append_jsonl(run_dir / SAMPLES_DIR / INDEX_FILE, _json_safe(record))
+    if writer is not None:
+        _log_audio(writer, step, samples, "samples")
+        _log_audio(writer, step, mcd_samples, "mcd_samples")
+    log.info(
+        "step %d: %d samples, %d MCD clips in %.1f s: %s", step, len(samples), len(mcd_samples),
+        record["eval_seconds"], ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
+    )
+    return metrics
+
+
+def make_eval_hook(
+    cfg: Config,
+    run_dir: Path,
+    tokenizer,
+    speaker_wavs: Sequence[Path],
+    eval_clips: Sequence[tuple[Path, str]],
+    duration_range: Optional[tuple[float, float]],
+    *,
+    writer=None,
+) -> EvalHook:
+    """``hook(step, model) -> dict[str, float]`` for the trainer.
+
+    ``duration_range`` is the training data's seconds-per-character range ``(lo, hi)`` (None: not
+    checked). ``eval_clips`` are ``(wav_path, text)`` pairs; the first ``evaluation.mcd_clips`` are used.
+    Bad inputs (missing reference wavs, a vocabulary without the language token) fail here, at
+    construction, not hours into training.
+    """
+    speaker_wavs = [Path(p) for p in speaker_wavs]
+    eval_clips = [(Path(w), str(t)) for w, t in eval_clips]
+    if not speaker_wavs and cfg.evaluation.sentences:
+        raise DataError("evaluation: no reference voice; set evaluation.speaker_wavs or keep eval clips in the data")
+    for wav in speaker_wavs + [w for w, _ in eval_clips[: cfg.evaluation.mcd_clips]]:
+        if not wav.is_file():
+            raise DataError(f"evaluation: reference wav '{wav}' does not exist")
+    check_language(tokenizer, cfg.run.language)
+    if duration_range is not None:
+        lo, hi = (float(x) for x in duration_range)
+        duration_range = (lo, hi)
+
+    def eval_hook(step: int, model) -> dict[str, float]:
+        return evaluate_step(
+            step, model, cfg=cfg, run_dir=Path(run_dir), tokenizer=tokenizer, speaker_wavs=speaker_wavs,
+            eval_clips=eval_clips, duration_range=duration_range, writer=writer,
+        )
+
+    return eval_hook

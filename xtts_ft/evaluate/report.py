@@ -1,0 +1,272 @@
+"""``<run_dir>/report.html``: one self-contained page to follow a run and pick a checkpoint.
+
+It reads ``metrics.jsonl`` (training and eval lines) and ``samples/index.jsonl`` (the eval
+hook's records) and writes plots as embedded PNG data URIs, a checkpoint table, and an
+``<audio>`` player per sample and step. Audio is linked by relative paths, so the page keeps
+working when the run directory is copied; it loads nothing from the network (no CDN, no fonts).
+Missing keys and unreadable lines are tolerated; skipped lines are counted on the page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+from urllib.parse import quote
+
+from xtts_ft.evaluate.layout import CHECKPOINTS_DIR, INDEX_FILE, REPORT_FILE, SAMPLES_DIR
+from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
+
+log = logging.getLogger(__name__)
+
+_CKPT_DIR = re.compile(r"^step_(\d+)$")
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans Ethiopic",sans-serif;margin:24px;color:#222}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}
+th{background:#f4f4f4}.best{font-weight:bold;background:#eef8ee}.bad{color:#b00}.muted{color:#777}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:12px}
+.plots figure{margin:0}.plots img{width:100%;height:auto;border:1px solid #eee}
+audio{height:32px;width:260px}td.text{max-width:420px}
+"""
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], int]:
+    """The JSON objects in ``path`` and how many non-empty lines could not be read as one."""
+    if not path.is_file():
+        return [], 0
+    rows, bad = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("step"), (int, float)):
+            rows.append(obj)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def _last_per_step(rows: Iterable[dict]) -> list[dict]:
+    """One row per step, the last one written (a resumed run writes some steps twice), by step."""
+    by_step: dict[int, dict] = {}
+    for row in rows:
+        by_step[int(row["step"])] = row
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _points(rows: list[dict], key: str) -> list[tuple]:
+    return [(r["step"], r.get(key)) for r in rows if key in r]
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return f"{value:.{digits}g}"
+    return html.escape(str(value))
+
+
+def _src(path: str) -> str:
+    return html.escape(quote(path, safe="/"), quote=True)
+
+
+def _figure(title: str, uri: Optional[str]) -> str:
+    if uri is None:
+        return ""
+    return f'<figure><img alt="{html.escape(title)}" src="{uri}"></figure>'
+
+
+def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
+    loss = PlotSpec("Loss", "loss", [
+        clean_series("train loss", _points(train, "loss")),
+        clean_series("text CE", _points(train, "loss_text_ce")),
+        clean_series("mel CE", _points(train, "loss_mel_ce")),
+        clean_series("eval loss", _points(evals, "eval_loss"), "points"),
+    ])
+    specs = [
+        loss,
+        PlotSpec("Eval loss", "loss", [
+            clean_series("eval loss", _points(evals, "eval_loss"), "points"),
+            clean_series("eval mel CE", _points(evals, "eval_loss_mel_ce"), "points"),
+        ]),
+        PlotSpec("Learning rate", "lr", [clean_series("lr", _points(train, "lr"))]),
+        PlotSpec("Gradient norm (before clipping)", "norm", [clean_series("grad norm", _points(train, "grad_norm"))]),
+        PlotSpec("Loss scale (fp16)", "scale", [clean_series("loss scale", _points(train, "loss_scale"))], logy=True),
+        PlotSpec("Skipped steps (non-finite)", "steps", [clean_series("skipped", _points(train, "skipped_steps"))]),
+    ]
+    return [_figure(s.title, plot_data_uri(s)) for s in specs]
+
+
+def _sample_plots(index: list[dict]) -> list[str]:
+    rows = [dict(r.get("metrics") or {}, step=r["step"]) for r in index]
+    spc_range = next((r.get("seconds_per_char_range") for r in reversed(index) if r.get("seconds_per_char_range")), None)
+    specs = [
+        PlotSpec("Generation ended with the stop token", "share", [
+            clean_series("test sentences", _points(rows, "sample_stop_rate"), "points"),
+            clean_series("MCD clips", _points(rows, "mcd_stop_rate"), "points"),
+        ]),
+        PlotSpec("MCD against the recordings (lower is better)", "dB", [clean_series("MCD", _points(rows, "mcd"), "points")]),
+        PlotSpec("Silence ratio (frames below -40 dBFS)", "share", [
+            clean_series("silence", _points(rows, "sample_silence_ratio"), "points"),
+        ]),
+        PlotSpec("Seconds per character", "s/char", [
+            clean_series("samples", _points(rows, "sample_seconds_per_char"), "points"),
+        ], band=tuple(spc_range) if spc_range else None, band_label="training data"),
+        PlotSpec("Real-time factor (synthesis time / audio time)", "RTF", [
+            clean_series("RTF", _points(rows, "sample_rtf"), "points"),
+        ]),
+    ]
+    return [_figure(s.title, plot_data_uri(s)) for s in specs]
+
+
+def _checkpoints(run_dir: Path) -> dict[int, str]:
+    root = run_dir / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return {}
+    out = {}
+    for d in root.iterdir():
+        m = _CKPT_DIR.match(d.name)
+        if m and d.is_dir():
+            out[int(m.group(1))] = f"{CHECKPOINTS_DIR}/{d.name}/"
+    return out
+
+
+def _best_step(values: dict[int, Optional[float]]) -> Optional[int]:
+    finite = {s: v for s, v in values.items() if v is not None and math.isfinite(v)}
+    return min(finite, key=finite.get) if finite else None
+
+
+def _checkpoint_table(run_dir: Path, evals: list[dict], index: list[dict]) -> str:
+    eval_loss = {int(r["step"]): r.get("eval_loss") for r in evals}
+    sample_metrics = {int(r["step"]): r.get("metrics") or {} for r in index}
+    mcd = {s: m.get("mcd") for s, m in sample_metrics.items()}
+    ckpts = _checkpoints(run_dir)
+    steps = sorted(set(eval_loss) | set(sample_metrics) | set(ckpts))
+    if not steps:
+        return '<p class="muted">No evaluations or checkpoints yet.</p>'
+    best_loss, best_mcd = _best_step(eval_loss), _best_step(mcd)
+    out = ["<table><tr><th>step</th><th>eval loss</th><th>MCD (dB)</th><th>stop rate</th>"
+           "<th>silence ratio</th><th>checkpoint</th></tr>"]
+    for s in steps:
+        m = sample_metrics.get(s, {})
+        cls = ' class="best"' if s in (best_loss, best_mcd) else ""
+        marks = ", ".join(x for x, b in (("lowest eval loss", best_loss), ("lowest MCD", best_mcd)) if b == s)
+        ck = f'<a href="{_src(ckpts[s])}">{html.escape(ckpts[s])}</a>' if s in ckpts else '<span class="muted">—</span>'
+        out.append(
+            f"<tr{cls}><td>{s}{(' (' + marks + ')') if marks else ''}</td><td>{_fmt(eval_loss.get(s), 4)}</td>"
+            f"<td>{_fmt(mcd.get(s))}</td><td>{_fmt(m.get('sample_stop_rate'))}</td>"
+            f"<td>{_fmt(m.get('sample_silence_ratio'))}</td><td>{ck}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _audio(run_dir: Path, path: Optional[str]) -> str:
+    """An <audio> player with a src relative to the report, or a note when the file is elsewhere."""
+    if not path:
+        return '<span class="muted">—</span>'
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            p = p.resolve().relative_to(run_dir.resolve())
+        except ValueError:
+            return f'<span class="muted" title="{html.escape(path)}">outside the run dir</span>'
+    return f'<audio controls preload="metadata" src="{_src(p.as_posix())}"></audio>'
+
+
+def _sample_rows(run_dir: Path, samples: list[dict], with_reference: bool) -> str:
+    head = "<tr><th>voice</th><th>text</th><th>sample</th>"
+    head += "<th>recording</th><th>MCD</th>" if with_reference else ""
+    head += "<th>duration (s)</th><th>ended</th><th>s/char</th><th>silence</th><th>RTF</th></tr>"
+    rows = [head]
+    for s in samples:
+        stop = s.get("ended_with_stop")
+        ended = "stop token" if stop else (f'<span class="bad">length limit ({s.get("n_codes")} codes)</span>'
+                                           if stop is not None else "—")
+        spc_ok = s.get("seconds_per_char_in_range")
+        spc = _fmt(s.get("seconds_per_char")) + (' <span class="bad">(out of range)</span>' if spc_ok is False else "")
+        row = (f"<tr><td>{html.escape(str(s.get('speaker', '')))}</td>"
+               f"<td class=\"text\" title=\"{html.escape(str(s.get('normalized_text', '')))}\">"
+               f"{html.escape(str(s.get('text', '')))}</td><td>{_audio(run_dir, s.get('path'))}</td>")
+        if with_reference:
+            row += f"<td>{_audio(run_dir, s.get('reference_wav'))}</td><td>{_fmt(s.get('mcd'))}</td>"
+        row += (f"<td>{_fmt(s.get('duration_s'))}</td><td>{ended}</td><td>{spc}</td>"
+                f"<td>{_fmt(s.get('silence_ratio'))}</td><td>{_fmt(s.get('rtf'))}</td></tr>")
+        rows.append(row)
+    return "<table>" + "\n".join(rows) + "</table>"
+
+
+def _sample_sections(run_dir: Path, index: list[dict]) -> str:
+    if not index:
+        return '<p class="muted">No samples yet (they are written at each evaluation).</p>'
+    parts = []
+    for i, rec in enumerate(reversed(index)):
+        metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in (rec.get("metrics") or {}).items())
+        parts.append(f'<details{" open" if i == 0 else ""}><summary><b>step {rec["step"]}</b> '
+                     f'<span class="muted">{html.escape(metrics)}</span></summary>')
+        if rec.get("samples"):
+            parts.append(_sample_rows(run_dir, rec["samples"], with_reference=False))
+        if rec.get("mcd_samples"):
+            parts.append("<h3>Eval clips (own text, own recording as the voice)</h3>")
+            parts.append(_sample_rows(run_dir, rec["mcd_samples"], with_reference=True))
+        parts.append("</details>")
+    return "\n".join(parts)
+
+
+def render_report(run_dir: Path) -> str:
+    """The report page for ``run_dir`` as an HTML string."""
+    run_dir = Path(run_dir)
+    metrics, bad_metrics = read_jsonl(run_dir / "metrics.jsonl")
+    index, bad_index = read_jsonl(run_dir / SAMPLES_DIR / INDEX_FILE)
+    train = _last_per_step(r for r in metrics if r.get("split", "train") == "train")
+    evals = _last_per_step(r for r in metrics if r.get("split") == "eval")
+    index = _last_per_step(index)
+    notes = []
+    if bad_metrics or bad_index:
+        notes.append(f"Skipped unreadable lines: {bad_metrics} in metrics.jsonl, {bad_index} in samples/{INDEX_FILE}.")
+    if not metrics:
+        notes.append("No metrics.jsonl lines yet.")
+    last = train[-1] if train else {}
+    summary = (f"last step {last.get('step', '—')}, train loss {_fmt(last.get('loss'), 4)}; "
+               f"{len(evals)} evaluations, {len(index)} sample sets")
+    plots = [p for p in _training_plots(train, evals) + _sample_plots(index) if p]
+    body = [
+        f"<h1>XTTS fine-tune report: {html.escape(run_dir.resolve().name)}</h1>",
+        f'<p class="muted">Generated {time.strftime("%Y-%m-%d %H:%M:%S")}. {html.escape(summary)}</p>',
+        *(f'<p class="bad">{html.escape(n)}</p>' for n in notes),
+        "<h2>Pick a checkpoint</h2>",
+        "<p>Lower eval loss and MCD are better; a stop rate below 1 means some samples ran to the length "
+        "limit instead of ending. Listen before you choose.</p>",
+        _checkpoint_table(run_dir, evals, index),
+        "<h2>Curves</h2>",
+        '<div class="plots">' + "\n".join(plots) + "</div>" if plots else '<p class="muted">Nothing to plot yet.</p>',
+        "<h2>Samples</h2>",
+        _sample_sections(run_dir, index),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>XTTS report {html.escape(run_dir.resolve().name)}</title><style>{_CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(run_dir: Path) -> Path:
+    """Write ``<run_dir>/report.html`` (atomically) and return its path."""
+    run_dir = Path(run_dir)
+    out = run_dir / REPORT_FILE
+    tmp = out.with_name(f".{REPORT_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(render_report(run_dir), encoding="utf-8")
+    tmp.replace(out)
+    log.info("report written to %s", out)
+    return out

@@ -1,0 +1,47 @@
+"""``headless_train.py --evaluate``: samples and report for one checkpoint, outside training."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Optional
+
+from xtts_ft.base_model import BaseModelFiles, resolve_base_model
+from xtts_ft.config import BaseModelConfig, Config
+from xtts_ft.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+
+def base_for_checkpoint(ckpt_dir: Path, source: Optional[str] = None) -> BaseModelFiles:
+    """The base model a checkpoint was trained from (its meta.json), unless ``source`` names another."""
+    if source is None:
+        meta_path = Path(ckpt_dir) / "meta.json"
+        if not meta_path.is_file():
+            raise CheckpointError(f"{ckpt_dir}: no meta.json; pass --base-model with the base model folder or repo id")
+        source = json.loads(meta_path.read_text(encoding="utf-8")).get("base_model")
+        if not source:
+            raise CheckpointError(f"{meta_path}: does not name its base model; pass --base-model")
+    return resolve_base_model(BaseModelConfig(source=str(source)))
+
+
+def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
+    """Synthesise the configured sentences with ``checkpoint`` (default: latest) and rewrite the report."""
+    from xtts_ft.evaluate.hook import make_eval_hook
+    from xtts_ft.evaluate.infer import load_checkpoint_folder
+    from xtts_ft.evaluate.references import pick_references
+    from xtts_ft.evaluate.report import write_report
+    from xtts_ft.train.checkpoint import find_latest_checkpoint
+
+    run_dir = cfg.run_dir
+    ckpt = checkpoint or find_latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise CheckpointError(f"{run_dir}: no checkpoint to evaluate; train first or pass --checkpoint")
+    base = resolve_base_model(cfg.base_model)
+    xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
+    refs = pick_references(cfg.evaluation, run_dir / "data")
+    hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range)
+    metrics = hook(int(meta["step"]), xtts)
+    log.info("evaluated %s: %s", ckpt, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()))
+    return write_report(run_dir)

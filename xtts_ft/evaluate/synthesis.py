@@ -1,0 +1,250 @@
+"""Synthesise test sentences with an in-memory Xtts, and measure each sample cheaply.
+
+The GPT is made ready for generation the way coqui's ``GPTTrainer.test_run`` does it
+(``init_gpt_for_inference``), and the inference copies it adds (``gpt.gpt_inference`` and
+``gpt.gpt.wte``) are removed afterwards, so the same model keeps training and its state dict
+keeps its keys. Every module's train/eval flag is restored, and the random generators are
+forked: evaluating never changes the training run's random stream.
+
+Whether generation ended with the stop token or ran into the length limit is read from the
+generated codes themselves: a ``transformers`` StoppingCriteria (a supported ``generate``
+argument, passed through ``Xtts.inference``) records the sequence and never stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from xtts_ft.errors import DataError, TokenizerError
+from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SampleResult:
+    """One synthesised WAV and its cheap objective checks."""
+
+    name: str  # file stem, e.g. "speaker_0"
+    speaker: str  # stem of the reference wav
+    index: int  # sentence (or eval clip) index
+    text: str  # as given
+    normalized_text: str  # what the tokenizer's front-end made of it (what was encoded)
+    path: Path
+    reference_wav: Path
+    sample_rate: int
+    n_codes: int  # audio codes generated, the stop token included
+    max_codes: int  # the length limit in force
+    ended_with_stop: bool  # False: ran into the length limit (babbling)
+    duration_s: float
+    seconds_per_char: float
+    seconds_per_char_in_range: Optional[bool]  # None when no training range is known
+    silence_ratio: float  # share of 20 ms frames below -40 dBFS
+    synthesis_s: float  # wall time of xtts.inference
+    rtf: float  # synthesis_s / duration_s
+    mcd: Optional[float] = None  # against the recording, for eval clips only
+
+    def to_json(self, relative_to: Optional[Path] = None) -> dict:
+        """A JSON-ready dict; paths relative to ``relative_to`` when inside it, else absolute."""
+        out = asdict(self)
+        for key in ("path", "reference_wav"):
+            p = Path(out[key]).resolve()
+            if relative_to is not None and p.is_relative_to(Path(relative_to).resolve()):
+                p = p.relative_to(Path(relative_to).resolve())
+            out[key] = p.as_posix()
+        return out
+
+
+class _CodeRecorder(StoppingCriteria):
+    """Never stops generation; remembers the codes generated so far (batch of one)."""
+
+    def __init__(self) -> None:
+        self.prompt_len: Optional[int] = None
+        self.codes: Optional[torch.Tensor] = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        if self.prompt_len is None:  # first call: the prompt plus one new token
+            self.prompt_len = input_ids.shape[1] - 1
+        self.codes = input_ids[0, self.prompt_len :].detach().cpu()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@contextlib.contextmanager
+def gpt_ready_for_inference(xtts, max_new_tokens: Optional[int] = None) -> Iterator[None]:
+    """Inside: GPT in inference mode (limit lowered to ``max_new_tokens``); after: exactly as before."""
+    gpt = xtts.gpt
+    had_inference = "gpt_inference" in gpt._modules
+    had_wte = "wte" in gpt.gpt._modules
+    modes = [(m, m.training) for m in xtts.modules()]
+    max_gen = gpt.max_gen_mel_tokens
+    if not had_inference:
+        gpt.init_gpt_for_inference(kv_cache=True)
+    xtts.train(False)  # not xtts.eval(): Xtts.eval() builds a second set of inference copies
+    if max_new_tokens is not None:
+        gpt.max_gen_mel_tokens = min(int(max_new_tokens), max_gen)  # instance attribute read by GPT.generate
+    try:
+        yield
+    finally:
+        gpt.max_gen_mel_tokens = max_gen
+        if not had_inference:
+            del gpt.gpt_inference
+            if not had_wte and "wte" in gpt.gpt._modules:
+                del gpt.gpt.wte
+        for module, mode in modes:
+            module.training = mode
+
+
+def _rng_devices(xtts) -> list[int]:
+    device = next(xtts.parameters()).device
+    return [device.index or 0] if device.type == "cuda" else []
+
+
+def check_language(tokenizer, language: str) -> None:
+    code = "am" if language == "amh" else language.split("-")[0]
+    if tokenizer.tokenizer is None or tokenizer.tokenizer.token_to_id(f"[{code}]") is None:
+        raise TokenizerError(
+            f"the vocabulary has no [{code}] token, so language '{language}' cannot be encoded; use the extended "
+            f"vocab.json built for this run"
+        )
+
+
+def _conditioning(xtts, wav: Path):
+    cfg = xtts.config
+    return xtts.get_conditioning_latents(
+        str(wav),
+        max_ref_length=cfg.max_ref_len,
+        gpt_cond_len=cfg.gpt_cond_len,
+        gpt_cond_chunk_len=cfg.gpt_cond_chunk_len,
+        sound_norm_refs=cfg.sound_norm_refs,
+    )
+
+
+def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
+    import soundfile as sf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    sf.write(str(tmp), np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV")
+    tmp.replace(path)
+
+
+def synthesize_requests(
+    xtts,
+    tokenizer,
+    requests: Sequence[tuple[str, int, str, Path]],
+    out_dir: Path,
+    *,
+    language: str = "am",
+    temperature: float = 0.7,
+    seed: int = 0,
+    max_new_tokens: Optional[int] = None,
+    seconds_per_char_range: Optional[tuple[float, float]] = None,
+) -> list[SampleResult]:
+    """Synthesise ``(name, index, text, reference_wav)`` requests to ``out_dir/<name>.wav``.
+
+    Each sample is generated from ``seed`` (forked generators), so the same request at two
+    checkpoints differs only by the weights.
+    """
+    check_language(tokenizer, language)
+    for _, _, _, wav in requests:
+        if not Path(wav).is_file():
+            raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
+    limit = int(xtts.args.gpt_max_text_tokens)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sr = int(xtts.args.output_sample_rate)
+    previous_tokenizer = xtts.tokenizer
+    xtts.tokenizer = tokenizer
+    latents: dict[Path, tuple] = {}
+    results: list[SampleResult] = []
+    try:
+        with gpt_ready_for_inference(xtts, max_new_tokens), torch.random.fork_rng(devices=_rng_devices(xtts)):
+            for name, index, text, wav in requests:
+                sent = text.strip().lower()  # what Xtts.inference does before encoding
+                n_tokens = len(tokenizer.encode(sent, lang=language))
+                if n_tokens >= limit:
+                    raise DataError(
+                        f"sentence {index} ('{text[:40]}...') has {n_tokens} tokens; the model takes fewer than "
+                        f"{limit}: split it"
+                    )
+                wav = Path(wav)
+                if wav not in latents:
+                    latents[wav] = _conditioning(xtts, wav)
+                gpt_cond_latent, speaker_embedding = latents[wav]
+                recorder = _CodeRecorder()
+                torch.manual_seed(seed)
+                start = time.perf_counter()
+                out = xtts.inference(
+                    text, language, gpt_cond_latent, speaker_embedding, temperature=temperature,
+                    stopping_criteria=StoppingCriteriaList([recorder]),
+                )
+                if gpt_cond_latent.is_cuda:
+                    torch.cuda.synchronize()
+                elapsed = time.perf_counter() - start
+                audio = np.asarray(out["wav"], dtype=np.float32).reshape(-1)
+                path = out_dir / f"{name}.wav"
+                _write_wav(path, audio, sr)
+                codes = recorder.codes if recorder.codes is not None else torch.zeros(0, dtype=torch.long)
+                ended = bool(codes.numel() and int(codes[-1]) == int(xtts.gpt.stop_audio_token))
+                duration = audio.size / sr
+                normalized = tokenizer.preprocess_text(sent, language)
+                spc = seconds_per_char(duration, normalized)
+                results.append(
+                    SampleResult(
+                        name=name, speaker=wav.stem, index=index, text=text, normalized_text=normalized,
+                        path=path, reference_wav=wav, sample_rate=sr, n_codes=int(codes.numel()),
+                        max_codes=int(xtts.gpt.max_gen_mel_tokens), ended_with_stop=ended, duration_s=duration,
+                        seconds_per_char=spc, seconds_per_char_in_range=in_range(spc, seconds_per_char_range),
+                        silence_ratio=silence_ratio(audio, sr), synthesis_s=elapsed,
+                        rtf=elapsed / duration if duration > 0 else float("inf"),
+                    )
+                )
+                log.debug("%s: %.2f s, %d codes, stop=%s", path.name, duration, codes.numel(), ended)
+    finally:
+        xtts.tokenizer = previous_tokenizer
+    return results
+
+
+def speaker_names(speaker_wavs: Sequence[Path]) -> list[str]:
+    """File stems, made unique (``a``, ``a-2``) so two references never overwrite each other's samples."""
+    seen: dict[str, int] = {}
+    names = []
+    for wav in speaker_wavs:
+        stem = Path(wav).stem
+        seen[stem] = seen.get(stem, 0) + 1
+        names.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
+    return names
+
+
+def synthesize_samples(
+    xtts,
+    tokenizer,
+    sentences: list[str],
+    speaker_wavs: list[Path],
+    out_dir: Path,
+    *,
+    language: str = "am",
+    temperature: float = 0.7,
+    seed: int = 0,
+    max_new_tokens: Optional[int] = None,
+    seconds_per_char_range: Optional[tuple[float, float]] = None,
+) -> list[SampleResult]:
+    """Every sentence in every voice, to ``out_dir/<speaker>_<i>.wav`` at the output rate (24 kHz)."""
+    requests = [
+        (f"{speaker}_{i}", i, sentence, Path(wav))
+        for speaker, wav in zip(speaker_names(speaker_wavs), speaker_wavs)
+        for i, sentence in enumerate(sentences)
+    ]
+    return synthesize_requests(
+        xtts, tokenizer, requests, out_dir, language=language, temperature=temperature, seed=seed,
+        max_new_tokens=max_new_tokens, seconds_per_char_range=seconds_per_char_range,
+    )
