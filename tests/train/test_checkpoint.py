@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 import yaml
-from conftest import read_events, read_metrics, small_config, train_lines
+from trainhelpers import read_events, read_metrics, small_config, train_lines
 
 from xtts_ft.errors import CheckpointError, TrainingStopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint

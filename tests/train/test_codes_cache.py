@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import read_metrics, small_config, train_lines
+from trainhelpers import read_metrics, small_config, train_lines
 
 from xtts_ft.model import model_limits
 from xtts_ft.train.codes_cache import build_codes_cache, dvae_fingerprint

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, read_events, read_metrics, small_config, train_lines
+from trainhelpers import REPO, read_events, read_metrics, small_config, train_lines
 
 from xtts_ft.train import checkpoint as ckpt
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from conftest import SCRIPT, read_metrics, small_config, train_lines
+from trainhelpers import SCRIPT, read_metrics, small_config, train_lines
 
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.signals import StopSignals

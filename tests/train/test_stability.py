@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import read_events, small_config, train_lines
+from trainhelpers import read_events, small_config, train_lines
 
 from xtts_ft.errors import TrainingStopped
 
