@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import small_config, train_lines
+from trainhelpers import small_config, train_lines
 
 
 def test_gradient_checkpointing_and_auto_batch_size(trainer, model_factory, tmp_path, caplog):

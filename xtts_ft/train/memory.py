@@ -61,6 +61,8 @@ def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limi
             torch.cuda.empty_cache()
         best, size = size, size * 2
     if best == 0:
-        raise TrainingStopped("batch_size auto: even one clip does not fit in GPU memory; shorten dataset.max_duration_s")
+        raise TrainingStopped(
+            "batch_size auto: even one clip does not fit in GPU memory; shorten dataset.max_duration_s"
+        )
     log.info("batch_size auto: %d (largest power of two that fits the longest clips)", best)
     return best
