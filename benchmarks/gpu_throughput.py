@@ -133,8 +133,8 @@ def main() -> None:
 
         enable_gradient_checkpointing(gpt)
     print(f"device {name}; GPT {size_name}: {sum(p.numel() for p in gpt.parameters()) / 1e6:.1f} M params; "
-          f"text {text_len} tokens, audio {codes_len} codes (longest clip); {steps} timed steps; gradient checkpointing "
-          f"{'on' if args.gradient_checkpointing else 'off'}")
+          f"text {text_len} tokens, audio {codes_len} codes (longest clip); {steps} timed steps; "
+          f"gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}")
     rows = []
     for precision in precisions:
         if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():

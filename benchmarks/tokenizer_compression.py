@@ -17,7 +17,6 @@ import argparse
 import sys
 import tempfile
 import time
-import unicodedata
 from pathlib import Path
 from typing import Callable
 
@@ -28,11 +27,9 @@ from xtts_ft.tokenizer.report import TOKENS_PER_CHAR_DEFINITION, measure
 
 
 def pick_normalizer() -> tuple[Callable[[str], str], str]:
-    """The project normaliser when xtts_ft.text provides it, else Unicode NFC."""
-    try:
-        from xtts_ft.text import normalize_text
-    except ImportError:
-        return (lambda s: unicodedata.normalize("NFC", s)), "NFC (xtts_ft.text not available)"
+    """The project's own front-end: what training and synthesis feed the tokenizer."""
+    from xtts_ft.text import normalize_text
+
     return (lambda s: normalize_text(s).text), "xtts_ft.text.normalize_text"
 
 

@@ -162,3 +162,13 @@ def test_injected_fetcher_gets_each_file_with_revision(tiny_base_dir, tmp_path):
     assert [c[1] for c in calls] == list(REQUIRED_FILES + OPTIONAL_FILES)
     assert all(c[0] == "me/xtts" and c[2] == "v1" for c in calls)
     assert files.root == tmp_path / "snap"
+
+
+def test_create_tiny_treats_a_repo_like_path_as_a_local_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def no_network(*args):
+        raise AssertionError("a local tiny model must never be downloaded")
+
+    files = resolve_base_model(BaseModelConfig(source="runs/tiny_base", create_tiny=True), fetcher=no_network)
+    assert files.root == Path("runs/tiny_base") and files.model_pth.is_file()

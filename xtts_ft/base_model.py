@@ -93,7 +93,7 @@ def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
             raise ModelError(
                 f"base_model.source: cannot download '{cfg.source}' (no network, and {name} is not in the cache). "
                 f"On a connected machine run `huggingface-cli download {cfg.source} --local-dir DIR`, copy DIR "
-                f"here and set base_model.source: DIR"
+                f"here and set base_model.source: DIR (if '{cfg.source}' is meant as a local folder: it does not exist)"
             ) from None
         except EntryNotFoundError:
             if name in OPTIONAL_FILES:
@@ -110,7 +110,7 @@ def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
 
 def resolve_base_model(cfg: BaseModelConfig, fetcher: Optional[Fetcher] = None) -> BaseModelFiles:
     """Return the base model's files, downloading or (if explicitly asked) creating them."""
-    if is_repo_id(cfg.source):
+    if is_repo_id(cfg.source) and not cfg.create_tiny:  # create_tiny always names a local folder
         return _download(cfg, fetcher or hf_fetcher())
     root = Path(cfg.source).expanduser()
     if not root.exists():

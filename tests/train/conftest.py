@@ -10,44 +10,14 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import shutil
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
+from trainhelpers import TEXTS, write_csv, write_wav
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from xtts_ft.base_model import BaseModelFiles  # noqa: E402
-from xtts_ft.config import Config  # noqa: E402
-
-SR = 22050
-TEXTS = [
-    "the quick brown fox", "jumps over the lazy dog", "she sells sea shells", "by the sea shore",
-    "peter piper picked a peck", "of pickled peppers", "is this the real life", "is this just fantasy",
-    "a tiny model speaks", "and only english", "numbers one two three", "four five and six",
-    "the lazy dog sleeps", "the brown fox runs", "sea shells by the shore", "peter picked peppers",
-]
-
-
-def write_wav(path: Path, seconds: float, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * SR)) / SR
-    f0 = 120 + 40 * (seed % 7)
-    wav = sum(0.2 / k * np.sin(2 * math.pi * f0 * k * t + rng.uniform(0, 6)) for k in range(1, 5))
-    wav = wav * (0.6 + 0.4 * np.sin(2 * math.pi * 3 * t)) + 0.01 * rng.standard_normal(t.shape)
-    sf.write(str(path), wav.astype(np.float32), SR, subtype="PCM_16")
-
-
-def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
-    lines = ["audio_file|text|speaker_name"] + [f"{a}|{t}|spk{i % 2}" for i, (a, t) in enumerate(rows)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.config import Config
 
 
 @pytest.fixture(scope="session")
@@ -105,24 +75,6 @@ def dataset(tmp_path_factory) -> tuple[Path, Path]:
     return write_csv(root / "metadata_train.csv", rows[:12]), write_csv(root / "metadata_eval.csv", rows[12:])
 
 
-def small_config(run_dir: Path, **sections) -> Config:
-    """A config for seconds-long CPU runs; ``sections={"training": {"max_steps": 4}}`` overrides fields."""
-    cfg = Config()
-    cfg.run.output_dir = str(run_dir)
-    cfg.run.device = "cpu"
-    cfg.precision.mode = "fp32"
-    t = cfg.training
-    t.max_steps, t.batch_size, t.lr, t.warmup_steps, t.num_workers, t.log_every = 6, 2, 1e-3, 2, 0, 1
-    t.min_conditioning_s, t.max_conditioning_s = 0.4, 0.8
-    cfg.evaluation.every_steps, cfg.evaluation.max_eval_batches, cfg.evaluation.eval_at_start = 0, 1, False
-    cfg.checkpoint.every_steps, cfg.checkpoint.keep_last = 3, 2
-    cfg.stability.max_consecutive_bad_steps, cfg.stability.max_rollbacks, cfg.stability.snapshot_every = 3, 1, 2
-    for section, values in sections.items():
-        for key, value in values.items():
-            setattr(getattr(cfg, section), key, value)
-    return cfg
-
-
 @pytest.fixture(scope="session")
 def codes_cache(built_model, dataset, tokenizer, tmp_path_factory) -> Path:
     """DVAE codes of every test clip, computed once; runs start with a copy (tests of the cache itself do not)."""
@@ -160,22 +112,6 @@ def trainer(tiny_base, vocab, tokenizer, dataset, model_factory, codes_cache):
     return run
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def read_events(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "events.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def train_lines(run_dir: Path) -> list[dict]:
-    lines = [r for r in read_metrics(run_dir) if r.get("split") != "eval"]
-    assert all("loss" in r and "event" not in r for r in lines)  # metrics.jsonl: step lines and eval lines only
-    return lines
-
-
 @pytest.fixture
 def script_args(tiny_base, vocab, dataset, codes_cache):
     """Write the JSON that scripts/run_small.py reads; the run dir starts with the code cache."""
@@ -192,4 +128,3 @@ def script_args(tiny_base, vocab, dataset, codes_cache):
     return make
 
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "run_small.py"

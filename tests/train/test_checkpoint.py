@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 import yaml
-from conftest import read_events, read_metrics, small_config, train_lines
+from trainhelpers import read_events, read_metrics, small_config, train_lines
 
 from xtts_ft.errors import CheckpointError, TrainingStopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -56,7 +56,8 @@ def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_for_auto_resum
         real_write(state, f)
 
     monkeypatch.setattr(ckpt, "write_state", dying_write)
-    with pytest.raises(TrainingStopped, match=r"could not write the checkpoint of step 6 .*No space left.*step_000003.*intact"):
+    expected = r"could not write the checkpoint of step 6 .*No space left.*step_000003.*intact"
+    with pytest.raises(TrainingStopped, match=expected):
         trainer(small_config(run))
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [3]
     assert ckpt.find_latest_checkpoint(run) == run / "checkpoints" / "step_000003"
@@ -72,7 +73,8 @@ def test_on_save_error_continue_keeps_training(trainer, monkeypatch, tmp_path, c
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ckpt, "write_state", full_disk)
-    result = trainer(small_config(tmp_path / "run", training={"max_steps": 4}, checkpoint={"on_save_error": "continue"}))
+    cfg = small_config(tmp_path / "run", training={"max_steps": 4}, checkpoint={"on_save_error": "continue"})
+    result = trainer(cfg)
     assert result.step == 4 and result.last_checkpoint is None
     assert "training continues" in caplog.text
 
@@ -103,7 +105,8 @@ def test_another_vocabulary_or_model_shape_is_refused(trainer, vocab, built_mode
     check_compatible(state, run, vocab_fingerprint=ours, gpt=built_model.gpt)  # the same vocabulary: fine
     with pytest.raises(CheckpointError) as err:
         check_compatible(state, run, vocab_fingerprint="0123456789abcdef", gpt=built_model.gpt)
-    assert ours in str(err.value) and "0123456789abcdef" in str(err.value) and "checkpoint.resume: never" in str(err.value)
+    message = str(err.value)
+    assert ours in message and "0123456789abcdef" in message and "checkpoint.resume: never" in message
     state["gpt"]["text_head.bias"] = torch.zeros(7)
     with pytest.raises(CheckpointError, match=r"'text_head.bias' has shape \(7,\) in the checkpoint but \(146,\)"):
         check_compatible(state, run, vocab_fingerprint=ours, gpt=built_model.gpt)

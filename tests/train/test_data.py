@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from conftest import SR, write_csv, write_wav
+from trainhelpers import SR, write_csv, write_wav
 
 from xtts_ft.errors import DataError
 from xtts_ft.train.data import ClipDataset, Limits, collate, crop_bounds, load_clips, make_loader

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import torch
-from conftest import SCRIPT, read_events, train_lines
+from trainhelpers import SCRIPT, read_events, train_lines
 
 from xtts_ft.train.stability import gpt_state_dict
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, read_metrics, small_config, train_lines
+from trainhelpers import REPO, read_events, read_metrics, small_config, train_lines
 
 from xtts_ft.train import checkpoint as ckpt
 
@@ -27,11 +27,13 @@ def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplo
     lines = train_lines(run)
     assert [r["step"] for r in lines] == [2, 4, 6]
     assert [r["lr"] for r in lines] == pytest.approx([2e-3 / 6, 4e-3 / 6, 1e-3])  # linear warm-up over 6 steps
-    for key in ("loss", "loss_text_ce", "loss_mel_ce", "lr", "grad_norm", "loss_scale", "skipped_steps", "samples_per_s", "eta_s"):
+    for key in ("loss", "loss_text_ce", "loss_mel_ce", "lr", "grad_norm", "loss_scale", "skipped_steps",
+                "samples_per_s", "eta_s"):
         assert key in lines[0]
     evals = [r for r in read_metrics(run) if r.get("split") == "eval"]
     assert [r["step"] for r in evals] == [0, 4, 6]
-    assert all({"eval_loss", "eval_loss_text_ce", "eval_loss_mel_ce"} <= set(r) and r["sample_seconds"] == 1.5 for r in evals)
+    for r in evals:
+        assert {"eval_loss", "eval_loss_text_ce", "eval_loss_mel_ce"} <= set(r) and r["sample_seconds"] == 1.5
     assert "ignored" not in evals[0]
     assert calls == [(0, "XttsTrainingModel", False), (4, "XttsTrainingModel", False), (6, "XttsTrainingModel", False)]
     assert result.first_eval_loss == evals[0]["eval_loss"] and result.final_eval_loss == evals[-1]["eval_loss"]
@@ -47,6 +49,17 @@ def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplo
     assert len(lr) == 6 and lr == sorted(lr) and lr[0] < lr[-1]  # every step, rising through warm-up
     assert len(acc.Scalars("train/grad_norm")) == 6 and len(acc.Scalars("eval/loss")) == 3
     assert "TTS.tts.layers.xtts.trainer.dataset" not in sys.modules  # never imported (it sets torch threads)
+
+
+def test_a_failing_eval_hook_is_reported_and_training_goes_on(trainer, tmp_path, caplog):
+    def broken_hook(step, model):
+        raise RuntimeError("synthesis exploded")
+
+    run = tmp_path / "run"
+    result = trainer(small_config(run, training={"max_steps": 2}), eval_hook=broken_hook)
+    assert result.step == 2 and result.last_checkpoint is not None and result.final_eval_loss is not None
+    assert "eval hook failed at step 2" in caplog.text and "synthesis exploded" in caplog.text
+    assert [e["event"] for e in read_events(run)][0] == "eval_hook_failed"
 
 
 def test_importing_the_package_changes_nothing_global():

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import small_config, train_lines
+from trainhelpers import small_config, train_lines
 
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import checkpoint as ckpt
@@ -54,7 +54,8 @@ def test_auto_batch_doubles_then_backs_off_by_binary_search_under_an_injected_oo
 def test_auto_batch_refuses_when_one_clip_does_not_fit_and_lets_other_errors_through():
     with pytest.raises(TrainingStopped) as err:
         find_batch_size(_oom_above(0, []), CPU, 64, probe=True)
-    assert "even one clip" in str(err.value) and "gradient_checkpointing" in str(err.value) and "\n" not in str(err.value)
+    msg = str(err.value)
+    assert "even one clip" in msg and "gradient_checkpointing" in msg and "\n" not in msg
 
     def broken(n):
         raise RuntimeError("a real bug, not out of memory")
@@ -95,7 +96,8 @@ def test_auto_batch_probes_real_steps_at_the_longest_clip(trainer, model_factory
     result = trainer(cfg, model_factory=factory)
     probes = shapes[:4]
     assert [n for n, *_ in probes] == [1, 2, 4, 3]  # limit min(12 clips, effective 8): 1, 2, 4 fails, 3 fits
-    texts, codes, wavs = {t for _, ts, _, _ in probes for t in ts}, {c for *_, c, _ in probes}, {w for *_, ws in probes for w in ws}
+    texts = {t for _, ts, _, _ in probes for t in ts}
+    codes, wavs = {c for *_, c, _ in probes}, {w for *_, ws in probes for w in ws}
     assert len(texts) == len(codes) == len(wavs) == 1  # every row of every probe: the same worst-case lengths
     trained = shapes[4:-1]  # pre-flight and training batches (the last forward is the eval batch)
     assert max(texts) >= max(max(ts) for _, ts, _, _ in trained)  # no training batch has longer text
@@ -142,7 +144,8 @@ def _real_inputs(model, dataset, tokenizer, n=3):
     batch = collate([ds[ItemKey(i, 0, 0, i, 0)] for i in range(n)])
     return {"text_inputs": batch["padded_text"], "text_lengths": batch["text_lengths"],
             "audio_codes": codes_for_batch(model, batch["wav"]), "wav_lengths": batch["wav_lengths"],
-            "cond_mels": model.conditioning_mels(batch["conditioning"]), "cond_idxs": batch["cond_idxs"], "cond_lens": None}
+            "cond_mels": model.conditioning_mels(batch["conditioning"]), "cond_idxs": batch["cond_idxs"],
+            "cond_lens": None}
 
 
 def test_gradient_checkpointing_recomputes_blocks_with_the_same_loss_and_gradients(built_model, dataset, tokenizer):

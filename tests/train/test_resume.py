@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from conftest import SCRIPT, read_metrics, small_config, train_lines
+from trainhelpers import SCRIPT, read_metrics, small_config, train_lines
 
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.signals import StopSignals
@@ -75,11 +75,13 @@ def test_sigterm_finishes_the_step_saves_and_resumes(trainer, straight, tmp_path
 def test_sigterm_to_a_training_process(script_args, tmp_path):
     run = tmp_path / "run"
     args = script_args(run, sections={"training": {"max_steps": 400}, "checkpoint": {"every_steps": 1000}})
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
-            if (run / "metrics.jsonl").exists() and any(r.get("step", 0) >= 2 for r in read_metrics(run) if "loss" in r):
+            lines = read_metrics(run) if (run / "metrics.jsonl").exists() else []
+            if any(r.get("step", 0) >= 2 for r in lines if "loss" in r):
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)

@@ -49,11 +49,13 @@ def _run(multiplier: float, split: bool) -> list[torch.Tensor]:
     toy = Toy()
     x = torch.tensor([1, 7, 8, 3])
     if split:  # reference: old rows and new rows as separate tensors with their own LR
-        emb_old, emb_new = nn.Parameter(toy.text_embedding.weight[:6].clone()), nn.Parameter(toy.text_embedding.weight[6:].clone())
+        emb = toy.text_embedding.weight
+        emb_old, emb_new = nn.Parameter(emb[:6].clone()), nn.Parameter(emb[6:].clone())
         w_old, w_new = nn.Parameter(toy.text_head.weight[:6].clone()), nn.Parameter(toy.text_head.weight[6:].clone())
         b_old, b_new = nn.Parameter(toy.text_head.bias[:6].clone()), nn.Parameter(toy.text_head.bias[6:].clone())
         opt = torch.optim.AdamW([
-            {"params": [w_old], "weight_decay": 0.1, "lr": 1e-2}, {"params": [w_new], "weight_decay": 0.1, "lr": 1e-2 * multiplier},
+            {"params": [w_old], "weight_decay": 0.1, "lr": 1e-2},
+            {"params": [w_new], "weight_decay": 0.1, "lr": 1e-2 * multiplier},
             {"params": [emb_old, b_old], "weight_decay": 0.0, "lr": 1e-2},
             {"params": [emb_new, b_new], "weight_decay": 0.0, "lr": 1e-2 * multiplier},
         ])
@@ -64,7 +66,8 @@ def _run(multiplier: float, split: bool) -> list[torch.Tensor]:
             opt.step()
             opt.zero_grad()
         return [torch.cat([emb_old, emb_new]).detach(), torch.cat([w_old, w_new]).detach()]
-    groups = [{"params": [toy.text_head.weight], "weight_decay": 0.1}, {"params": [toy.text_embedding.weight, toy.text_head.bias], "weight_decay": 0.0}]
+    groups = [{"params": [toy.text_head.weight], "weight_decay": 0.1},
+              {"params": [toy.text_embedding.weight, toy.text_head.bias], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=1e-2)
     rows = NewTokenRows(toy, base_vocab_size=6, multiplier=multiplier)
     for _ in range(5):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import read_events, small_config, train_lines
+from trainhelpers import read_events, small_config, train_lines
 
 from xtts_ft.errors import TrainingStopped
 
@@ -32,11 +32,13 @@ def test_nan_loss_and_nan_grad_are_skipped_and_counted(trainer, model_factory, t
         return {1: "loss_nan", 3: "grad_nan"}.get(step)
 
     run = tmp_path / "run"
-    result = trainer(small_config(run, training={"max_steps": 5}), model_factory=_capture(model_factory, box), fault_injector=inject)
+    result = trainer(small_config(run, training={"max_steps": 5}), model_factory=_capture(model_factory, box),
+                     fault_injector=inject)
     assert result.step == 5
     lines = {r["step"]: r for r in train_lines(run)}
     assert lines[1]["skipped_steps"] == 0
-    assert lines[2]["loss"] is None and lines[2]["skipped_nonfinite_loss"] == 1 and lines[2]["skipped_nonfinite_grad"] == 0
+    assert lines[2]["loss"] is None
+    assert lines[2]["skipped_nonfinite_loss"] == 1 and lines[2]["skipped_nonfinite_grad"] == 0
     assert lines[4]["grad_norm"] is None and lines[4]["skipped_nonfinite_grad"] == 1 and lines[4]["skipped_steps"] == 2
     assert torch.equal(seen[1], seen[2]) and torch.equal(seen[3], seen[4])  # skipped steps changed nothing
     assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[2], seen[3])  # good steps did

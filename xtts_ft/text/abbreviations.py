@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from .script import ETHIOPIC_LETTER_SPAN
+from .script import ETHIOPIC_LETTER_SPAN, apart_from_digits
 
 CLOSED, OPEN, NUMBER = "closed", "open", "number"
 
@@ -113,13 +113,7 @@ _HINT_RE = re.compile(
 
 
 def _sub(m: re.Match[str]) -> str:
-    out = (m.group("pre") or "") + _SPOKEN[int(m.lastgroup[1:])]  # type: ignore[index]
-    string, start, end = m.string, m.start(), m.end()
-    if start and string[start - 1].isdigit():
-        out = " " + out
-    if end < len(string) and string[end].isdigit():
-        out += " "
-    return out
+    return apart_from_digits((m.group("pre") or "") + _SPOKEN[int(m.lastgroup[1:])], m)  # type: ignore[index]
 
 
 def expand_abbreviations(text: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from .script import ETHIOPIC_LETTER_SPAN
+from .script import ETHIOPIC_LETTER_SPAN, apart_from_digits
 
 ZERO = "ዜሮ"
 UNITS = ("", "አንድ", "ሁለት", "ሶስት", "አራት", "አምስት", "ስድስት", "ሰባት", "ስምንት", "ዘጠኝ")
@@ -176,12 +176,7 @@ def _ethiopic_numeral_sub(m: re.Match[str]) -> str:
         out = str(ethiopic_numeral_to_int(s))
     except ValueError:  # malformed: read each sign on its own
         out = " ".join(str(ethiopic_numeral_to_int(ch)) for ch in s)
-    string, start, end = m.string, m.start(), m.end()
-    if start and string[start - 1].isdigit():
-        out = " " + out
-    if end < len(string) and string[end].isdigit():
-        out += " "
-    return out
+    return apart_from_digits(out, m)
 
 
 def replace_ethiopic_numerals(text: str) -> str:

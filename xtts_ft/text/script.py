@@ -24,6 +24,7 @@ from               to                     notes
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 #: Inclusive code-point ranges of the Ethiopic blocks: Ethiopic, Ethiopic Supplement,
@@ -106,3 +107,17 @@ HOMOPHONE_TABLE: dict[int, int] = _build_homophone_table()
 def fold_homophones(text: str) -> str:
     """Fold homophone letters (ሐ/ኀ -> ሀ, ሠ -> ሰ, ዐ -> አ, ፀ -> ጸ), keeping each order."""
     return text.translate(HOMOPHONE_TABLE)
+
+
+def apart_from_digits(replacement: str, m: re.Match[str]) -> str:
+    """``replacement`` for match ``m``, with a space on each side where a digit touches it.
+
+    Expanded words must not glue onto neighbouring digits ("5ዓ.ም" -> "5 ዓመተ ምሕረት"), or the
+    number reader would take them for one token.
+    """
+    string, start, end = m.string, m.start(), m.end()
+    if start and string[start - 1].isdigit():
+        replacement = " " + replacement
+    if end < len(string) and string[end].isdigit():
+        replacement += " "
+    return replacement

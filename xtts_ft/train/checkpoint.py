@@ -149,7 +149,9 @@ def read_meta(ckpt_dir: Path) -> dict:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{ckpt_dir}: no {META_FILE}; not a checkpoint folder (or its save was interrupted)") from None
+        raise CheckpointError(
+            f"{ckpt_dir}: no {META_FILE}; not a checkpoint folder (or its save was interrupted)"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
         raise CheckpointError(f"{path}: unreadable ({exc}); the checkpoint is damaged, use an earlier one") from None
     if not isinstance(meta, dict) or "training_state_sha256" not in meta:
@@ -165,7 +167,8 @@ def verify_checkpoint(ckpt_dir: Path) -> dict:
         raise CheckpointError(f"{state}: missing; the checkpoint is incomplete, use an earlier one")
     if file_sha256(state) != meta["training_state_sha256"]:
         raise CheckpointError(
-            f"{state}: checksum mismatch (file truncated or corrupted); delete {ckpt_dir} or resume from an earlier checkpoint"
+            f"{state}: checksum mismatch (file truncated or corrupted); delete {ckpt_dir} or resume from an "
+            f"earlier checkpoint"
         )
     return meta
 

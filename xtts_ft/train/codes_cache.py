@@ -101,12 +101,13 @@ def build_codes_cache(
     log.info("DVAE code cache: computing codes of %d of %d clips on %s", len(todo), len(clips), device)
     batches, current = [], []
     for i in todo:  # ascending length: the last clip of a batch is its longest
-        if current and (len(current) >= MAX_BATCH_CLIPS or (len(current) + 1) * clips[i].num_samples > MAX_BATCH_SAMPLES):
+        full = len(current) >= MAX_BATCH_CLIPS or (len(current) + 1) * clips[i].num_samples > MAX_BATCH_SAMPLES
+        if current and full:
             batches.append(current)
             current = []
         current.append(i)
     batches.append(current)
-    for batch in tqdm(batches, desc="DVAE codes", disable=not progress, leave=False):
+    for batch in tqdm(batches, desc="DVAE codes", disable=None if progress else True, leave=False):
         if should_stop is not None and should_stop():
             break
         longest = max(clips[i].num_samples for i in batch)

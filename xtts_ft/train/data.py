@@ -78,7 +78,8 @@ class DataReport:
         head = f"{self.csv}: {self.kept}/{self.total} clips usable ({self.kept_seconds / 60:.1f} min)"
         if not self.rejected:
             return head
-        parts = [f"{reason} {n} (e.g. {', '.join(self.examples[reason])})" for reason, n in sorted(self.rejected.items())]
+        parts = [f"{reason} {n} (e.g. {', '.join(self.examples[reason])})"
+                 for reason, n in sorted(self.rejected.items())]
         return head + "; rejected: " + "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -99,7 +100,9 @@ class Limits:
 def read_manifest(csv_path: Path) -> list[dict[str, str]]:
     """Rows of a coqui ``audio_file|text|speaker_name`` CSV; a missing file or header is a DataError."""
     if not csv_path.is_file():
-        raise DataError(f"{csv_path}: not found; run the prepare stage (it writes metadata_train.csv / metadata_eval.csv)")
+        raise DataError(
+            f"{csv_path}: not found; run the prepare stage (it writes metadata_train.csv / metadata_eval.csv)"
+        )
     with csv_path.open(encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f, delimiter="|")
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
@@ -130,7 +133,7 @@ def load_clips(
     root = csv_path.parent
     report = DataReport(csv=str(csv_path), total=len(rows))
     clips: list[Clip] = []
-    for row in tqdm(rows, desc=f"checking {csv_path.name}", disable=not progress, leave=False):
+    for row in tqdm(rows, desc=f"checking {csv_path.name}", disable=None if progress else True, leave=False):
         rel = (row.get("audio_file") or "").strip()
         text = (row.get("text") or "").strip()
         path = (root / rel) if rel else root
@@ -182,7 +185,9 @@ def read_segment(path: Path, start: int, stop: Optional[int]) -> np.ndarray:
     try:
         wav, _ = sf.read(str(path), start=start, stop=stop, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError, OSError) as exc:
-        raise DataError(f"{path}: cannot be read any more ({exc}); it passed the check at start - was it changed?") from None
+        raise DataError(
+            f"{path}: cannot be read any more ({exc}); it passed the check at start - was it changed?"
+        ) from None
     return wav.mean(axis=1)
 
 

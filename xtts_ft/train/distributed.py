@@ -7,6 +7,10 @@ all-reduced in backward (coqui's Trainer unwraps ``.module`` right after wrappin
 very likely train separate copies). The batch sampler shards the data per rank; only rank 0
 writes files and logs; every rank resumes from the checkpoint rank 0 chose; saves are bracketed
 by collectives so no rank runs ahead of a failed save.
+
+Multi-node: put the run dir on storage every node sees (checkpoints are written by rank 0 and read
+by every rank on resume; the DVAE code cache is computed by rank 0 and reused by the others, or
+recomputed locally where it is missing).
 """
 
 from __future__ import annotations

@@ -42,20 +42,21 @@ from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
-from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
-from xtts_ft.train.metrics import MetricsLogger
-from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
+from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.memory import (ddp_ignore, enable_gradient_checkpointing, modules_on, offload_plan, place_modules,
                                    plan_accumulation, probe_batch_size, release_memory)
+from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.oom import MicroBatchRunner
+from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopSignals
-from xtts_ft.train.stability import (Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats,
-                                      gpt_state_dict, to_cpu)
+from xtts_ft.train.stability import (
+    Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ def train(cfg: Config, *, base: BaseModelFiles, vocab_path: Path, base_vocab_siz
 def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callable] = None,
                  fault_injector: Optional[FaultInjector] = None, **kwargs) -> TrainResult:
     """``train`` plus test hooks: a ready tokenizer, a model factory, and a fault injector."""
-    recipe = FineTuneRecipe(cfg, tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector, **kwargs)
+    recipe = FineTuneRecipe(cfg, tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector,
+                            **kwargs)
     with StopSignals() as signals:
         recipe.signals = signals
         try:
@@ -99,7 +101,8 @@ class FineTuneRecipe:
     def __init__(self, cfg: Config, *, base, vocab_path, base_vocab_size, train_csv, eval_csv, run_dir, eval_hook=None,
                  max_steps_override=None, tokenizer=None, model_factory=None, fault_injector=None):
         if max_steps_override is not None:
-            cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_steps=int(max_steps_override)))
+            training = dataclasses.replace(cfg.training, max_steps=int(max_steps_override))
+            cfg = dataclasses.replace(cfg, training=training)
         self.cfg, self.tcfg = cfg, cfg.training
         self.base, self.vocab_path, self.base_vocab_size = base, Path(vocab_path), int(base_vocab_size)
         self.train_csv, self.eval_csv, self.run_dir = Path(train_csv), Path(eval_csv), Path(run_dir)
@@ -143,7 +146,8 @@ class FineTuneRecipe:
         self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
         place_modules(self.model, self.offloaded, torch.device("cpu"))
         release_memory(self.device)
-        path = self.dist.broadcast_object(choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None)
+        chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None
+        path = self.dist.broadcast_object(chosen)
         state = ckpt.load_training_state(path) if path is not None else None
         batch_size = self._resolve_batch_size(state)
         cfg, tcfg = self.cfg, self.tcfg  # grad_accum_steps may now be derived from effective_batch_size
@@ -169,7 +173,8 @@ class FineTuneRecipe:
         self.runner = MicroBatchRunner(counters=self.guard, device=self.device, describe=self._clip_names,
                                        zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True),
                                        recover=not self.dist.enabled)
-        loader = make_loader(self.train_set, self.sampler, num_workers=tcfg.num_workers, pin_memory=self.device.type == "cuda",
+        loader = make_loader(self.train_set, self.sampler, num_workers=tcfg.num_workers,
+                             pin_memory=self.device.type == "cuda",
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
         self.snapshot = Snapshot()
@@ -180,9 +185,10 @@ class FineTuneRecipe:
             self.metrics.event(self.step, "resume", checkpoint=str(path))
         self.samples_per_step = batch_size * tcfg.grad_accum_steps * self.dist.world_size
         log.info("training %d clips on %s (%s): batch %d x accum %d x %d process(es) = effective batch %d; "
-                 "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(self.train_clips), self.device, self.policy.name,
-                 batch_size, tcfg.grad_accum_steps, self.dist.world_size, self.samples_per_step, self.step, self.max_steps,
-                 "on" if tcfg.cache_dvae_codes else "off", ", ".join(self.offloaded) or "nothing")
+                 "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(self.train_clips), self.device,
+                 self.policy.name, batch_size, tcfg.grad_accum_steps, self.dist.world_size, self.samples_per_step,
+                 self.step, self.max_steps, "on" if tcfg.cache_dvae_codes else "off",
+                 ", ".join(self.offloaded) or "nothing")
         self._seed_or_restore_rng()  # last: nothing after it may draw random numbers before step 1
 
     def _load_data(self) -> None:
@@ -223,10 +229,11 @@ class FineTuneRecipe:
         saved = int(((state or {}).get("sampler") or {}).get("batch_size", -1))
         if auto and saved > 0:  # the same batches as before the stop: exact resume
             size = saved
-            log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again", size)
+            log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again",
+                     size)
         elif auto:
-            choice = probe_batch_size(self.model, self.train_set, self.train_clips, self.model_inputs, self.policy.autocast,
-                                      self.device, rank=self.dist.rank, world_size=world,
+            choice = probe_batch_size(self.model, self.train_set, self.train_clips, self.model_inputs,
+                                      self.policy.autocast, self.device, rank=self.dist.rank, world_size=world,
                                       effective=tcfg.effective_batch_size)
             size = min(self.dist.all_gather_object(choice.size))  # every rank must fit
         else:
@@ -283,7 +290,7 @@ class FineTuneRecipe:
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
-        if self.signals.requested:  # stopped while checking data / caching codes: nothing trained yet
+        if not self.dist.all_true(not self.signals.requested):  # stopped while caching codes: nothing trained yet
             return self._result(stopped=True)
         if self.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)
@@ -332,7 +339,8 @@ class FineTuneRecipe:
         def forward(piece: dict) -> tuple[torch.Tensor, torch.Tensor]:
             inputs = self.model_inputs(piece, train=True)
             with self.policy.autocast():
-                out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})  # the GPT edits it in place
+                # a copy of cond_idxs: the GPT edits it in place
+                out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
             loss = out["loss"] * float("nan") if fault == "loss_nan" else out["loss"]
             kept_inputs.append(inputs)
             kept_clips.extend(piece["clips"].tolist())
@@ -355,8 +363,9 @@ class FineTuneRecipe:
             self.optimizer.zero_grad(set_to_none=True)
             self.lr = lr
             nan = float("nan")
-            return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0, grad_norm=0.0,
-                             loss_scale=float(self.scaler.get_scale()), stop_requested=self.signals.requested)
+            return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
+                             grad_norm=0.0, loss_scale=float(self.scaler.get_scale()),
+                             stop_requested=self.signals.requested)
         if fault == "grad_nan":
             self.trainable[0].grad.view(-1)[0] = float("nan")
         self.scaler.unscale_(self.optimizer)
@@ -386,8 +395,9 @@ class FineTuneRecipe:
         nb = self.device.type == "cuda"
         to = lambda t: t.to(self.device, non_blocking=nb)  # noqa: E731
         codes = to(batch["codes"]) if "codes" in batch else codes_for_batch(self.model, to(batch["wav"]))
-        return {"text_inputs": to(batch["padded_text"]), "text_lengths": to(batch["text_lengths"]), "audio_codes": codes,
-                "wav_lengths": to(batch["wav_lengths"]), "cond_mels": self.model.conditioning_mels(to(batch["conditioning"])),
+        return {"text_inputs": to(batch["padded_text"]), "text_lengths": to(batch["text_lengths"]),
+                "audio_codes": codes, "wav_lengths": to(batch["wav_lengths"]),
+                "cond_mels": self.model.conditioning_mels(to(batch["conditioning"])),
                 "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
 
     def _after_step(self, stats, seconds: float) -> None:
@@ -403,7 +413,8 @@ class FineTuneRecipe:
             self.step = self.snapshot.restore(self.model.gpt, self.optimizer, self.scaler)
             self.lr_factor *= self.cfg.stability.rollback_lr_factor
             self.guard.note_rollback()
-            log.warning("%d non-finite steps in a row at step %d: rolled back to step %d with the LR x%g (rollback %d of %d)",
+            log.warning("%d non-finite steps in a row at step %d: rolled back to step %d with the LR x%g "
+                        "(rollback %d of %d)",
                         self.cfg.stability.max_consecutive_bad_steps, failed_at, self.step, self.lr_factor,
                         self.guard.rollbacks, self.cfg.stability.max_rollbacks)
             self.metrics.event(self.step, "rollback", failed_at=failed_at, lr_factor=self.lr_factor)
@@ -433,9 +444,9 @@ class FineTuneRecipe:
         self.metrics.event(self.step, "stopped", diagnosis=where)
         raise TrainingStopped(
             f"training stopped at step {self.step}: {self.guard.consecutive_bad} non-finite steps in a row after "
-            f"{self.guard.rollbacks} rollback(s) (stability.max_rollbacks); diagnosis: {where}. Advice: lower training.lr "
-            f"(now {self.tcfg.lr:g} x {self.lr_factor:g}), set precision.mode: fp32 (now {self.policy.name}), and check "
-            f"the data of the failing batch ({files})"
+            f"{self.guard.rollbacks} rollback(s) (stability.max_rollbacks); diagnosis: {where}. Advice: lower "
+            f"training.lr (now {self.tcfg.lr:g} x {self.lr_factor:g}), set precision.mode: fp32 (now "
+            f"{self.policy.name}), and check the data of the failing batch ({files})"
         )
 
     # ------------------------------------------------------------------ evaluate
@@ -449,10 +460,7 @@ class FineTuneRecipe:
                 losses = eval_losses(self.model, self.eval_set, batches, self.policy.autocast, self.model_inputs)
                 extra = {}
                 if self.eval_hook is not None:
-                    with modules_on(self.model, self.offloaded, self.device), \
-                            torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                        extra = self.eval_hook(self.step, self.model) or {}
-                    extra = {k: float(v) for k, v in extra.items() if isinstance(v, (int, float))}
+                    extra = self._run_eval_hook()
             finally:
                 self.model.train()
             self.metrics.evaluation(self.step, losses, extra)
@@ -469,6 +477,19 @@ class FineTuneRecipe:
             self.best_eval_loss = result
         return is_best
 
+    def _run_eval_hook(self) -> dict[str, float]:
+        """The integrator's hook (sample synthesis). Its random draws are isolated from training's, and a
+        failure inside it is logged with its traceback instead of ending hours of training."""
+        try:  # offloaded modules (training.offload_frozen) are on the device for synthesis, on the CPU after it
+            with modules_on(self.model, self.offloaded, self.device), \
+                    torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                extra = self.eval_hook(self.step, self.model) or {}
+        except Exception as exc:  # noqa: BLE001 - any hook bug; reported, training continues
+            log.exception("eval hook failed at step %d; training continues", self.step)
+            self.metrics.event(self.step, "eval_hook_failed", error=f"{type(exc).__name__}: {exc}")
+            return {}
+        return {k: float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self) -> None:
         rngs = self.dist.all_gather_object(ckpt.capture_rng(self.device))
@@ -483,7 +504,8 @@ class FineTuneRecipe:
                 "last_eval_loss": self.last_eval_loss, "training_config": dataclasses.asdict(self.tcfg),
                 "vocab_fingerprint": self.vocab_fp, "base_vocab_size": self.base_vocab_size,
             }
-            meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp, "base_model": str(self.base.root),
+            meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
+                    "base_model": str(self.base.root),
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
                     "precision": self.policy.name, "base_vocab_size": self.base_vocab_size}
             try:

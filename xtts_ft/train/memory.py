@@ -147,8 +147,9 @@ def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limi
         else:
             bad = n
     if good == 0:
-        raise TrainingStopped("batch_size auto: even one clip of the longest length does not fit in GPU memory; enable "
-                              "training.gradient_checkpointing or training.offload_frozen, or lower dataset.max_duration_s")
+        raise TrainingStopped("batch_size auto: even one clip of the longest length does not fit in GPU memory; "
+                              "enable training.gradient_checkpointing or training.offload_frozen, or lower "
+                              "dataset.max_duration_s")
     while bad is not None and bad - good > 1:  # binary search between the last fit and the first failure
         mid = (good + bad) // 2
         if attempt(mid):
@@ -253,8 +254,8 @@ def reserve_memory(nbytes: int, device: torch.device) -> Iterator[None]:
             fits = False
     if not fits:
         release_memory(device)
-        raise TrainingStopped(f"batch_size auto: the model and AdamW's state ({nbytes / 2**30:.1f} GiB) alone do not fit "
-                              f"in GPU memory; set training.offload_frozen: true or use a card with more memory")
+        raise TrainingStopped(f"batch_size auto: the model and AdamW's state ({nbytes / 2**30:.1f} GiB) alone do "
+                              f"not fit in GPU memory; set training.offload_frozen: true or use a larger card")
     try:
         yield
     finally:
@@ -286,8 +287,8 @@ def modules_on(model: nn.Module, names: Sequence[str], device: torch.device) -> 
     if not names:
         yield
         return
-    place_modules(model, names, device)
     try:
+        place_modules(model, names, device)
         yield
     finally:
         place_modules(model, names, torch.device("cpu"))

@@ -56,7 +56,10 @@ class MetricsLogger:
         self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
         self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-        self._bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
+        self._bar = tqdm(  # disable=None: a live bar on a terminal, none in redirected logs (the lines suffice)
+            total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None,
+            mininterval=1.0,
+        )
 
     def _reset_interval(self) -> None:
         self._n = 0
@@ -85,7 +88,8 @@ class MetricsLogger:
             self._finite += 1
             for i, v in enumerate((stats.loss, stats.loss_text_ce, stats.loss_mel_ce)):
                 self._sums[i] += v
-        for key, value in (("loss", stats.loss), ("lr", lr), ("grad_norm", stats.grad_norm), ("loss_scale", stats.loss_scale)):
+        scalars = (("loss", stats.loss), ("lr", lr), ("grad_norm", stats.grad_norm), ("loss_scale", stats.loss_scale))
+        for key, value in scalars:
             if math.isfinite(value):
                 self._tb.add_scalar(f"train/{key}", value, step)
         self._bar.update(1)
@@ -108,7 +112,8 @@ class MetricsLogger:
             if record[key] is not None:
                 self._tb.add_scalar(f"train/{key}", record[key], step)
         log.info(
-            "step %d/%d | loss %.4f (text %.4f, mel %.4f) | lr %.3g | grad %.3f | scale %g | skipped %d | %.1f samples/s | eta %s",
+            "step %d/%d | loss %.4f (text %.4f, mel %.4f) | lr %.3g | grad %.3f | scale %g | skipped %d | "
+            "%.1f samples/s | eta %s",
             step, self.max_steps, mean[0], mean[1], mean[2], lr, stats.grad_norm, stats.loss_scale,
             guard.skipped_steps, record["samples_per_s"] or 0.0, _fmt_duration(record["eta_s"]),
         )
@@ -126,6 +131,9 @@ class MetricsLogger:
         log.info("eval @ step %d | " + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()), step)
 
     def event(self, step: int, event: str, **fields: Any) -> None:
+        if self.enabled and event == "rollback":  # the step counter went back
+            self._bar.n = step
+            self._bar.refresh()
         if self.enabled:
             self._write({"step": step, "event": event, **fields, "time": time.time()}, self._events)
 

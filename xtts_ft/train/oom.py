@@ -78,7 +78,8 @@ class MicroBatchRunner:
         self._nominal = self._counted = 0
         self.events = []
 
-    def run(self, batch: dict, weight_per_clip: float, forward: Forward, backward: Backward, *, step: int) -> Optional[torch.Tensor]:
+    def run(self, batch: dict, weight_per_clip: float, forward: Forward, backward: Backward, *,
+            step: int) -> Optional[torch.Tensor]:
         """Forward and backward of one micro-batch (split on OOM); its clip-weighted loss row, None if nothing ran."""
         self._nominal += batch_len(batch)
         pending, rows = [batch], []
@@ -93,9 +94,10 @@ class MicroBatchRunner:
             names = self.describe(piece)
             if not self.recover:
                 raise TrainingStopped(
-                    f"out of GPU memory at step {step + 1} in the {failed} pass of {n} clip(s) ({names}); a multi-GPU run "
-                    f"cannot split a batch. Lower training.batch_size (or use auto), enable training.gradient_checkpointing "
-                    f"or training.offload_frozen, or lower dataset.max_duration_s; rerun the same command to resume")
+                    f"out of GPU memory at step {step + 1} in the {failed} pass of {n} clip(s) ({names}); a "
+                    f"multi-GPU run cannot split a batch. Lower training.batch_size (or use auto), enable "
+                    f"training.gradient_checkpointing or training.offload_frozen, or lower dataset.max_duration_s; "
+                    f"rerun the same command to resume")
             if failed == "backward" and self._counted:
                 dropped, self._counted = self._counted, 0
                 self.counters.oom_skipped += dropped
@@ -106,8 +108,9 @@ class MicroBatchRunner:
                 self.zero_grads()
             if n == 1:
                 self.counters.oom_skipped += 1
-                log.warning("out of GPU memory at step %d: clip %s does not fit even alone and is skipped in this step; "
-                            "enable training.gradient_checkpointing or lower dataset.max_duration_s", step + 1, names)
+                log.warning("out of GPU memory at step %d: clip %s does not fit even alone and is skipped in this "
+                            "step; enable training.gradient_checkpointing or lower dataset.max_duration_s",
+                            step + 1, names)
                 self.events.append({"event": "oom_skip", "clips": names, "pass": failed})
                 continue
             self.counters.oom_split += 1

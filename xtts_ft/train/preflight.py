@@ -49,7 +49,8 @@ def check_setup(model: nn.Module, optimizer: torch.optim.Optimizer, device: torc
         raise TrainingStopped(f"pre-flight: {len(misplaced)} tensors are not on {device} (e.g. {misplaced[0]})")
     not_fp32 = [n for n, p in model.xtts.gpt.named_parameters() if p.requires_grad and p.dtype != torch.float32]
     if not_fp32:
-        raise TrainingStopped(f"pre-flight: trainable weight xtts.gpt.{not_fp32[0]} is {model.xtts.gpt.get_parameter(not_fp32[0]).dtype}, expected float32")
+        dtype = model.xtts.gpt.get_parameter(not_fp32[0]).dtype
+        raise TrainingStopped(f"pre-flight: trainable weight xtts.gpt.{not_fp32[0]} is {dtype}, expected float32")
     training_frozen = [n for n, m in model.named_modules() if m.training and not n.startswith("xtts.gpt") and n]
     if training_frozen:
         raise TrainingStopped(f"pre-flight: frozen module {training_frozen[0]} is in training mode (a bug)")
@@ -58,7 +59,9 @@ def check_setup(model: nn.Module, optimizer: torch.optim.Optimizer, device: torc
     return counts
 
 
-def pick_check_clips(token_lists: Sequence[Sequence[int]], base_vocab_size: int, vocab_size: int, batch_size: int) -> list[int]:
+def pick_check_clips(
+    token_lists: Sequence[Sequence[int]], base_vocab_size: int, vocab_size: int, batch_size: int
+) -> list[int]:
     """Indices of up to ``batch_size`` clips, those using new tokens first; raises if new rows are never used."""
     users = [i for i, toks in enumerate(token_lists) if any(t >= base_vocab_size for t in toks)]
     new_rows = vocab_size - base_vocab_size
@@ -67,8 +70,9 @@ def pick_check_clips(token_lists: Sequence[Sequence[int]], base_vocab_size: int,
             f"pre-flight: none of the {new_rows} new tokens (ids >= {base_vocab_size}) occurs in any training text, so "
             f"they would never train; check that vocab.json is the extended vocabulary and run.language is 'am'"
         )
-    rest = [i for i in range(len(token_lists)) if i not in set(users)]
-    return (users + rest)[:batch_size]
+    chosen = users[:batch_size]
+    taken = set(chosen)
+    return chosen + [i for i in range(len(token_lists)) if i not in taken][: batch_size - len(chosen)]
 
 
 def check_forward_backward(
@@ -87,7 +91,8 @@ def check_forward_backward(
         with autocast():
             loss = model(**args)["loss"]
         if not torch.isfinite(loss):
-            raise TrainingStopped(f"pre-flight: the first training batch gives a non-finite loss; {diagnose_nonfinite(model, [inputs], autocast)}")
+            where = diagnose_nonfinite(model, [inputs], autocast)
+            raise TrainingStopped(f"pre-flight: the first training batch gives a non-finite loss; {where}")
         loss.backward()
         value = float(loss.detach())
         rows = gpt.text_embedding.weight.shape[0]
@@ -96,14 +101,17 @@ def check_forward_backward(
             used = used[used >= base_vocab_size]
             emb_grad = gpt.text_embedding.weight.grad
             head_grad = gpt.text_head.weight.grad
-            for name, grad, idx in (("text_embedding", emb_grad, used), ("text_head", head_grad, torch.arange(base_vocab_size, rows, device=device))):
+            all_new = torch.arange(base_vocab_size, rows, device=device)
+            for name, grad, idx in (("text_embedding", emb_grad, used), ("text_head", head_grad, all_new)):
                 if grad is None or not bool(grad[idx].abs().sum(dim=-1).gt(0).all()):
                     gpt.zero_grad(set_to_none=True)
                     raise TrainingStopped(
-                        f"pre-flight: no gradient reaches the new token rows (ids >= {base_vocab_size}) of xtts.gpt.{name}; "
+                        f"pre-flight: no gradient reaches the new token rows (ids >= {base_vocab_size}) of "
+                        f"xtts.gpt.{name}; "
                         f"they would never train (are they frozen or detached?)"
                     )
-            log.info("pre-flight: gradients reach the %d new token rows (%d used by the check batch)", rows - base_vocab_size, used.numel())
+            log.info("pre-flight: gradients reach the %d new token rows (%d used by the check batch)",
+                     rows - base_vocab_size, used.numel())
         gpt.zero_grad(set_to_none=True)
     log.info("pre-flight: first batch loss %.4f (finite)", value)
     return value

@@ -60,7 +60,8 @@ def check_compatible(state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt
     theirs = state.get("vocab_fingerprint")
     if theirs != vocab_fingerprint:
         raise CheckpointError(
-            f"{ckpt_dir}: trained with vocabulary {theirs}, but the current vocab.json has fingerprint {vocab_fingerprint}; "
+            f"{ckpt_dir}: trained with vocabulary {theirs}, but the current vocab.json has fingerprint "
+            f"{vocab_fingerprint}; "
             f"token ids differ so these weights cannot continue: {_FIX}"
         )
     ours = gpt_state_dict(gpt)
@@ -68,7 +69,9 @@ def check_compatible(state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt
     for key in sorted(set(ours) | set(saved)):
         if key not in saved or key not in ours:
             where = "the current model" if key not in ours else "the checkpoint"
-            raise CheckpointError(f"{ckpt_dir}: GPT tensor '{key}' is missing from {where} (another model config); {_FIX}")
+            raise CheckpointError(
+                f"{ckpt_dir}: GPT tensor '{key}' is missing from {where} (another model config); {_FIX}"
+            )
         if tuple(saved[key].shape) != tuple(ours[key].shape):
             raise CheckpointError(
                 f"{ckpt_dir}: GPT tensor '{key}' has shape {tuple(saved[key].shape)} in the checkpoint but "
@@ -120,7 +123,8 @@ def apply_checkpoint(
     guard.load_state_dict(state["stability"])
     saved = state.get("precision", policy.name)
     if policy.name == "fp16" and saved != "fp16" and saved == fallback_policy(policy, device).name:
-        log.warning("resume: this run switched from fp16 to %s after its loss scale collapsed; it stays on %s", saved, saved)
+        log.warning("resume: this run switched from fp16 to %s after its loss scale collapsed; it stays on %s",
+                    saved, saved)
         policy = PrecisionPolicy(saved, device.type)
     log_config_changes(state, tcfg)
     rngs = state.get("rng") or []

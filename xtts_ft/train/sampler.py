@@ -87,8 +87,10 @@ class ResumableBatchSampler:
         mine = order[self.rank :: self.world_size]
         if self.bucketing:
             window = self.batch_size * BUCKET_BATCHES
-            mine = [i for s in range(0, len(mine), window) for i in sorted(mine[s : s + window], key=self.lengths.__getitem__)]
-        batches = [mine[s : s + self.batch_size] for s in range(0, self.batches_per_epoch * self.batch_size, self.batch_size)]
+            by_length = self.lengths.__getitem__
+            mine = [i for s in range(0, len(mine), window) for i in sorted(mine[s : s + window], key=by_length)]
+        size = self.batch_size
+        batches = [mine[s : s + size] for s in range(0, self.batches_per_epoch * size, size)]
         if self.bucketing:
             perm = torch.randperm(len(batches), generator=_generator(self.seed, epoch, 1)).tolist()
             batches = [batches[i] for i in perm]

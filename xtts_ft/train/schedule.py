@@ -79,7 +79,8 @@ def build_optimizer(gpt: nn.Module, cfg: TrainingConfig, device: torch.device) -
     """AdamW over the GPT's trainable parameters only (everything else in the model is frozen)."""
     groups = [g for g in param_groups(gpt, cfg.weight_decay) if g["params"]]
     fused = device.type == "cuda"  # one kernel per step on GPU; the foreach path elsewhere
-    return torch.optim.AdamW(groups, lr=get_lr(0, cfg), betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, fused=fused)
+    return torch.optim.AdamW(groups, lr=get_lr(0, cfg), betas=tuple(cfg.betas), weight_decay=cfg.weight_decay,
+                             fused=fused)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -34,7 +34,8 @@ class StopSignals:
             raise KeyboardInterrupt(f"second stop signal ({name}): stopping at once")
         self.requested = True
         self.signal_name = name
-        log.warning("%s received: finishing the current step, then saving a checkpoint (send it again to stop at once)", name)
+        log.warning("%s received: finishing the current step, then saving a checkpoint (send it again to stop at once)",
+                    name)
 
     def request(self, name: str = "request") -> None:
         """Ask for a clean stop without a signal (tests, embedding applications)."""

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[2]), str(HERE.parent)]
 
 import torch  # noqa: E402
-from conftest import small_config  # noqa: E402
+from trainhelpers import small_config  # noqa: E402
 
 from xtts_ft.base_model import BaseModelFiles  # noqa: E402
 from xtts_ft.model import build_training_model  # noqa: E402

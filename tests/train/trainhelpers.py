@@ -1,0 +1,84 @@
+"""Helpers shared by the trainer tests and scripts/run_small.py (fixtures live in conftest.py).
+
+A module of its own, not conftest: other test folders have a conftest.py too, and ``from conftest
+import ...`` would depend on which one was imported last.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from xtts_ft.config import Config  # noqa: E402
+
+
+SR = 22050
+
+
+TEXTS = [
+    "the quick brown fox", "jumps over the lazy dog", "she sells sea shells", "by the sea shore",
+    "peter piper picked a peck", "of pickled peppers", "is this the real life", "is this just fantasy",
+    "a tiny model speaks", "and only english", "numbers one two three", "four five and six",
+    "the lazy dog sleeps", "the brown fox runs", "sea shells by the shore", "peter picked peppers",
+]
+
+
+def write_wav(path: Path, seconds: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    f0 = 120 + 40 * (seed % 7)
+    wav = sum(0.2 / k * np.sin(2 * math.pi * f0 * k * t + rng.uniform(0, 6)) for k in range(1, 5))
+    wav = wav * (0.6 + 0.4 * np.sin(2 * math.pi * 3 * t)) + 0.01 * rng.standard_normal(t.shape)
+    sf.write(str(path), wav.astype(np.float32), SR, subtype="PCM_16")
+
+
+def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
+    lines = ["audio_file|text|speaker_name"] + [f"{a}|{t}|spk{i % 2}" for i, (a, t) in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def small_config(run_dir: Path, **sections) -> Config:
+    """A config for seconds-long CPU runs; ``sections={"training": {"max_steps": 4}}`` overrides fields."""
+    cfg = Config()
+    cfg.run.output_dir = str(run_dir)
+    cfg.run.device = "cpu"
+    cfg.precision.mode = "fp32"
+    t = cfg.training
+    t.max_steps, t.batch_size, t.lr, t.warmup_steps, t.num_workers, t.log_every = 6, 2, 1e-3, 2, 0, 1
+    t.min_conditioning_s, t.max_conditioning_s = 0.4, 0.8
+    cfg.evaluation.every_steps, cfg.evaluation.max_eval_batches, cfg.evaluation.eval_at_start = 0, 1, False
+    cfg.checkpoint.every_steps, cfg.checkpoint.keep_last = 3, 2
+    cfg.stability.max_consecutive_bad_steps, cfg.stability.max_rollbacks, cfg.stability.snapshot_every = 3, 1, 2
+    for section, values in sections.items():
+        for key, value in values.items():
+            setattr(getattr(cfg, section), key, value)
+    return cfg
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train_lines(run_dir: Path) -> list[dict]:
+    lines = [r for r in read_metrics(run_dir) if r.get("split") != "eval"]
+    assert all("loss" in r and "event" not in r for r in lines)  # metrics.jsonl: step lines and eval lines only
+    return lines
+
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "run_small.py"
