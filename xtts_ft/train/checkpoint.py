@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import random
 import re
 import shutil
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.safe_load import load_weights
 
 log = logging.getLogger(__name__)
 
@@ -177,12 +177,7 @@ def load_training_state(ckpt_dir: Path) -> dict:
     """The verified training state (``weights_only=True``), with its meta.json under ``"meta"``."""
     ckpt_dir = Path(ckpt_dir)
     meta = verify_checkpoint(ckpt_dir)
-    try:
-        state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: refused: not a plain weights file ({exc})") from None
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: cannot be read ({exc}); use an earlier checkpoint") from None
+    state = load_weights(ckpt_dir / STATE_FILE, CheckpointError)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{ckpt_dir / STATE_FILE}: not a training state of format {FORMAT}; start a new run dir")
     state["meta"] = meta
