@@ -14,7 +14,8 @@ needs)::
 Writing: every file goes to a staging folder ``.tmp_step_000500_<pid>`` in the same directory
 (temp file, flush, fsync, ``os.replace``), the folder is fsynced and renamed into place, and the
 parent directory is fsynced. A crash or a full disk at any point leaves the previous checkpoints
-untouched and at most a staging folder, which is ignored and cleaned up later.
+untouched; a failed write removes its staging folder at once, and one left by a kill is ignored
+and cleaned up when the next run starts.
 
 Reading: ``meta.json`` must parse and the sha256 of ``training_state.pt`` must match; a damaged
 checkpoint is a :class:`CheckpointError` naming the folder, and ``find_latest_checkpoint`` skips it
@@ -111,16 +112,20 @@ def save_checkpoint(
     stage = root / f".tmp_{final.name}_{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
-    atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
-    atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
-    tmp_cfg = stage / ".config.yaml.tmp"
-    write_config(tmp_cfg)
-    atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
-    tmp_cfg.unlink()
-    meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
-    _fsync_dir(stage)
+    try:
+        atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
+        atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
+        tmp_cfg = stage / ".config.yaml.tmp"
+        write_config(tmp_cfg)
+        atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
+        tmp_cfg.unlink()
+        meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
+        _fsync_dir(stage)
+    except BaseException:  # e.g. disk full: drop the partial folder now (frees its space), then report
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     if final.exists():  # the same step saved again (e.g. after a rollback): swap the folders
         trash = root / f".trash_{final.name}_{os.getpid()}"
         os.replace(final, trash)
