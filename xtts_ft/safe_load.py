@@ -19,14 +19,20 @@ import torch
 from xtts_ft.errors import UserError
 
 _GLOBAL = re.compile(r"GLOBAL (\S+)")
+_DETAIL = re.compile(r"WeightsUnpickler error: ([^\n]+)")
 
 
-def refusal_reason(exc: BaseException) -> str:
-    """Why the weights-only unpickler refused a file, in a few words."""
+def unpickling_message(path: Path, exc: pickle.UnpicklingError) -> str:
+    """One line for torch's weights-only refusal: code it would have run, or a damaged / foreign file."""
     found = _GLOBAL.search(str(exc))
     if found:
-        return f"it would import and call '{found.group(1)}'"
-    return "it holds objects other than tensors and plain data (or is damaged)"
+        return (f"{path}: refused to load: it would import and call '{found.group(1)}'; files are read as plain "
+                f"weights only, so nothing in it was run. Use the official file, or re-save the weights as a plain "
+                f"state dict")
+    detail = _DETAIL.search(str(exc))
+    why = detail.group(1).strip() if detail else first_line(exc)
+    return (f"{path}: refused to load: not a plain torch weights file ({why}); it is damaged or was written by "
+            f"something else, and nothing in it was run. Use the official file, or re-save the weights with torch.save")
 
 
 def first_line(exc: BaseException) -> str:
@@ -39,10 +45,7 @@ def load_weights(path: Path, error: type[UserError]) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise error(
-            f"{path}: refused to load: {refusal_reason(exc)}; files are read as plain weights only, so nothing in it "
-            f"was run. Use the official file, or re-save the weights as a plain state dict"
-        ) from None
+        raise error(unpickling_message(path, exc)) from None
     except FileNotFoundError:
         raise error(f"{path}: file not found") from None
     except (RuntimeError, EOFError, OSError, ValueError) as exc:

@@ -20,7 +20,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import EXPORT_META, TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import synthesize_requests
-from xtts_ft.safe_load import first_line, load_weights, refusal_reason
+from xtts_ft.safe_load import first_line, load_weights, unpickling_message
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
@@ -55,10 +55,7 @@ def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] =
     try:  # coqui reads model.pth with torch.load(weights_only=True) (torch >= 2.4, pinned in requirements.txt)
         xtts.load_checkpoint(config, checkpoint_dir=str(model_dir), eval=True)
     except pickle.UnpicklingError as exc:
-        raise ModelError(
-            f"{model_dir / 'model.pth'}: refused to load: {refusal_reason(exc)}; files are read as plain weights only, "
-            f"so nothing in it was run. Use a model folder written by the export command"
-        ) from None
+        raise ModelError(unpickling_message(model_dir / "model.pth", exc)) from None
     except (RuntimeError, FileNotFoundError, KeyError, EOFError) as exc:
         raise ModelError(f"{model_dir}: coqui cannot load this folder ({first_line(exc)})") from None
     xtts.tokenizer = _tokenizer(model_dir / "vocab.json", meta.get("text") or {}, normalizer)
