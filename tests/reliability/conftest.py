@@ -7,8 +7,12 @@ so a fault here runs exactly the training the trainer's own tests run.
 
 from __future__ import annotations
 
+import copy
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -31,4 +35,44 @@ from tests.train.conftest import (  # noqa: E402,F401 - fixtures are found by na
     vocab,
 )
 
+from xtts_ft.train.checkpoint import list_checkpoints  # noqa: E402
+
 SCRIPTS = HERE / "scripts"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """In-process training on one thread (much faster on a busy small machine); the old setting is put back."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, tmp_path_factory) -> Path:
+    """A finished 4-step run with checkpoints at steps 2 and 4; tests copy it with ``copy_run`` before damaging it."""
+    import torch
+
+    from xtts_ft.train.loop import run_training
+
+    run = tmp_path_factory.mktemp("trained") / "run"
+    shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
+    cfg = small_config(run, training={"max_steps": 4}, checkpoint={"every_steps": 2, "keep_last": 3})
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = run_training(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
+                              eval_csv=dataset[1], run_dir=run, tokenizer=tokenizer,
+                              model_factory=lambda *_: copy.deepcopy(built_model))
+    finally:
+        torch.set_num_threads(before)
+    assert result.step == 4 and [s for s, _ in list_checkpoints(run)] == [2, 4]
+    return run
+
+
+def copy_run(run: Path, dest: Path) -> Path:
+    shutil.copytree(run, dest)
+    return dest
