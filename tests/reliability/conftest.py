@@ -1,43 +1,31 @@
 """Fixtures for the reliability tests: the tiny XTTS, data and code cache of tests/train, reused.
 
 The fixtures are imported from ``tests/train/conftest.py`` (tiny model, extended vocabulary, 12+4
-synthetic clips, their DVAE codes, the in-process ``trainer`` and the subprocess ``script_args``),
-so a fault here runs exactly the training the trainer's own tests run.
+synthetic clips, their DVAE codes, the in-process ``trainer`` and the subprocess ``script_args``);
+helpers are in ``relhelpers.py``.
 """
 
 from __future__ import annotations
 
 import copy
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from relhelpers import small_config  # first: it puts tests/train on sys.path for the import below
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tests.train.conftest import (  # noqa: E402,F401 - fixtures are found by name
+from tests.train.conftest import (  # noqa: F401 - fixtures are found by name
     built_model,
     codes_cache,
     dataset,
     model_factory,
-    read_events,
-    read_metrics,
     script_args,
-    small_config,
     tiny_base,
     tokenizer,
-    train_lines,
     trainer,
     vocab,
 )
-
-from xtts_ft.train.checkpoint import list_checkpoints  # noqa: E402
-
-SCRIPTS = HERE / "scripts"
+from xtts_ft.train.checkpoint import list_checkpoints
 
 
 @pytest.fixture(autouse=True)
@@ -51,14 +39,14 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, tmp_path_factory) -> Path:
-    """A finished 4-step run with checkpoints at steps 2 and 4; tests copy it with ``copy_run`` before damaging it."""
+    """A finished 4-step run with checkpoints at steps 2 and 4; tests copy it (``copy_run``) before damaging it."""
     import torch
 
     from xtts_ft.train.loop import run_training
 
-    run = tmp_path_factory.mktemp("trained") / "run"
+    run = tmp_path_factory.mktemp("trained") / "run"  # never changed: tests copy it before damaging it
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
     cfg = small_config(run, training={"max_steps": 4}, checkpoint={"every_steps": 2, "keep_last": 3})
     before = torch.get_num_threads()
@@ -71,8 +59,3 @@ def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, 
         torch.set_num_threads(before)
     assert result.step == 4 and [s for s, _ in list_checkpoints(run)] == [2, 4]
     return run
-
-
-def copy_run(run: Path, dest: Path) -> Path:
-    shutil.copytree(run, dest)
-    return dest

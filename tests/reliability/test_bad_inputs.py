@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, SCRIPTS
+from relhelpers import REPO, SCRIPTS
 
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from conftest import SCRIPTS, read_metrics
+from relhelpers import SCRIPTS, read_metrics
 
 from xtts_ft.train import checkpoint as ckpt
 

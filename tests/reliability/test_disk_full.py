@@ -14,7 +14,7 @@ import errno
 import logging
 
 import pytest
-from conftest import read_events, small_config, train_lines
+from relhelpers import read_events, small_config, train_lines
 
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import checkpoint as ckpt

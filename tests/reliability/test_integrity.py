@@ -13,7 +13,7 @@ import logging
 import os
 
 import pytest
-from conftest import copy_run, read_events, small_config
+from relhelpers import copy_run, read_events, small_config
 
 from xtts_ft.errors import CheckpointError
 from xtts_ft.evaluate.export import load_checkpoint_gpt_state

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import copy_run
+from relhelpers import copy_run, write_wav
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import load_config
@@ -139,8 +139,6 @@ def test_a_checkpoint_config_with_a_python_tag_is_refused(trained_run, tiny_base
 
 
 def test_dataset_entries_outside_the_dataset_folder_are_rejected(tmp_path):
-    from tests.train.conftest import write_wav
-
     from xtts_ft.data import prepare_command
 
     root, outside = tmp_path / "dataset", tmp_path / "private"
