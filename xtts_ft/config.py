@@ -259,8 +259,14 @@ class CheckpointConfig:
     def check(self, problems: list[str]) -> None:
         if self.every_steps < 1 or self.keep_last < 1:
             problems.append("checkpoint.every_steps and checkpoint.keep_last: must be >= 1")
-        if self.resume not in ("auto", "never") and not Path(self.resume).exists():
-            problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
+        if self.resume not in ("auto", "never"):
+            if not Path(self.resume).exists():
+                problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
+            elif not (Path(self.resume) / "meta.json").is_file():  # caught here, before data prep and model loading
+                problems.append(
+                    f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no meta.json); use auto, "
+                    f"never, or a folder like <run.output_dir>/checkpoints/step_001000"
+                )
 
 
 @dataclass
@@ -432,6 +438,12 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
     return cfg
 
 
+def _tag_of(exc: yaml.constructor.ConstructorError) -> str:
+    found = re.search(r"tag '([^']+)'", str(exc.problem))
+    tag = found.group(1) if found else "?"
+    return tag.replace("tag:yaml.org,2002:", "!!")
+
+
 def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> Config:
     """Read, override, type-check and validate a run config; one ConfigError lists every problem."""
     path = Path(path)
@@ -439,12 +451,21 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{path}: config file not found; pass --config with a YAML file (see configs/)")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.constructor.ConstructorError as exc:  # e.g. !!python/object: safe loading builds no objects
+        mark = exc.problem_mark
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        raise ConfigError(
+            f"{path}:{where} tag '{_tag_of(exc)}' is not allowed; configs are read with safe YAML loading (plain "
+            f"values only), remove the tag"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    if not isinstance(raw, dict):
+        return config_from_dict(raw, source=str(path))  # the one-line "expected a YAML mapping" error
     for item in overrides or []:
         keys, value = parse_override(item)
         node = raw

@@ -41,19 +41,10 @@ def load_xtts_config(config_json: Path):
 
 
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    """torch.load with weights_only=True; a pickle that would run code is refused by name."""
-    import pickle
+    """torch.load with weights_only=True; a pickle that would run code is refused by name (one line)."""
+    from xtts_ft.safe_load import load_weights
 
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ModelError(
-            f"{path}: refused to load: it is not a plain weights file (loading it would run code: {exc}). "
-            f"Use the official files or re-save the weights as a plain state dict"
-        ) from None
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise ModelError(f"{path}: cannot read weights ({exc}); the file is truncated or corrupted") from None
-    return obj
+    return load_weights(path, ModelError)
 
 
 def base_state_dict(model_pth: Path) -> dict[str, torch.Tensor]:

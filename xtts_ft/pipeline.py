@@ -113,11 +113,17 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
     from xtts_ft.train import train
 
     run_dir = cfg.run_dir
+    resume_from = _named_checkpoint(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yaml")
     base = resolve_base_model(cfg.base_model)
     data_dir = prepare_stage(cfg, base)
     vocab_path = tokenizer_stage(cfg, base, data_dir)
+    if resume_from is not None:
+        from xtts_ft.tokenizer import vocab_fingerprint
+        from xtts_ft.train.resume import check_vocab
+
+        check_vocab(resume_from[1].get("vocab_fingerprint"), resume_from[0], vocab_fingerprint(vocab_path))
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result
@@ -144,6 +150,16 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
         json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
     )
     return result
+
+
+def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, dict]]:
+    """``checkpoint.resume: PATH``: verified (sha256) before any heavy work, with its meta.json; else None."""
+    if cfg.checkpoint.resume in ("auto", "never"):
+        return None
+    from xtts_ft.train.checkpoint import verify_checkpoint
+
+    path = Path(cfg.checkpoint.resume)
+    return path, verify_checkpoint(path)
 
 
 def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path):

@@ -68,15 +68,17 @@ def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_for_auto_resum
     assert not any(p.name.startswith(".") for p in (run / "checkpoints").iterdir())
 
 
-def test_on_save_error_continue_keeps_training(trainer, monkeypatch, tmp_path, caplog):
+def test_on_save_error_continue_keeps_training_but_a_failed_final_save_is_an_error(trainer, monkeypatch, tmp_path, caplog):
     def full_disk(state, f):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ckpt, "write_state", full_disk)
-    cfg = small_config(tmp_path / "run", training={"max_steps": 4}, checkpoint={"on_save_error": "continue"})
-    result = trainer(cfg)
-    assert result.step == 4 and result.last_checkpoint is None
-    assert "training continues" in caplog.text
+    run = tmp_path / "run"
+    with pytest.raises(TrainingStopped, match=r"checkpoint of step 4 .*No space left.*no earlier checkpoint exists"):
+        trainer(small_config(run, training={"max_steps": 4}, checkpoint={"on_save_error": "continue"}))
+    assert "could not write the checkpoint of step 3" in caplog.text and "training continues" in caplog.text
+    assert train_lines(run)[-1]["step"] == 4  # trained past the failed save at step 3
+    assert ckpt.list_checkpoints(run) == []
 
 
 def test_a_truncated_checkpoint_is_named_and_auto_resume_falls_back(trainer, tmp_path, caplog):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import re
 import shutil
 import time
@@ -32,6 +31,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
+from xtts_ft.safe_load import load_weights
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 
@@ -151,6 +151,8 @@ def export_model(
     if "mel_stats" not in model_state:
         model_state["mel_stats"] = load_state_dict_file(base.mel_stats_pth)
     config = _export_config(base, vocab_path, n_tokens, language)
+    if base.speakers_pth is not None:
+        load_weights(base.speakers_pth, ModelError)  # copied, not loaded: never pass on a file that would run code
 
     meta = {
         "format": 1,
@@ -188,19 +190,24 @@ def export_model(
 
 
 def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
-    """The GPT weights of a training checkpoint folder (``training_state.pt``, key ``model``)."""
-    path = Path(ckpt_dir) / TRAINING_STATE
+    """The GPT weights of a training checkpoint folder, checked against the sha256 in its meta.json.
+
+    ``training_state.pt`` as the trainer writes it holds them under ``gpt``; a plain ``{"model": ...}``
+    file (coqui trainer style) is accepted too.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    path = ckpt_dir / TRAINING_STATE
     if not path.is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"{path}: refused to load: not a plain weights file (loading it would run code: {exc})") from None
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise CheckpointError(f"{path}: cannot read it ({exc}); the file is truncated or corrupted") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):
-        raise CheckpointError(f"{path}: expected a dict with the GPT state dict under 'model'")
-    return gpt_relative_state(obj["model"], str(path))
+    if _read_json(ckpt_dir / "meta.json").get("training_state_sha256"):
+        from xtts_ft.train.checkpoint import verify_checkpoint
+
+        verify_checkpoint(ckpt_dir)  # a truncated or corrupted file is named, never exported
+    obj = load_weights(path, CheckpointError)
+    for key in ("gpt", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            return gpt_relative_state(obj[key], str(path))
+    raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")
 
 
 def _read_json(path: Path) -> dict:
@@ -244,6 +251,7 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
+    _check_out_dir(Path(out_dir))  # before the weights are read: a wrong --out fails at once
     if not (ckpt_dir / TRAINING_STATE).is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
     vocab = ckpt_dir / "vocab.json"

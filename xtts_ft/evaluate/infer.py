@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -19,6 +20,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import EXPORT_META, TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import synthesize_requests
+from xtts_ft.safe_load import first_line, load_weights, unpickling_message
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
@@ -41,13 +43,21 @@ def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] =
 
     model_dir = Path(model_dir)
     meta_path = model_dir / EXPORT_META
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-    config = load_xtts_config(model_dir / "config.json")
-    xtts = Xtts(config)
     try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{meta_path}: not valid JSON ({exc}); export the model again") from None
+    config = load_xtts_config(model_dir / "config.json")
+    speakers = model_dir / "speakers_xtts.pth"
+    if speakers.is_file():  # coqui's SpeakerManager reads it; refuse a file that would run code first
+        load_weights(speakers, ModelError)
+    xtts = Xtts(config)
+    try:  # coqui reads model.pth with torch.load(weights_only=True) (torch >= 2.4, pinned in requirements.txt)
         xtts.load_checkpoint(config, checkpoint_dir=str(model_dir), eval=True)
-    except (RuntimeError, FileNotFoundError, KeyError) as exc:
-        raise ModelError(f"{model_dir}: coqui cannot load this folder ({str(exc).splitlines()[0]})") from None
+    except pickle.UnpicklingError as exc:
+        raise ModelError(unpickling_message(model_dir / "model.pth", exc)) from None
+    except (RuntimeError, FileNotFoundError, KeyError, EOFError) as exc:
+        raise ModelError(f"{model_dir}: coqui cannot load this folder ({first_line(exc)})") from None
     xtts.tokenizer = _tokenizer(model_dir / "vocab.json", meta.get("text") or {}, normalizer)
     return xtts.to(device), xtts.tokenizer, meta
 

@@ -16,11 +16,17 @@ log = logging.getLogger(__name__)
 
 def base_for_checkpoint(ckpt_dir: Path, source: Optional[str] = None) -> BaseModelFiles:
     """The base model a checkpoint was trained from (its meta.json), unless ``source`` names another."""
+    if not Path(ckpt_dir).is_dir():
+        raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
     if source is None:
         meta_path = Path(ckpt_dir) / "meta.json"
         if not meta_path.is_file():
             raise CheckpointError(f"{ckpt_dir}: no meta.json; pass --base-model with the base model folder or repo id")
-        source = json.loads(meta_path.read_text(encoding="utf-8")).get("base_model")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{meta_path}: not valid JSON ({exc}); the checkpoint is damaged, use an earlier one") from None
+        source = meta.get("base_model") if isinstance(meta, dict) else None
         if not source:
             raise CheckpointError(f"{meta_path}: does not name its base model; pass --base-model")
     return resolve_base_model(BaseModelConfig(source=str(source)))

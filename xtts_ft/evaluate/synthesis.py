@@ -128,6 +128,25 @@ def _conditioning(xtts, wav: Path):
     )
 
 
+def _check_reference(wav: Path) -> None:
+    """A voice reference must exist and decode the way coqui reads it (torchaudio), or it is a one-line DataError."""
+    import torchaudio
+
+    from xtts_ft.safe_load import first_line
+
+    if not wav.is_file():
+        raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
+    try:
+        audio, _ = torchaudio.load(str(wav))
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise DataError(
+            f"speaker wav '{wav}': cannot be decoded as audio ({first_line(exc)}); pass a WAV or FLAC recording of "
+            f"the voice"
+        ) from None
+    if audio.numel() == 0:
+        raise DataError(f"speaker wav '{wav}': holds no samples; pass a 3-10 s recording of the voice")
+
+
 def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
     import soundfile as sf
 
@@ -155,9 +174,8 @@ def synthesize_requests(
     checkpoints differs only by the weights.
     """
     check_language(tokenizer, language)
-    for _, _, _, wav in requests:
-        if not Path(wav).is_file():
-            raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
+    for wav in dict.fromkeys(Path(r[3]) for r in requests):
+        _check_reference(wav)
     limit = int(xtts.args.gpt_max_text_tokens)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

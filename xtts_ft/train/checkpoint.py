@@ -14,7 +14,8 @@ needs)::
 Writing: every file goes to a staging folder ``.tmp_step_000500_<pid>`` in the same directory
 (temp file, flush, fsync, ``os.replace``), the folder is fsynced and renamed into place, and the
 parent directory is fsynced. A crash or a full disk at any point leaves the previous checkpoints
-untouched and at most a staging folder, which is ignored and cleaned up later.
+untouched; a failed write removes its staging folder at once, and one left by a kill is ignored
+and cleaned up when the next run starts.
 
 Reading: ``meta.json`` must parse and the sha256 of ``training_state.pt`` must match; a damaged
 checkpoint is a :class:`CheckpointError` naming the folder, and ``find_latest_checkpoint`` skips it
@@ -27,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import random
 import re
 import shutil
@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.safe_load import load_weights
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +112,20 @@ def save_checkpoint(
     stage = root / f".tmp_{final.name}_{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
-    atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
-    atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
-    tmp_cfg = stage / ".config.yaml.tmp"
-    write_config(tmp_cfg)
-    atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
-    tmp_cfg.unlink()
-    meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
-    _fsync_dir(stage)
+    try:
+        atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
+        atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
+        tmp_cfg = stage / ".config.yaml.tmp"
+        write_config(tmp_cfg)
+        atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
+        tmp_cfg.unlink()
+        meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
+        _fsync_dir(stage)
+    except BaseException:  # e.g. disk full: drop the partial folder now (frees its space), then report
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     if final.exists():  # the same step saved again (e.g. after a rollback): swap the folders
         trash = root / f".trash_{final.name}_{os.getpid()}"
         os.replace(final, trash)
@@ -177,12 +182,7 @@ def load_training_state(ckpt_dir: Path) -> dict:
     """The verified training state (``weights_only=True``), with its meta.json under ``"meta"``."""
     ckpt_dir = Path(ckpt_dir)
     meta = verify_checkpoint(ckpt_dir)
-    try:
-        state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: refused: not a plain weights file ({exc})") from None
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: cannot be read ({exc}); use an earlier checkpoint") from None
+    state = load_weights(ckpt_dir / STATE_FILE, CheckpointError)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{ckpt_dir / STATE_FILE}: not a training state of format {FORMAT}; start a new run dir")
     state["meta"] = meta

@@ -322,7 +322,7 @@ class FineTuneRecipe:
                 if self.last_eval_step != self.step:
                     self.evaluate()
             if self.saved_step != self.step:
-                self.save_checkpoint()
+                self.save_checkpoint(final=True)
             if stopped and self.is_main:
                 log.warning("stopped by %s at step %d; checkpoint %s. %s", self.signals.signal_name, self.step,
                             self.last_checkpoint, self._resume_hint())
@@ -491,7 +491,9 @@ class FineTuneRecipe:
         return {k: float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     # ------------------------------------------------------------------ save_checkpoint
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, final: bool = False) -> None:
+        """Save this step; a failed save follows ``checkpoint.on_save_error``, except the final one, which always
+        stops with an error: nothing is left to continue, and exiting 0 would hide the steps since the last save."""
         rngs = self.dist.all_gather_object(ckpt.capture_rng(self.device))
         error = None
         if self.is_main:
@@ -517,9 +519,11 @@ class FineTuneRecipe:
             except OSError as exc:
                 error = f"{exc.strerror or exc}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
         if not self.dist.all_true(error is None):
+            previous = (f"the previous checkpoint ({self.last_checkpoint}) is intact" if self.last_checkpoint
+                        else "no earlier checkpoint exists")
             msg = (f"could not write the checkpoint of step {self.step} in {self.run_dir / 'checkpoints'}: "
-                   f"{error or 'failed on rank 0'}; the previous checkpoint ({self.last_checkpoint}) is intact")
-            if self.cfg.checkpoint.on_save_error == "stop":
+                   f"{error or 'failed on rank 0'}; {previous}")
+            if self.cfg.checkpoint.on_save_error == "stop" or final:
                 raise TrainingStopped(msg + "; free disk space, then rerun the same command to resume")
             log.error("%s; training continues (checkpoint.on_save_error: continue)", msg)
             return

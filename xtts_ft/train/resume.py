@@ -55,15 +55,19 @@ def choose_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
     return path
 
 
-def check_compatible(state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module) -> None:
-    """Refuse a checkpoint of another vocabulary or model shape."""
-    theirs = state.get("vocab_fingerprint")
+def check_vocab(theirs: Optional[str], ckpt_dir: Path, vocab_fingerprint: str) -> None:
+    """Refuse a checkpoint trained with another vocabulary (``theirs``: its recorded fingerprint)."""
     if theirs != vocab_fingerprint:
         raise CheckpointError(
             f"{ckpt_dir}: trained with vocabulary {theirs}, but the current vocab.json has fingerprint "
             f"{vocab_fingerprint}; "
             f"token ids differ so these weights cannot continue: {_FIX}"
         )
+
+
+def check_compatible(state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module) -> None:
+    """Refuse a checkpoint of another vocabulary or model shape."""
+    check_vocab(state.get("vocab_fingerprint"), ckpt_dir, vocab_fingerprint)
     ours = gpt_state_dict(gpt)
     saved = state["gpt"]
     for key in sorted(set(ours) | set(saved)):

@@ -1,0 +1,61 @@
+"""Fixtures for the reliability tests: the tiny XTTS, data and code cache of tests/train, reused.
+
+The fixtures are imported from ``tests/train/conftest.py`` (tiny model, extended vocabulary, 12+4
+synthetic clips, their DVAE codes, the in-process ``trainer`` and the subprocess ``script_args``);
+helpers are in ``relhelpers.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import pytest
+from relhelpers import small_config  # first: it puts tests/train on sys.path for the import below
+
+from tests.train.conftest import (  # noqa: F401 - fixtures are found by name
+    built_model,
+    codes_cache,
+    dataset,
+    model_factory,
+    script_args,
+    tiny_base,
+    tokenizer,
+    trainer,
+    vocab,
+)
+from xtts_ft.train.checkpoint import list_checkpoints
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """In-process training on one thread (much faster on a busy small machine); the old setting is put back."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, tmp_path_factory) -> Path:
+    """A finished 4-step run with checkpoints at steps 2 and 4; tests copy it (``copy_run``) before damaging it."""
+    import torch
+
+    from xtts_ft.train.loop import run_training
+
+    run = tmp_path_factory.mktemp("trained") / "run"  # never changed: tests copy it before damaging it
+    shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
+    cfg = small_config(run, training={"max_steps": 4}, checkpoint={"every_steps": 2, "keep_last": 3})
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = run_training(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
+                              eval_csv=dataset[1], run_dir=run, tokenizer=tokenizer,
+                              model_factory=lambda *_: copy.deepcopy(built_model))
+    finally:
+        torch.set_num_threads(before)
+    assert result.step == 4 and [s for s, _ in list_checkpoints(run)] == [2, 4]
+    return run

@@ -1,0 +1,152 @@
+"""Chaos: a training process SIGKILLed again and again, resumed each time, ends where an uninterrupted run ends.
+
+A tiny-model run of STEPS optimizer steps, saving every EVERY steps, is started in its own process
+(scripts/chaos_train.py) and killed with SIGKILL once per entry of KILLS, each time resumed with
+the same command (``checkpoint.resume: auto``). The moments come from a seeded generator:
+
+- ``startup``: a random delay after launch, before or during model loading and setup;
+- ``random``: once the process has finished a random number of new steps, after a further random
+  delay (so the kill falls anywhere in a step, an evaluation or a checkpoint save);
+- ``state``: while ``training_state.pt`` is half written into the staging folder (the script pauses
+  there and says so through a marker file; a kill at that moment is what a power cut mid-save does);
+- ``prune``: after a new checkpoint folder is in place, before older ones are pruned.
+
+After every kill: every checkpoint folder on disk verifies, the newest one never goes backwards,
+and no finished step is lost beyond one save interval. At the end: the step count is STEPS, every
+checkpoint loads with ``weights_only=True``, nothing half-written is left, and the final GPT
+weights are bit-identical to those of an uninterrupted run (CPU, ``num_workers=0``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from relhelpers import SCRIPTS, read_metrics
+
+from xtts_ft.train import checkpoint as ckpt
+
+STEPS = 60  # a tiny-model step takes ~0.1 s: enough that no round runs to the end, even on a fast machine
+EVERY = 2
+SEED = 20240611
+KILLS = ["startup", "random", "state", "random", "prune", "state", "random"]
+SCRIPT = SCRIPTS / "chaos_train.py"
+# One thread per process: with several processes on a small machine, torch's default (all cores each)
+# makes a step 20x slower. Both runs use the same setting, so their numbers stay comparable bit for bit.
+THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+SECTIONS = {"training": {"max_steps": STEPS, "num_workers": 0}, "checkpoint": {"every_steps": EVERY, "keep_last": 2}}
+
+
+def launch(args: Path, log: Path, **env: str) -> subprocess.Popen:
+    out = open(log, "a", encoding="utf-8")
+    try:
+        return subprocess.Popen([sys.executable, str(SCRIPT), str(args)], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **THREADS, **env})
+    finally:
+        out.close()  # the child has its own copy of the descriptor
+
+
+def steps_logged(run: Path) -> list[int]:
+    if not (run / "metrics.jsonl").exists():
+        return []
+    return [r["step"] for r in read_metrics(run) if r.get("split") != "eval"]
+
+
+def latest_step(run: Path) -> int:
+    path = ckpt.find_latest_checkpoint(run)
+    return int(path.name.split("_")[1]) if path else 0
+
+
+def wait_until(condition, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert proc.poll() is None, f"training exited early ({proc.returncode}):\n{log.read_text()[-3000:]}"
+        assert time.time() < deadline, f"timed out waiting:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
+def staging_state_files(run: Path) -> list[Path]:
+    return list((run / "checkpoints").glob(".tmp_step_*/.training_state.pt.*.tmp"))
+
+
+def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_path):
+    rng = random.Random(SEED)
+    ref_run, run = tmp_path / "reference", tmp_path / "chaos"
+    ref_args = script_args(ref_run, sections=SECTIONS)
+    args = script_args(run, sections=SECTIONS)
+    reference = launch(ref_args, tmp_path / "reference.log")  # runs alongside; same thread count, same numbers
+    log = tmp_path / "chaos.log"
+    newest, mid_save_kills, trace = 0, 0, []
+    try:
+        for round_no, how in enumerate(KILLS):
+            before = len(steps_logged(run))
+            ready = tmp_path / f"ready_{round_no}"
+            env = {"CHAOS_PAUSE": how, "CHAOS_READY": str(ready)} if how in ("state", "prune") else {}
+            proc = launch(args, log, **env)
+            try:
+                if how == "startup":  # a random delay, cut short by the first step of this launch
+                    deadline = time.time() + rng.uniform(0.3, 3.0)
+                    while time.time() < deadline and len(steps_logged(run)) == before and proc.poll() is None:
+                        time.sleep(0.02)
+                elif how == "random":
+                    target = rng.randint(1, 4)
+                    wait_until(lambda: len(steps_logged(run)) - before >= target, proc, log)
+                    time.sleep(rng.uniform(0.0, 0.2))
+                else:
+                    wait_until(ready.exists, proc, log)
+                    if how == "state":
+                        assert staging_state_files(run), "paused, but no half-written training_state.pt in staging"
+                        mid_save_kills += 1
+                assert proc.poll() is None, f"round {round_no} ({how}): the run finished before the kill"
+            finally:
+                kill(proc)
+            # what a user finds on disk after the kill
+            folders = ckpt.list_checkpoints(run)
+            for _, folder in folders:
+                ckpt.verify_checkpoint(folder)  # raises CheckpointError naming the file if damaged
+            latest = latest_step(run)
+            done = max(steps_logged(run), default=0)
+            trace.append(f"{how}: {done} steps done, newest checkpoint {latest}")
+            assert latest >= newest, f"round {round_no} ({how}): newest checkpoint went back from {newest} to {latest}"
+            assert done - latest <= EVERY, f"round {round_no} ({how}): {done} steps done but the newest save is {latest}"
+            if how == "state":
+                writing = int(staging_state_files(run)[0].parent.name.split("_")[2])
+                assert writing > latest and not (run / "checkpoints" / ckpt.step_dir_name(writing)).exists()
+            newest = latest
+        assert mid_save_kills == 2 and newest < STEPS, trace
+
+        final = subprocess.run([sys.executable, str(SCRIPT), str(args)], capture_output=True, text=True, timeout=300,
+                               env={**os.environ, **THREADS})
+        assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
+        assert f"RESULT step={STEPS} stopped_by_signal=False" in final.stdout
+        assert reference.wait(timeout=300) == 0, (tmp_path / "reference.log").read_text()[-3000:]
+    finally:
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait()
+
+    assert max(steps_logged(run)) == STEPS and set(steps_logged(run)) == set(range(1, STEPS + 1))
+    entries = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert not [name for name in entries if name.startswith(".")], entries  # staging folders cleaned up
+    folders = ckpt.list_checkpoints(run)
+    assert folders[-1][0] == STEPS and len(entries) == len(folders)
+    for step, folder in folders:
+        state = ckpt.load_training_state(folder)  # checksum verified, then torch.load(weights_only=True)
+        assert state["step"] == step == state["meta"]["step"]
+        torch.load(folder / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
+    ours = ckpt.load_training_state(folders[-1][1])["gpt"]
+    theirs = ckpt.load_training_state(ref_run / "checkpoints" / ckpt.step_dir_name(STEPS))["gpt"]
+    assert set(ours) == set(theirs)
+    different = [key for key in ours if not torch.equal(ours[key], theirs[key])]
+    assert not different, f"after {len(KILLS)} kills ({trace}) the weights differ from an uninterrupted run: {different[:5]}"
