@@ -236,7 +236,20 @@ def prune_checkpoints(run_dir: Path, keep_last: int, keep_best: bool) -> None:
         keep.add(best)
     for _, path in all_ckpts:
         if path not in keep:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove_folder(path)
+
+
+def _remove_folder(path: Path) -> None:
+    """Rename out of sight, then delete: a kill mid-delete leaves a ``.trash_`` folder (cleaned at the next start),
+    never a half-deleted ``step_`` folder that looks like a checkpoint or lingers unnoticed."""
+    trash = path.with_name(f".trash_{path.name}_{os.getpid()}")
+    shutil.rmtree(trash, ignore_errors=True)
+    try:
+        os.replace(path, trash)
+    except OSError as exc:  # retention is housekeeping: never fail a save over it
+        log.warning("could not remove the old checkpoint %s (%s); delete it by hand", path, exc.strerror or exc)
+        return
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 # --- RNG states as plain lists (weights_only-safe) ---------------------------------------------
