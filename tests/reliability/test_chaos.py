@@ -27,8 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
-from relhelpers import SCRIPTS, read_metrics
+from relhelpers import SCRIPTS, copy_run, read_metrics
 
 from xtts_ft.train import checkpoint as ckpt
 
@@ -150,3 +151,27 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
     assert set(ours) == set(theirs)
     different = [key for key in ours if not torch.equal(ours[key], theirs[key])]
     assert not different, f"after {len(KILLS)} kills ({trace}) the weights differ from an uninterrupted run: {different[:5]}"
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL inside the process: nothing after it runs."""
+
+
+def test_a_kill_while_pruning_leaves_no_half_deleted_checkpoint(trained_run, tmp_path, monkeypatch):
+    """Found by the chaos test: a kill inside retention's rmtree left a step_ folder without its meta.json."""
+    run = copy_run(trained_run, tmp_path / "run")
+
+    def dies_half_way(path, ignore_errors=False):
+        path = Path(path)
+        if path.exists():
+            (path / ckpt.META_FILE).unlink()  # the delete got as far as one file
+            raise Killed
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", dies_half_way)
+    with pytest.raises(Killed):
+        ckpt.prune_checkpoints(run, keep_last=1, keep_best=False)  # removes step_000002
+    monkeypatch.undo()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert [n for n in names if n.startswith("step_")] == ["step_000004"], names
+    ckpt.clean_staging(run)  # what the next run does first
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000004"]
