@@ -19,6 +19,7 @@ weights are bit-identical to those of an uninterrupted run (CPU, ``num_workers=0
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from relhelpers import SCRIPTS, copy_run, read_metrics
+from relhelpers import SCRIPTS, copy_run
 
 from xtts_ft.train import checkpoint as ckpt
 
@@ -54,9 +55,12 @@ def launch(args: Path, log: Path, **env: str) -> subprocess.Popen:
 
 
 def steps_logged(run: Path) -> list[int]:
-    if not (run / "metrics.jsonl").exists():
+    """Steps in metrics.jsonl; read while the run writes it, so only complete lines count."""
+    path = run / "metrics.jsonl"
+    if not path.exists():
         return []
-    return [r["step"] for r in read_metrics(run) if r.get("split") != "eval"]
+    complete = path.read_text(encoding="utf-8").split("\n")[:-1]
+    return [r["step"] for r in map(json.loads, complete) if r.get("split") != "eval"]
 
 
 def latest_step(run: Path) -> int:
