@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -71,3 +72,33 @@ def test_importing_the_package_changes_nothing_global():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "clean", out.stderr[-2000:]
+
+
+def test_a_resumed_run_logs_each_step_once(tmp_path):
+    """Steps logged after the checkpoint a run resumes from are trained again: their old lines and curves go."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from xtts_ft.config import StabilityConfig
+    from xtts_ft.train.metrics import MetricsLogger
+    from xtts_ft.train.stability import StabilityGuard, StepStats
+
+    old = [json.dumps({"step": s, "loss": 9.0}) for s in range(1, 6)] + [json.dumps({"step": 4, "split": "eval"})]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(old) + '\n{"step": 6, "lo', encoding="utf-8")  # cut by a kill
+    with SummaryWriter(str(tmp_path / "tensorboard")) as tb:
+        for s in range(1, 6):
+            tb.add_scalar("train/loss", 9.0, s)
+
+    logger = MetricsLogger(tmp_path, enabled=True, max_steps=6, start_step=3, log_every=1)
+    guard = StabilityGuard(StabilityConfig())
+    stats = StepStats(loss=1.0, loss_text_ce=0.5, loss_mel_ce=0.9, finite_losses=2, expected_losses=2, grad_norm=0.1,
+                      loss_scale=1.0, stop_requested=False)
+    logger.train_step(4, stats, lr=1e-3, guard=guard, precision="fp32", epoch=0, samples=2, seconds=0.1)
+    logger.close()
+
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    curve = {e.step: e.value for e in acc.Scalars("train/loss")}
+    assert curve == {1: 9.0, 2: 9.0, 3: 9.0, 4: 1.0}

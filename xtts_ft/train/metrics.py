@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -39,6 +40,31 @@ def _fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+def _drop_lines_after(path: Path, step: int) -> int:
+    """Keep the lines of ``path`` with ``"step" <= step`` (rewritten atomically); return how many went.
+
+    A line cut short by a kill, or one that is not a JSON object with a step, goes too.
+    """
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line) if line.endswith("\n") else None
+            except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+                kept.append(line)
+            else:
+                dropped += 1
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, path)
+    return dropped
+
+
 class MetricsLogger:
     def __init__(self, run_dir: Path, *, enabled: bool, max_steps: int, start_step: int, log_every: int):
         self.enabled = enabled
@@ -53,9 +79,14 @@ class MetricsLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         run_dir.mkdir(parents=True, exist_ok=True)
+        # A resumed run trains again the steps after its checkpoint: their old lines and curves go, so
+        # metrics.jsonl and TensorBoard show each step once. events.jsonl keeps the history (it has the resume).
+        dropped = _drop_lines_after(run_dir / "metrics.jsonl", start_step)
+        if dropped:
+            log.info("metrics.jsonl: %d line(s) after step %d removed (those steps are trained again)", dropped, start_step)
         self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
-        self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
         self._bar = tqdm(  # disable=None: a live bar on a terminal, none in redirected logs (the lines suffice)
             total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None,
             mininterval=1.0,
