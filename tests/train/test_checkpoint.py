@@ -112,3 +112,17 @@ def test_another_vocabulary_or_model_shape_is_refused(trainer, vocab, built_mode
     state["gpt"]["text_head.bias"] = torch.zeros(7)
     with pytest.raises(CheckpointError, match=r"'text_head.bias' has shape \(7,\) in the checkpoint but \(146,\)"):
         check_compatible(state, run, vocab_fingerprint=ours, gpt=built_model.gpt)
+
+
+def test_an_unreadable_training_state_is_named_not_a_traceback(monkeypatch, tmp_path):
+    folder = tmp_path / "step_000003"
+    folder.mkdir()
+    (folder / "meta.json").write_text(json.dumps({"step": 3, "training_state_sha256": "0" * 64}), encoding="utf-8")
+    (folder / "training_state.pt").write_bytes(b"state")
+
+    def denied(path):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(ckpt, "file_sha256", denied)  # chmod cannot do this when the tests run as root
+    with pytest.raises(CheckpointError, match=r"step_000003/training_state.pt: cannot be read \(Permission denied\); fix"):
+        ckpt.verify_checkpoint(folder)

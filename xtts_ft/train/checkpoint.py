@@ -170,7 +170,13 @@ def verify_checkpoint(ckpt_dir: Path) -> dict:
     state = Path(ckpt_dir) / STATE_FILE
     if not state.is_file():
         raise CheckpointError(f"{state}: missing; the checkpoint is incomplete, use an earlier one")
-    if file_sha256(state) != meta["training_state_sha256"]:
+    try:
+        digest = file_sha256(state)
+    except OSError as exc:  # e.g. a run dir copied from another user's Studio without read permission
+        raise CheckpointError(
+            f"{state}: cannot be read ({exc.strerror or exc}); fix its permissions, or resume from another checkpoint"
+        ) from None
+    if digest != meta["training_state_sha256"]:
         raise CheckpointError(
             f"{state}: checksum mismatch (file truncated or corrupted); delete {ckpt_dir} or resume from an "
             f"earlier checkpoint"
