@@ -1,8 +1,11 @@
 """Tokens per character on held-out Amharic: the extended vocabulary vs. plain BPE vs. characters only.
 
-    PYTHONPATH=. python benchmarks/tokenizer_compression.py \\
-        --train-text benchmarks/data/amharic_train_sample.txt \\
+    python benchmarks/tokenizer_compression.py --train-text datasets/amharic_text \\
         --heldout /path/to/heldout.txt --base-vocab /path/to/base/vocab.json
+
+``--train-text`` takes files and folders (a folder stands for its .txt files). The text is
+normalised the way training and synthesis normalise it: ``xtts_ft.text.normalize_text`` with the
+product's default homophone folding (``--no-fold-homophones`` measures without it).
 
 For each size N (default 1000, 2000, 4000) it builds the extension with N new tokens and trains a
 plain BPE from scratch with N tokens in all, on the same training text, and measures both on the
@@ -20,17 +23,21 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from xtts_ft.config import TextConfig
 from xtts_ft.errors import UserError
-from xtts_ft.tokenizer.command import read_text_lines
+from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 from xtts_ft.tokenizer.extend import build_extended_vocab
 from xtts_ft.tokenizer.report import TOKENS_PER_CHAR_DEFINITION, measure
 
 
-def pick_normalizer() -> tuple[Callable[[str], str], str]:
+def pick_normalizer(fold_homophones: bool) -> tuple[Callable[[str], str], str]:
     """The project's own front-end: what training and synthesis feed the tokenizer."""
     from xtts_ft.text import normalize_text
 
-    return (lambda s: normalize_text(s).text), "xtts_ft.text.normalize_text"
+    return (
+        lambda s: normalize_text(s, fold_homophones=fold_homophones).text,
+        f"xtts_ft.text.normalize_text(fold_homophones={fold_homophones})",
+    )
 
 
 def plain_bpe(train: list[str], size: int, out: Path):
@@ -49,16 +56,19 @@ def plain_bpe(train: list[str], size: int, out: Path):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train-text", type=Path, nargs="+", required=True, help="Amharic training text, one sentence per line")
+    ap.add_argument("--train-text", type=Path, nargs="+", required=True,
+                    help="Amharic training text files (one sentence per line) or folders of .txt files")
     ap.add_argument("--heldout", type=Path, required=True, help="held-out Amharic text (measured only)")
     ap.add_argument("--base-vocab", type=Path, required=True, help="base XTTS vocab.json")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
     ap.add_argument("--min-frequency", type=int, default=2)
+    ap.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
+                    help="normalise with homophone folding, as text.fold_homophones (default: %(default)s)")
     args = ap.parse_args(argv)
 
-    normalizer, norm_name = pick_normalizer()
+    normalizer, norm_name = pick_normalizer(args.fold_homophones)
     try:
-        train_raw = [line for f in args.train_text for line in read_text_lines(f)]
+        train_raw = [line for f in text_files_in(args.train_text) for line in read_text_lines(f)]
         heldout_raw = read_text_lines(args.heldout)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

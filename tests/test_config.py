@@ -58,11 +58,14 @@ def test_every_problem_in_one_error_with_did_you_mean(tmp_path, dataset_dir):
 
 
 def test_missing_dataset_and_files_are_named(tmp_path):
-    path = write(tmp_path, {"dataset": {"path": str(tmp_path / "nope")}, "tokenizer": {"extra_text_files": ["x.txt"]}})
+    (tmp_path / "no_text").mkdir()
+    extra = ["x.txt", str(tmp_path / "no_text")]
+    path = write(tmp_path, {"dataset": {"path": str(tmp_path / "nope")}, "tokenizer": {"extra_text_files": extra}})
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert f"dataset.path: folder '{tmp_path / 'nope'}' does not exist" in str(err.value)
     assert "tokenizer.extra_text_files: file 'x.txt' does not exist" in str(err.value)
+    assert f"tokenizer.extra_text_files: folder '{tmp_path / 'no_text'}' holds no .txt file" in str(err.value)
 
 
 def test_int_is_accepted_for_float_and_bool_is_not_int(tmp_path, dataset_dir):

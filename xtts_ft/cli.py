@@ -8,12 +8,14 @@ command handlers so ``--help`` is instant.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from xtts_ft.config import TextConfig, TokenizerConfig
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
@@ -66,6 +68,16 @@ def _load(args: argparse.Namespace):
     if getattr(args, "max_steps", None):
         overrides.append(f"training.max_steps={args.max_steps}")
     return load_config(args.config, overrides)
+
+
+def _help(section: type, name: str) -> str:
+    """A config field's help text: the schema documents each option once, the CLI reuses it."""
+    return next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", "")
+
+
+def _add_fold_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
+                   help=_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -160,11 +172,19 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
     from xtts_ft.tokenizer import tokenizer_command
 
+    from xtts_ft.tokenizer.extend import project_normalizer
+
     setup_logging(None, args.verbose)
-    report = tokenizer_command(Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out))
+    report = tokenizer_command(
+        Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out),
+        project_normalizer(args.fold_homophones), min_frequency=args.min_frequency,
+        eval_files=[Path(t) for t in args.eval_text or []],
+    )
+    held_out = f", {report.eval_tokens_per_char:.3f} on --eval-text" if report.eval_tokens_per_char is not None else ""
     print(
         f"{report.new_tokens_added} new tokens, vocab {report.base_vocab_size} -> {report.vocab_size}, "
-        f"{report.train_tokens_per_char:.3f} tokens/char; wrote {Path(args.out) / 'vocab.json'}"
+        f"{report.train_tokens_per_char:.3f} tokens/char on the training text{held_out}; "
+        f"wrote {Path(args.out) / 'vocab.json'}"
     )
     return 0
 
@@ -241,12 +261,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")
-    p.add_argument("--text", required=True, nargs="+", help="Amharic text files, one sentence per line.")
-    p.add_argument("--new-tokens", type=int, default=2000, help="Tokens to add (Ethiopic characters included).")
+    p.add_argument("--text", required=True, nargs="+",
+                   help="Amharic text files (one sentence per line), or folders of .txt files.")
+    p.add_argument("--new-tokens", type=int, default=TokenizerConfig.new_tokens, help=_help(TokenizerConfig, "new_tokens"))
+    p.add_argument("--min-frequency", type=int, default=TokenizerConfig.min_frequency,
+                   help=_help(TokenizerConfig, "min_frequency"))
+    p.add_argument("--eval-text", nargs="+", help="Held-out text files or folders: measured in the report, never trained on.")
+    _add_fold_arg(p)
     p.add_argument("--out", required=True, help="Output folder for vocab.json and report.json.")
 
     p = add("normalize", _cmd_normalize, "Read text on stdin, write what the model reads on stdout.")
-    p.add_argument("--fold-homophones", action="store_true", help="Fold homophone letters (ሐ/ኀ->ሀ, ...).")
+    _add_fold_arg(p)
 
     p = add("train", _cmd_train, "Run the pipeline for a config (same as headless_train.py).")
     _add_config_args(p)

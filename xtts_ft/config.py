@@ -130,13 +130,19 @@ class DatasetConfig:
 
 @dataclass
 class TextConfig:
-    fold_homophones: bool = opt(False, "Fold homophone letters (ሐ/ኀ->ሀ, ሠ->ሰ, ዐ->አ, ፀ->ጸ) before tokenising.")
+    fold_homophones: bool = opt(
+        True,
+        "Fold homophone letters (ሐ/ኀ->ሀ, ሠ->ሰ, ዐ->አ, ፀ->ጸ) before tokenising. They sound the same in modern Amharic "
+        "and writers mix them (ሥራ/ስራ, ፀሐይ/ጸሀይ): folded, every spelling of a word gets the same tokens.",
+    )
 
 
 @dataclass
 class TokenizerConfig:
     new_tokens: int = opt(2000, "How many tokens to add to the base vocabulary (Ethiopic characters included).")
-    extra_text_files: list[str] = opt([], "Extra Amharic text files (one sentence per line) to train the BPE on.")
+    extra_text_files: list[str] = opt(
+        [], "Extra Amharic text to train the BPE on: text files (one sentence per line), or folders of .txt files."
+    )
     min_frequency: int = opt(2, "A merge must occur this often in the training text to be added.")
     char_limit: int = opt(200, "Sentence-splitting limit for 'am' at synthesis time, in characters.")
 
@@ -144,7 +150,10 @@ class TokenizerConfig:
         if self.new_tokens < 0:
             problems.append("tokenizer.new_tokens: must be >= 0")
         for f in self.extra_text_files:
-            if not Path(f).is_file():
+            if Path(f).is_dir():
+                if not any(Path(f).glob("*.txt")):
+                    problems.append(f"tokenizer.extra_text_files: folder '{f}' holds no .txt file")
+            elif not Path(f).is_file():
                 problems.append(f"tokenizer.extra_text_files: file '{f}' does not exist")
 
 

@@ -65,10 +65,11 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
     """Base vocab + training transcripts (+ extra text) -> run_dir/tokenizer/vocab.json."""
     from xtts_ft.data import read_metadata
     from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
+    from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 
     tok_dir = cfg.run_dir / "tokenizer"
     train_csv, eval_csv = data_dir / "metadata_train.csv", data_dir / "metadata_eval.csv"
-    extra = [Path(f) for f in cfg.tokenizer.extra_text_files]
+    extra = text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files])
     key = stages.hash_inputs(
         "tokenizer-v1",
         dataclasses.asdict(cfg.tokenizer),
@@ -81,7 +82,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         return tok_dir / "vocab.json"
     texts = [row["text"] for row in read_metadata(train_csv)]
     for path in extra:
-        texts.extend(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        texts.extend(read_text_lines(path))
     eval_texts = [row["text"] for row in read_metadata(eval_csv)]
     report = build_extended_vocab(
         base.vocab_json,

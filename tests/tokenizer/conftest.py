@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE_TEXT = REPO / "benchmarks" / "data" / "amharic_train_sample.txt"
+SAMPLE_TEXT = REPO / "datasets" / "amharic_text" / "written_sample.txt"
 # A real XTTS-format vocab in the held-out folder beside the checkout (../shared/eval), if present.
 REFERENCE_VOCAB = REPO.parent / "shared" / "eval" / "xtts_vocab_reference.json"
 

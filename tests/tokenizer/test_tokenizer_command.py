@@ -10,6 +10,7 @@ import pytest
 
 from xtts_ft.errors import TokenizerError
 from xtts_ft.tokenizer import read_text_lines, tokenizer_command
+from xtts_ft.tokenizer.command import text_files_in
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "tokenizer_compression.py"
 
@@ -35,9 +36,11 @@ def test_read_text_lines_strips_and_skips_blanks(tmp_path):
 def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("ሰላም\n".encode("utf-8") + "café\n".encode("latin-1"))
+    empty = tmp_path / "empty_folder"
+    empty.mkdir()
     cases = [
         (tmp_path / "missing.txt", "not found"),
-        (tmp_path, "is a folder"),
+        (empty, "folder holds no .txt file"),
         (bad, "not UTF-8 \\(bad byte 0xe9 on line 2\\)"),
     ]
     for path, expected in cases:
@@ -46,6 +49,22 @@ def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path):
         assert str(path) in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TokenizerError, match="no text files"):
         tokenizer_command(tiny_vocab, [], 800, tmp_path / "out")
+
+
+def test_a_folder_stands_for_its_txt_files(tiny_vocab, train_lines, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    half = len(train_lines) // 2
+    (corpus / "a.txt").write_text("\n".join(train_lines[:half]), encoding="utf-8")
+    (corpus / "b.txt").write_text("\n".join(train_lines[half:]), encoding="utf-8")
+    (corpus / "notes.md").write_text("not text for the tokenizer", encoding="utf-8")
+    single = tmp_path / "all.txt"
+    single.write_text("\n".join(train_lines), encoding="utf-8")
+    assert text_files_in([corpus, single]) == [corpus / "a.txt", corpus / "b.txt", single]
+    from_folder = tokenizer_command(tiny_vocab, [corpus], 800, tmp_path / "f")
+    from_file = tokenizer_command(tiny_vocab, [single], 800, tmp_path / "s")
+    assert from_folder.train_texts == from_file.train_texts == len(train_lines)
+    assert from_folder.fingerprint == from_file.fingerprint
 
 
 def test_benchmark_script_runs_and_prints_the_table(tiny_vocab, train_lines, eval_lines, tmp_path, capsys):

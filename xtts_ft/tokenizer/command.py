@@ -31,6 +31,20 @@ def read_text_lines(path: Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def text_files_in(paths: Sequence[Path]) -> list[Path]:
+    """Each path as given if it is a file; a folder stands for its ``*.txt`` files (sorted by name)."""
+    out: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.txt") if p.is_file())
+            if not found:
+                raise TokenizerError(f"{path}: folder holds no .txt file; give text files (one sentence per line, UTF-8)")
+            out.extend(found)
+        else:
+            out.append(path)
+    return out
+
+
 def tokenizer_command(
     base_vocab: Path,
     text_files: list[Path],
@@ -43,12 +57,13 @@ def tokenizer_command(
 ) -> TokenizerReport:
     """Build ``out_dir/vocab.json`` and ``out_dir/report.json`` from text files; see build_extended_vocab.
 
-    ``eval_files`` (optional) are held-out texts: measured, never trained on.
+    A folder among ``text_files`` or ``eval_files`` stands for its ``*.txt`` files. ``eval_files``
+    (optional) are held-out texts: measured, never trained on.
     """
     if not text_files:
         raise TokenizerError(f"{out_dir}: no text files given; pass at least one Amharic text file (one sentence per line)")
-    texts = [line for f in text_files for line in read_text_lines(f)]
-    eval_texts = [line for f in eval_files for line in read_text_lines(f)]
+    texts = [line for f in text_files_in(text_files) for line in read_text_lines(f)]
+    eval_texts = [line for f in text_files_in(eval_files) for line in read_text_lines(f)]
     return build_extended_vocab(
         Path(base_vocab),
         texts,
