@@ -19,6 +19,9 @@ from               to                     notes
 ዐ ዑ ዒ ዓ ዔ ዕ ዖ      አ ኡ ኢ ኣ ኤ እ ኦ
 ፀ ፁ ፂ ፃ ፄ ፅ ፆ      ጸ ጹ ጺ ጻ ጼ ጽ ጾ
 ፇ (TZOA)           kept                   ጿ is TSWA, a different order
+ሃ ሓ ኃ              ሀ                      4th order to 1st: after h and the glottal
+ኣ ዓ                አ                      stop ä is said as a, so ሀ/ሃ and አ/ኣ sound
+                                          the same (ሀገር/ሃገር, አመት/ዓመት)
 =================  =====================  ==========================================
 """
 
@@ -97,6 +100,10 @@ def _build_homophone_table() -> dict[int, int]:
     row(0x1220, 0x1230, 8)  # ሠ..ሦ ሧ -> ሰ..ሶ ሷ
     row(0x12D0, 0x12A0, 7)  # ዐ..ዖ -> አ..ኦ
     row(0x1340, 0x1338, 7)  # ፀ..ፆ -> ጸ..ጾ
+    # After h and the glottal stop, 1st-order ä is said as a: ሀ/ሃ and አ/ኣ sound the same and
+    # writers mix them (ሀገር/ሃገር, አመት/ዓመት), so the 4th order of these rows folds to the 1st.
+    for fourth, first in ((0x1203, 0x1200), (0x1213, 0x1200), (0x1283, 0x1200), (0x12A3, 0x12A0), (0x12D3, 0x12A0)):
+        table[fourth] = first  # ሃ ሓ ኃ -> ሀ, ኣ ዓ -> አ
     return table
 
 
@@ -105,7 +112,7 @@ HOMOPHONE_TABLE: dict[int, int] = _build_homophone_table()
 
 
 def fold_homophones(text: str) -> str:
-    """Fold homophone letters (ሐ/ኀ -> ሀ, ሠ -> ሰ, ዐ -> አ, ፀ -> ጸ), keeping each order."""
+    """Fold homophone letters (ሐ/ኀ -> ሀ, ሠ -> ሰ, ዐ -> አ, ፀ -> ጸ, each order kept; ሃ -> ሀ, ኣ -> አ)."""
     return text.translate(HOMOPHONE_TABLE)
 
 
