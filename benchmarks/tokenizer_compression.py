@@ -20,6 +20,7 @@ import argparse
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-vocab", type=Path, required=True, help="base XTTS vocab.json")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
     ap.add_argument("--min-frequency", type=int, default=2)
+    ap.add_argument("--fractions", type=float, nargs="+", default=[],
+                    help="also measure N=2000 trained on these fractions of the training text (a fixed, "
+                         "hash-chosen subset of lines), to see how the figure moves with the amount of text")
     ap.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
                     help="normalise with homophone folding, as text.fold_homophones (default: %(default)s)")
     args = ap.parse_args(argv)
@@ -114,6 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, added, tpc, unk, ptpc, punk, secs in rows:
         plain_cols = f"{ptpc:>20.4f}{punk:>11.4f}" if ptpc is not None else f"{'-':>20}{'-':>11}"
         print(f"{name:<12}{added:>7}{tpc:>14.4f}{unk:>9.4f}{plain_cols}{secs:>9.2f}")
+    if args.fractions:
+        print()
+        print(f"{'fraction':<10}{'lines':>7}{'characters':>12}{'N=2000 ext tok/char':>21}{'plain BPE':>11}")
+        with tempfile.TemporaryDirectory() as tmp:
+            for fraction in sorted(args.fractions):
+                part = [t for t in train if zlib.crc32(t.encode("utf-8")) % 10_000 < fraction * 10_000]
+                rep = build_extended_vocab(args.base_vocab, part, 2000, Path(tmp) / f"f{fraction}",
+                                           min_frequency=args.min_frequency, normalizer=lambda s: s, eval_texts=heldout)
+                plain = measure(plain_bpe(part, 2000, Path(tmp) / f"p{fraction}.json"), heldout)
+                print(f"{fraction:<10g}{len(part):>7}{sum(map(len, part)):>12}{rep.eval_tokens_per_char:>21.4f}"
+                      f"{plain.tokens_per_char:>11.4f}")
     return 0
 
 

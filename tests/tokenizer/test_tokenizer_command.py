@@ -75,9 +75,12 @@ def test_benchmark_script_runs_and_prints_the_table(tiny_vocab, train_lines, eva
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rc = bench.main(["--train-text", str(train), "--heldout", str(held), "--base-vocab", str(tiny_vocab),
-                     "--sizes", "600", "800"])
+                     "--sizes", "600", "800", "--fractions", "0.5", "1"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "chars only" in out and "N=600" in out and "N=800" in out and f"{len(train_lines)} lines" in out
+    table = out.split("N=2000 ext tok/char")[1].splitlines()[1:]
+    half, whole = (line.split() for line in table[:2])
+    assert half[0] == "0.5" and whole[0] == "1" and 0 < int(half[1]) < int(whole[1]) == len(train_lines)
     assert bench.main(["--train-text", str(tmp_path / "nope.txt"), "--heldout", str(held),
                        "--base-vocab", str(tiny_vocab)]) == 2
