@@ -124,7 +124,7 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
         from xtts_ft.tokenizer import vocab_fingerprint
         from xtts_ft.train.resume import check_vocab
 
-        check_vocab(resume_from[1].get("vocab_fingerprint"), resume_from[0], vocab_fingerprint(vocab_path))
+        check_vocab(resume_from[1].get("vocab_fingerprint"), resume_from[0], vocab_fingerprint(vocab_path), cfg)
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result

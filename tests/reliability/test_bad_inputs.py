@@ -210,7 +210,8 @@ CASES = [
     # --- checkpoints: resume and evaluate (these run the pipeline up to loading the checkpoint) ----
     ("resume-other-vocabulary", H, ["--config", "{ws}/good.yaml", "--resume", "{ck}/good"], {}, 2,
      ["{ck}/good: trained with vocabulary {fp_ckpt}, but the current vocab.json has fingerprint {fp_run}; token ids "
-      "differ so these weights cannot continue: " + FIX_VOCAB]),
+      "differ so these weights cannot continue: settings changed since it was trained: tokenizer.new_tokens: 2000 -> "
+      "600 (set them back in your config to continue this run) - or " + FIX_VOCAB]),
     ("resume-no-training-state", H, ["--config", "{ws}/good.yaml", "--resume", "{ck}/no_state"], {}, 2,
      ["{ck}/no_state/training_state.pt: missing; the checkpoint is incomplete, use an earlier one"]),
     ("resume-meta-corrupt", H, ["--config", "{ws}/good.yaml", "--resume", "{ck}/bad_meta"], {}, 2,

@@ -126,3 +126,25 @@ def test_an_unreadable_training_state_is_named_not_a_traceback(monkeypatch, tmp_
     monkeypatch.setattr(ckpt, "file_sha256", denied)  # chmod cannot do this when the tests run as root
     with pytest.raises(CheckpointError, match=r"step_000003/training_state.pt: cannot be read \(Permission denied\); fix"):
         ckpt.verify_checkpoint(folder)
+
+
+def test_a_vocabulary_mismatch_names_the_tokenizer_settings_that_changed(tmp_path):
+    from xtts_ft.config import dump_config
+    from xtts_ft.train.resume import check_vocab
+
+    folder = tmp_path / "step_000200"
+    folder.mkdir()
+    old = small_config(tmp_path / "run")
+    old.text.fold_homophones, old.tokenizer.extra_text_files = True, ["more.txt"]
+    dump_config(old, folder / "config.yaml")
+    now = small_config(tmp_path / "run")
+    now.text.fold_homophones, now.tokenizer.extra_text_files = False, []
+    with pytest.raises(CheckpointError) as err:
+        check_vocab("aaaa", folder, "bbbb", now)
+    message = str(err.value)
+    assert "trained with vocabulary aaaa, but the current vocab.json has fingerprint bbbb" in message
+    assert 'text.fold_homophones: true -> false, tokenizer.extra_text_files: ["more.txt"] -> []' in message
+    assert "set them back in your config to continue this run" in message and "\n" not in message
+    (folder / "config.yaml").write_text(": not yaml [", encoding="utf-8")  # no hints, still the plain refusal
+    with pytest.raises(CheckpointError, match=r"cannot continue: start a new run dir"):
+        check_vocab("aaaa", folder, "bbbb", now)

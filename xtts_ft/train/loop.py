@@ -251,7 +251,7 @@ class FineTuneRecipe:
 
     def _restore(self, state: dict, path: Path) -> tuple[int, int]:
         """Continue from a verified checkpoint; returns the sampler position."""
-        check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt)
+        check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt, cfg=self.cfg)
         point = apply_checkpoint(
             state, path, gpt=self.model.gpt, optimizer=self.optimizer, guard=self.guard, tcfg=self.tcfg,
             policy=self.policy, device=self.device, rank=self.dist.rank, world_size=self.dist.world_size,

@@ -14,6 +14,8 @@ is allowed: the new value is used and the change is logged.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,9 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+import yaml
 
-from xtts_ft.config import TrainingConfig
+from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
 from xtts_ft.train.checkpoint import META_FILE, find_latest_checkpoint, list_checkpoints
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
@@ -55,19 +58,48 @@ def choose_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
     return path
 
 
-def check_vocab(theirs: Optional[str], ckpt_dir: Path, vocab_fingerprint: str) -> None:
-    """Refuse a checkpoint trained with another vocabulary (``theirs``: its recorded fingerprint)."""
+def tokenizer_setting_changes(ckpt_dir: Path, cfg: Config) -> list[str]:
+    """``section.key: old -> new`` for each text/tokenizer setting that differs from the checkpoint's config.yaml.
+
+    These settings decide the vocabulary, so they are the usual reason a resume is refused (for example
+    ``text.fold_homophones``, whose default became true). An unreadable config.yaml gives no hints.
+    """
+    try:
+        saved = yaml.safe_load((Path(ckpt_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    if not isinstance(saved, dict):
+        return []
+    changes = []
+    for section in ("text", "tokenizer"):
+        old = saved.get(section) if isinstance(saved.get(section), dict) else {}
+        for key, new in dataclasses.asdict(getattr(cfg, section)).items():
+            if key in old and old[key] != new:
+                changes.append(f"{section}.{key}: {json.dumps(old[key], ensure_ascii=False)} -> "
+                               f"{json.dumps(new, ensure_ascii=False)}")
+    return changes
+
+
+def check_vocab(theirs: Optional[str], ckpt_dir: Path, vocab_fingerprint: str, cfg: Optional[Config] = None) -> None:
+    """Refuse a checkpoint trained with another vocabulary (``theirs``: its recorded fingerprint).
+
+    With ``cfg``, the message names the text/tokenizer settings that changed since the checkpoint.
+    """
     if theirs != vocab_fingerprint:
+        changes = tokenizer_setting_changes(ckpt_dir, cfg) if cfg is not None else []
+        why = (f"settings changed since it was trained: {', '.join(changes)} (set them back in your config to "
+               f"continue this run) - or " if changes else "")
         raise CheckpointError(
             f"{ckpt_dir}: trained with vocabulary {theirs}, but the current vocab.json has fingerprint "
-            f"{vocab_fingerprint}; "
-            f"token ids differ so these weights cannot continue: {_FIX}"
+            f"{vocab_fingerprint}; token ids differ so these weights cannot continue: {why}{_FIX}"
         )
 
 
-def check_compatible(state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module) -> None:
+def check_compatible(
+    state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module, cfg: Optional[Config] = None
+) -> None:
     """Refuse a checkpoint of another vocabulary or model shape."""
-    check_vocab(state.get("vocab_fingerprint"), ckpt_dir, vocab_fingerprint)
+    check_vocab(state.get("vocab_fingerprint"), ckpt_dir, vocab_fingerprint, cfg)
     ours = gpt_state_dict(gpt)
     saved = state["gpt"]
     for key in sorted(set(ours) | set(saved)):
