@@ -54,6 +54,48 @@ def synthetic_batch(size: dict, batch: int, text_len: int, codes_len: int, cond_
     return text, torch.full((batch,), text_len), codes, wav_len, cond, cond_idxs
 
 
+def loader_throughput(size: dict, batch: int, workers: int, batches: int, text_len: int, codes_len: int) -> float:
+    """Samples/s the project's real training DataLoader delivers for clips of the benchmark's length.
+
+    Writes ``2 * batch`` clips (PCM16 WAV of ``codes_len`` x 1024 samples with cached DVAE codes) to a
+    temporary folder and times ``make_loader`` over ``ClipDataset`` (the code cache path the trainer
+    uses: the prompt crop is read from disk, codes from .npy), collation included. Workers prefetch in
+    parallel with the GPU, so the loader stalls training only when this rate is below the GPU's.
+    """
+    import tempfile
+
+    import numpy as np
+    import soundfile as sf
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run as a script
+    from xtts_ft.train.data import Clip, ClipDataset, make_loader
+    from xtts_ft.train.sampler import ItemKey
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        clips, code_paths = [], []
+        for i in range(2 * batch):
+            wav = Path(tmp) / f"clip{i}.wav"
+            sf.write(wav, (rng.standard_normal(codes_len * 1024) * 0.1).astype(np.float32), 22050, subtype="PCM_16")
+            codes = Path(tmp) / f"clip{i}.npy"
+            np.save(codes, rng.integers(0, size["num_audio_tokens"] - 2, codes_len).astype(np.int16))
+            tokens = tuple(int(t) for t in rng.integers(3, size["number_text_tokens"] - 2, text_len))
+            clips.append(Clip(wav, "", "bench", tokens, codes_len * 1024, ""))
+            code_paths.append(codes)
+        dataset = ClipDataset(clips, sample_rate=22050, cond_min_s=2.0, cond_max_s=6.0, seed=0, train=True,
+                              code_paths=code_paths)
+        plan = [[ItemKey((b * batch + j) % len(clips), 0, b, j, 0) for j in range(batch)] for b in range(batches + 2)]
+        loader = make_loader(dataset, plan, num_workers=workers, base_seed=0, pin_memory=False)
+        it = iter(loader)
+        next(it), next(it)  # worker start-up is paid once per run, not per step
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(it)
+        seconds = time.perf_counter() - start
+        del it, loader
+    return batches * batch / seconds
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -105,24 +147,9 @@ def measure(gpt, size, device, precision: str, batch: int, steps: int, text_len:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=["full", "small"], default=None, help="full on GPU, small on CPU by default")
-    parser.add_argument("--batches", default=None, help="comma-separated batch sizes")
-    parser.add_argument("--precisions", default=None, help="comma-separated: fp32,fp16,bf16")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--gradient-checkpointing", action="store_true",
-                        help="recompute GPT block activations in backward (training.gradient_checkpointing)")
-    parser.add_argument("--json", help="also write the rows as JSON here")
-    args = parser.parse_args()
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    size_name = args.size or ("full" if device.type == "cuda" else "small")
-    size = FULL if size_name == "full" else SMALL
-    batches = [int(b) for b in (args.batches or ("4,8,16" if device.type == "cuda" else "2,4")).split(",")]
-    precisions = (args.precisions or ("fp32,fp16,bf16" if device.type == "cuda" else "fp32,bf16")).split(",")
-    steps = args.steps or (10 if device.type == "cuda" else 3)
-    text_len, codes_len = (size["max_text_tokens"] // 2, size["max_mel_tokens"] - 5)
+def training_rows(args, size: dict, size_name: str, device: torch.device, batches: list[int], precisions: list[str],
+                  steps: int, text_len: int, codes_len: int) -> list[dict]:
+    """Time real training steps of the GPT per precision and batch size; print one line per row."""
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
     torch.manual_seed(0)
@@ -162,9 +189,45 @@ def main() -> None:
         for p in ("fp16", "bf16"):
             if best.get(p):
                 print(f"{p} / fp32 best samples/s: {best[p] / best['fp32']:.2f}x")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=["full", "small"], default=None, help="full on GPU, small on CPU by default")
+    parser.add_argument("--batches", default=None, help="comma-separated batch sizes")
+    parser.add_argument("--precisions", default=None, help="comma-separated: fp32,fp16,bf16")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute GPT block activations in backward (training.gradient_checkpointing)")
+    parser.add_argument("--loader-workers", type=int, default=2,
+                        help="worker processes for the data-loader measurement (training.num_workers; 0 = none)")
+    parser.add_argument("--loader-only", action="store_true",
+                        help="only measure the data loader (no model is built; works for --size full on a CPU)")
+    parser.add_argument("--json", help="also write the rows as JSON here")
+    args = parser.parse_args()
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    size_name = args.size or ("full" if device.type == "cuda" else "small")
+    size = FULL if size_name == "full" else SMALL
+    batches = [int(b) for b in (args.batches or ("4,8,16" if device.type == "cuda" else "2,4")).split(",")]
+    precisions = (args.precisions or ("fp32,fp16,bf16" if device.type == "cuda" else "fp32,bf16")).split(",")
+    steps = args.steps or (10 if device.type == "cuda" else 3)
+    text_len, codes_len = (size["max_text_tokens"] // 2, size["max_mel_tokens"] - 5)
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    rows = [] if args.loader_only else training_rows(args, size, size_name, device, batches, precisions, steps,
+                                                     text_len, codes_len)
+    loader_batch = max(batches)
+    loader_rate = loader_throughput(size, loader_batch, args.loader_workers, steps * 3, text_len, codes_len)
+    fastest = max((r["samples_per_s"] for r in rows), default=None)
+    need = f"; the fastest training row above needs {100 * fastest / loader_rate:.1f}% of it" if fastest else ""
+    print(f"data loader (real ClipDataset + collate, {args.loader_workers} workers, batch {loader_batch}, "
+          f"longest clips): {loader_rate:.1f} samples/s{need}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"device": name, "size": size_name, "rows": rows}, f, indent=2)
+            json.dump({"device": name, "size": size_name, "rows": rows,
+                       "loader": {"workers": args.loader_workers, "batch": loader_batch,
+                                  "samples_per_s": loader_rate}}, f, indent=2)
 
 
 if __name__ == "__main__":

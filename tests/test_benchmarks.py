@@ -20,6 +20,21 @@ def test_gpu_throughput_benchmark_runs_small_on_cpu(tmp_path):
     assert {r["precision"] for r in rows} == {"fp32", "bf16"}
     assert all(r["samples_per_s"] > 0 for r in rows)
     assert "bf16 / fp32 best samples/s" in out.stdout
+    loader = json.loads((tmp_path / "rows.json").read_text())["loader"]
+    assert loader["batch"] == 2 and loader["workers"] == 2 and loader["samples_per_s"] > 0
+    assert "data loader (real ClipDataset + collate, 2 workers" in out.stdout and "needs" in out.stdout
+
+
+def test_the_data_loader_is_measured_alone_at_full_clip_length(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "benchmarks/gpu_throughput.py", "--size", "full", "--loader-only", "--batches", "4",
+         "--steps", "1", "--loader-workers", "0", "--json", str(tmp_path / "rows.json")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "rows.json").read_text())
+    assert result["rows"] == [] and result["loader"]["samples_per_s"] > 0  # no model was built or trained
+    assert "M params" not in out.stdout
 
 
 def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path):
