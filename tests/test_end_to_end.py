@@ -8,6 +8,7 @@ the saved step instead of starting again.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,27 @@ def test_rerun_skips_unchanged_stages_and_continues_training(smoke_run, tiny_bas
     assert steps[-1] == 12
     assert steps.count(8) == 1, "resumed after step 8 instead of starting again"
     assert (run_dir / "checkpoints" / "step_000012").is_dir()
+
+
+def test_a_new_normaliser_version_redoes_prepare_and_tokenizer(smoke_run, tiny_base_dir, tmp_path, monkeypatch,
+                                                              caplog):
+    """Transcripts normalised by an older front-end are not reused: the stages hash NORMALIZER_VERSION."""
+    from xtts_ft import pipeline
+    from xtts_ft.base_model import resolve_base_model
+    from xtts_ft.config import load_config
+
+    run_dir, _ = smoke_run
+    copy = tmp_path / "run"
+    for stage in ("data", "tokenizer"):
+        shutil.copytree(run_dir / stage, copy / stage)
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = load_config(REPO_ROOT / "configs" / "demo.yaml", [f"run.output_dir={copy}", f"base_model.source={tiny_base_dir}"])
+    base = resolve_base_model(cfg.base_model)
+    pipeline.tokenizer_stage(cfg, base, pipeline.prepare_stage(cfg, base))  # the copy's new paths: vocab redone once
+    caplog.set_level("INFO")
+    pipeline.tokenizer_stage(cfg, base, pipeline.prepare_stage(cfg, base))
+    assert "prepare: dataset unchanged" in caplog.text and "tokenizer: inputs unchanged" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(pipeline, "NORMALIZER_VERSION", pipeline.NORMALIZER_VERSION + 1)
+    pipeline.tokenizer_stage(cfg, base, pipeline.prepare_stage(cfg, base))
+    assert "unchanged" not in caplog.text and "tokenizer: 800 new tokens" in caplog.text

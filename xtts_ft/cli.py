@@ -171,7 +171,6 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
     from xtts_ft.tokenizer import tokenizer_command
-
     from xtts_ft.tokenizer.extend import project_normalizer
 
     setup_logging(None, args.verbose)

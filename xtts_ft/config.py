@@ -132,8 +132,9 @@ class DatasetConfig:
 class TextConfig:
     fold_homophones: bool = opt(
         True,
-        "Fold homophone letters (ሐ/ኀ->ሀ, ሠ->ሰ, ዐ->አ, ፀ->ጸ) before tokenising. They sound the same in modern Amharic "
-        "and writers mix them (ሥራ/ስራ, ፀሐይ/ጸሀይ): folded, every spelling of a word gets the same tokens.",
+        "Fold homophone letters (ሐ/ኀ->ሀ, ሠ->ሰ, ዐ->አ, ፀ->ጸ; ሃ->ሀ, ኣ/ዓ->አ) before tokenising. They sound the same in "
+        "modern Amharic and writers mix them (ሥራ/ስራ, ፀሐይ/ጸሀይ, አመት/ዓመት): folded, every spelling of a word gets "
+        "the same tokens.",
     )
 
 

@@ -17,6 +17,7 @@ from typing import Optional
 from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import Config, dump_config
+from xtts_ft.text import NORMALIZER_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
 
     data_dir = cfg.run_dir / "data"
     key = stages.hash_inputs(
-        "prepare-v1", dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text), stages.tree_stats(Path(cfg.dataset.path))
+        "prepare-v1", NORMALIZER_VERSION, dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text),
+        stages.tree_stats(Path(cfg.dataset.path)),
     )
     if stages.is_current(data_dir, key, ["metadata_train.csv", "metadata_eval.csv", "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
@@ -72,6 +74,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
     extra = text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files])
     key = stages.hash_inputs(
         "tokenizer-v1",
+        NORMALIZER_VERSION,
         dataclasses.asdict(cfg.tokenizer),
         dataclasses.asdict(cfg.text),
         vocab_fingerprint(base.vocab_json),

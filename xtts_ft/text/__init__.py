@@ -6,7 +6,7 @@ words, and every character that cannot be kept is counted in ``NormalizedText.dr
 Standard library only; importing changes nothing global.
 """
 
-from .normalizer import PUNCTUATION, NormalizedText, normalize_lines, normalize_text
+from .normalizer import NORMALIZER_VERSION, PUNCTUATION, NormalizedText, normalize_lines, normalize_text
 from .numbers import (
     ethiopic_numeral_to_int,
     number_to_amharic,
@@ -16,6 +16,7 @@ from .script import ETHIOPIC_RANGES, fold_homophones, is_ethiopic, is_ethiopic_l
 
 __all__ = [
     "ETHIOPIC_RANGES",
+    "NORMALIZER_VERSION",
     "PUNCTUATION",
     "NormalizedText",
     "ethiopic_numeral_to_int",
