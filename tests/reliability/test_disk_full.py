@@ -57,6 +57,14 @@ def assert_only_complete_checkpoints(run, steps: list[int]) -> None:
         assert ckpt.load_training_state(folder)["step"] == step
 
 
+def stop_message(run, *, failed: int, previous: int) -> str:
+    """What the run says when the save of step ``failed`` hits a full disk and step ``previous`` is intact."""
+    return (
+        f"could not write the checkpoint of step {failed} in {run / 'checkpoints'}: No space left on device; the "
+        f"previous checkpoint ({run / 'checkpoints' / ckpt.step_dir_name(previous)}) is intact; free disk space, then "
+        f"rerun the same command to resume")
+
+
 @pytest.mark.parametrize("phase", ["state", "meta"])
 def test_stop_keeps_the_previous_checkpoint_and_a_rerun_resumes_from_it(trainer, monkeypatch, tmp_path, phase):
     run = tmp_path / "run"
@@ -64,10 +72,7 @@ def test_stop_keeps_the_previous_checkpoint_and_a_rerun_resumes_from_it(trainer,
     fail_on_save(monkeypatch, nth=2, phase=phase)
     with pytest.raises(TrainingStopped) as err:
         trainer(cfg)
-    assert str(err.value) == (
-        f"could not write the checkpoint of step 4 in {run / 'checkpoints'}: No space left on device; the previous "
-        f"checkpoint ({run / 'checkpoints' / 'step_000002'}) is intact; free disk space, then rerun the same command "
-        f"to resume")
+    assert str(err.value) == stop_message(run, failed=4, previous=2)
     assert err.value.exit_code == 3
     assert train_lines(run)[-1]["step"] == 4  # it stopped right there, cleanly
     assert_only_complete_checkpoints(run, [2])  # no staging folder, no half-written step_000004
@@ -102,8 +107,5 @@ def test_continue_still_stops_when_the_final_save_fails(trainer, monkeypatch, tm
     fail_on_save(monkeypatch, nth=2, phase="state")  # step 4 is the last step: nothing left to continue
     with pytest.raises(TrainingStopped) as err:
         trainer(cfg)
-    assert str(err.value) == (
-        f"could not write the checkpoint of step 4 in {run / 'checkpoints'}: No space left on device; the previous "
-        f"checkpoint ({run / 'checkpoints' / 'step_000002'}) is intact; free disk space, then rerun the same command "
-        f"to resume")
+    assert str(err.value) == stop_message(run, failed=4, previous=2)
     assert_only_complete_checkpoints(run, [2])
