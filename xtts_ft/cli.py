@@ -242,6 +242,13 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_transcribe(args: argparse.Namespace) -> int:
+    from xtts_ft.asr.command import transcribe_command
+
+    setup_logging(None, args.verbose)
+    return transcribe_command(_load(args), args.audio, args.model)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -290,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="Checkpoint folder (runs/<name>/checkpoints/step_XXXXXX).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--base-model", help="Base model folder or repo id (default: the one the run used).")
+
+    p = add("transcribe", _cmd_transcribe, "Print path<TAB>recognised text for each audio file (asr.model).")
+    p.add_argument("--config", required=True, help="Run config (YAML) whose asr section names the recogniser.")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
+    p.add_argument("--model", help="Recogniser repo id or folder instead of the config's asr.model.")
+    p.add_argument("audio", nargs="+", help="Audio files to recognise.")
 
     p = add("make-tiny-model", _cmd_make_tiny_model, "Write a tiny random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--out", required=True, help="Output folder.")

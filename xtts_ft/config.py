@@ -314,6 +314,27 @@ class EvaluationConfig:
 
 
 @dataclass
+class AsrConfig:
+    model: str = opt(
+        "agkphysics/wav2vec2-large-xlsr-53-amharic",
+        "Speech recogniser used for CER and the transcript check: a Hugging Face repo id or a local folder "
+        "holding a transformers CTC model (config.json, weights, preprocessor and tokenizer files).",
+    )
+    revision: Optional[str] = opt(
+        "2c5a8ceb114861293a2362ad26db8f10dc898a29", "Hugging Face revision of asr.model when it is a repo id."
+    )
+    cache_dir: Optional[str] = opt(None, "Hugging Face cache directory (default: the hub's own cache).")
+    batch_size: int = opt(8, "Clips recognised per forward pass.")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where the recogniser runs: auto picks cuda when available.")
+
+    def check(self, problems: list[str]) -> None:
+        if not self.model:
+            problems.append("asr.model: must name a repo id or a local folder")
+        if self.batch_size < 1:
+            problems.append("asr.batch_size: must be >= 1")
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     base_model: BaseModelConfig = field(default_factory=BaseModelConfig)
@@ -325,6 +346,7 @@ class Config:
     stability: StabilityConfig = field(default_factory=StabilityConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
 
     @property
     def run_dir(self) -> Path:
