@@ -37,6 +37,15 @@ DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
     "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ጥንታዊ ሀገር ናት።",
     "በ2015 ዓ.ም 25 ተማሪዎች ትምህርታቸውን አጠናቀቁ።",
+    # Short texts (1-3 words, a number, a question): where XTTS most often babbles past the stop.
+    "ሰላም።",
+    "አመሰግናለሁ።",
+    "15",
+    "ስምህ ማን ነው?",
+    # Long: near the 200-character limit of the Amharic tokenizer.
+    "የአዲስ አበባ ከተማ አስተዳደር በዚህ ዓመት በሁሉም ክፍለ ከተሞች አዳዲስ ትምህርት ቤቶችን፣ ጤና ጣቢያዎችን እና የሕዝብ "
+    "ቤተ መጻሕፍትን ለመገንባት ያቀደ ሲሆን ግንባታው በሚቀጥሉት ሁለት ዓመታት ውስጥ ተጠናቅቆ ለነዋሪዎች አገልግሎት "
+    "እንደሚሰጥ ተገልጿል።",
 ]
 
 
@@ -260,7 +269,12 @@ class StabilityConfig:
 class CheckpointConfig:
     every_steps: int = opt(1000, "Save every this many optimizer steps (and always at the end).")
     keep_last: int = opt(3, "How many recent checkpoints to keep.")
-    keep_best: bool = opt(True, "Also keep the checkpoint with the lowest eval loss.")
+    keep_best: bool = opt(True, "Also keep the best checkpoint by checkpoint.best_metric.")
+    best_metric: Literal["eval_loss", "cer", "cer_similarity"] = opt(
+        "eval_loss",
+        "What 'best' means: eval_loss; cer (mean CER of the evaluation samples, needs evaluation.recognize); "
+        "cer_similarity (CER + 0.5 x (1 - speaker similarity)). See xtts_ft/evaluate/best_metric.py.",
+    )
     resume: str = opt("auto", "auto (latest in the run dir), never, or a checkpoint path.")
     on_save_error: Literal["continue", "stop"] = opt(
         "stop", "When a save fails (e.g. disk full): keep training, or stop cleanly. The previous checkpoint stays."
@@ -294,6 +308,11 @@ class EvaluationConfig:
     )
     max_new_tokens: Optional[int] = opt(
         None, "Upper bound on audio codes generated per sample (about 21.5 per second); null: the model's limit."
+    )
+    recognize: bool = opt(
+        True,
+        "Transcribe every sample with asr.model for sample_cer (and CER per length bucket). Off: no download "
+        "and no CER; speaker similarity is still measured.",
     )
     eval_at_start: bool = opt(
         True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
@@ -465,6 +484,9 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
         section = getattr(cfg, name)
         if hasattr(section, "check"):
             section.check(problems)
+    if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
+        problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
+                        f"set evaluation.recognize: true or best_metric: eval_loss")
     if problems:
         raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
     return cfg

@@ -169,6 +169,7 @@ def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, dict]]:
 def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path):
     """The sample-synthesis hook the trainer calls after each evaluation."""
     from xtts_ft.evaluate import make_eval_hook
+    from xtts_ft.evaluate.intelligibility import load_eval_recognizer
     from xtts_ft.evaluate.references import pick_references
     from xtts_ft.tokenizer import AmharicTokenizer
 
@@ -177,5 +178,6 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     )
     refs = pick_references(cfg.evaluation, data_dir)
     return make_eval_hook(
-        cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range
+        cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
+        recognizer=load_eval_recognizer(cfg),
     )

@@ -22,6 +22,7 @@ import numpy as np
 
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
+from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
 from xtts_ft.evaluate.layout import INDEX_FILE, SAMPLES_DIR, step_dir_name
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
@@ -50,6 +51,7 @@ def summarize(samples: Sequence[SampleResult], mcd_samples: Sequence[SampleResul
         checked = [s.seconds_per_char_in_range for s in samples if s.seconds_per_char_in_range is not None]
         if checked:
             out["sample_rate_in_range"] = _mean([float(c) for c in checked])
+        out.update(intelligibility_metrics(samples))
     if mcd_samples:
         out["mcd"] = _mean([s.mcd for s in mcd_samples])
         out["mcd_stop_rate"] = _mean([float(s.ended_with_stop) for s in mcd_samples])
@@ -95,6 +97,7 @@ def evaluate_step(
     eval_clips: Sequence[tuple[Path, str]] = (),
     duration_range: Optional[tuple[float, float]] = None,
     writer=None,
+    recognizer=None,
 ) -> dict[str, float]:
     """One evaluation of ``model`` (an XttsTrainingModel, possibly DDP-wrapped, or a bare Xtts) at ``step``."""
     model = getattr(model, "module", model)  # DistributedDataParallel wraps the training model
@@ -122,6 +125,7 @@ def evaluate_step(
             module.training = mode
     for r in mcd_samples:
         r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)
+    score_samples(samples, xtts, recognizer)
     metrics = summarize(samples, mcd_samples)
     record = {
         "step": int(step),
@@ -153,11 +157,15 @@ def make_eval_hook(
     duration_range: Optional[tuple[float, float]],
     *,
     writer=None,
+    recognizer=None,
 ) -> EvalHook:
     """``hook(step, model) -> dict[str, float]`` for the trainer.
 
     ``duration_range`` is the training data's seconds-per-character range ``(lo, hi)`` (None: not
     checked). ``eval_clips`` are ``(wav_path, text)`` pairs; the first ``evaluation.mcd_clips`` are used.
+    ``recognizer`` (an :class:`xtts_ft.asr.recognizer.Recognizer`, see
+    :func:`xtts_ft.evaluate.intelligibility.load_eval_recognizer`) transcribes every sample for CER;
+    None: no CER (speaker similarity is always measured).
     Bad inputs (missing reference wavs, a vocabulary without the language token) fail here, at
     construction, not hours into training.
     """
@@ -176,7 +184,7 @@ def make_eval_hook(
     def eval_hook(step: int, model) -> dict[str, float]:
         return evaluate_step(
             step, model, cfg=cfg, run_dir=Path(run_dir), tokenizer=tokenizer, speaker_wavs=speaker_wavs,
-            eval_clips=eval_clips, duration_range=duration_range, writer=writer,
+            eval_clips=eval_clips, duration_range=duration_range, writer=writer, recognizer=recognizer,
         )
 
     return eval_hook

@@ -30,7 +30,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans Ethiopic",sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}
-th{background:#f4f4f4}.best{font-weight:bold;background:#eef8ee}.bad{color:#b00}.muted{color:#777}
+th{background:#f4f4f4}.best{font-weight:bold;background:#eef8ee}.bad{color:#b00}.muted{color:#777}.heard{font-size:90%;color:#345;margin-top:2px}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:12px}
 .plots figure{margin:0}.plots img{width:100%;height:auto;border:1px solid #eee}
 audio{height:32px;width:260px}td.text{max-width:420px}
@@ -118,6 +118,14 @@ def _sample_plots(index: list[dict]) -> list[str]:
             clean_series("test sentences", _points(rows, "sample_stop_rate"), "points"),
             clean_series("MCD clips", _points(rows, "mcd_stop_rate"), "points"),
         ]),
+        PlotSpec("Character error rate of the recognised samples (lower is better)", "CER", [
+            clean_series("all sentences", _points(rows, "sample_cer"), "points"),
+            clean_series("short texts", _points(rows, "sample_cer_short"), "points"),
+            clean_series("long texts", _points(rows, "sample_cer_long"), "points"),
+        ]),
+        PlotSpec("Speaker similarity to the reference (higher is better)", "cosine", [
+            clean_series("samples", _points(rows, "sample_speaker_similarity"), "points"),
+        ]),
         PlotSpec("MCD against the recordings (lower is better)", "dB", [clean_series("MCD", _points(rows, "mcd"), "points")]),
         PlotSpec("Silence ratio (frames below -40 dBFS)", "share", [
             clean_series("silence", _points(rows, "sample_silence_ratio"), "points"),
@@ -187,9 +195,18 @@ def _audio(run_dir: Path, path: Optional[str]) -> str:
     return f'<audio controls preload="metadata" src="{_src(p.as_posix())}"></audio>'
 
 
+def _heard(sample: dict) -> str:
+    """The recognised text under the player, when the evaluation transcribed the sample."""
+    text = sample.get("recognized_text")
+    if text is None:
+        return ""
+    return f'<div class="heard">heard: {html.escape(text) if text else "<i>(nothing)</i>"}</div>'
+
+
 def _sample_rows(run_dir: Path, samples: list[dict], with_reference: bool) -> str:
     head = "<tr><th>voice</th><th>text</th><th>sample</th>"
     head += "<th>recording</th><th>MCD</th>" if with_reference else ""
+    head += "<th>CER</th><th>similarity</th>" if not with_reference else ""
     head += "<th>duration (s)</th><th>ended</th><th>s/char</th><th>silence</th><th>RTF</th></tr>"
     rows = [head]
     for s in samples:
@@ -200,9 +217,11 @@ def _sample_rows(run_dir: Path, samples: list[dict], with_reference: bool) -> st
         spc = _fmt(s.get("seconds_per_char")) + (' <span class="bad">(out of range)</span>' if spc_ok is False else "")
         row = (f"<tr><td>{html.escape(str(s.get('speaker', '')))}</td>"
                f"<td class=\"text\" title=\"{html.escape(str(s.get('normalized_text', '')))}\">"
-               f"{html.escape(str(s.get('text', '')))}</td><td>{_audio(run_dir, s.get('path'))}</td>")
+               f"{html.escape(str(s.get('text', '')))}</td><td>{_audio(run_dir, s.get('path'))}{_heard(s)}</td>")
         if with_reference:
             row += f"<td>{_audio(run_dir, s.get('reference_wav'))}</td><td>{_fmt(s.get('mcd'))}</td>"
+        else:
+            row += f"<td>{_fmt(s.get('cer'))}</td><td>{_fmt(s.get('speaker_similarity'))}</td>"
         row += (f"<td>{_fmt(s.get('duration_s'))}</td><td>{ended}</td><td>{spc}</td>"
                 f"<td>{_fmt(s.get('silence_ratio'))}</td><td>{_fmt(s.get('rtf'))}</td></tr>")
         rows.append(row)

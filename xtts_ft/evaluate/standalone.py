@@ -47,7 +47,10 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
     base = resolve_base_model(cfg.base_model)
     xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
     refs = pick_references(cfg.evaluation, run_dir / "data")
-    hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range)
+    from xtts_ft.evaluate.intelligibility import load_eval_recognizer
+
+    hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
+                          recognizer=load_eval_recognizer(cfg))
     metrics = hook(int(meta["step"]), xtts)
     log.info("evaluated %s: %s", ckpt, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()))
     return write_report(run_dir)

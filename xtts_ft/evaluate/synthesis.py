@@ -52,6 +52,9 @@ class SampleResult:
     synthesis_s: float  # wall time of xtts.inference
     rtf: float  # synthesis_s / duration_s
     mcd: Optional[float] = None  # against the recording, for eval clips only
+    recognized_text: Optional[str] = None  # what the speech recogniser heard (evaluation.recognize)
+    cer: Optional[float] = None  # of recognized_text against text (xtts_ft.asr.error_rates)
+    speaker_similarity: Optional[float] = None  # cosine of XTTS speaker embeddings, sample vs reference
 
     def to_json(self, relative_to: Optional[Path] = None) -> dict:
         """A JSON-ready dict; paths relative to ``relative_to`` when inside it, else absolute."""

@@ -220,24 +220,27 @@ def find_latest_checkpoint(run_dir: Path) -> Optional[Path]:
     return None
 
 
-def best_checkpoint(run_dir: Path) -> Optional[Path]:
-    """The checkpoint with the lowest recorded eval loss (None if no checkpoint has one)."""
+def best_checkpoint(run_dir: Path, metric: str = "eval_loss") -> Optional[Path]:
+    """The checkpoint with the lowest score under ``metric`` (xtts_ft.evaluate.best_metric); None if none has one."""
+    from xtts_ft.evaluate.best_metric import best_score
+
     scored = []
     for step, path in list_checkpoints(run_dir):
         try:
-            loss = read_meta(path).get("eval_loss")
+            meta = read_meta(path)
         except CheckpointError:
             continue
-        if isinstance(loss, (int, float)) and np.isfinite(loss):
-            scored.append((loss, step, path))
+        score = best_score(metric, dict(meta.get("eval_metrics") or {}, eval_loss=meta.get("eval_loss")))
+        if score is not None:
+            scored.append((score, step, path))
     return min(scored)[2] if scored else None
 
 
-def prune_checkpoints(run_dir: Path, keep_last: int, keep_best: bool) -> None:
-    """Delete all but the newest ``keep_last`` checkpoints and (with ``keep_best``) the best one."""
+def prune_checkpoints(run_dir: Path, keep_last: int, keep_best: bool, metric: str = "eval_loss") -> None:
+    """Delete all but the newest ``keep_last`` checkpoints and (with ``keep_best``) the best one by ``metric``."""
     all_ckpts = list_checkpoints(run_dir)
     keep = {p for _, p in all_ckpts[-keep_last:]}
-    best = best_checkpoint(run_dir) if keep_best else None
+    best = best_checkpoint(run_dir, metric) if keep_best else None
     if best is not None:
         keep.add(best)
     for _, path in all_ckpts:

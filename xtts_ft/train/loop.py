@@ -37,6 +37,7 @@ import torch
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, dump_config
 from xtts_ft.errors import DataError, TrainingStopped
+from xtts_ft.evaluate.best_metric import best_score
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
@@ -113,6 +114,8 @@ class FineTuneRecipe:
         self.dist = self.metrics = self.train_iter = None
         self.step, self.lr_factor, self.fresh = 0, 1.0, True
         self.first_eval_loss = self.best_eval_loss = self.last_eval_loss = None
+        self.last_eval_metrics: dict = {}
+        self.best_score: Optional[float] = None  # under checkpoint.best_metric when it is not eval_loss
         self.last_eval_step = self.saved_step = -1
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
@@ -465,6 +468,7 @@ class FineTuneRecipe:
                 self.model.train()
             self.metrics.evaluation(self.step, losses, extra)
             result = losses["eval_loss"]
+            self.last_eval_metrics = {**losses, **extra}
         result = self.dist.broadcast_object(result)
         self.last_eval_step = self.step
         if result is None or not math.isfinite(result):
@@ -475,6 +479,10 @@ class FineTuneRecipe:
         is_best = self.best_eval_loss is None or result < self.best_eval_loss
         if is_best:
             self.best_eval_loss = result
+        if self.cfg.checkpoint.best_metric != "eval_loss":  # by CER etc.: xtts_ft/evaluate/best_metric.py
+            score = self.dist.broadcast_object(best_score(self.cfg.checkpoint.best_metric, self.last_eval_metrics))
+            is_best = score is not None and (self.best_score is None or score < self.best_score)
+            self.best_score = score if is_best else self.best_score
         return is_best
 
     def _run_eval_hook(self) -> dict[str, float]:
@@ -509,11 +517,13 @@ class FineTuneRecipe:
             meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
                     "base_model": str(self.base.root),
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
+                    "eval_metrics": self.last_eval_metrics if self.last_eval_step == self.step else None,
                     "precision": self.policy.name, "base_vocab_size": self.base_vocab_size}
             try:
                 path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
-                ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best)
+                ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
+                                      self.cfg.checkpoint.best_metric)
                 self.last_checkpoint = path
                 self.metrics.event(self.step, "checkpoint", path=str(path))
             except OSError as exc:
@@ -540,7 +550,7 @@ class FineTuneRecipe:
         return f"Resume with: {command} --set checkpoint.resume={self.last_checkpoint}"
 
     def _result(self, stopped: bool) -> TrainResult:
-        best = ckpt.best_checkpoint(self.run_dir) if self.is_main else None
+        best = ckpt.best_checkpoint(self.run_dir, self.cfg.checkpoint.best_metric) if self.is_main else None
         last, best = self.dist.broadcast_object((self.last_checkpoint, best))
         final = self.last_eval_loss if (self.last_eval_step == self.step or stopped) else None
         return TrainResult(step=self.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,

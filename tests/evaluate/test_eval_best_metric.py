@@ -1,0 +1,57 @@
+"""Best checkpoint by eval loss, by CER, or by the documented CER + similarity combination."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xtts_ft.config import config_from_dict
+from xtts_ft.errors import ConfigError
+from xtts_ft.evaluate.best_metric import best_score
+from xtts_ft.train import checkpoint as ckpt
+
+
+def _fake_checkpoints(run_dir, rows):
+    for step, eval_loss, metrics in rows:
+        d = ckpt.checkpoint_root(run_dir) / f"step_{step:06d}"
+        d.mkdir(parents=True)
+        meta = {"training_state_sha256": "0" * 64, "step": step, "eval_loss": eval_loss, "eval_metrics": metrics}
+        (d / ckpt.META_FILE).write_text(json.dumps(meta), encoding="utf-8")
+
+
+ROWS = [
+    (100, 2.0, {"sample_cer": 0.90, "sample_speaker_similarity": 0.80}),
+    (200, 1.5, {"sample_cer": 0.30, "sample_speaker_similarity": 0.40}),  # lowest CER, poor voice
+    (300, 1.2, {"sample_cer": 0.35, "sample_speaker_similarity": 0.90}),  # best combination
+    (400, 1.0, {"sample_cer": 0.60, "sample_speaker_similarity": 0.85}),  # lowest loss, says less
+    (500, None, None),  # no evaluation at this step: never best
+]
+
+
+def test_best_checkpoint_follows_the_chosen_metric(tmp_path):
+    _fake_checkpoints(tmp_path, ROWS)
+    assert ckpt.best_checkpoint(tmp_path).name == "step_000400"
+    assert ckpt.best_checkpoint(tmp_path, "cer").name == "step_000200"
+    # 0.30 + 0.5 * 0.60 = 0.60 against 0.35 + 0.5 * 0.10 = 0.40
+    assert ckpt.best_checkpoint(tmp_path, "cer_similarity").name == "step_000300"
+
+
+def test_keep_best_by_cer_survives_pruning(tmp_path):
+    _fake_checkpoints(tmp_path, ROWS)
+    ckpt.prune_checkpoints(tmp_path, keep_last=1, keep_best=True, metric="cer")
+    assert [p.name for _, p in ckpt.list_checkpoints(tmp_path)] == ["step_000200", "step_000500"]
+
+
+def test_scores():
+    assert best_score("cer", {"sample_cer": 0.25, "eval_loss": 3.0}) == 0.25
+    assert best_score("cer", {"eval_loss": 3.0}) is None
+    assert best_score("cer_similarity", {"sample_cer": 0.2, "sample_speaker_similarity": 0.6}) == pytest.approx(0.4)
+    assert best_score("eval_loss", {"eval_loss": float("nan")}) is None
+
+
+def test_cer_metric_needs_the_recogniser():
+    with pytest.raises(ConfigError, match="checkpoint.best_metric"):
+        config_from_dict({"checkpoint": {"best_metric": "cer"}, "evaluation": {"recognize": False}})
+    with pytest.raises(ConfigError, match="best_metric"):
+        config_from_dict({"checkpoint": {"best_metric": "wer"}})

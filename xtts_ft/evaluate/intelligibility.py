@@ -1,0 +1,111 @@
+"""Does a sample say its text, and does it sound like its reference voice?
+
+* ``cer``: the sample is transcribed by the run's speech recogniser (``asr.model``) and scored
+  against the text it was asked to say with :func:`xtts_ft.asr.error_rates.error_rates`
+  (numbers read out, homophones folded, punctuation dropped; spaces count). 0 is perfect; a
+  babbling sample that never stops scores above 1.
+* ``speaker_similarity``: cosine similarity of the speaker embeddings that XTTS's own speaker
+  encoder (the one in its HiFi-GAN decoder, which conditions every synthesis) gives the sample
+  and its reference clip. No extra model is downloaded; 1 is identical, unrelated voices of a
+  trained encoder typically score well below the same voice's clips.
+* Length buckets (``short``/``medium``/``long`` by characters of normalised text): short texts
+  are where XTTS most often babbles and misses the stop token, so stop rate and CER are also
+  reported per bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: (name, most characters) of normalised text; the last bucket takes the rest.
+LENGTH_BUCKETS = (("short", 20), ("medium", 150), ("long", math.inf))
+
+
+def length_bucket(normalized_text: str) -> str:
+    n = len(normalized_text)
+    return next(name for name, most in LENGTH_BUCKETS if n <= most)
+
+
+def _embedding(xtts, path: Path):
+    import torch
+
+    from xtts_ft.data.audio import decode, to_mono
+
+    data, sr, _ = decode(str(path))
+    audio = torch.from_numpy(to_mono(data).astype(np.float32)).reshape(1, -1)
+    param = next(xtts.hifigan_decoder.parameters())
+    with torch.inference_mode():
+        return xtts.get_speaker_embedding(audio.to(param.device), sr).flatten().float().cpu()
+
+
+def speaker_similarities(xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float]:
+    """Cosine similarity of XTTS speaker embeddings for each (sample, reference) pair."""
+    import torch
+
+    cache: dict[Path, object] = {}
+    out = []
+    encoder = xtts.hifigan_decoder.speaker_encoder
+    was_training = encoder.training
+    encoder.train(False)  # batch norm statistics must not move
+    try:
+        for sample, reference in pairs:
+            for p in (sample, reference):
+                if p not in cache:
+                    cache[p] = _embedding(xtts, p)
+            out.append(float(torch.nn.functional.cosine_similarity(cache[sample], cache[reference], dim=0)))
+    finally:
+        encoder.train(was_training)
+    return out
+
+
+def score_samples(samples: Sequence, xtts, recognizer=None) -> None:
+    """Fill ``speaker_similarity`` (always) and ``recognized_text``/``cer`` (with a recogniser) in place."""
+    from xtts_ft.asr.error_rates import error_rates
+
+    if not samples:
+        return
+    for s, sim in zip(samples, speaker_similarities(xtts, [(s.path, s.reference_wav) for s in samples])):
+        s.speaker_similarity = sim
+    if recognizer is None:
+        return
+    for s, text in zip(samples, recognizer.transcribe_files([s.path for s in samples])):
+        s.recognized_text = text
+        s.cer = error_rates(s.text, text).cer
+
+
+def _mean(values) -> Optional[float]:
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float(np.mean(finite)) if finite else None
+
+
+def intelligibility_metrics(samples: Sequence) -> dict[str, float]:
+    """``sample_cer``, ``sample_speaker_similarity`` and per-bucket stop rate and CER (absent: nothing to average)."""
+    out: dict[str, Optional[float]] = {
+        "sample_cer": _mean([s.cer for s in samples]),
+        "sample_speaker_similarity": _mean([s.speaker_similarity for s in samples]),
+    }
+    for name, _ in LENGTH_BUCKETS:
+        group = [s for s in samples if length_bucket(s.normalized_text) == name]
+        if group:
+            out[f"sample_stop_rate_{name}"] = _mean([float(s.ended_with_stop) for s in group])
+            out[f"sample_cer_{name}"] = _mean([s.cer for s in group])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def load_eval_recognizer(cfg):
+    """The recogniser evaluation uses (None when ``evaluation.recognize`` is off); fails early, in one line."""
+    if not cfg.evaluation.recognize:
+        return None
+    from xtts_ft.asr.recognizer import Recognizer
+
+    recognizer = Recognizer.from_config(cfg.asr)
+    log.info("evaluation: samples are transcribed by %s", cfg.asr.model)
+    return recognizer
