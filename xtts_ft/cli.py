@@ -249,6 +249,14 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     return transcribe_command(_load(args), args.audio, args.model)
 
 
+def _cmd_score(args: argparse.Namespace) -> int:
+    from xtts_ft.evaluate.score import score_command
+
+    setup_logging(None, args.verbose)
+    score_command(_load(args), Path(args.model), Path(args.out), args.speaker_wav or (), args.base_model)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -303,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
     p.add_argument("--model", help="Recogniser repo id or folder instead of the config's asr.model.")
     p.add_argument("audio", nargs="+", help="Audio files to recognise.")
+
+    p = add("score", _cmd_score, "Say the evaluation sentences; print CER, speaker similarity and stop rate.")
+    p.add_argument("--model", required=True, help="An export folder, or a checkpoint folder.")
+    p.add_argument("--config", required=True, help="Run config (YAML): evaluation.sentences and asr.model.")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
+    p.add_argument("--speaker-wav", action="append", help="Reference clip of the voice (default: evaluation.speaker_wavs).")
+    p.add_argument("--out", default="score_samples", help="Folder for the samples (default: %(default)s).")
+    p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
 
     p = add("make-tiny-model", _cmd_make_tiny_model, "Write a tiny random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--out", required=True, help="Output folder.")

@@ -90,6 +90,11 @@ class DatasetConfig:
     max_duration_s: float = opt(11.6, "Longest clip kept, in seconds (XTTS-v2 limit: 255,995 samples at 22,050 Hz).")
     min_chars_per_second: float = opt(3.0, "Below this the transcript is probably misaligned (too short for the audio).")
     max_chars_per_second: float = opt(30.0, "Above this the transcript is probably misaligned (too long for the audio).")
+    transcript_check: Optional[float] = opt(
+        None,
+        "Transcribe every clip with asr.model and reject it as transcript_mismatch when its CER against the "
+        "transcript is above this (e.g. 0.5); null: off.",
+    )
     max_text_chars: int = opt(250, "Longest normalised transcript kept, in characters.")
     trim_silence_db: float = opt(
         40.0, "Leading/trailing audio quieter than this many dB below the peak is trimmed; 0 disables trimming."
@@ -120,6 +125,8 @@ class DatasetConfig:
             problems.append("dataset.num_workers: must be >= 0 (0 = every core)")
         if self.eval_max_clips < 0:
             problems.append("dataset.eval_max_clips: must be >= 0")
+        if self.transcript_check is not None and self.transcript_check < 0:
+            problems.append(f"dataset.transcript_check: {self.transcript_check} must be >= 0 (a CER), or null for off")
         if not 0 <= self.min_chars_per_second < self.max_chars_per_second:
             problems.append("dataset.min/max_chars_per_second: need 0 <= min_chars_per_second < max_chars_per_second")
         if self.max_text_chars < 1:

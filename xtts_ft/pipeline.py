@@ -51,11 +51,19 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         "prepare-v1", NORMALIZER_VERSION, dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text),
         stages.tree_stats(Path(cfg.dataset.path)),
     )
+    if cfg.dataset.transcript_check is not None:  # a different recogniser hears differently
+        key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
     if stages.is_current(data_dir, key, ["metadata_train.csv", "metadata_eval.csv", "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
+    recognizer = None
+    if cfg.dataset.transcript_check is not None:
+        from xtts_ft.asr.recognizer import Recognizer
+
+        recognizer = Recognizer.from_config(cfg.asr)
     report = prepare_dataset(
-        cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones
+        cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones,
+        recognizer=recognizer,
     )
     for line in report.summary_lines():
         log.info("prepare: %s", line)

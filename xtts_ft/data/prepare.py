@@ -41,12 +41,15 @@ def prepare_dataset(
     allowed_chars: Optional[Callable[[str], bool]] = None,
     fold_homophones: bool = False,
     progress: bool = True,
+    recognizer=None,
 ) -> PrepareReport:
     """Prepare ``cfg.path`` into ``out_dir``; re-runs only process new or changed clips.
 
     ``normalizer``: text front-end (str -> str or NormalizedText); default
     ``xtts_ft.text.normalize_text(text, fold_homophones)``. ``allowed_chars``: predicate per
     character (spaces excluded) from the tokenizer; None skips the unencodable_text check.
+    ``recognizer``: an :class:`xtts_ft.asr.recognizer.Recognizer`, required when
+    ``cfg.transcript_check`` is set (see :mod:`xtts_ft.data.transcript_check`).
     Raises DataError when the dataset cannot be read or no clip is kept.
     """
     started = time.monotonic()
@@ -108,6 +111,10 @@ def prepare_dataset(
             plot_rejected[0].append(r.duration_s)
             plot_rejected[1].append(len(texts[e.clip_id]) / r.duration_s)
 
+    cer_values: list[float] = []
+    if cfg.transcript_check is not None:
+        kept, cer_values = _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections)
+
     split = split_clips([(e.clip_id, e.speaker) for e in kept], cfg.eval_fraction, cfg.eval_max_clips, cfg.split_by_speaker)
     for file_name, in_eval in (("metadata_train.csv", False), ("metadata_eval.csv", True)):
         rows = [
@@ -128,6 +135,7 @@ def prepare_dataset(
         "duration": (cfg.min_duration_s, cfg.max_duration_s),
         "chars_per_second": (cfg.min_chars_per_second, cfg.max_chars_per_second),
     }
+    report.transcript_cer_stats = stats(cer_values) if cfg.transcript_check is not None else {}
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)
@@ -138,6 +146,29 @@ def prepare_dataset(
             f"see {out_dir / 'report.txt'} for examples"
         )
     return report
+
+
+def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections):
+    """Reject kept clips the recogniser hears as something else; returns (still kept, CER of every checked clip)."""
+    from xtts_ft.data.transcript_check import check_transcripts
+
+    if recognizer is None:
+        raise ConfigError("dataset.transcript_check is set but no speech recogniser was loaded; set asr.model "
+                          "(or dataset.transcript_check: null)")
+    clips = [(e.clip_id, texts[e.clip_id], out_dir / WAVS_DIR / names[e.clip_id], keys[e.clip_id]) for e in kept]
+    check = check_transcripts(clips, recognizer, out_dir)
+    bad = check.mismatches(cfg.transcript_check)
+    still = []
+    for e in kept:
+        if e.clip_id in bad:
+            cer, heard = bad[e.clip_id]
+            detail = f"CER {cer:.2f} > {cfg.transcript_check:g}; heard: {heard or '(nothing)'}"
+            rejections.append(Rejection(e.clip_id, "transcript_mismatch", detail, e.where))
+        else:
+            still.append(e)
+    log.info("transcript check: %d clips heard (%d reused), %d rejected as transcript_mismatch",
+             len(check.results), check.reused, len(bad))
+    return still, [cer for cer, _ in check.results.values()]
 
 
 def _check_paths(cfg: DatasetConfig, out_dir: Path) -> tuple[Path, Path]:

@@ -27,6 +27,8 @@ REASONS: dict[str, str] = {
     "chars_per_second": "transcript and audio probably do not match; check both",
     "duplicate_audio": "the same audio appears more than once; the first clip (by id) is kept",
     "duplicate_text": "the same speaker says the same normalised text more than once; the first clip is kept",
+    "transcript_mismatch": "the recogniser hears something else (see rejected.tsv): fix the transcript or drop the "
+    "clip, or raise dataset.transcript_check",
 }
 
 # Reasons a worker process can return for the audio stage (all others are decided in the main process).

@@ -37,6 +37,7 @@ class PrepareReport:
     speakers_without_eval: list[str] = field(default_factory=list)
     duration_stats: dict[str, float] = field(default_factory=dict)  # seconds, kept clips
     chars_per_second_stats: dict[str, float] = field(default_factory=dict)  # kept clips
+    transcript_cer_stats: dict[str, float] = field(default_factory=dict)  # every clip dataset.transcript_check heard
     seconds: float = 0.0  # wall-clock time of the run
 
     @property
@@ -59,7 +60,8 @@ class PrepareReport:
             f"{self.kept_eval} eval; {len(self.speakers)} speaker(s)",
             f"Audio processed this run: {self.processed} clip(s); reused from the cache: {self.reused}",
         ]
-        for name, stats, unit in (("Duration", self.duration_stats, " s"), ("Chars/s", self.chars_per_second_stats, "")):
+        for name, stats, unit in (("Duration", self.duration_stats, " s"), ("Chars/s", self.chars_per_second_stats, ""),
+                                  ("Transcript CER", self.transcript_cer_stats, "")):
             if stats.get("count"):
                 lines.append(
                     f"{name}: min {stats['min']:g}{unit}, median {stats['median']:g}{unit}, "
