@@ -347,7 +347,7 @@ class AsrConfig:
         "holding a transformers CTC model (config.json, weights, preprocessor and tokenizer files).",
     )
     revision: Optional[str] = opt(
-        "2c5a8ceb114861293a2362ad26db8f10dc898a29", "Hugging Face revision of asr.model when it is a repo id."
+        None, "Hugging Face revision (branch, tag or commit) of asr.model when it is a repo id; null: main."
     )
     cache_dir: Optional[str] = opt(None, "Hugging Face cache directory (default: the hub's own cache).")
     batch_size: int = opt(8, "Clips recognised per forward pass.")

@@ -87,8 +87,8 @@ class Recognizer:
 
         from xtts_ft.asr.model_files import resolve_asr_model
 
-        if model:
-            cfg = replace(cfg, model=model, revision=None if model != cfg.model else cfg.revision)
+        if model and model != cfg.model:  # the configured revision belongs to the configured model
+            cfg = replace(cfg, model=model, revision=None)
         return cls(resolve_asr_model(cfg), device=cfg.device, batch_size=cfg.batch_size)
 
     def _batch(self, clips: list[np.ndarray]) -> list[str]:
