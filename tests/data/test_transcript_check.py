@@ -85,7 +85,7 @@ def test_swapped_transcripts_are_exactly_the_rejected_clips(tmp_path, recognizer
 def test_transcript_check_without_a_recogniser_is_a_config_error(tmp_path):
     from xtts_ft.config import DatasetConfig
 
-    _swapped_dataset(tmp_path / "data", n=3)
+    _swapped_dataset(tmp_path / "data")
     cfg = DatasetConfig(path=str(tmp_path / "data"), format="coqui", num_workers=1, eval_fraction=0.0,
                         transcript_check=0.5)
     with pytest.raises(ConfigError, match="transcript_check"):
