@@ -66,6 +66,14 @@ def test_smoke_run_writes_every_output(smoke_run):
     assert list((run_dir / "tensorboard").iterdir())
     html = (run_dir / "report.html").read_text(encoding="utf-8")
     assert "<audio" in html
+    # The demo's recogniser (configs/demo.yaml: the small committed one) heard every sample.
+    last_eval = [m for m in metrics(run_dir) if m.get("split") == "eval"][-1]
+    assert 0.0 <= last_eval["sample_cer"] and -1.0 <= last_eval["sample_speaker_similarity"] <= 1.0
+    assert "sample_stop_rate_short" in last_eval and "sample_cer_short" in last_eval
+    assert "heard:" in html and "Character error rate" in html and "Speaker similarity" in html
+    index = [json.loads(line) for line in (run_dir / "samples" / "index.jsonl").read_text().splitlines()]
+    sample = index[-1]["samples"][0]
+    assert isinstance(sample["recognized_text"], str) and sample["cer"] is not None
     assert "report.html" in out.stderr  # the closing summary names the outputs
 
 
