@@ -110,3 +110,20 @@ def test_a_new_normaliser_version_redoes_prepare_and_tokenizer(smoke_run, tiny_b
     monkeypatch.setattr(pipeline, "NORMALIZER_VERSION", pipeline.NORMALIZER_VERSION + 1)
     pipeline.tokenizer_stage(cfg, base, pipeline.prepare_stage(cfg, base))
     assert "unchanged" not in caplog.text and "tokenizer: 800 new tokens" in caplog.text
+
+
+def test_score_prints_cer_similarity_and_stop_rate(smoke_run, capsys, monkeypatch, tmp_path):
+    from xtts_ft.cli import main
+
+    run_dir, _ = smoke_run
+    monkeypatch.chdir(REPO_ROOT)  # configs/demo.yaml names its recogniser relative to the repository
+    voice = sorted((run_dir / "data" / "wavs").glob("*.wav"))[0]
+    code = main(["score", "--config", "configs/demo.yaml", "--model", str(run_dir / "checkpoints" / "step_000008"),
+                 "--speaker-wav", str(voice), "--out", str(tmp_path / "score"),
+                 "--set", "evaluation.sentences=['ሰላም።', 'ስምህ ማን ነው?']", "--set", "evaluation.max_new_tokens=10"])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows[0][:5] == ["sample", "bucket", "ended", "CER", "similarity"] and len(rows[1:3]) == 2
+    means = {r[0]: float(r[1]) for r in rows if len(r) == 2}
+    assert means["sample_cer"] >= 0 and 0 <= means["sample_stop_rate"] <= 1 and "sample_speaker_similarity" in means
