@@ -109,7 +109,9 @@ def test_every_clip_is_kept_or_rejected_with_its_reason(tmp_path: Path):
     rejected = {row["where"]: row["reason"] for row in read_tsv(out / "rejected.tsv")}
     want_rejected = {where: reason for where, reason in expected.items() if reason != "keep"}
     assert rejected == want_rejected
-    assert set(want_rejected.values()) == set(REASONS)  # the dataset exercises every reason
+    # the dataset exercises every reason but transcript_mismatch, which needs a recogniser
+    # (tests/data/test_transcript_check.py covers it)
+    assert set(want_rejected.values()) == set(REASONS) - {"transcript_mismatch"}
     assert report.rejected == {r: Counter(want_rejected.values())[r] for r in REASONS}
 
     rows = read_metadata(out / "metadata_train.csv") + read_metadata(out / "metadata_eval.csv")
