@@ -233,12 +233,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from xtts_ft.tiny_model import write_tiny_model
+def _cmd_make_random_model(args: argparse.Namespace) -> int:
+    from xtts_ft.random_model import write_random_model
 
     setup_logging(None, args.verbose)
-    out = write_tiny_model(Path(args.out), seed=args.seed)
-    print(f"wrote a tiny RANDOM XTTS (for demos and tests, it cannot speak) to {out}")
+    size = getattr(args, "size", "tiny")  # make-tiny-model has no --size
+    out = write_random_model(Path(args.out), size=size, seed=args.seed)
+    print(f"wrote a {size} RANDOM XTTS (for demos, tests and rehearsals, it cannot speak) to {out}")
     return 0
 
 
@@ -291,7 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--base-model", help="Base model folder or repo id (default: the one the run used).")
 
-    p = add("make-tiny-model", _cmd_make_tiny_model, "Write a tiny random XTTS in the XTTS-v2 file layout.")
+    p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
+    p.add_argument("--size", choices=["tiny", "full"], default="tiny",
+                   help="tiny: trains in seconds (demo, tests); full: the real XTTS-v2 dimensions (~2.4 GB on disk).")
+    p.add_argument("--out", required=True, help="Output folder.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+
+    p = add("make-tiny-model", _cmd_make_random_model, "Write a tiny random XTTS (same as make-random-model --size tiny).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
     return parser

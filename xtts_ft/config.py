@@ -179,7 +179,11 @@ class TrainingConfig:
     step_gamma: float = opt(0.5, "Step schedule: factor applied every step_every steps.")
     new_token_lr_multiplier: float = opt(1.0, "LR multiplier for the newly added token rows.")
     grad_clip: float = opt(1.0, "Max gradient norm (computed on unscaled gradients); 0 disables clipping.")
-    num_workers: int = opt(2, "Data-loader worker processes.")
+    num_workers: int = opt(2, "Data-loader worker processes (on a CPU run, at most cores - 1).")
+    cpu_threads: Union[int, Literal["auto"]] = opt(
+        "auto", "torch intra-op threads of the trainer; auto: the idle cores left after the data-loader workers "
+        "(1-minute load average), at least 1."
+    )
     log_every: int = opt(10, "Console and metrics.jsonl line every this many optimizer steps.")
     cache_dvae_codes: bool = opt(True, "Compute the DVAE codes of training audio once and cache them on disk.")
     gradient_checkpointing: bool = opt(False, "Recompute GPT block activations in backward to save memory.")
@@ -213,6 +217,8 @@ class TrainingConfig:
             problems.append("training.warmup_steps/grad_clip must be >= 0 and training.log_every >= 1")
         if self.num_workers < 0:
             problems.append("training.num_workers: must be >= 0 (0 loads data in the training process)")
+        if isinstance(self.cpu_threads, int) and self.cpu_threads < 1:
+            problems.append("training.cpu_threads: must be >= 1 or 'auto'")
         if self.new_token_lr_multiplier <= 0:
             problems.append("training.new_token_lr_multiplier: must be > 0 (1.0 = same LR as every other row)")
         if not 0 < self.min_conditioning_s <= self.max_conditioning_s:

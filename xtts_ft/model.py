@@ -61,14 +61,14 @@ def base_state_dict(model_pth: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
+def new_dvae(num_audio_tokens: int) -> nn.Module:
+    """The XTTS-v2 DVAE (as coqui's GPTTrainer builds it), randomly initialised from a fixed seed."""
     from TTS.tts.layers.xtts.dvae import DiscreteVAE
 
-    state = load_state_dict_file(dvae_pth)
     with torch.random.fork_rng(devices=[]):
-        # An empty dvae.pth (the tiny demo model) gives a DVAE from a fixed seed: deterministic codes.
+        # An empty dvae.pth (the tiny demo model) keeps these weights: deterministic codes.
         torch.manual_seed(0)
-        dvae = DiscreteVAE(
+        return DiscreteVAE(
             channels=80,
             normalization=None,
             positional_dims=1,
@@ -80,10 +80,33 @@ def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
             num_layers=2,
             use_transposed_convs=False,
         )
+
+
+def dvae_state_problem(dvae: nn.Module, state: dict, dvae_pth: Path) -> Optional[str]:
+    """One line saying why ``state`` does not fit ``dvae`` (missing tensors or other shapes), else None."""
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        return f"{dvae_pth}: not a DVAE state dict (expected tensors by name, as coqui/XTTS-v2's dvae.pth)"
+    expected = dvae.state_dict()
+    missing = [k for k in expected if k not in state]
+    if missing:
+        return f"{dvae_pth}: DVAE weights lack {len(missing)} tensors (e.g. {missing[0]}); use the base model's own dvae.pth"
+    wrong = [k for k in expected if tuple(state[k].shape) != tuple(expected[k].shape)]
+    if wrong:
+        k = wrong[0]
+        return (f"{dvae_pth}: {len(wrong)} DVAE tensors have other shapes than this model's DVAE (e.g. {k}: "
+                f"{tuple(state[k].shape)}, expected {tuple(expected[k].shape)}); dvae.pth belongs to another model: "
+                f"use the dvae.pth of the same base model as config.json")
+    return None
+
+
+def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
+    state = load_state_dict_file(dvae_pth)
+    dvae = new_dvae(num_audio_tokens)
     if state:
-        missing, unexpected = dvae.load_state_dict(state, strict=False)
-        if missing:
-            raise ModelError(f"{dvae_pth}: DVAE weights lack {len(missing)} tensors (e.g. {missing[0]})")
+        problem = dvae_state_problem(dvae, state, dvae_pth)
+        if problem:
+            raise ModelError(problem)
+        dvae.load_state_dict(state, strict=False)
     else:
         log.warning("%s is empty: using a seeded random DVAE (tiny demo model only)", dvae_pth)
     dvae.eval().requires_grad_(False)

@@ -43,6 +43,7 @@ from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.memory import (ddp_ignore, enable_gradient_checkpointing, modules_on, offload_plan, place_modules,
                                    plan_accumulation, probe_batch_size, release_memory)
@@ -123,6 +124,7 @@ class FineTuneRecipe:
         cfg, tcfg = self.cfg, self.tcfg
         self.dist = setup_distributed(cfg.run.device)
         self.device, self.is_main = self.dist.device, self.dist.is_main
+        self.cpu_plan = apply_cpu_plan(tcfg.cpu_threads, tcfg.num_workers, self.device.type)
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.clean_staging(self.run_dir)
@@ -173,7 +175,7 @@ class FineTuneRecipe:
         self.runner = MicroBatchRunner(counters=self.guard, device=self.device, describe=self._clip_names,
                                        zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True),
                                        recover=not self.dist.enabled)
-        loader = make_loader(self.train_set, self.sampler, num_workers=tcfg.num_workers,
+        loader = make_loader(self.train_set, self.sampler, num_workers=self.cpu_plan.workers,
                              pin_memory=self.device.type == "cuda",
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
