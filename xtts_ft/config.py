@@ -271,10 +271,19 @@ class CheckpointConfig:
     on_save_error: Literal["continue", "stop"] = opt(
         "stop", "When a save fails (e.g. disk full): keep training, or stop cleanly. The previous checkpoint stays."
     )
+    optimizer_state: Literal["all", "latest"] = opt(
+        "all", "latest: only the newest checkpoint keeps the optimizer state (twice the GPT's size); older and best "
+        "ones keep weights only (they still export, evaluate and load; resume uses the latest full one)."
+    )
+    disk_budget_gb: Optional[float] = opt(
+        None, "Disk the run may fill, in GB, checked before training; null: the free space of the run directory."
+    )
 
     def check(self, problems: list[str]) -> None:
         if self.every_steps < 1 or self.keep_last < 1:
             problems.append("checkpoint.every_steps and checkpoint.keep_last: must be >= 1")
+        if self.disk_budget_gb is not None and self.disk_budget_gb <= 0:
+            problems.append("checkpoint.disk_budget_gb: must be > 0 GB, or null to use the free space")
         if self.resume not in ("auto", "never"):
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")

@@ -35,6 +35,10 @@ class CheckpointError(UserError):
     """A checkpoint is missing, corrupted, untrusted or incompatible with the run."""
 
 
+class DiskSpaceError(UserError):
+    """What the run will write does not fit on the disk of its run directory."""
+
+
 class TrainingStopped(UserError):
     """Training stopped with a diagnosis (e.g. repeated non-finite losses)."""
 

@@ -42,6 +42,7 @@ from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
+from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
 from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.evaluation import eval_losses
@@ -55,6 +56,7 @@ from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_chec
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopSignals
+from xtts_ft.train.slim import slim_older_checkpoints
 from xtts_ft.train.stability import (
     Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu,
 )
@@ -140,6 +142,9 @@ class FineTuneRecipe:
         self.model.train()
         self.vocab_fp = vocab_fingerprint(self.vocab_path)
         self.limits = Limits(**model_limits(self.model.xtts))
+        # every rank checks (same disk, same answer), before the data, the code cache and the first step
+        check_disk_budget(cfg, estimate_run_disk(cfg, self.model.gpt, run_dir=self.run_dir,
+                                                 base_model_pth=self.base.model_pth), self.run_dir)
         self.policy = resolve_precision(cfg.precision.mode, self.device)
 
         # data: every clip checked up front; DVAE codes cached once
@@ -516,6 +521,8 @@ class FineTuneRecipe:
                 path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best)
+                if self.cfg.checkpoint.optimizer_state == "latest":
+                    slim_older_checkpoints(self.run_dir, path)
                 self.last_checkpoint = path
                 self.metrics.event(self.step, "checkpoint", path=str(path))
             except OSError as exc:

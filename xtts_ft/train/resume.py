@@ -152,7 +152,11 @@ def apply_checkpoint(
     order to continue exactly; otherwise it restarts at the next epoch (logged).
     """
     gpt.load_state_dict(state["gpt"], strict=False)  # keys and shapes were checked by check_compatible
-    optimizer.load_state_dict(state["optimizer"])
+    if "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    else:  # checkpoint.optimizer_state: latest keeps the moments only in the newest checkpoint
+        log.warning("resume: %s keeps weights only; AdamW's moments start afresh (the newest checkpoint has them)",
+                    path)
     for group in optimizer.param_groups:  # the config's hyper-parameters win over the saved ones
         group["betas"] = tuple(tcfg.betas)
         group["weight_decay"] = tcfg.weight_decay if group.get("name") == "decay" else 0.0
