@@ -58,6 +58,10 @@ def config(**changes) -> dict:
     return cfg
 
 
+# Where a line quotes a third-party decoder (torchaudio through ffmpeg, or soundfile, depending on what is
+# installed), its text differs between machines: only the project's own part of the line is compared.
+DECODER = "<decoder's own message>"
+
 # (id, command, argv, files to write first {relative path: YAML dict | text | bytes}, exit code, expected error lines)
 H, X = "headless", "xtts_ft"
 CASES = [
@@ -205,8 +209,8 @@ CASES = [
     ("synth-speaker-not-audio", X, ["synthesize", "--model", "{ck}/good", "--text", "ሰላም", "--speaker-wav",
                                     "{ws}/fake.wav", "--out", "{ws}/o.wav", "--base-model", "{base}"],
      {"fake.wav": "RIFF but not really"}, 2,
-     ["speaker wav '{ws}/fake.wav': cannot be decoded as audio (Failed to open the input \"{ws}/fake.wav\" (Invalid "
-      "data found when processing input).); pass a WAV or FLAC recording of the voice"]),
+     ["speaker wav '{ws}/fake.wav': cannot be decoded as audio (" + DECODER + "); pass a WAV or FLAC recording of "
+      "the voice"]),
     # --- checkpoints: resume and evaluate (these run the pipeline up to loading the checkpoint) ----
     ("resume-other-vocabulary", H, ["--config", "{ws}/good.yaml", "--resume", "{ck}/good"], {}, 2,
      ["{ck}/good: trained with vocabulary {fp_ckpt}, but the current vocab.json has fingerprint {fp_run}; token ids "
@@ -310,6 +314,15 @@ def error_lines(stderr: str) -> list[str]:
             for line in stderr.splitlines() if line.startswith("error: ") or ": error: " in line]
 
 
+def own_part(line: str, expected: str) -> str:
+    """``line`` with a third-party message replaced by DECODER where ``expected`` has it (and it is non-empty)."""
+    if DECODER not in expected:
+        return line
+    head, tail = expected.split(DECODER)
+    inner = line[len(head): len(line) - len(tail)]
+    return DECODER.join([head, tail]) if line.startswith(head) and line.endswith(tail) and inner.strip() else line
+
+
 def test_the_sweep_covers_at_least_30_bad_inputs_across_every_area():
     areas = {case[0].split("-")[0] for case in CASES}
     assert len(CASES) >= 30 and len({case[0] for case in CASES}) == len(CASES)
@@ -322,7 +335,9 @@ def test_bad_input_gives_the_exact_message_and_no_traceback(sweep, case):
     case_id, _, _, _, exit_code, expected = case
     result = results[case_id]
     assert "Traceback" not in result["stderr"], result["stderr"][-3000:]
-    assert error_lines(result["stderr"]) == fill(expected, {**names, "id": case_id}), result["stderr"][-3000:]
+    lines, wanted = error_lines(result["stderr"]), fill(expected, {**names, "id": case_id})
+    assert [own_part(line, want) for line, want in zip(lines, wanted)] == wanted, result["stderr"][-3000:]
+    assert len(lines) == len(wanted), result["stderr"][-3000:]
     assert result["rc"] == exit_code
 
 
