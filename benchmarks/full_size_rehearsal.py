@@ -1,6 +1,6 @@
 """Rehearse a real run at the real size on a CPU: every stage on a full-size random XTTS-v2.
 
-    nice -n 10 python benchmarks/full_size_rehearsal.py --out /tmp/rehearsal [--steps 2] [--batch 1]
+    nice -n 10 python benchmarks/full_size_rehearsal.py --out /tmp/rehearsal [--steps 2] [--batch 1] [--threads 1]
 
 It writes a random XTTS with the real XTTS-v2 dimensions (``make-random-model --size full``), then
 runs the pipeline on the bundled demo clips (short, synthetic) exactly as a user would, each stage
@@ -86,7 +86,9 @@ def time_checkpoint_io(ckpt: str, scratch: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="Scratch folder (needs about 25 GB free).")
-    parser.add_argument("--model", type=Path, help="An existing full-size random model (default: write one).")
+    parser.add_argument("--model", type=Path, help="An existing random model of --size (default: write one).")
+    parser.add_argument("--size", choices=["full", "tiny"], default="full",
+                        help="full: the real XTTS-v2 dimensions; tiny: the same stages in a minute (tests).")
     parser.add_argument("--steps", type=int, default=2, help="Training steps of the first run (resume adds 2).")
     parser.add_argument("--batch", type=int, default=1, help="Clips per step.")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (training.cpu_threads).")
@@ -102,10 +104,10 @@ def main() -> None:
     logs.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     stages, sizes = [], {}
-    model = args.model.resolve() if args.model else out / "base_full"
+    model = args.model.resolve() if args.model else out / f"base_{args.size}"
     if not args.model:
-        stages.append(run_stage("write_full_model", [sys.executable, "-m", "xtts_ft", "make-random-model", "--size",
-                                                     "full", "--out", str(model)], logs, env))
+        stages.append(run_stage(f"write_{args.size}_model", [sys.executable, "-m", "xtts_ft", "make-random-model",
+                                                             "--size", args.size, "--out", str(model)], logs, env))
     sizes["base_model_mb"] = round(du_mb(model))
     sizes["base_model_files_mb"] = {p.name: round(du_mb(p), 1) for p in sorted(model.iterdir())}
 
@@ -147,7 +149,7 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load avg "
                    f"{os.getloadavg()[0]:.1f} at the end",
         "command": " ".join(sys.argv),
-        "steps": args.steps, "batch": args.batch, "threads": args.threads,
+        "size": args.size, "steps": args.steps, "batch": args.batch, "threads": args.threads,
         "stages": stages, "sizes": sizes,
         "resumed_from": [e.get("checkpoint") for e in resumes],
         "train_samples_per_s": [round(m["samples_per_s"], 3) for m in train_rows],

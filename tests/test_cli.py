@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -9,7 +10,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-COMMANDS = ["prepare", "tokenizer", "normalize", "train", "evaluate", "synthesize", "export", "make-tiny-model"]
+COMMANDS = ["prepare", "tokenizer", "normalize", "train", "evaluate", "synthesize", "export", "make-random-model",
+            "make-tiny-model"]
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -46,7 +48,10 @@ def test_bad_override_lists_every_problem(tmp_path):
     assert len(lines) == 2 and all(line.startswith("error: configs/demo.yaml: ") for line in lines)
 
 
-def test_make_tiny_model_command(tmp_path):
-    out = run("-m", "xtts_ft", "make-tiny-model", "--out", str(tmp_path / "tiny"))
+@pytest.mark.parametrize("command", [["make-tiny-model"], ["make-random-model", "--size", "tiny"]])
+def test_make_tiny_model_command(tmp_path, command):
+    out = run("-m", "xtts_ft", *command, "--out", str(tmp_path / "tiny"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "tiny" / "model.pth").is_file() and "RANDOM" in out.stdout
+    config = json.loads((tmp_path / "tiny" / "config.json").read_text())
+    assert config["model_args"]["gpt_layers"] == 2  # tiny, whichever name was used
