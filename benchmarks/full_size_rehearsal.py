@@ -85,7 +85,7 @@ def time_checkpoint_io(ckpt: str, scratch: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="Scratch folder (needs about 25 GB free).")
+    parser.add_argument("--out", type=Path, help="Scratch folder (needs about 25 GB free at full size).")
     parser.add_argument("--model", type=Path, help="An existing random model of --size (default: write one).")
     parser.add_argument("--size", choices=["full", "tiny"], default="full",
                         help="full: the real XTTS-v2 dimensions; tiny: the same stages in a minute (tests).")
@@ -97,6 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.time_checkpoint_io:
         return time_checkpoint_io(*args.time_checkpoint_io)
+    if args.out is None:
+        parser.error("--out is required")
 
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
