@@ -143,7 +143,8 @@ def main() -> None:
     stages.append(run_stage("synthesize", [sys.executable, "-m", "xtts_ft", "synthesize", "--model", str(export),
                                            "--text", "ሰላም፣ እንዴት ነህ?", "--speaker-wav", str(speaker),
                                            "--out", str(out / "hello.wav")], logs, env))
-    samples = [json.loads(line) for line in (run_dir / "samples" / "index.jsonl").read_text(encoding="utf-8").splitlines()]
+    evaluations = [json.loads(line) for line in (run_dir / "samples" / "index.jsonl").read_text(encoding="utf-8").splitlines()]
+    samples = [s for e in evaluations for s in e.get("samples", [])]  # one line per evaluation, its samples inside
     rtfs = [s["rtf"] for s in samples if isinstance(s.get("rtf"), (int, float))]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     train_rows = [m for m in metrics if m.get("split") != "eval" and m.get("samples_per_s")]
