@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--size", choices=["tiny", "full"], default="tiny",
-                   help="tiny: trains in seconds (demo, tests); full: the real XTTS-v2 dimensions (~2.4 GB on disk).")
+                   help="tiny: trains in seconds (demo, tests); full: the real XTTS-v2 dimensions (~2.1 GB on disk).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
 

