@@ -178,7 +178,7 @@ class FineTuneRecipe:
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
         self.snapshot = Snapshot()
-        self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+        self.snapshot.take(self.step, self.model.gpt, self.optimizer)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps, start_step=self.step,
                                      log_every=tcfg.log_every)
         if path is not None:
@@ -410,7 +410,7 @@ class FineTuneRecipe:
                                 epoch=self.data_position[0], samples=self.samples_per_step, seconds=seconds)
         if outcome == "rollback":
             failed_at = self.step
-            self.step = self.snapshot.restore(self.model.gpt, self.optimizer, self.scaler)
+            self.step = self.snapshot.restore(self.model.gpt, self.optimizer)  # the loss scale stays as it is
             self.lr_factor *= self.cfg.stability.rollback_lr_factor
             self.guard.note_rollback()
             log.warning("%d non-finite steps in a row at step %d: rolled back to step %d with the LR x%g "
@@ -421,7 +421,7 @@ class FineTuneRecipe:
         elif outcome == "stop":
             self._stop_with_diagnosis()
         elif outcome == "ok" and self.step - (self.snapshot.step or 0) >= self.cfg.stability.snapshot_every:
-            self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+            self.snapshot.take(self.step, self.model.gpt, self.optimizer)
 
     def _switch_precision(self, scale: float) -> None:
         new = fallback_policy(self.policy, self.device)
