@@ -467,7 +467,10 @@ class FineTuneRecipe:
             result = losses["eval_loss"]
         result = self.dist.broadcast_object(result)
         self.last_eval_step = self.step
-        if result is None or not math.isfinite(result):
+        if result is not None and not math.isfinite(result):
+            self._report_nonfinite_eval(result)
+            return False
+        if result is None:
             return False
         self.last_eval_loss = result
         if self.first_eval_loss is None:
@@ -476,6 +479,15 @@ class FineTuneRecipe:
         if is_best:
             self.best_eval_loss = result
         return is_best
+
+    def _report_nonfinite_eval(self, value: float) -> None:
+        """A NaN/Inf eval loss is a finding, not a gap: warned, recorded, and kept out of best/last losses."""
+        self.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
+        if self.is_main:
+            log.warning("eval loss at step %d is %s (%s): the model's eval outputs overflow; this checkpoint gets no "
+                        "eval loss and cannot become the best one. If it repeats, set precision.mode: fp32 or lower "
+                        "training.lr", self.step, value, self.policy.name)
+            self.metrics.event(self.step, "eval_nonfinite", eval_loss=str(value), precision=self.policy.name)
 
     def _run_eval_hook(self) -> dict[str, float]:
         """The integrator's hook (sample synthesis). Its random draws are isolated from training's, and a
