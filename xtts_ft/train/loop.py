@@ -51,6 +51,7 @@ from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
+from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopSignals
@@ -114,6 +115,7 @@ class FineTuneRecipe:
         self.step, self.lr_factor, self.fresh = 0, 1.0, True
         self.first_eval_loss = self.best_eval_loss = self.last_eval_loss = None
         self.last_eval_step = self.saved_step = -1
+        self.last_step_seconds = 0.0
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
         self._rng_state: Optional[dict] = None
@@ -155,6 +157,9 @@ class FineTuneRecipe:
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
         self.trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
+        if self.is_main:  # a stop must save within torchrun's 30 s: warn up front when the disk is too slow
+            self.save_time.estimate(checkpoint_bytes(list(self.model.gpt.parameters())), self.run_dir)
         self.new_rows = NewTokenRows(self.model.gpt, self.base_vocab_size, tcfg.new_token_lr_multiplier)
         self.guard = StabilityGuard(cfg.stability)
         position = self._restore(state, path) if state is not None else (0, 0)
@@ -401,6 +406,7 @@ class FineTuneRecipe:
                 "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
 
     def _after_step(self, stats, seconds: float) -> None:
+        self.last_step_seconds = seconds
         outcome = self.guard.record(stats)
         pcfg = self.cfg.precision
         if self.scaler.is_enabled() and not stats.grad_ok and stats.loss_scale * pcfg.backoff_factor < pcfg.min_scale:
@@ -523,8 +529,10 @@ class FineTuneRecipe:
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
                     "precision": self.policy.name, "base_vocab_size": self.base_vocab_size}
             try:
+                started = time.perf_counter()
                 path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
+                self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best)
                 self.last_checkpoint = path
                 self.metrics.event(self.step, "checkpoint", path=str(path))
