@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import shutil
@@ -41,6 +42,15 @@ import torch  # noqa: E402
 from xtts_ft.cli import default_allocator_settings  # noqa: E402
 
 RESULTS: list[tuple[str, bool]] = []
+PROBE_LINES: list[str] = []
+
+
+class ProbeLines(logging.Handler):
+    """Keeps the batch-size probe's log lines (the trainer logs its choice and peak there)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "batch_size auto:" in record.getMessage():
+            PROBE_LINES.append(record.getMessage())
 
 
 def section(number: int, title: str) -> None:
@@ -161,9 +171,7 @@ def training_sections(args, device, prep):
     if device.type != "cuda":
         print(f"no GPU: nothing to probe (batch {size})")
     else:
-        log = (run_dir / "train.log").read_text() if (run_dir / "train.log").is_file() else ""
-        probe = [line for line in log.splitlines() if "batch_size auto:" in line]
-        print("\n".join(probe[-1:]) or "(probe line not found in the log)")
+        print(PROBE_LINES[-1] if PROBE_LINES else "(the probe logged nothing)")
         total = torch.cuda.get_device_properties(device).total_memory
         step1 = peaks.get(1)
         print(f"step 1 at batch {size}: peak {step1 / 2**30:.2f} GiB of {total / 2**30:.2f} GiB" if step1 else "")
@@ -328,9 +336,10 @@ def main() -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     default_allocator_settings()  # as the real entry points do, before CUDA starts
-    import logging
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    memory_log = logging.getLogger("xtts_ft.train.memory")
+    memory_log.setLevel(logging.INFO)
+    memory_log.addHandler(ProbeLines())  # section 3 repeats the probe's result
     print(f"gpu_smoke: {' '.join(sys.argv[1:]) or '(defaults)'}; git {git_revision()}")
     device = device_section(args)
     prep = prepared(args)
