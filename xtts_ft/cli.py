@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -94,12 +95,39 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 # headless_train.py
 
 
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def default_allocator_settings(environ=os.environ) -> None:
+    """``expandable_segments:True`` unless the user configured the CUDA allocator themselves.
+
+    Expandable segments let the allocator grow one mapping instead of caching fixed blocks, so
+    batches of changing length fragment GPU memory far less. Read when CUDA initialises: the entry
+    points call this first, before anything touches the GPU (never at import).
+    """
+    if not environ.get(ALLOC_CONF) and not environ.get("PYTORCH_ALLOC_CONF"):
+        environ[ALLOC_CONF] = "expandable_segments:True"
+
+
+def _rank() -> tuple[int, int]:
+    """(RANK, LOCAL_RANK) as torchrun sets them; (0, 0) for a single process."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def print_header(cfg) -> None:
+    """The run's summary, from rank 0 only (every rank would print the same)."""
     import torch
 
+    rank, local_rank = _rank()
     device = "cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else cfg.run.device
     device = "cpu" if device == "auto" else device
-    gpu = f" ({torch.cuda.get_device_name(0)})" if device == "cuda" and torch.cuda.is_available() else ""
+    gpu = ""
+    if device == "cuda" and torch.cuda.is_available():
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)  # first: a CUDA call before it would open a context on GPU 0 in every rank
+        gpu = f" ({torch.cuda.get_device_name(index)})"
+    if rank != 0:
+        return
     t = cfg.training
     log.info("xtts-ft run: %s", cfg.run_dir)
     log.info("  device      %s%s, precision %s", device, gpu, cfg.precision.mode)
@@ -120,12 +148,13 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--evaluate", action="store_true", help="Only evaluate (samples + report) a checkpoint.")
     parser.add_argument("--checkpoint", help="With --evaluate: the checkpoint folder (default: latest in the run dir).")
     args = parser.parse_args(argv)
+    default_allocator_settings()
     return _run(_headless, args)
 
 
 def _headless(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    setup_logging(cfg.run_dir, args.verbose)
+    setup_logging(cfg.run_dir if _rank()[0] == 0 else None, args.verbose)  # one writer of train.log
     print_header(cfg)
     if args.evaluate:
         from xtts_ft.evaluate.standalone import evaluate_run
@@ -299,4 +328,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    default_allocator_settings()
     return _run(args.handler, args)

@@ -243,7 +243,7 @@ class StabilityConfig:
     max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
     snapshot_every: int = opt(
         100,
-        "Refresh the in-memory rollback copy (GPT weights, optimizer, loss scaler; kept in CPU RAM, about 3x the "
+        "Refresh the in-memory rollback copy (GPT weights and optimizer; kept in CPU RAM, about 3x the "
         "GPT's size) every this many good steps.",
     )
 

@@ -112,17 +112,32 @@ def base_vocab_size(base: BaseModelFiles) -> int:
 
 
 def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
-    """Run every stage for ``cfg``; returns where the outputs are."""
-    from xtts_ft.evaluate import make_eval_hook, write_report
+    """Run every stage for ``cfg``; returns where the outputs are.
+
+    Under ``torchrun`` every stage that writes files (base model, prepare, tokenizer, report) runs on
+    rank 0 while the other ranks wait, then reads rank 0's outputs (``MainFirst``).
+    """
+    from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
+
+    ctx = setup_distributed(cfg.run.device)
+    try:
+        return _run_stages(cfg, MainFirst(ctx), train_model=train_model)
+    finally:
+        cleanup_distributed(ctx)
+
+
+def _run_stages(cfg: Config, main_first, *, train_model: bool) -> PipelineResult:
+    from xtts_ft.evaluate import write_report
     from xtts_ft.train import train
 
-    run_dir = cfg.run_dir
+    run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, run_dir / "config.yaml")
-    base = resolve_base_model(cfg.base_model)
-    data_dir = prepare_stage(cfg, base)
-    vocab_path = tokenizer_stage(cfg, base, data_dir)
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(cfg, run_dir / "config.yaml")
+    base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
+    data_dir = main_first.run("prepare", lambda: prepare_stage(cfg, base))
+    vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir))
     if resume_from is not None:
         from xtts_ft.tokenizer import vocab_fingerprint
         from xtts_ft.train.resume import check_vocab
@@ -132,7 +147,7 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
     if not train_model:
         return result
 
-    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir)
+    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir) if is_main else None  # rank 0 evaluates
     outcome = train(
         cfg,
         base=base,
@@ -149,10 +164,12 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
     result.first_eval_loss = outcome.first_eval_loss
     result.final_eval_loss = outcome.final_eval_loss
     result.samples_dir = run_dir / "samples"
-    result.report = write_report(run_dir)
-    (run_dir / "summary.json").write_text(
-        json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
-    )
+    result.report = run_dir / "report.html"
+    if is_main:
+        result.report = write_report(run_dir)
+        (run_dir / "summary.json").write_text(
+            json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
+        )
     return result
 
 

@@ -2,8 +2,11 @@
 
 Each eval clip gets a fixed prompt crop (mid length, from the start) and the forward runs without
 the prompt mask (``cond_idxs=None``), as coqui's ``GPTTrainer.eval_step`` does, under the run's
-autocast. The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_mel_ce``,
-read with one sync at the end.
+autocast. The model inputs (conditioning mels, DVAE codes when they are not cached) are built
+*outside* autocast, exactly as training builds them: inside it the mel extractor runs in fp16/bf16,
+which shifts the log-mels (by up to 0.03 in bf16) and turns a loud clip into +inf under fp16.
+The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_mel_ce``, read with
+one sync at the end; a non-finite mean is returned as it is, for the caller to report.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ def eval_losses(
     device = next(model.parameters()).device
     totals, count = torch.zeros(len(KEYS), device=device), 0
     for keys in batches:
+        inputs = model_inputs(collate([dataset[k] for k in keys]), train=False)  # fp32, as in training
         with autocast():
-            out = model(**model_inputs(collate([dataset[k] for k in keys]), train=False))
+            out = model(**inputs)
         totals += torch.stack([out[k].float() for k in KEYS]) * len(keys)
         count += len(keys)
     values = (totals / max(count, 1)).tolist()

@@ -51,6 +51,7 @@ from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
+from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopSignals
@@ -114,6 +115,7 @@ class FineTuneRecipe:
         self.step, self.lr_factor, self.fresh = 0, 1.0, True
         self.first_eval_loss = self.best_eval_loss = self.last_eval_loss = None
         self.last_eval_step = self.saved_step = -1
+        self.last_step_seconds = 0.0
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
         self._rng_state: Optional[dict] = None
@@ -155,6 +157,9 @@ class FineTuneRecipe:
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
         self.trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
+        if self.is_main:  # a stop must save within torchrun's 30 s: warn up front when the disk is too slow
+            self.save_time.estimate(checkpoint_bytes(list(self.model.gpt.parameters())), self.run_dir)
         self.new_rows = NewTokenRows(self.model.gpt, self.base_vocab_size, tcfg.new_token_lr_multiplier)
         self.guard = StabilityGuard(cfg.stability)
         position = self._restore(state, path) if state is not None else (0, 0)
@@ -178,7 +183,7 @@ class FineTuneRecipe:
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
         self.snapshot = Snapshot()
-        self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+        self.snapshot.take(self.step, self.model.gpt, self.optimizer)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps, start_step=self.step,
                                      log_every=tcfg.log_every)
         if path is not None:
@@ -401,6 +406,7 @@ class FineTuneRecipe:
                 "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
 
     def _after_step(self, stats, seconds: float) -> None:
+        self.last_step_seconds = seconds
         outcome = self.guard.record(stats)
         pcfg = self.cfg.precision
         if self.scaler.is_enabled() and not stats.grad_ok and stats.loss_scale * pcfg.backoff_factor < pcfg.min_scale:
@@ -410,7 +416,7 @@ class FineTuneRecipe:
                                 epoch=self.data_position[0], samples=self.samples_per_step, seconds=seconds)
         if outcome == "rollback":
             failed_at = self.step
-            self.step = self.snapshot.restore(self.model.gpt, self.optimizer, self.scaler)
+            self.step = self.snapshot.restore(self.model.gpt, self.optimizer)  # the loss scale stays as it is
             self.lr_factor *= self.cfg.stability.rollback_lr_factor
             self.guard.note_rollback()
             log.warning("%d non-finite steps in a row at step %d: rolled back to step %d with the LR x%g "
@@ -421,7 +427,7 @@ class FineTuneRecipe:
         elif outcome == "stop":
             self._stop_with_diagnosis()
         elif outcome == "ok" and self.step - (self.snapshot.step or 0) >= self.cfg.stability.snapshot_every:
-            self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+            self.snapshot.take(self.step, self.model.gpt, self.optimizer)
 
     def _switch_precision(self, scale: float) -> None:
         new = fallback_policy(self.policy, self.device)
@@ -467,7 +473,10 @@ class FineTuneRecipe:
             result = losses["eval_loss"]
         result = self.dist.broadcast_object(result)
         self.last_eval_step = self.step
-        if result is None or not math.isfinite(result):
+        if result is not None and not math.isfinite(result):
+            self._report_nonfinite_eval(result)
+            return False
+        if result is None:
             return False
         self.last_eval_loss = result
         if self.first_eval_loss is None:
@@ -476,6 +485,15 @@ class FineTuneRecipe:
         if is_best:
             self.best_eval_loss = result
         return is_best
+
+    def _report_nonfinite_eval(self, value: float) -> None:
+        """A NaN/Inf eval loss is a finding, not a gap: warned, recorded, and kept out of best/last losses."""
+        self.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
+        if self.is_main:
+            log.warning("eval loss at step %d is %s (%s): the model's eval outputs overflow; this checkpoint gets no "
+                        "eval loss and cannot become the best one. If it repeats, set precision.mode: fp32 or lower "
+                        "training.lr", self.step, value, self.policy.name)
+            self.metrics.event(self.step, "eval_nonfinite", eval_loss=str(value), precision=self.policy.name)
 
     def _run_eval_hook(self) -> dict[str, float]:
         """The integrator's hook (sample synthesis). Its random draws are isolated from training's, and a
@@ -511,8 +529,10 @@ class FineTuneRecipe:
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
                     "precision": self.policy.name, "base_vocab_size": self.base_vocab_size}
             try:
+                started = time.perf_counter()
                 path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
+                self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best)
                 self.last_checkpoint = path
                 self.metrics.event(self.step, "checkpoint", path=str(path))
