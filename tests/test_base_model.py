@@ -139,8 +139,23 @@ def test_no_network_without_cache_says_what_to_do(tmp_path):
     with pytest.raises(ModelError) as err:
         resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead))
     msg = str(err.value)
-    assert "cannot download 'coqui/XTTS-v2'" in msg and "huggingface-cli download" in msg
+    assert "cannot download 'coqui/XTTS-v2'" in msg and "`hf download coqui/XTTS-v2 --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1
+
+
+def test_the_offline_hint_names_a_command_the_pinned_huggingface_hub_installs():
+    """The hint's `hf download ... --local-dir` exists in the installed huggingface_hub (not the removed
+    `huggingface-cli`)."""
+    from importlib.metadata import entry_points
+
+    from typer.testing import CliRunner
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert scripts.get("hf") == "huggingface_hub.cli.hf:main" and "huggingface-cli" not in scripts
+    from huggingface_hub.cli.hf import app
+
+    help_text = CliRunner().invoke(app, ["download", "--help"]).output
+    assert "--local-dir" in help_text
 
 
 def test_injected_fetcher_gets_each_file_with_revision(tiny_base_dir, tmp_path):

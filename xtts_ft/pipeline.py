@@ -2,7 +2,9 @@
 
 ``run_pipeline`` is what ``python headless_train.py --config X`` does. Each stage writes into
 its own folder of the run directory and is skipped on a re-run when its inputs did not change
-(see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself.
+(see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself. Before any of it,
+the run folder is claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
+is refused there, before data, vocabulary or codes of the earlier run are touched.
 """
 
 from __future__ import annotations
@@ -111,14 +113,20 @@ def base_vocab_size(base: BaseModelFiles) -> int:
     return describe_vocab(base.vocab_json)
 
 
-def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
-    """Run every stage for ``cfg``; returns where the outputs are."""
+def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool = False,
+                 command_line=None) -> PipelineResult:
+    """Run every stage for ``cfg``; returns where the outputs are.
+
+    ``archive_old_run``: move another run's outputs in the folder aside instead of refusing (``--archive-old-run``);
+    ``command_line`` (prefix, arguments): how this run was started, for the resume command printed after a stop.
+    """
     from xtts_ft.evaluate import make_eval_hook, write_report
+    from xtts_ft.run_folder import claim_run_folder, run_fingerprint
     from xtts_ft.train import train
 
     run_dir = cfg.run_dir
     resume_from = _named_checkpoint(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    claim_run_folder(run_dir, fingerprint=run_fingerprint(cfg), resume=cfg.checkpoint.resume, archive=archive_old_run)
     dump_config(cfg, run_dir / "config.yaml")
     base = resolve_base_model(cfg.base_model)
     data_dir = prepare_stage(cfg, base)
@@ -142,6 +150,7 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
         eval_csv=data_dir / "metadata_eval.csv",
         run_dir=run_dir,
         eval_hook=eval_hook,
+        command_line=command_line,
     )
     result.last_checkpoint = outcome.last_checkpoint
     result.best_checkpoint = outcome.best_checkpoint

@@ -3,7 +3,7 @@
 Each eval clip gets a fixed prompt crop (mid length, from the start) and the forward runs without
 the prompt mask (``cond_idxs=None``), as coqui's ``GPTTrainer.eval_step`` does, under the run's
 autocast. The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_mel_ce``,
-read with one sync at the end.
+read with one sync at the end. A stop request is honoured between batches (``StopRequested``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from xtts_ft.train.data import ClipDataset, collate
 from xtts_ft.train.sampler import ItemKey
+from xtts_ft.train.signals import raise_if_stopped
 
 KEYS = ("loss", "loss_text_ce", "loss_mel_ce")
 
@@ -31,6 +32,7 @@ def eval_losses(
     device = next(model.parameters()).device
     totals, count = torch.zeros(len(KEYS), device=device), 0
     for keys in batches:
+        raise_if_stopped("the evaluation losses")
         with autocast():
             out = model(**model_inputs(collate([dataset[k] for k in keys]), train=False))
         totals += torch.stack([out[k].float() for k in KEYS]) * len(keys)
