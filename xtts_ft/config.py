@@ -461,11 +461,13 @@ def _is_local(source: str) -> bool:
 
 
 def _unmet_needs(raw: dict, cfg: Config) -> list[str]:
-    """Options given in the file that nothing reads with the other settings as they are (never silently ignored)."""
+    """Options set in the file that nothing reads with the other settings as they are (never silently ignored)."""
     out = []
     for section, key, needs, met, now in _NEEDS:
+        # set to something other than its default: a resolved config.yaml lists every key and stays loadable
         given = isinstance(raw.get(section), dict) and raw[section].get(key) is not None
-        if given and not met(cfg):
+        default = next(f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == key).default
+        if given and getattr(getattr(cfg, section), key) != default and not met(cfg):
             out.append(f"{section}.{key}: only used with {needs}, but {now(cfg)}; remove it or change that setting")
     return out
 

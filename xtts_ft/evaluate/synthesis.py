@@ -135,7 +135,7 @@ def _conditioning(xtts, wav: Path):
     )
 
 
-def _check_reference(wav: Path) -> None:
+def check_reference(wav: Path) -> None:
     """A voice reference must exist and decode the way coqui reads it (torchaudio), or it is a one-line DataError."""
     import torchaudio
 
@@ -186,7 +186,7 @@ def synthesize_requests(
     """
     check_language(tokenizer, language)
     for wav in dict.fromkeys(Path(r[3]) for r in requests):
-        _check_reference(wav)
+        check_reference(wav)
     limit = int(xtts.args.gpt_max_text_tokens)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,8 @@ import torch
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, dump_config
-from xtts_ft.errors import DataError, TrainingStopped
-from xtts_ft.run_folder import claim_run_folder
+from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
+from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
@@ -364,8 +364,7 @@ class FineTuneRecipe:
             saved = (f"saved {self.last_checkpoint}" if self.last_checkpoint is not None and self.saved_step == self.step
                      else "nothing new to save" if self.step == 0 or self.saved_step == self.step
                      else f"the last checkpoint is {self.last_checkpoint}")
-            log.warning("stopped by %s during %s at step %d; %s. Resume with: %s", self.signals.signal_name, where,
-                        self.step, saved, hint)
+            log.warning("stopped by %s during %s; %s. Resume with: %s", self.signals.signal_name, where, saved, hint)
             event = {"signal": self.signals.signal_name, "during": where, "checkpoint": self.last_checkpoint,
                      "resume_command": hint}
             if self.metrics is not None and self.metrics.enabled:
@@ -572,6 +571,7 @@ class FineTuneRecipe:
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
                     "precision": self.policy.name, "base_vocab_size": self.base_vocab_size, "run_id": self.run.run_id}
             try:
+                self._keep_foreign_checkpoint()
                 path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
@@ -590,6 +590,18 @@ class FineTuneRecipe:
             log.error("%s; training continues (checkpoint.on_save_error: continue)", msg)
             return
         self.saved_step = self.step
+
+    def _keep_foreign_checkpoint(self) -> None:
+        """A folder of this step's name that another run wrote is moved aside, never overwritten."""
+        target = ckpt.checkpoint_root(self.run_dir) / ckpt.step_dir_name(self.step)
+        if not target.is_dir():
+            return
+        try:
+            meta = ckpt.read_meta(target)
+        except CheckpointError:
+            meta = {}
+        if not self.run.owns(meta):
+            set_aside_foreign(self.run_dir, target)
 
     def _sampler_state(self) -> dict:
         return {**self.sampler.state_dict(self.data_position), **self._sampler_key()}
