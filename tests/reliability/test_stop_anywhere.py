@@ -47,6 +47,7 @@ def stop_during_evaluation(script_args, dataset, run: Path, eval_step: int, sect
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=120)
             seconds = time.monotonic() - sent
+            print(f"SIGTERM during the evaluation at step {eval_step}: the process exited {seconds:.2f} s later")
         finally:
             proc.kill()
     return proc.returncode, log.read_text(), seconds
@@ -62,7 +63,7 @@ def test_sigterm_during_the_step0_evaluation_exits_within_seconds(script_args, d
         script_args, dataset, run, 0,
         {"training": {"max_steps": 50}, "evaluation": {"eval_at_start": True, "every_steps": 0}})
     assert rc == 0, out[-3000:]
-    assert seconds < STOP_WITHIN_S, (seconds, out[-3000:])
+    assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])
     assert "stopped by SIGTERM during the evaluation at step 0; nothing new to save" in out
     assert "Resume with:" in out
     assert ckpt.list_checkpoints(run) == []  # nothing was trained, so nothing was saved
@@ -77,7 +78,7 @@ def test_sigterm_during_a_later_evaluation_saves_that_step_first(script_args, da
         script_args, dataset, run, 2,
         {"training": {"max_steps": 50}, "evaluation": {"every_steps": 2}, "checkpoint": {"every_steps": 100}})
     assert rc == 0, out[-3000:]
-    assert seconds < STOP_WITHIN_S, (seconds, out[-3000:])
+    assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])
     latest = ckpt.find_latest_checkpoint(run)
     assert latest is not None and latest.name == "step_000002"  # the last finished step
     assert ckpt.load_training_state(latest)["step"] == 2

@@ -29,7 +29,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
-from xtts_ft.train.signals import raise_if_stopped
+from xtts_ft.train.signals import raise_if_stopped, stopping_enabled
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,26 @@ class _CodeRecorder(StoppingCriteria):
             self.prompt_len = input_ids.shape[1] - 1
         self.codes = input_ids[0, self.prompt_len :].detach().cpu()
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@contextlib.contextmanager
+def stop_checks(xtts) -> Iterator[None]:
+    """Inside a training run: every module of ``xtts`` checks the run's stop request before it runs.
+
+    One sample passes through the speaker encoder, the GPT (once per generated token) and the HiFiGAN
+    decoder; on a CPU or with the full model each of these takes seconds, so checking only between
+    samples or tokens is not enough for a stop within seconds. Forward pre-hooks, removed on exit, check
+    at every layer instead; outside training (no stop to honour) nothing is registered.
+    """
+    if not stopping_enabled():
+        yield
+        return
+    handles = [m.register_forward_pre_hook(lambda *_: raise_if_stopped("sample synthesis")) for m in xtts.modules()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextlib.contextmanager
@@ -196,7 +216,8 @@ def synthesize_requests(
     latents: dict[Path, tuple] = {}
     results: list[SampleResult] = []
     try:
-        with gpt_ready_for_inference(xtts, max_new_tokens), torch.random.fork_rng(devices=_rng_devices(xtts)):
+        with gpt_ready_for_inference(xtts, max_new_tokens), torch.random.fork_rng(devices=_rng_devices(xtts)), \
+                stop_checks(xtts):
             for name, index, text, wav in requests:
                 raise_if_stopped("sample synthesis")
                 sent = text.strip().lower()  # what Xtts.inference does before encoding

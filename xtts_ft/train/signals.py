@@ -42,6 +42,11 @@ def stop_requested() -> bool:
     return bool(_active) and _active[-1].requested
 
 
+def stopping_enabled() -> bool:
+    """Whether a training run that honours stop requests is active (so checks for them are worth placing)."""
+    return bool(_active)
+
+
 def raise_if_stopped(where: str) -> None:
     """Abandon the current piece of work (``where`` names it) when a stop was requested."""
     if stop_requested():

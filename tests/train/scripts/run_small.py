@@ -29,7 +29,7 @@ from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
 
 def main() -> int:
     args = json.loads(Path(sys.argv[1]).read_text())
-    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(levelname)s %(message)s")
     tokenizer = AmharicTokenizer(args["vocab"], normalizer=lambda s: s)
     built = []
 
@@ -51,6 +51,7 @@ def main() -> int:
     if args.get("weights_out"):
         rank = int(os.environ.get("RANK", "0"))
         torch.save(gpt_state_dict(built[0].gpt), Path(args["weights_out"]) / f"rank{rank}.pt")
+    logging.getLogger("run_small").info("returned")
     print(f"RESULT step={result.step} stopped_by_signal={result.stopped_by_signal}", flush=True)
     return 0
 
