@@ -121,12 +121,13 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
     ``command_line`` (prefix, arguments): how this run was started, for the resume command printed after a stop.
     """
     from xtts_ft.evaluate import make_eval_hook, write_report
-    from xtts_ft.run_folder import claim_run_folder, run_fingerprint
+    from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
     from xtts_ft.train import train
 
     run_dir = cfg.run_dir
     resume_from = _named_checkpoint(cfg)
-    claim_run_folder(run_dir, fingerprint=run_fingerprint(cfg), resume=cfg.checkpoint.resume, archive=archive_old_run)
+    fingerprint = run_fingerprint(cfg)
+    claim_run_folder(run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run)
     dump_config(cfg, run_dir / "config.yaml")
     base = resolve_base_model(cfg.base_model)
     data_dir = prepare_stage(cfg, base)
@@ -152,6 +153,7 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
         eval_hook=eval_hook,
         command_line=command_line,
     )
+    record_fingerprint(run_dir, fingerprint)  # trained with these settings (adopted folders learn them here)
     result.last_checkpoint = outcome.last_checkpoint
     result.best_checkpoint = outcome.best_checkpoint
     result.stopped_by_signal = outcome.stopped_by_signal

@@ -203,8 +203,10 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
     if record is None and checkpoints and resume != "never":
         # a folder from before run.json: the run that wrote its checkpoints continues (adopted)
         ids = [m.get("run_id") for _, _, m in checkpoints if m.get("run_id")]
+        # fingerprint unknown until a command has trained with these checkpoints (record_fingerprint): the first
+        # command may be refused by the vocabulary check and fixed, e.g. text.fold_homophones set back
         record = RunRecord(run_id=ids[-1] if ids else new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           fingerprint=fingerprint, adopted=True)
+                           fingerprint=None, adopted=True)
         log.info("run folder %s: adopted its %d existing checkpoint(s) as run %s", run_dir, len(checkpoints),
                  record.run_id)
         write_record(run_dir, record)
@@ -224,9 +226,6 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
     elif named and named != record.run_id:
         reasons.append(f"checkpoint.resume names a checkpoint of run {named}")
     if not reasons:
-        if fingerprint and record.fingerprint != fingerprint:
-            record.fingerprint = fingerprint
-            write_record(run_dir, record)
         return record
     if checkpoints:
         _refuse_or_archive(run_dir, record, checkpoints, reasons, archive, move_inputs=bool(differences))
@@ -237,6 +236,15 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
                        fingerprint=fingerprint)
     write_record(run_dir, record)
     return record
+
+
+def record_fingerprint(run_dir: Path, fingerprint: dict) -> None:
+    """After training ran with these settings: a run recorded without a fingerprint (adopted, or made by a direct
+    trainer call) gets this one, so later commands are compared with it."""
+    record = read_record(run_dir)
+    if record is not None and record.fingerprint is None:
+        record.fingerprint = fingerprint
+        write_record(run_dir, record)
 
 
 def _refuse_or_archive(run_dir: Path, record: Optional[RunRecord], checkpoints: list, reasons: list[str],
