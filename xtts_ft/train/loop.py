@@ -35,8 +35,8 @@ import torch
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, dump_config
 from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
-from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
+from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
