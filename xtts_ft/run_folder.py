@@ -92,7 +92,10 @@ def _sha(path: Path) -> str:
 
 
 def dataset_fingerprint(root: Path) -> dict:
-    """Transcript files by content, audio files by size (reading hours of audio would be heavy work)."""
+    """Transcript files by content, audio files by size (reading hours of audio would be heavy work); other files
+    (a README, pictures) do not define the run."""
+    from xtts_ft.data.readers import AUDIO_EXTENSIONS
+
     transcripts, audio = {}, {}
     root = Path(root)
     for dirpath, dirnames, names in os.walk(root):
@@ -105,7 +108,7 @@ def dataset_fingerprint(root: Path) -> dict:
             try:
                 if name.lower().endswith(TRANSCRIPT_SUFFIXES):
                     transcripts[rel] = _sha(path)
-                else:
+                elif name.lower().endswith(AUDIO_EXTENSIONS):
                     audio[rel] = path.stat().st_size
             except OSError:  # unreadable files are the data stage's business (it reports them)
                 continue
@@ -267,8 +270,11 @@ def archive_run(run_dir: Path, record: Optional[RunRecord], *, move_inputs: bool
     """Move one run's outputs (and, with ``move_inputs``, its prepared data and vocabulary) into old_runs/."""
     run_dir = Path(run_dir)
     name = f"{time.strftime('%Y%m%d-%H%M%S')}_{record.run_id if record else 'unrecorded'}"
-    dest = run_dir / OLD_RUNS / name
-    dest.mkdir(parents=True, exist_ok=False)
+    dest, n = run_dir / OLD_RUNS / name, 1
+    while dest.exists():  # two archives within a second: never mix them
+        n += 1
+        dest = run_dir / OLD_RUNS / f"{name}-{n}"
+    dest.mkdir(parents=True)
     for item in RUN_OUTPUTS + (DERIVED_INPUTS if move_inputs else ()):
         source = run_dir / item
         if source.exists():
