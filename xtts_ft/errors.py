@@ -35,6 +35,10 @@ class CheckpointError(UserError):
     """A checkpoint is missing, corrupted, untrusted or incompatible with the run."""
 
 
+class RunFolderError(UserError):
+    """The run folder belongs to another run, or cannot be used as a run folder."""
+
+
 class TrainingStopped(UserError):
     """Training stopped with a diagnosis (e.g. repeated non-finite losses)."""
 

@@ -7,6 +7,7 @@ autocast. The model inputs (conditioning mels, DVAE codes when they are not cach
 which shifts the log-mels (by up to 0.03 in bf16) and turns a loud clip into +inf under fp16.
 The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_mel_ce``, read with
 one sync at the end; a non-finite mean is returned as it is, for the caller to report.
+A stop request is honoured between batches (``StopRequested``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn as nn
 
 from xtts_ft.train.data import ClipDataset, collate
 from xtts_ft.train.sampler import ItemKey
+from xtts_ft.train.signals import raise_if_stopped
 
 KEYS = ("loss", "loss_text_ce", "loss_mel_ce")
 
@@ -34,6 +36,7 @@ def eval_losses(
     device = next(model.parameters()).device
     totals, count = torch.zeros(len(KEYS), device=device), 0
     for keys in batches:
+        raise_if_stopped("the evaluation losses")
         inputs = model_inputs(collate([dataset[k] for k in keys]), train=False)  # fp32, as in training
         with autocast():
             out = model(**inputs)
