@@ -70,7 +70,7 @@ def smoke_config(args, run_dir: Path, **sets):
         "run.output_dir": str(run_dir), "run.device": "cpu" if args.cpu else "auto",
         "base_model.source": args.base_model or str(args.out / "tiny_base"),
         "base_model.create_tiny": "false" if args.base_model else "true",
-        "precision.mode": args.precision, "training.max_steps": str(args.steps),
+        "precision.mode": args.precision, "training.max_steps": str(args.steps), "training.warmup_steps": "0",
         "evaluation.every_steps": "0", "evaluation.eval_at_start": "false", "evaluation.mcd_clips": "0",
         "checkpoint.every_steps": str(args.steps), "training.num_workers": "0", "training.log_every": "1", **sets,
     }
@@ -302,7 +302,8 @@ def two_gpu_section(args):
            str(REPO / "headless_train.py"), "--config", str(REPO / "configs" / "demo.yaml"),
            "--max-steps", str(args.steps), "--set", f"run.output_dir={run_dir}", "--set", "run.device=auto",
            "--set", f"base_model.source={args.base_model or args.out / 'tiny_base'}",
-           "--set", f"precision.mode={args.precision}", "--set", "evaluation.every_steps=0"]
+           "--set", f"precision.mode={args.precision}", "--set", "evaluation.every_steps=0",
+           "--set", "training.warmup_steps=0"]
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
     print(f"exit {proc.returncode} in {time.perf_counter() - started:.1f} s")

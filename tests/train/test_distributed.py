@@ -48,7 +48,7 @@ def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(HEADLESS_RANKS),
            str(out), "--config", "configs/demo.yaml", "--max-steps", "2",
            "--set", f"run.output_dir={run}", "--set", f"base_model.source={tmp_path / 'tiny_base'}",
-           "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0"]
+           "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0", "--set", "training.warmup_steps=0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[3],
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
