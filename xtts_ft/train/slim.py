@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 from xtts_ft.errors import CheckpointError
 from xtts_ft.train import checkpoint as ckpt
@@ -39,10 +40,11 @@ def strip_optimizer_state(ckpt_dir: Path) -> None:
                          vocab_path=vocab, write_config=lambda p: p.write_bytes(config))
 
 
-def slim_older_checkpoints(run_dir: Path, latest: Path) -> list[Path]:
-    """Strip the optimizer state from every checkpoint but ``latest``; returns the ones rewritten."""
+def slim_older_checkpoints(run_dir: Path, latest: Path, owner: Optional[ckpt.Owner] = None) -> list[Path]:
+    """Strip the optimizer state from every checkpoint of the current run (``owner``) but ``latest``;
+    returns the ones rewritten. Another run's checkpoints are never touched."""
     done = []
-    for _, path in ckpt.list_checkpoints(run_dir):
+    for _, path in ckpt.owned_checkpoints(run_dir, owner):
         if path.resolve() == Path(latest).resolve():
             continue
         try:
