@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from contextlib import nullcontext
@@ -23,12 +24,33 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run as a script
+from xtts_ft.config import PrecisionConfig  # noqa: E402
+from xtts_ft.train.precision import PrecisionPolicy, cuda_bf16_supported, make_scaler  # noqa: E402
+
 FULL = dict(layers=30, model_dim=1024, heads=16, max_text_tokens=402, max_mel_tokens=605, max_prompt_tokens=70,
             number_text_tokens=8000, num_audio_tokens=8194)
 SMALL = dict(layers=2, model_dim=128, heads=4, max_text_tokens=64, max_mel_tokens=80, max_prompt_tokens=70,
              number_text_tokens=1000, num_audio_tokens=258)
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s) of the cards users rent; fp32 peaks are far lower.
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10G": 70.0, "T4": 65.0, "V100": 125.0}
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10G": 70.0,
+               "T4": 65.0, "V100": 125.0}
+
+
+def peak_tflops(device_name: str):
+    """The card's dense peak from its name; a model must be a whole word ('L4' is not 'L40S')."""
+    for model, peak in PEAK_TFLOPS.items():
+        if re.search(rf"(?<![A-Za-z0-9]){model}(?![A-Za-z0-9])", device_name):
+            return peak
+    return None
+
+
+def runnable_precisions(precisions: list[str], device: torch.device) -> list[str]:
+    """``precisions`` less bf16 on a GPU without native bf16 (T4, V100: torch would emulate it, slowly)."""
+    if "bf16" in precisions and device.type == "cuda" and not cuda_bf16_supported(device):
+        print("bf16: no native bf16 on this card (compute capability < 8.0; torch would emulate it), skipped")
+        return [p for p in precisions if p != "bf16"]
+    return list(precisions)
 
 
 def build_gpt(size: dict, device: torch.device):
@@ -67,7 +89,6 @@ def loader_throughput(size: dict, batch: int, workers: int, batches: int, text_l
     import numpy as np
     import soundfile as sf
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run as a script
     from xtts_ft.train.data import Clip, ClipDataset, make_loader
     from xtts_ft.train.sampler import ItemKey
 
@@ -104,7 +125,8 @@ def sync(device: torch.device) -> None:
 def measure(gpt, size, device, precision: str, batch: int, steps: int, text_len: int, codes_len: int) -> dict:
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     autocast = torch.amp.autocast(device.type, dtype=dtype) if dtype else nullcontext()
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    # the training loop's scaler (init scale 1024 from the config schema, not torch's 65536)
+    scaler = make_scaler(PrecisionPolicy(precision, device.type), PrecisionConfig())
     opt = torch.optim.AdamW(gpt.parameters(), lr=1e-6, fused=device.type == "cuda")
     host = synthetic_batch(size, batch, text_len, codes_len, cond_frames=258)
     if device.type == "cuda":
@@ -144,6 +166,7 @@ def measure(gpt, size, device, precision: str, batch: int, steps: int, text_len:
         **{f"{k}_pct": 100 * v / steps / step_s for k, v in parts.items()},
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan"),
         "tflops": flops / step_s / 1e12, "loss": loss.item(),
+        "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
     }
 
 
@@ -151,11 +174,10 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
                   steps: int, text_len: int, codes_len: int) -> list[dict]:
     """Time real training steps of the GPT per precision and batch size; print one line per row."""
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
-    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    peak = peak_tflops(name)
     torch.manual_seed(0)
     gpt = build_gpt(size, device)
     if args.gradient_checkpointing:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run as a script
         from xtts_ft.train.memory import enable_gradient_checkpointing
 
         enable_gradient_checkpointing(gpt)
@@ -163,10 +185,7 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
           f"text {text_len} tokens, audio {codes_len} codes (longest clip); {steps} timed steps; "
           f"gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}")
     rows = []
-    for precision in precisions:
-        if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            print("bf16: not supported on this card, skipped")
-            continue
+    for precision in runnable_precisions(precisions, device):
         for batch in batches:
             row = None
             try:

@@ -10,6 +10,8 @@ import hashlib
 import http.server
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -139,8 +141,20 @@ def test_no_network_without_cache_says_what_to_do(tmp_path):
     with pytest.raises(ModelError) as err:
         resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead))
     msg = str(err.value)
-    assert "cannot download 'coqui/XTTS-v2'" in msg and "huggingface-cli download" in msg
+    assert "cannot download 'coqui/XTTS-v2'" in msg and "`hf download coqui/XTTS-v2 --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1
+
+
+def test_the_offline_hint_names_a_command_the_pinned_huggingface_hub_installs():
+    """The hint's `hf download ... --local-dir` exists in the installed huggingface_hub (not the removed
+    `huggingface-cli`)."""
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert scripts.get("hf") == "huggingface_hub.cli.hf:main" and "huggingface-cli" not in scripts
+    run_hf = "import sys; from huggingface_hub.cli.hf import main; sys.argv = ['hf', 'download', '--help']; main()"
+    out = subprocess.run([sys.executable, "-c", run_hf], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--local-dir" in out.stdout
 
 
 def test_injected_fetcher_gets_each_file_with_revision(tiny_base_dir, tmp_path):

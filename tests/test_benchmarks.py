@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -47,3 +48,37 @@ def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path):
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert len(rows) == 1 and rows[0]["gradient_checkpointing"] is True and rows[0]["samples_per_s"] > 0
     assert "gradient checkpointing on" in out.stdout
+
+
+def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
+    """The rehearsal's smallest form: the same stages and measurements, on the tiny model."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/full_size_rehearsal.py", "--size", "tiny", "--steps", "1", "--threads", "1",
+         "--out", str(tmp_path / "rehearsal")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    result = json.loads((tmp_path / "rehearsal" / "rehearsal.json").read_text())
+    names = [s["stage"] for s in result["stages"]]
+    assert names == ["write_tiny_model", "train_first_run", "train_resumed_run", "checkpoint_load_and_save",
+                     "evaluate_checkpoint", "export", "synthesize"]
+    assert all(s["peak_rss_mb"] > 0 and s["wall_s"] > 0 for s in result["stages"])
+    assert result["resumed_from"][-1].endswith("step_000001")  # the second run continued the first
+    assert result["sizes"]["checkpoint_mb"] > 0 and result["sizes"]["export_mb"] > 0 and result["synthesis_rtf"]
+
+
+def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "benchmarks/gpu_smoke.py", "--cpu", "--quick", "--precision", "fp16", "--out",
+         str(tmp_path / "smoke")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    titles = ["device and precision", "short training run", "batch-size probe vs real peak", "resume equality",
+              "evaluation inputs vs training inputs", "stop (SIGTERM) and checkpoint save time",
+              "two GPUs (torchrun)", "throughput"]
+    positions = [out.stdout.find(f"## {n}. {t}") for n, t in enumerate(titles, 1)]
+    assert -1 not in positions and positions == sorted(positions), positions
+    assert "loss_scale 1024.0  precision fp16" in out.stdout  # the fp16 scaler trace, per step
+    assert "SIGTERM -> exit 0" in out.stdout and "full-size XTTS-v2 checkpoint: 5.5 GB" in out.stdout
+    assert "## summary: 5 of 5 checks passed" in out.stdout and "FAIL" not in out.stdout

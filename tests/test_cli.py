@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -9,7 +10,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-COMMANDS = ["prepare", "tokenizer", "normalize", "train", "evaluate", "synthesize", "export", "make-tiny-model"]
+COMMANDS = ["prepare", "tokenizer", "normalize", "train", "evaluate", "synthesize", "export", "make-random-model",
+            "make-tiny-model"]
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -46,7 +48,52 @@ def test_bad_override_lists_every_problem(tmp_path):
     assert len(lines) == 2 and all(line.startswith("error: configs/demo.yaml: ") for line in lines)
 
 
-def test_make_tiny_model_command(tmp_path):
-    out = run("-m", "xtts_ft", "make-tiny-model", "--out", str(tmp_path / "tiny"))
+@pytest.mark.parametrize("command", [["make-tiny-model"], ["make-random-model", "--size", "tiny"]])
+def test_make_tiny_model_command(tmp_path, command):
+    out = run("-m", "xtts_ft", *command, "--out", str(tmp_path / "tiny"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "tiny" / "model.pth").is_file() and "RANDOM" in out.stdout
+    config = json.loads((tmp_path / "tiny" / "config.json").read_text())
+    assert config["model_args"]["gpt_layers"] == 2  # tiny, whichever name was used
+
+
+def test_expandable_segments_default_is_set_by_the_entry_point_not_at_import():
+    from xtts_ft.cli import default_allocator_settings
+
+    env: dict = {}
+    default_allocator_settings(env)
+    assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    mine = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
+    default_allocator_settings(mine)
+    assert mine == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}  # the user's own setting wins
+    code = ("import os, torch, xtts_ft.cli as c; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF')); "
+            "c.headless_main(['--config', 'missing.yaml']); "
+            "print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'), torch.cuda.is_initialized())")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("PYTORCH_CUDA_ALLOC", "PYTORCH_ALLOC"))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.stdout.split("\n")[:2] == ["None", "expandable_segments:True False"], out.stdout + out.stderr
+
+
+def test_header_sets_this_ranks_gpu_before_asking_its_name_and_only_rank_0_prints(monkeypatch, caplog):
+    import torch
+
+    from xtts_ft import cli
+    from xtts_ft.config import Config
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.append(("set_device", i)))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: calls.append(("name", i)) or "Tesla T4")
+    cfg = Config()
+    caplog.set_level("INFO")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    cli.print_header(cfg)
+    assert calls == [("set_device", 1), ("name", 1)] and "xtts-ft run" not in caplog.text
+    calls.clear()
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    cli.print_header(cfg)
+    assert calls == [("set_device", 0), ("name", 0)] and "cuda (Tesla T4)" in caplog.text

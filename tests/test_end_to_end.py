@@ -25,6 +25,7 @@ def headless(run_dir: Path, tiny_base_dir: Path, *extra: str) -> subprocess.Comp
         "--set", f"base_model.source={tiny_base_dir}",
         "--set", "training.num_workers=0",
         "--set", "training.log_every=1",
+        "--set", "training.warmup_steps=2",
         "--set", "checkpoint.every_steps=4",
         "--set", "evaluation.every_steps=0",
         "--set", "evaluation.sentences=['ሰላም ለዓለም።']",

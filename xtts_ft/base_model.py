@@ -92,7 +92,7 @@ def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
                 continue
             raise ModelError(
                 f"base_model.source: cannot download '{cfg.source}' (no network, and {name} is not in the cache). "
-                f"On a connected machine run `huggingface-cli download {cfg.source} --local-dir DIR`, copy DIR "
+                f"On a connected machine run `hf download {cfg.source} --local-dir DIR` (huggingface_hub's command line), copy DIR "
                 f"here and set base_model.source: DIR (if '{cfg.source}' is meant as a local folder: it does not exist)"
             ) from None
         except EntryNotFoundError:

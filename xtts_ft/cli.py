@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -61,11 +62,22 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
 
 def _load(args: argparse.Namespace):
     from xtts_ft.config import load_config
+    from xtts_ft.errors import ConfigError
 
+    problems = []  # options that cannot work, named before the config is even read
+    if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
+        problems.append(f"--max-steps {args.max_steps}: must be 1 or more (optimizer steps to train for)")
+    if getattr(args, "checkpoint", None) and not getattr(args, "evaluate", False):
+        problems.append(f"--checkpoint {args.checkpoint}: only used with --evaluate; add --evaluate to evaluate it, "
+                        f"or use --resume {args.checkpoint} to continue training from it")
+    if getattr(args, "archive_old_run", False) and getattr(args, "evaluate", False):
+        problems.append("--archive-old-run: only used when training; --evaluate never moves a run aside")
+    if problems:
+        raise ConfigError("\n".join(problems))
     overrides = list(args.set or [])
     if getattr(args, "resume", None):
         overrides.append(f"checkpoint.resume={args.resume}")
-    if getattr(args, "max_steps", None):
+    if getattr(args, "max_steps", None) is not None:
         overrides.append(f"training.max_steps={args.max_steps}")
     return load_config(args.config, overrides)
 
@@ -87,6 +99,10 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--resume", help="auto (latest checkpoint in the run dir), never, or a checkpoint folder.")
     p.add_argument("--max-steps", type=int, help="Shortcut for --set training.max_steps=N.")
+    p.add_argument("--archive-old-run", action="store_true",
+                   help="If the run folder holds another run's checkpoints (other data or settings, or --resume never), "
+                        "move that run into <run.output_dir>/old_runs/<date>_<run id>/ and start this one (nothing is "
+                        "deleted). Without it such a command is refused.")
     p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
 
 
@@ -94,12 +110,39 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 # headless_train.py
 
 
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def default_allocator_settings(environ=os.environ) -> None:
+    """``expandable_segments:True`` unless the user configured the CUDA allocator themselves.
+
+    Expandable segments let the allocator grow one mapping instead of caching fixed blocks, so
+    batches of changing length fragment GPU memory far less. Read when CUDA initialises: the entry
+    points call this first, before anything touches the GPU (never at import).
+    """
+    if not environ.get(ALLOC_CONF) and not environ.get("PYTORCH_ALLOC_CONF"):
+        environ[ALLOC_CONF] = "expandable_segments:True"
+
+
+def _rank() -> tuple[int, int]:
+    """(RANK, LOCAL_RANK) as torchrun sets them; (0, 0) for a single process."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def print_header(cfg) -> None:
+    """The run's summary, from rank 0 only (every rank would print the same)."""
     import torch
 
+    rank, local_rank = _rank()
     device = "cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else cfg.run.device
     device = "cpu" if device == "auto" else device
-    gpu = f" ({torch.cuda.get_device_name(0)})" if device == "cuda" and torch.cuda.is_available() else ""
+    gpu = ""
+    if device == "cuda" and torch.cuda.is_available():
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)  # first: a CUDA call before it would open a context on GPU 0 in every rank
+        gpu = f" ({torch.cuda.get_device_name(index)})"
+    if rank != 0:
+        return
     t = cfg.training
     log.info("xtts-ft run: %s", cfg.run_dir)
     log.info("  device      %s%s, precision %s", device, gpu, cfg.precision.mode)
@@ -120,12 +163,15 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--evaluate", action="store_true", help="Only evaluate (samples + report) a checkpoint.")
     parser.add_argument("--checkpoint", help="With --evaluate: the checkpoint folder (default: latest in the run dir).")
     args = parser.parse_args(argv)
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith("headless_train.py") else "headless_train.py"
+    args.command_line = ([script], list(sys.argv[1:] if argv is None else argv))  # for the resume command
+    default_allocator_settings()
     return _run(_headless, args)
 
 
 def _headless(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    setup_logging(cfg.run_dir, args.verbose)
+    setup_logging(cfg.run_dir if _rank()[0] == 0 else None, args.verbose)  # one writer of train.log
     print_header(cfg)
     if args.evaluate:
         from xtts_ft.evaluate.standalone import evaluate_run
@@ -134,8 +180,11 @@ def _headless(args: argparse.Namespace) -> int:
         log.info("report: %s", report)
         return 0
     from xtts_ft.pipeline import run_pipeline
+    from xtts_ft.train.stopping import continue_command, python_command
 
-    result = run_pipeline(cfg)
+    started_as = getattr(args, "command_line", None)
+    command_line = ([python_command(), *started_as[0]], started_as[1]) if started_as else None
+    result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line)
     log.info("done.")
     log.info("  last checkpoint  %s", result.last_checkpoint)
     if result.best_checkpoint:
@@ -145,7 +194,8 @@ def _headless(args: argparse.Namespace) -> int:
     if result.first_eval_loss is not None and result.final_eval_loss is not None:
         log.info("  eval loss        %.4f -> %.4f", result.first_eval_loss, result.final_eval_loss)
     if result.stopped_by_signal:
-        log.info("stopped early; resume with: python headless_train.py --config %s", args.config)
+        log.info("stopped early; resume with: %s",
+                 continue_command(command_line, cfg.checkpoint.resume, cfg.run_dir, result.last_checkpoint))
     return 0
 
 
@@ -206,6 +256,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return _headless(argparse.Namespace(**vars(args), evaluate=True))
 
 
+
 def _cmd_synthesize(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate import synthesize_command
 
@@ -233,12 +284,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from xtts_ft.tiny_model import write_tiny_model
+def _cmd_make_random_model(args: argparse.Namespace) -> int:
+    from xtts_ft.random_model import write_random_model
 
     setup_logging(None, args.verbose)
-    out = write_tiny_model(Path(args.out), seed=args.seed)
-    print(f"wrote a tiny RANDOM XTTS (for demos and tests, it cannot speak) to {out}")
+    size = getattr(args, "size", "tiny")  # make-tiny-model has no --size
+    out = write_random_model(Path(args.out), size=size, seed=args.seed)
+    print(f"wrote a {size} RANDOM XTTS (for demos, tests and rehearsals, it cannot speak) to {out}")
     return 0
 
 
@@ -320,7 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="score_samples", help="Folder for the samples (default: %(default)s).")
     p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
 
-    p = add("make-tiny-model", _cmd_make_tiny_model, "Write a tiny random XTTS in the XTTS-v2 file layout.")
+    p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
+    p.add_argument("--size", choices=["tiny", "full"], default="tiny",
+                   help="tiny: trains in seconds (demo, tests); full: the real XTTS-v2 dimensions (~2.1 GB on disk).")
+    p.add_argument("--out", required=True, help="Output folder.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+
+    p = add("make-tiny-model", _cmd_make_random_model, "Write a tiny random XTTS (same as make-random-model --size tiny).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
     return parser
@@ -328,4 +386,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    args.command_line = (["-m", "xtts_ft"], list(sys.argv[1:] if argv is None else argv))
+    default_allocator_settings()
     return _run(args.handler, args)

@@ -57,6 +57,14 @@ class RunConfig:
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where to train: auto picks cuda when available.")
 
     def check(self, problems: list[str]) -> None:
+        out = Path(self.output_dir)
+        existing = next((p for p in (out, *out.parents) if p.exists()), None)
+        if out.exists() and not out.is_dir():
+            problems.append(f"run.output_dir: '{out}' is a file; the run directory must be a folder (choose another path)")
+        elif existing is not None and not existing.is_dir():
+            problems.append(f"run.output_dir: '{out}' cannot be created: '{existing}' is a file")
+        elif existing is not None and not out.exists() and not os.access(existing, os.W_OK | os.X_OK):
+            problems.append(f"run.output_dir: '{out}' cannot be created: no write permission in '{existing}'")
         if self.language not in LANGUAGE_ALIASES:
             problems.append(f"run.language: '{self.language}' is not supported; use 'am' (or 'amh')")
         else:
@@ -195,7 +203,11 @@ class TrainingConfig:
     step_gamma: float = opt(0.5, "Step schedule: factor applied every step_every steps.")
     new_token_lr_multiplier: float = opt(1.0, "LR multiplier for the newly added token rows.")
     grad_clip: float = opt(1.0, "Max gradient norm (computed on unscaled gradients); 0 disables clipping.")
-    num_workers: int = opt(2, "Data-loader worker processes.")
+    num_workers: int = opt(2, "Data-loader worker processes (on a CPU run, at most cores - 1).")
+    cpu_threads: Union[int, Literal["auto"]] = opt(
+        "auto", "torch intra-op threads of the trainer; auto: the idle cores left after the data-loader workers "
+        "(1-minute load average), at least 1."
+    )
     log_every: int = opt(10, "Console and metrics.jsonl line every this many optimizer steps.")
     cache_dvae_codes: bool = opt(True, "Compute the DVAE codes of training audio once and cache them on disk.")
     gradient_checkpointing: bool = opt(False, "Recompute GPT block activations in backward to save memory.")
@@ -227,8 +239,16 @@ class TrainingConfig:
             problems.append(f"training.betas: {self.betas} must be two numbers in [0, 1)")
         if self.warmup_steps < 0 or self.grad_clip < 0 or self.log_every < 1:
             problems.append("training.warmup_steps/grad_clip must be >= 0 and training.log_every >= 1")
+        elif self.max_steps >= 1 and self.warmup_steps >= self.max_steps:
+            problems.append(
+                f"training.warmup_steps: {self.warmup_steps} is not below training.max_steps {self.max_steps}, so the "
+                f"learning rate would never reach training.lr; lower warmup_steps (e.g. {self.max_steps // 10}) or "
+                f"raise max_steps"
+            )
         if self.num_workers < 0:
             problems.append("training.num_workers: must be >= 0 (0 loads data in the training process)")
+        if isinstance(self.cpu_threads, int) and self.cpu_threads < 1:
+            problems.append("training.cpu_threads: must be >= 1 or 'auto'")
         if self.new_token_lr_multiplier <= 0:
             problems.append("training.new_token_lr_multiplier: must be > 0 (1.0 = same LR as every other row)")
         if not 0 < self.min_conditioning_s <= self.max_conditioning_s:
@@ -259,7 +279,7 @@ class StabilityConfig:
     max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
     snapshot_every: int = opt(
         100,
-        "Refresh the in-memory rollback copy (GPT weights, optimizer, loss scaler; kept in CPU RAM, about 3x the "
+        "Refresh the in-memory rollback copy (GPT weights and optimizer; kept in CPU RAM, about 3x the "
         "GPT's size) every this many good steps.",
     )
 
@@ -286,10 +306,19 @@ class CheckpointConfig:
     on_save_error: Literal["continue", "stop"] = opt(
         "stop", "When a save fails (e.g. disk full): keep training, or stop cleanly. The previous checkpoint stays."
     )
+    optimizer_state: Literal["all", "latest"] = opt(
+        "all", "latest: only the newest checkpoint keeps the optimizer state (twice the GPT's size); older and best "
+        "ones keep weights only (they still export, evaluate and load; resume uses the latest full one)."
+    )
+    disk_budget_gb: Optional[float] = opt(
+        None, "Disk the run may fill, in GB, checked before training; null: the free space of the run directory."
+    )
 
     def check(self, problems: list[str]) -> None:
         if self.every_steps < 1 or self.keep_last < 1:
             problems.append("checkpoint.every_steps and checkpoint.keep_last: must be >= 1")
+        if self.disk_budget_gb is not None and self.disk_budget_gb <= 0:
+            problems.append("checkpoint.disk_budget_gb: must be > 0 GB, or null to use the free space")
         if self.resume not in ("auto", "never"):
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
@@ -474,6 +503,38 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), parsed
 
 
+# (section, key given, the setting it needs, test on the built config, what that setting is now)
+_NEEDS = [
+    ("training", "step_every", "training.lr_schedule: step", lambda c: c.training.lr_schedule == "step",
+     lambda c: f"training.lr_schedule is '{c.training.lr_schedule}'"),
+    ("training", "step_gamma", "training.lr_schedule: step", lambda c: c.training.lr_schedule == "step",
+     lambda c: f"training.lr_schedule is '{c.training.lr_schedule}'"),
+    ("training", "min_lr_ratio", "training.lr_schedule: cosine", lambda c: c.training.lr_schedule == "cosine",
+     lambda c: f"training.lr_schedule is '{c.training.lr_schedule}'"),
+    ("training", "grad_accum_steps", "training.effective_batch_size: null",
+     lambda c: c.training.effective_batch_size is None,
+     lambda c: f"training.effective_batch_size {c.training.effective_batch_size} derives it"),
+    ("base_model", "revision", "base_model.source as a Hugging Face repo id", lambda c: not _is_local(c.base_model.source),
+     lambda c: f"'{c.base_model.source}' is a local folder"),
+]
+
+
+def _is_local(source: str) -> bool:
+    return Path(source).exists() or source.startswith((".", "/", "~"))
+
+
+def _unmet_needs(raw: dict, cfg: Config) -> list[str]:
+    """Options set in the file that nothing reads with the other settings as they are (never silently ignored)."""
+    out = []
+    for section, key, needs, met, now in _NEEDS:
+        # set to something other than its default: a resolved config.yaml lists every key and stays loadable
+        given = isinstance(raw.get(section), dict) and raw[section].get(key) is not None
+        default = next(f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == key).default
+        if given and getattr(getattr(cfg, section), key) != default and not met(cfg):
+            out.append(f"{section}.{key}: only used with {needs}, but {now(cfg)}; remove it or change that setting")
+    return out
+
+
 def config_from_dict(raw: Any, source: str = "<config>") -> Config:
     problems: list[str] = []
     if not isinstance(raw, dict):
@@ -494,6 +555,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
     if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
         problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
                         f"set evaluation.recognize: true or best_metric: eval_loss")
+    problems.extend(_unmet_needs(raw, cfg))
     if problems:
         raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
     return cfg
@@ -505,13 +567,45 @@ def _tag_of(exc: yaml.constructor.ConstructorError) -> str:
     return tag.replace("tag:yaml.org,2002:", "!!")
 
 
+def duplicate_keys(text: str) -> list[str]:
+    """``line N: key 'a.b' given twice (first on line M)`` for every key repeated in one mapping.
+
+    YAML loaders keep the last value silently; a second ``training:`` section would replace the first.
+    Reads the node tree only (``yaml.compose``): nothing is constructed.
+    """
+    found: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key != "<<":
+                    name = f"{prefix}{key}"
+                    line = key_node.start_mark.line + 1
+                    if name in first:
+                        found.append(f"line {line}: key '{name}' given twice (first on line {first[name]}); the "
+                                     f"second would silently replace the first: keep one")
+                    else:
+                        first[name] = line
+                walk(value_node, f"{prefix}{key}." if key is not None else prefix)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                walk(item, prefix)
+
+    walk(yaml.compose(text, Loader=yaml.SafeLoader), "")
+    return found
+
+
 def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> Config:
     """Read, override, type-check and validate a run config; one ConfigError lists every problem."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass --config with a YAML file (see configs/)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        duplicates = [f"{path}: {d}" for d in duplicate_keys(text)]
+        raw = yaml.safe_load(text) or {}
     except yaml.constructor.ConstructorError as exc:  # e.g. !!python/object: safe loading builds no objects
         mark = exc.problem_mark
         where = f" line {mark.line + 1}:" if mark is not None else ""
@@ -535,7 +629,13 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
                 raise ConfigError(f"--set {item}: '{k}' is not a section")
             node = node.setdefault(k, {})
         node[keys[-1]] = value
-    return config_from_dict(raw, source=str(path))
+    try:
+        cfg = config_from_dict(raw, source=str(path))
+    except ConfigError as exc:
+        raise ConfigError("\n".join([*duplicates, str(exc)])) from None
+    if duplicates:
+        raise ConfigError("\n".join(duplicates))
+    return cfg
 
 
 def config_to_dict(cfg: Config) -> dict:

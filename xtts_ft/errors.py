@@ -35,6 +35,14 @@ class CheckpointError(UserError):
     """A checkpoint is missing, corrupted, untrusted or incompatible with the run."""
 
 
+class DiskSpaceError(UserError):
+    """What the run will write does not fit on the disk of its run directory."""
+
+
+class RunFolderError(UserError):
+    """The run folder belongs to another run, or cannot be used as a run folder."""
+
+
 class TrainingStopped(UserError):
     """Training stopped with a diagnosis (e.g. repeated non-finite losses)."""
 

@@ -7,6 +7,16 @@ for one step, without importing it (its module imports coqui's XTTS dataset, whi
 and the assumption that [START] is the last id).
 
 Only ``xtts.gpt`` is trained; everything else is frozen and kept in eval mode.
+
+The mel loss is computed here, not taken from coqui's GPT (``TTS/tts/layers/xtts/gpt.py``, coqui-tts
+0.28.0, lines 463-466): its "ignore the prompt segment" step runs after the padding loop and uses
+that loop's leftover ``idx``, so only the *last* row of a batch has its prompt excluded, and its
+``cond_idxs`` were divided by 256 (the conditioning-mel hop) rather than the 1024-sample code stride,
+so the excluded span sits at 4x the prompt's code positions. Every other row learns to copy the
+prompt it was conditioned on. :func:`prompt_masked_mel_loss` recomputes the cross-entropy from the
+GPT's own mel logits with each row's prompt codes ignored; coqui is called without ``cond_idxs``
+(they only feed that mask and an attention mask its ``get_logits`` replaces), so nothing of coqui
+is patched.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import ModelError
@@ -61,14 +72,14 @@ def base_state_dict(model_pth: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
+def new_dvae(num_audio_tokens: int) -> nn.Module:
+    """The XTTS-v2 DVAE (as coqui's GPTTrainer builds it), randomly initialised from a fixed seed."""
     from TTS.tts.layers.xtts.dvae import DiscreteVAE
 
-    state = load_state_dict_file(dvae_pth)
     with torch.random.fork_rng(devices=[]):
-        # An empty dvae.pth (the tiny demo model) gives a DVAE from a fixed seed: deterministic codes.
+        # An empty dvae.pth (the tiny demo model) keeps these weights: deterministic codes.
         torch.manual_seed(0)
-        dvae = DiscreteVAE(
+        return DiscreteVAE(
             channels=80,
             normalization=None,
             positional_dims=1,
@@ -80,10 +91,33 @@ def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
             num_layers=2,
             use_transposed_convs=False,
         )
+
+
+def dvae_state_problem(dvae: nn.Module, state: dict, dvae_pth: Path) -> Optional[str]:
+    """One line saying why ``state`` does not fit ``dvae`` (missing tensors or other shapes), else None."""
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        return f"{dvae_pth}: not a DVAE state dict (expected tensors by name, as coqui/XTTS-v2's dvae.pth)"
+    expected = dvae.state_dict()
+    missing = [k for k in expected if k not in state]
+    if missing:
+        return f"{dvae_pth}: DVAE weights lack {len(missing)} tensors (e.g. {missing[0]}); use the base model's own dvae.pth"
+    wrong = [k for k in expected if tuple(state[k].shape) != tuple(expected[k].shape)]
+    if wrong:
+        k = wrong[0]
+        return (f"{dvae_pth}: {len(wrong)} DVAE tensors have other shapes than this model's DVAE (e.g. {k}: "
+                f"{tuple(state[k].shape)}, expected {tuple(expected[k].shape)}); dvae.pth belongs to another model: "
+                f"use the dvae.pth of the same base model as config.json")
+    return None
+
+
+def _build_dvae(dvae_pth: Path, num_audio_tokens: int) -> nn.Module:
+    state = load_state_dict_file(dvae_pth)
+    dvae = new_dvae(num_audio_tokens)
     if state:
-        missing, unexpected = dvae.load_state_dict(state, strict=False)
-        if missing:
-            raise ModelError(f"{dvae_pth}: DVAE weights lack {len(missing)} tensors (e.g. {missing[0]})")
+        problem = dvae_state_problem(dvae, state, dvae_pth)
+        if problem:
+            raise ModelError(problem)
+        dvae.load_state_dict(state, strict=False)
     else:
         log.warning("%s is empty: using a seeded random DVAE (tiny demo model only)", dvae_pth)
     dvae.eval().requires_grad_(False)
@@ -147,13 +181,46 @@ class XttsTrainingModel(nn.Module):
         cond_idxs: Optional[torch.Tensor] = None,
         cond_lens: Optional[torch.Tensor] = None,
     ) -> dict[str, torch.Tensor]:
-        loss_text, loss_mel, _ = self.xtts.gpt(
+        loss_text, loss_mel, mel_logits = self.xtts.gpt(
             text_inputs, text_lengths, audio_codes, wav_lengths,
-            cond_mels=cond_mels, cond_idxs=cond_idxs, cond_lens=cond_lens,
+            cond_mels=cond_mels, cond_idxs=None, cond_lens=cond_lens,  # cond_idxs: see the module doc
         )
+        if cond_idxs is not None:
+            loss_mel = prompt_masked_mel_loss(self.xtts.gpt, mel_logits, audio_codes, wav_lengths, cond_idxs)
         text = loss_text * LOSS_TEXT_CE_WEIGHT
         mel = loss_mel * LOSS_MEL_CE_WEIGHT
         return {"loss": text + mel, "loss_text_ce": text, "loss_mel_ce": mel}
+
+
+def mel_targets(gpt: nn.Module, audio_codes: torch.Tensor, wav_lengths: torch.Tensor) -> torch.Tensor:
+    """The GPT's mel targets (B, T) as coqui builds them: codes, stop tokens after each clip, -1 padding."""
+    stride = gpt.code_stride_len
+    code_lengths = torch.ceil(wav_lengths / stride).long() + 3
+    max_len = int(code_lengths.max())
+    if max_len > audio_codes.shape[-1]:
+        audio_codes = F.pad(audio_codes, (0, max_len - audio_codes.shape[-1]))
+    codes = F.pad(audio_codes[:, :max_len], (0, 1), value=gpt.stop_audio_token)
+    codes = gpt.set_mel_padding(codes, code_lengths - 3)
+    _, targets = gpt.set_inputs_and_targets(codes, gpt.start_audio_token, gpt.stop_audio_token)
+    positions = torch.arange(targets.shape[1], device=targets.device)
+    return targets.masked_fill(positions[None, :] > code_lengths[:, None], -1)
+
+
+def prompt_masked_mel_loss(gpt: nn.Module, mel_logits: torch.Tensor, audio_codes: torch.Tensor,
+                           wav_lengths: torch.Tensor, cond_idxs: torch.Tensor) -> torch.Tensor:
+    """Mel cross-entropy with every row's prompt ignored: the codes whose audio overlaps its crop.
+
+    ``cond_idxs`` (B, 2): each row's prompt crop [start, end) in samples of the target clip.
+    """
+    targets = mel_targets(gpt, audio_codes, wav_lengths)
+    stride = gpt.code_stride_len
+    idxs = cond_idxs.to(targets.device).long()
+    first = torch.div(idxs[:, 0], stride, rounding_mode="floor")
+    end = torch.div(idxs[:, 1] + stride - 1, stride, rounding_mode="floor")
+    positions = torch.arange(targets.shape[1], device=targets.device)[None, :]
+    in_prompt = (positions >= first[:, None]) & (positions < end[:, None])
+    targets = targets.masked_fill(in_prompt, -1)
+    return F.cross_entropy(mel_logits, targets, ignore_index=-1, label_smoothing=gpt.label_smoothing)
 
 
 def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_weights: bool = True):

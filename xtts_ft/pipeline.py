@@ -2,7 +2,9 @@
 
 ``run_pipeline`` is what ``python headless_train.py --config X`` does. Each stage writes into
 its own folder of the run directory and is skipped on a re-run when its inputs did not change
-(see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself.
+(see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself. Before any of it,
+the run folder is claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
+is refused there, before data, vocabulary or codes of the earlier run are touched.
 """
 
 from __future__ import annotations
@@ -119,18 +121,43 @@ def base_vocab_size(base: BaseModelFiles) -> int:
     return describe_vocab(base.vocab_json)
 
 
-def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
-    """Run every stage for ``cfg``; returns where the outputs are."""
-    from xtts_ft.evaluate import make_eval_hook, write_report
+def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool = False,
+                 command_line=None) -> PipelineResult:
+    """Run every stage for ``cfg``; returns where the outputs are.
+
+    ``archive_old_run``: move another run's outputs in the folder aside instead of refusing (``--archive-old-run``);
+    ``command_line`` (prefix, arguments): how this run was started, for the resume command printed after a stop.
+    Under ``torchrun`` every stage that writes files (run folder claim, base model, prepare, tokenizer, report)
+    runs on rank 0 while the other ranks wait, then reads rank 0's outputs (``MainFirst``).
+    """
+    from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
+
+    ctx = setup_distributed(cfg.run.device)
+    try:
+        return _run_stages(cfg, MainFirst(ctx), train_model=train_model, archive_old_run=archive_old_run,
+                           command_line=command_line)
+    finally:
+        cleanup_distributed(ctx)
+
+
+def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: bool, command_line) -> PipelineResult:
+    from xtts_ft.evaluate import write_report
+    from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
     from xtts_ft.train import train
 
-    run_dir = cfg.run_dir
+    run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, run_dir / "config.yaml")
-    base = resolve_base_model(cfg.base_model)
-    data_dir = prepare_stage(cfg, base)
-    vocab_path = tokenizer_stage(cfg, base, data_dir)
+    fingerprint = run_fingerprint(cfg)
+    if is_main:
+        # only rank 0 claims (and may archive); a refusal there stops every rank (MainFirst)
+        main_first.run("run folder", lambda: claim_run_folder(
+            run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run))
+        dump_config(cfg, run_dir / "config.yaml")
+    else:
+        main_first.run("run folder", lambda: None)
+    base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
+    data_dir = main_first.run("prepare", lambda: prepare_stage(cfg, base))
+    vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir))
     if resume_from is not None:
         from xtts_ft.tokenizer import vocab_fingerprint
         from xtts_ft.train.resume import check_vocab
@@ -140,7 +167,7 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
     if not train_model:
         return result
 
-    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir)
+    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir) if is_main else None  # rank 0 evaluates
     outcome = train(
         cfg,
         base=base,
@@ -150,17 +177,22 @@ def run_pipeline(cfg: Config, *, train_model: bool = True) -> PipelineResult:
         eval_csv=data_dir / "metadata_eval.csv",
         run_dir=run_dir,
         eval_hook=eval_hook,
+        command_line=command_line,
     )
+    if is_main:
+        record_fingerprint(run_dir, fingerprint)  # trained with these settings (adopted folders learn them here)
     result.last_checkpoint = outcome.last_checkpoint
     result.best_checkpoint = outcome.best_checkpoint
     result.stopped_by_signal = outcome.stopped_by_signal
     result.first_eval_loss = outcome.first_eval_loss
     result.final_eval_loss = outcome.final_eval_loss
     result.samples_dir = run_dir / "samples"
-    result.report = write_report(run_dir)
-    (run_dir / "summary.json").write_text(
-        json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
-    )
+    result.report = run_dir / "report.html"
+    if is_main:
+        result.report = write_report(run_dir)
+        (run_dir / "summary.json").write_text(
+            json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
+        )
     return result
 
 

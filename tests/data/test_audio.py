@@ -56,7 +56,7 @@ def test_formats_decode(tmp_path: Path, fmt: str, kw: dict):
     assert 0.95 <= result.duration_s <= 1.1
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg binary not installed")
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the optional ffmpeg binary (apt-get install -y ffmpeg)")
 def test_mp3_decodes(tmp_path: Path):
     wav = write_audio(tmp_path / "m.wav", seconds=1.0, sr=44100)
     mp3 = tmp_path / "m.mp3"
@@ -114,7 +114,7 @@ def test_trim_silence_keeps_the_sound():
     assert trim_silence(y, 0.0) is y  # 0 disables trimming
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg binary not installed")
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the optional ffmpeg binary (apt-get install -y ffmpeg)")
 def test_ffmpeg_fallback_for_formats_soundfile_cannot_read(tmp_path: Path):
     wav = write_audio(tmp_path / "a.wav", seconds=1.0, sr=44100)
     m4a = tmp_path / "a.m4a"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from xtts_ft.config import config_from_dict
@@ -13,11 +11,13 @@ from xtts_ft.train import checkpoint as ckpt
 
 
 def _fake_checkpoints(run_dir, rows):
+    """Real, verifying checkpoint folders (retention only counts good ones) with the given eval results."""
+    vocab = run_dir / "vocab.json"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    vocab.write_text("{}", encoding="utf-8")
     for step, eval_loss, metrics in rows:
-        d = ckpt.checkpoint_root(run_dir) / f"step_{step:06d}"
-        d.mkdir(parents=True)
-        meta = {"training_state_sha256": "0" * 64, "step": step, "eval_loss": eval_loss, "eval_metrics": metrics}
-        (d / ckpt.META_FILE).write_text(json.dumps(meta), encoding="utf-8")
+        ckpt.save_checkpoint(run_dir, step, {"step": step}, {"eval_loss": eval_loss, "eval_metrics": metrics},
+                             vocab_path=vocab, write_config=lambda p: p.write_text("{}\n", encoding="utf-8"))
 
 
 ROWS = [
@@ -32,9 +32,9 @@ ROWS = [
 def test_best_checkpoint_follows_the_chosen_metric(tmp_path):
     _fake_checkpoints(tmp_path, ROWS)
     assert ckpt.best_checkpoint(tmp_path).name == "step_000400"
-    assert ckpt.best_checkpoint(tmp_path, "cer").name == "step_000200"
+    assert ckpt.best_checkpoint(tmp_path, metric="cer").name == "step_000200"
     # 0.30 + 0.5 * 0.60 = 0.60 against 0.35 + 0.5 * 0.10 = 0.40
-    assert ckpt.best_checkpoint(tmp_path, "cer_similarity").name == "step_000300"
+    assert ckpt.best_checkpoint(tmp_path, metric="cer_similarity").name == "step_000300"
 
 
 def test_keep_best_by_cer_survives_pruning(tmp_path):

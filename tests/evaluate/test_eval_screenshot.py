@@ -26,7 +26,7 @@ def _find_chromium():
     return module.find_chromium()
 
 
-@pytest.mark.skipif(_find_chromium() is None, reason="no chromium binary (apt-get install -y chromium)")
+@pytest.mark.skipif(_find_chromium() is None, reason="needs the optional chromium binary (apt-get install -y chromium)")
 def test_report_screenshot_shows_plots_and_players(tmp_path):
     from PIL import Image
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: base vocabularies (tiny, and the real-format reference when present), Amharic text,
+"""Shared fixtures: base vocabularies (tiny, and the project's full-size one in the real XTTS format), Amharic text,
 extended vocabularies built once per session, and the tiny base model (written once, ~5 s)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_TEXT = REPO / "datasets" / "amharic_text" / "written_sample.txt"
-# A real XTTS-format vocab in the held-out folder beside the checkout (../shared/eval), if present.
-REFERENCE_VOCAB = REPO.parent / "shared" / "eval" / "xtts_vocab_reference.json"
+# The full-size (6681 ids) base vocabulary in the real XTTS-v2 format that the project builds from its own
+# text: written by utils/make_test_vocab.py (tests/test_random_model.py checks it is up to date).
+FULL_VOCAB = REPO / "tests" / "assets" / "xtts_format_vocab.json"
 
 
 def _nfc(text: str) -> str:
@@ -49,17 +50,13 @@ def tiny_vocab(tmp_path_factory) -> Path:
     return path
 
 
-BASES = ["tiny", "reference"]
+BASES = ["tiny", "full"]
 
 
 @pytest.fixture(scope="session", params=BASES)
 def base_vocab(request, tiny_vocab) -> Path:
-    """Each base vocabulary in turn; the reference one only where ../shared/eval has it."""
-    if request.param == "tiny":
-        return tiny_vocab
-    if not REFERENCE_VOCAB.is_file():
-        pytest.skip("reference XTTS vocab not available")
-    return REFERENCE_VOCAB
+    """Each base vocabulary in turn: the tiny one, then the full-size real-format one."""
+    return tiny_vocab if request.param == "tiny" else FULL_VOCAB
 
 
 NEW_TOKENS = 1000  # tests read it through the fixture below (test modules do not import conftest)

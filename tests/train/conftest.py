@@ -116,11 +116,13 @@ def trainer(tiny_base, vocab, tokenizer, dataset, model_factory, codes_cache):
 def script_args(tiny_base, vocab, dataset, codes_cache):
     """Write the JSON that scripts/run_small.py reads; the run dir starts with the code cache."""
 
-    def make(run_dir: Path, sections: dict | None = None, weights_out: Path | None = None) -> Path:
+    def make(run_dir: Path, sections: dict | None = None, weights_out: Path | None = None,
+             speaker_wav: Path | None = None) -> Path:
         shutil.copytree(codes_cache, run_dir / "cache" / "dvae_codes")
         args = {"base": str(tiny_base.root), "vocab": str(vocab[0]), "base_vocab_size": vocab[1],
                 "train_csv": str(dataset[0]), "eval_csv": str(dataset[1]), "run_dir": str(run_dir),
-                "sections": sections or {}, "weights_out": str(weights_out) if weights_out else None}
+                "sections": sections or {}, "weights_out": str(weights_out) if weights_out else None,
+                "speaker_wav": str(speaker_wav) if speaker_wav else None}
         path = run_dir.parent / f"{run_dir.name}.json"
         path.write_text(json.dumps(args))
         return path

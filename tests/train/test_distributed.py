@@ -6,6 +6,7 @@ all-reduce their weights would differ after the first step.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,3 +35,32 @@ def test_two_process_gloo_run_keeps_ranks_identical(script_args, built_model, tm
     assert [r["step"] for r in train_lines(run)] == [1, 2, 3]  # rank 0 alone writes metrics
     assert [r["step"] for r in read_events(run) if r.get("event") == "checkpoint"] == [3]  # one writer, one save
     assert (run / "checkpoints" / "step_000003" / "meta.json").is_file()
+
+
+HEADLESS_RANKS = SCRIPT.parent / "headless_ranks.py"
+
+
+def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
+    """The README's multi-GPU command on 2 gloo ranks from nothing: the stages that write files ran once
+    (on rank 0; rank 1 read their outputs), training kept the ranks identical, and the run finished."""
+    run, out = tmp_path / "run", tmp_path / "ranks"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(HEADLESS_RANKS),
+           str(out), "--config", "configs/demo.yaml", "--max-steps", "2",
+           "--set", f"run.output_dir={run}", "--set", f"base_model.source={tmp_path / 'tiny_base'}",
+           "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0", "--set", "training.warmup_steps=0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[3],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    counts = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [c["exit"] for c in counts] == [0, 0]
+    for stage in ("write_tiny_model", "prepare_dataset", "build_extended_vocab", "write_report"):
+        assert counts[0].get(stage) == 1 and stage not in counts[1], (stage, counts)
+    assert counts[0]["dvae_codes_computed"] > 0 and counts[1].get("dvae_codes_computed", 0) == 0
+    assert not list(run.rglob("*.part")) and not list(run.rglob("*.tmp"))
+    assert (run / "checkpoints" / "step_000002" / "meta.json").is_file() and (run / "report.html").is_file()
+    ranks = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert ranks[0].keys() == ranks[1].keys()
+    for key in ranks[0]:
+        assert torch.equal(ranks[0][key], ranks[1][key]), key
+    assert (run / "train.log").read_text().count("xtts-ft run:") == 1  # one writer of the log and the header

@@ -3,6 +3,7 @@ loss and gradients), frozen modules kept on the CPU, and length bucketing (fewer
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -232,3 +233,29 @@ def test_length_bucketing_pads_fewer_frames():
     (plain, n_plain), (bucketed, n_bucketed) = padded_codes(False), padded_codes(True)
     assert n_plain == n_bucketed == 640
     assert bucketed < 0.1 * plain  # 32-batch windows sorted by length: a tenth of the padding or less
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_probe_reserves_ddp_gradient_buckets_when_distributed(built_model, dataset, tokenizer, monkeypatch,
+                                                                  world_size):
+    """With several processes DDP holds a copy of every trainable gradient the probe's steps never allocate."""
+    from xtts_ft.model import model_limits
+    from xtts_ft.train.data import ClipDataset, Limits, load_clips
+
+    trainable = [p for p in built_model.gpt.parameters() if p.requires_grad]
+    grads = sum(p.numel() * 4 for p in trainable)  # fp32 gradients
+    assert memory.ddp_bucket_bytes(trainable, 1) == 0 and memory.ddp_bucket_bytes(trainable, 2) == grads
+    reserved = []
+
+    def record(nbytes, device):
+        reserved.append(nbytes)
+        return memory.contextlib.nullcontext()
+
+    monkeypatch.setattr(memory, "reserve_memory", record)
+    limits = Limits(**model_limits(built_model.xtts))
+    clips, _ = load_clips(dataset[0], tokenizer, "am", limits, progress=False)
+    train_set = ClipDataset(clips, sample_rate=limits.sample_rate, cond_min_s=0.4, cond_max_s=0.8, seed=0, train=True)
+    memory.probe_batch_size(built_model, train_set, clips, lambda b, train: b, contextlib.nullcontext, CPU,
+                            rank=0, world_size=world_size, effective=None, probe=False)
+    adamw = 2 * grads
+    assert reserved == [adamw + (grads if world_size > 1 else 0)]

@@ -49,26 +49,27 @@ def test_half_run_plus_resume_gives_the_same_losses(trainer, straight, tmp_path,
     assert second.first_eval_loss == first.first_eval_loss  # carried over in the checkpoint
 
 
-def test_sigterm_finishes_the_step_saves_and_resumes(trainer, straight, tmp_path, caplog):
+def test_sigterm_saves_the_last_finished_step_and_resumes(trainer, straight, tmp_path, caplog):
     run = tmp_path / "run"
     before = signal.getsignal(signal.SIGTERM)
 
     def send_sigterm(step):
         if step == 1:
-            os.kill(os.getpid(), signal.SIGTERM)  # arrives during step 2 (0-based 1)
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives as step 2 (0-based 1) begins: it is abandoned
 
     caplog.set_level("INFO")
     result = trainer(small_config(run, training={"max_steps": STEPS}), fault_injector=send_sigterm)
-    assert result.stopped_by_signal and result.step == 2 and result.last_checkpoint.name == "step_000002"
+    assert result.stopped_by_signal and result.step == 1 and result.last_checkpoint.name == "step_000001"
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored on exit
-    assert "stopped by SIGTERM at step 2" in caplog.text and "Resume with:" in caplog.text
-    assert max(r["step"] for r in train_lines(run)) == 2
+    assert "stopped by SIGTERM during step 2 (abandoned after 0 of 1 micro-batches); saved" in caplog.text
+    assert "Resume with:" in caplog.text
+    assert max(r["step"] for r in train_lines(run)) == 1
     ckpt.load_training_state(result.last_checkpoint)
     torch.manual_seed(999)
     resumed = trainer(small_config(run, training={"max_steps": STEPS}))
     assert resumed.step == STEPS and not resumed.stopped_by_signal
     losses = _losses(run)
-    for step in range(3, STEPS + 1):
+    for step in range(2, STEPS + 1):
         assert losses[step] == pytest.approx(straight[step], rel=1e-6, abs=1e-7), step
 
 

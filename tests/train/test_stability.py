@@ -129,3 +129,32 @@ def test_collapsing_loss_scale_switches_the_run_to_a_safer_precision(trainer, tm
     assert switch[0]["old"] == "fp16" and switch[0]["new"] == "fp32"  # CPU: no bf16 GPU to fall back to
     assert [r["precision"] for r in lines[2:]] == ["fp32"] * 4 and lines[-1]["skipped_steps"] == 3
     assert lines[-1]["loss_scale"] == 1.0 and math.isfinite(lines[-1]["loss"])
+
+
+def test_collapsing_fp16_scale_switches_precision_with_the_default_settings(trainer, tmp_path):
+    """Defaults: init scale 1024, back-off 0.5, min_scale 1, 10 bad steps per rollback, 3 rollbacks.
+
+    fp16 gradients overflow on every step until the switch. The scale halves 1024 -> 2 over ten steps,
+    the run rolls back once (weights and optimizer only), and the next overflow takes the kept scale
+    below min_scale: the run switches to fp32 (CPU: no bf16) instead of rolling back until it stops.
+    """
+    from xtts_ft.config import PrecisionConfig, StabilityConfig
+
+    run = tmp_path / "run"
+    cfg = small_config(run, training={"max_steps": 12})  # skipped steps count: 10 to the rollback, 12 after it
+    cfg.precision, cfg.stability = PrecisionConfig(mode="fp16"), StabilityConfig()
+    calls = []
+
+    def overflow_until_switched(step):
+        calls.append(step)
+        return "grad_nan" if len(calls) <= 11 else None
+
+    result = trainer(cfg, fault_injector=overflow_until_switched)
+    assert result.step == 12 and len(calls) == 22
+    lines = train_lines(run)
+    assert [r["loss_scale"] for r in lines[:11]] == [1024.0 / 2**k for k in range(10)] + [1.0]
+    events = [r for r in read_events(run) if r.get("event") in ("rollback", "precision_switch", "stopped")]
+    assert [e["event"] for e in events] == ["rollback", "precision_switch"]
+    assert events[0]["failed_at"] == 10 and events[1]["loss_scale"] == 0.5
+    assert events[1]["old"] == "fp16" and events[1]["new"] == "fp32"
+    assert [r["precision"] for r in lines[11:]] == ["fp32"] * 11 and all(math.isfinite(r["loss"]) for r in lines[11:])

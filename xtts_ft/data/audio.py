@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import soundfile as sf
 import soxr
+
+from xtts_ft.tempfiles import temp_sibling
 
 if TYPE_CHECKING:
     from xtts_ft.config import DatasetConfig
@@ -214,7 +217,7 @@ def process_audio(job: AudioJob) -> AudioResult:
         return reject("too_long", f"{duration:.2f} s after trimming (max {s.max_duration_s:g} s)", duration)
     gain = s.peak_level / max(_peak(y), 1e-9) if s.loudness == "peak" else 1.0
     pcm = to_pcm16(y, gain)
-    part = f"{job.dst}.part"
+    part = str(temp_sibling(Path(job.dst)))
     sf.write(part, pcm, s.sample_rate, subtype="PCM_16", format="WAV")
     os.replace(part, job.dst)
     return AudioResult(job.clip_id, None, "", duration, hashlib.sha1(pcm.tobytes()).hexdigest())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from xtts_ft.data.audio import AudioResult, AudioSettings
+from xtts_ft.tempfiles import remove_stray_parts, temp_sibling
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Manifest:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".part")
+        tmp = temp_sibling(self.path)
         payload = {"version": PIPELINE_VERSION, "root": self.root, "clips": self.entries}
         tmp.write_text(json.dumps(payload, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
         os.replace(tmp, self.path)
@@ -124,6 +125,5 @@ class Manifest:
             src, dst = (self.held, self.wavs) if name in kept_names else (self.wavs, self.held)
             if (src / name).is_file():
                 os.replace(src / name, dst / name)
-        for part in self.wavs.glob("*.part"):
-            part.unlink(missing_ok=True)
+        remove_stray_parts(self.wavs)  # only leftovers of dead writers: a live rank may be writing
         return len(gone)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from xtts_ft.errors import DataError
+from xtts_ft.tempfiles import temp_sibling
 
 HEADER = "audio_file|text|speaker_name"
 
@@ -23,7 +24,7 @@ def write_metadata(path: Path, rows: list[tuple[str, str, str]]) -> None:
             if "|" in value or "\n" in value or "\r" in value:  # upstream checks make this impossible
                 raise ValueError(f"metadata field {value!r} holds '|' or a line break")
         lines.append(f"{audio_file}|{text}|{speaker}")
-    tmp = path.with_name(path.name + ".part")
+    tmp = temp_sibling(path)
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")
     os.replace(tmp, path)
 

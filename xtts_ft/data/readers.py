@@ -228,9 +228,12 @@ def _read_transcript(root: Path, path: Path) -> tuple[str, Optional[tuple[str, s
     if real != root and root not in real.parents:
         return "", ("outside_root", f"transcript '{rel}' is a link outside the dataset folder")
     try:
-        text = real.read_bytes().decode("utf-8-sig")
+        data = real.read_bytes()
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        return "", ("unreadable", f"transcript '{rel}' is not UTF-8 text")
+        utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # Windows Notepad's "Unicode" is UTF-16
+        return "", ("unreadable", f"transcript '{rel}' is {'UTF-16' if utf16 else 'not UTF-8'} text; save it as UTF-8 "
+                                  f"text (a text encoding problem, the audio is not the issue)")
     except OSError as exc:
         return "", ("unreadable", f"transcript '{rel}': {exc.strerror or exc}")
     return " ".join(text.split()), None

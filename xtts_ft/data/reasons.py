@@ -17,7 +17,7 @@ REASONS: dict[str, str] = {
     "empty_text": "write the transcript (it is empty after normalisation)",
     "text_too_long": "split the clip and its transcript, or raise dataset.max_text_chars",
     "unencodable_text": "remove or transliterate characters the tokenizer cannot encode",
-    "unreadable": "re-encode the file as WAV or FLAC (it could not be decoded)",
+    "unreadable": "could not be decoded: save audio as WAV or FLAC, transcripts as UTF-8 text (see the detail)",
     "empty_audio": "the file holds no samples; re-export it",
     "non_finite": "the file holds NaN/Inf samples; re-export it",
     "silent": "the clip is silent; check the recording",

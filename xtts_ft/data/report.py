@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from xtts_ft.data.reasons import REASONS, Rejection
+from xtts_ft.tempfiles import temp_sibling
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
 
@@ -113,7 +114,7 @@ def stats(values: list[float]) -> dict[str, float]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".part")
+    tmp = temp_sibling(path)
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -172,5 +173,6 @@ def write_plot(
             ax.axvline(limit, color="black", linestyle="--", linewidth=1)
         ax.set_title(title)
         ax.set_ylabel("clips")
-    fig.savefig(path.with_name(path.name + ".part.png"), dpi=90)
-    os.replace(path.with_name(path.name + ".part.png"), path)
+    tmp = temp_sibling(path)
+    fig.savefig(tmp, dpi=90, format="png")
+    os.replace(tmp, path)

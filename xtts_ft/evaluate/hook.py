@@ -5,7 +5,9 @@ At each evaluation it synthesises the configured test sentences in every referen
 (their own text, their own recording as the voice) to measure MCD against the recording,
 appends one JSON record to ``<run_dir>/samples/index.jsonl`` (read by the report), logs the
 audio to TensorBoard when a writer is given, and returns averaged scalars for the trainer to log.
-The model comes back in the train/eval state it arrived in.
+The model comes back in the train/eval state it arrived in. When the training run is asked to
+stop, the evaluation is abandoned within a generated token (``StopRequested``), its half-written
+sample folder removed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samp
 from xtts_ft.evaluate.layout import INDEX_FILE, SAMPLES_DIR, step_dir_name
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
+from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +123,17 @@ def evaluate_step(
         clips = list(eval_clips)[: ev.mcd_clips]
         requests = [(f"mcd_{j}_{Path(wav).stem}", j, text, Path(wav)) for j, (wav, text) in enumerate(clips)]
         mcd_samples = synthesize_requests(xtts, tokenizer, requests, out_dir, **common) if requests else []
+        for r in mcd_samples:
+            raise_if_stopped("the MCD measurement")
+            r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)
+        raise_if_stopped("the sample scoring")
+        score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
+    except StopRequested:  # the run is stopping: no half evaluation is left behind
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     finally:
         for module, mode in modes:
             module.training = mode
-    for r in mcd_samples:
-        r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)
-    score_samples(samples, xtts, recognizer)
     metrics = summarize(samples, mcd_samples)
     record = {
         "step": int(step),

@@ -19,7 +19,7 @@ import torch
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import EXPORT_META, TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
-from xtts_ft.evaluate.synthesis import synthesize_requests
+from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
 from xtts_ft.safe_load import first_line, load_weights, unpickling_message
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
@@ -114,6 +114,7 @@ def synthesize_command(
         raise DataError(f"--speaker-wav {speaker_wav}: file not found; give a clean 3-10 s recording of the voice")
     if not text.strip():
         raise DataError("--text: empty; give the text to speak")
+    check_reference(speaker_wav)  # a clip too short or not audio: said before the model loads
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if (model_dir / "model.pth").is_file() and (model_dir / "config.json").is_file():
         xtts, tokenizer, meta = load_export(model_dir, normalizer=normalizer, device=device)

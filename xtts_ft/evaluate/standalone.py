@@ -40,10 +40,21 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
     from xtts_ft.evaluate.report import write_report
     from xtts_ft.train.checkpoint import find_latest_checkpoint
 
+    from xtts_ft.run_folder import read_record
+    from xtts_ft.train.checkpoint import read_meta
+
     run_dir = cfg.run_dir
-    ckpt = checkpoint or find_latest_checkpoint(run_dir)
+    record = read_record(run_dir)
+    ckpt = checkpoint or find_latest_checkpoint(run_dir, record.owns if record else None)
     if ckpt is None:
         raise CheckpointError(f"{run_dir}: no checkpoint to evaluate; train first or pass --checkpoint")
+    theirs = read_meta(Path(ckpt)).get("run_id")
+    if record is not None and not record.owns(read_meta(Path(ckpt))):
+        raise CheckpointError(
+            f"--checkpoint {ckpt}: belongs to run {theirs or '(unrecorded)'}, not to run {record.run_id} of {run_dir}; "
+            f"evaluating it here would put its samples and report row into this run. Pass the --config of its own "
+            f"run (or a run.output_dir of its own)"
+        )
     base = resolve_base_model(cfg.base_model)
     xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
     refs = pick_references(cfg.evaluation, run_dir / "data")

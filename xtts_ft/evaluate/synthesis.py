@@ -8,7 +8,10 @@ forked: evaluating never changes the training run's random stream.
 
 Whether generation ended with the stop token or ran into the length limit is read from the
 generated codes themselves: a ``transformers`` StoppingCriteria (a supported ``generate``
-argument, passed through ``Xtts.inference``) records the sequence and never stops it.
+argument, passed through ``Xtts.inference``) records the sequence and never stops it. During
+training it also checks the run's stop request at every generated token and raises
+``StopRequested`` (an untrained GPT runs every sample to the length limit, which takes minutes
+with the full model), so a SIGTERM during evaluation is acted on within seconds.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
+from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.train.signals import raise_if_stopped, stopping_enabled
 
 log = logging.getLogger(__name__)
+
+MIN_REFERENCE_S = 0.5  # shortest voice reference accepted (the dataset's default shortest clip)
 
 
 @dataclass
@@ -75,10 +82,31 @@ class _CodeRecorder(StoppingCriteria):
         self.codes: Optional[torch.Tensor] = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        raise_if_stopped("sample synthesis")
         if self.prompt_len is None:  # first call: the prompt plus one new token
             self.prompt_len = input_ids.shape[1] - 1
         self.codes = input_ids[0, self.prompt_len :].detach().cpu()
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@contextlib.contextmanager
+def stop_checks(xtts) -> Iterator[None]:
+    """Inside a training run: every module of ``xtts`` checks the run's stop request before it runs.
+
+    One sample passes through the speaker encoder, the GPT (once per generated token) and the HiFiGAN
+    decoder; on a CPU or with the full model each of these takes seconds, so checking only between
+    samples or tokens is not enough for a stop within seconds. Forward pre-hooks, removed on exit, check
+    at every layer instead; outside training (no stop to honour) nothing is registered.
+    """
+    if not stopping_enabled():
+        yield
+        return
+    handles = [m.register_forward_pre_hook(lambda *_: raise_if_stopped("sample synthesis")) for m in xtts.modules()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextlib.contextmanager
@@ -131,7 +159,7 @@ def _conditioning(xtts, wav: Path):
     )
 
 
-def _check_reference(wav: Path) -> None:
+def check_reference(wav: Path) -> None:
     """A voice reference must exist and decode the way coqui reads it (torchaudio), or it is a one-line DataError."""
     import torchaudio
 
@@ -140,7 +168,7 @@ def _check_reference(wav: Path) -> None:
     if not wav.is_file():
         raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
     try:
-        audio, _ = torchaudio.load(str(wav))
+        audio, sr = torchaudio.load(str(wav))
     except (RuntimeError, OSError, ValueError) as exc:
         raise DataError(
             f"speaker wav '{wav}': cannot be decoded as audio ({first_line(exc)}); pass a WAV or FLAC recording of "
@@ -148,13 +176,17 @@ def _check_reference(wav: Path) -> None:
         ) from None
     if audio.numel() == 0:
         raise DataError(f"speaker wav '{wav}': holds no samples; pass a 3-10 s recording of the voice")
+    seconds = audio.shape[-1] / sr
+    if seconds < MIN_REFERENCE_S:  # coqui's conditioning fails deep inside below about 0.33 s
+        raise DataError(f"speaker wav '{wav}': only {seconds:.2f} s of audio; a voice reference needs at least "
+                        f"{MIN_REFERENCE_S} s (3-10 s recommended)")
 
 
 def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
     import soundfile as sf
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_sibling(path)
     sf.write(str(tmp), np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV")
     tmp.replace(path)
 
@@ -178,7 +210,7 @@ def synthesize_requests(
     """
     check_language(tokenizer, language)
     for wav in dict.fromkeys(Path(r[3]) for r in requests):
-        _check_reference(wav)
+        check_reference(wav)
     limit = int(xtts.args.gpt_max_text_tokens)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -188,8 +220,10 @@ def synthesize_requests(
     latents: dict[Path, tuple] = {}
     results: list[SampleResult] = []
     try:
-        with gpt_ready_for_inference(xtts, max_new_tokens), torch.random.fork_rng(devices=_rng_devices(xtts)):
+        with gpt_ready_for_inference(xtts, max_new_tokens), torch.random.fork_rng(devices=_rng_devices(xtts)), \
+                stop_checks(xtts):
             for name, index, text, wav in requests:
+                raise_if_stopped("sample synthesis")
                 sent = text.strip().lower()  # what Xtts.inference does before encoding
                 n_tokens = len(tokenizer.encode(sent, lang=language))
                 if n_tokens >= limit:

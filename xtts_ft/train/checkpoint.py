@@ -208,9 +208,36 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def find_latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    """The newest checkpoint that verifies; damaged ones are skipped with a warning."""
-    for _, path in reversed(list_checkpoints(run_dir)):
+Owner = Callable[[dict], bool]  # meta.json -> whether the checkpoint belongs to the current run (run_folder.py)
+
+
+def owned_checkpoints(run_dir: Path, owner: Optional[Owner]) -> list[tuple[int, Path]]:
+    """``list_checkpoints`` limited to the current run's (all of them when ``owner`` is None)."""
+    found = list_checkpoints(run_dir)
+    if owner is None:
+        return found
+    out = []
+    for step, path in found:
+        try:
+            meta = read_meta(path)
+        except CheckpointError:
+            meta = {}  # a damaged meta.json: kept only by a run that adopted run-id-less checkpoints
+        if owner(meta):
+            out.append((step, path))
+    return out
+
+
+def _is_good(path: Path) -> bool:
+    try:
+        verify_checkpoint(path)
+    except CheckpointError:
+        return False
+    return True
+
+
+def find_latest_checkpoint(run_dir: Path, owner: Optional[Owner] = None) -> Optional[Path]:
+    """The current run's newest checkpoint that verifies; damaged ones are skipped with a warning."""
+    for _, path in reversed(owned_checkpoints(run_dir, owner)):
         try:
             verify_checkpoint(path)
         except CheckpointError as exc:
@@ -220,32 +247,45 @@ def find_latest_checkpoint(run_dir: Path) -> Optional[Path]:
     return None
 
 
-def best_checkpoint(run_dir: Path, metric: str = "eval_loss") -> Optional[Path]:
-    """The checkpoint with the lowest score under ``metric`` (xtts_ft.evaluate.best_metric); None if none has one."""
+def best_checkpoint(run_dir: Path, owner: Optional[Owner] = None, metric: str = "eval_loss") -> Optional[Path]:
+    """The current run's good checkpoint with the lowest score under ``metric`` (xtts_ft.evaluate.best_metric);
+    None if none has one."""
     from xtts_ft.evaluate.best_metric import best_score
 
     scored = []
-    for step, path in list_checkpoints(run_dir):
+    for step, path in owned_checkpoints(run_dir, owner):
         try:
             meta = read_meta(path)
         except CheckpointError:
             continue
         score = best_score(metric, dict(meta.get("eval_metrics") or {}, eval_loss=meta.get("eval_loss")))
-        if score is not None:
+        if score is not None and np.isfinite(score) and _is_good(path):
             scored.append((score, step, path))
     return min(scored)[2] if scored else None
 
 
-def prune_checkpoints(run_dir: Path, keep_last: int, keep_best: bool, metric: str = "eval_loss") -> None:
-    """Delete all but the newest ``keep_last`` checkpoints and (with ``keep_best``) the best one by ``metric``."""
-    all_ckpts = list_checkpoints(run_dir)
-    keep = {p for _, p in all_ckpts[-keep_last:]}
-    best = best_checkpoint(run_dir, metric) if keep_best else None
+def prune_checkpoints(run_dir: Path, keep_last: int, keep_best: bool, owner: Optional[Owner] = None,
+                      metric: str = "eval_loss") -> None:
+    """Delete all but the current run's newest ``keep_last`` good checkpoints and (with ``keep_best``) the best
+    one by ``metric``.
+
+    Only checkpoints that verify count: a damaged one never takes a good one's place. Damaged ones are
+    left where they are (with a warning) for the user to inspect; another run's checkpoints are never touched.
+    """
+    ours = owned_checkpoints(run_dir, owner)
+    good = [(step, path) for step, path in ours if _is_good(path)]
+    keep = {p for _, p in good[-keep_last:]}
+    best = best_checkpoint(run_dir, owner, metric) if keep_best else None
     if best is not None:
         keep.add(best)
-    for _, path in all_ckpts:
+    for _, path in good:
         if path not in keep:
             _remove_folder(path)
+    good_paths = {p for _, p in good}
+    for _, path in ours:
+        if path not in good_paths:
+            log.warning("damaged checkpoint %s is left in place (not counted as one of the last %d); delete it by hand",
+                        path, keep_last)
 
 
 def _remove_folder(path: Path) -> None:

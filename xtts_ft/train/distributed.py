@@ -19,17 +19,25 @@ import datetime
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from xtts_ft.errors import ConfigError
+from xtts_ft.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=60)  # rank 0 may synthesise eval samples meanwhile
+# How long the other ranks wait for rank 0's file-writing stages (a first prepare of many hours of audio
+# can take longer than a training collective may); a CPU (gloo) group, so no GPU watchdog is involved.
+STAGE_TIMEOUT = datetime.timedelta(hours=12)
+T = TypeVar("T")
+
+
+class StageFailedOnMain(UserError):
+    """Rank 0 failed in a stage the other ranks were waiting for; its own error says why."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,67 @@ def wrap_model(model: nn.Module, ctx: DistContext) -> nn.Module:
         device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
         broadcast_buffers=False,  # the frozen buffers (mel filters, stats) are identical on every rank
     )
+
+
+class MainFirst:
+    """Stages that write files run on rank 0 while the other ranks wait, then on the others.
+
+    The pipeline's stages are idempotent: each records a hash of its inputs and is skipped when its
+    outputs are current. So ``run(what, fn)`` runs ``fn`` on rank 0 alone; then, on a run dir every
+    node sees, the other ranks call ``fn`` too and it only reads what rank 0 wrote. On storage a node
+    does not share, ``fn`` finds nothing current and runs there: first on that node's local rank 0, then
+    on its other ranks, so no two processes of one node write the same files at once. A failure on
+    rank 0 is sent to the others, which stop with :class:`StageFailedOnMain` instead of waiting.
+    """
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.ctx = ctx
+        self._group = None
+
+    def _group_once(self):
+        if self._group is None:  # created on first use; every rank reaches it in the same order
+            self._group = dist.new_group(backend="gloo", timeout=STAGE_TIMEOUT)
+        return self._group
+
+    def _from_main(self, outcome: Optional[str]) -> str:
+        box = [outcome]
+        dist.broadcast_object_list(box, src=0, group=self._group_once())
+        return box[0]
+
+    def _gather(self, outcome: str) -> list[str]:
+        out: list = [None] * self.ctx.world_size
+        dist.all_gather_object(out, outcome, group=self._group_once())
+        return out
+
+    def run(self, what: str, fn: Callable[[], T]) -> T:
+        if not self.ctx.enabled:
+            return fn()
+        result: Optional[T] = None
+        if self.ctx.is_main:
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised; the others must not wait for it
+                self._from_main(f"{type(exc).__name__}: {exc}".splitlines()[0])
+                raise
+            self._from_main("")
+            self._gather("")  # the other nodes' local rank 0 run it meanwhile (a no-op on shared storage)
+            return result
+        failed = self._from_main(None)
+        if failed:
+            raise StageFailedOnMain(f"{what}: rank 0 failed ({failed}); rank {self.ctx.rank} stopped too")
+        first = self.ctx.local_rank == 0
+        error = ""
+        try:
+            if first:
+                result = fn()
+        except BaseException as exc:  # noqa: BLE001 - shared with the waiting ranks, then re-raised
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self._gather(error)
+            raise
+        errors = [e for e in self._gather(error) if e]
+        if errors:
+            raise StageFailedOnMain(f"{what}: another rank failed ({errors[0]}); rank {self.ctx.rank} stopped too")
+        return result if first else fn()
 
 
 def cleanup_distributed(ctx: DistContext) -> None:

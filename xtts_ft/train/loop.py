@@ -24,8 +24,6 @@ import dataclasses
 import logging
 import math
 import random
-import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +34,17 @@ import torch
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, dump_config
-from xtts_ft.errors import DataError, TrainingStopped
+from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
 from xtts_ft.evaluate.best_metric import best_score
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
+from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
+from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.memory import (ddp_ignore, enable_gradient_checkpointing, modules_on, offload_plan, place_modules,
                                    plan_accumulation, probe_batch_size, release_memory)
@@ -52,9 +53,12 @@ from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
+from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
-from xtts_ft.train.signals import StopSignals
+from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
+from xtts_ft.train.slim import slim_older_checkpoints
+from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
 from xtts_ft.train.stability import (
     Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu,
 )
@@ -78,10 +82,14 @@ class TrainResult:
 
 def train(cfg: Config, *, base: BaseModelFiles, vocab_path: Path, base_vocab_size: int, train_csv: Path,
           eval_csv: Path, run_dir: Path, eval_hook: Optional[EvalHook] = None,
-          max_steps_override: Optional[int] = None) -> TrainResult:
-    """Fine-tune the GPT of ``base`` (text rows grown to ``vocab_path``) on ``train_csv``; see the module doc."""
+          max_steps_override: Optional[int] = None, command_line: Optional[CommandLine] = None) -> TrainResult:
+    """Fine-tune the GPT of ``base`` (text rows grown to ``vocab_path``) on ``train_csv``; see the module doc.
+
+    ``command_line`` (prefix, arguments): how the run was started, for the resume command printed after a stop.
+    """
     return run_training(cfg, base=base, vocab_path=vocab_path, base_vocab_size=base_vocab_size, train_csv=train_csv,
-                        eval_csv=eval_csv, run_dir=run_dir, eval_hook=eval_hook, max_steps_override=max_steps_override)
+                        eval_csv=eval_csv, run_dir=run_dir, eval_hook=eval_hook, max_steps_override=max_steps_override,
+                        command_line=command_line)
 
 
 def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callable] = None,
@@ -92,7 +100,11 @@ def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callabl
     with StopSignals() as signals:
         recipe.signals = signals
         try:
-            recipe.setup()
+            try:
+                recipe.setup()
+            except StopRequested as stop:  # e.g. inside the batch-size probe: nothing new to save
+                recipe.stop_where = str(stop)
+                return recipe.finish_stop()
             return recipe.train()
         finally:
             recipe.cleanup()
@@ -100,7 +112,7 @@ def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callabl
 
 class FineTuneRecipe:
     def __init__(self, cfg: Config, *, base, vocab_path, base_vocab_size, train_csv, eval_csv, run_dir, eval_hook=None,
-                 max_steps_override=None, tokenizer=None, model_factory=None, fault_injector=None):
+                 max_steps_override=None, tokenizer=None, model_factory=None, fault_injector=None, command_line=None):
         if max_steps_override is not None:
             training = dataclasses.replace(cfg.training, max_steps=int(max_steps_override))
             cfg = dataclasses.replace(cfg, training=training)
@@ -109,6 +121,9 @@ class FineTuneRecipe:
         self.train_csv, self.eval_csv, self.run_dir = Path(train_csv), Path(eval_csv), Path(run_dir)
         self.eval_hook, self.tokenizer, self.model_factory = eval_hook, tokenizer, model_factory
         self.fault_injector = fault_injector
+        self.command_line = command_line
+        self.stop_where: Optional[str] = None  # what the run was doing when it noticed a stop request
+        self.run = None  # the run folder's RunRecord: whose checkpoints are ours
         self.max_steps = self.tcfg.max_steps
         self.signals = StopSignals()
         self.dist = self.metrics = self.train_iter = None
@@ -117,6 +132,7 @@ class FineTuneRecipe:
         self.last_eval_metrics: dict = {}
         self.best_score: Optional[float] = None  # under checkpoint.best_metric when it is not eval_loss
         self.last_eval_step = self.saved_step = -1
+        self.last_step_seconds = 0.0
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
         self._rng_state: Optional[dict] = None
@@ -126,9 +142,13 @@ class FineTuneRecipe:
         cfg, tcfg = self.cfg, self.tcfg
         self.dist = setup_distributed(cfg.run.device)
         self.device, self.is_main = self.dist.device, self.dist.is_main
+        self.cpu_plan = apply_cpu_plan(tcfg.cpu_threads, tcfg.num_workers, self.device.type)
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.clean_staging(self.run_dir)
+        # the pipeline claimed the folder already (with the run's fingerprint); direct callers are checked here
+        record = claim_run_folder(self.run_dir, fingerprint=None, resume=cfg.checkpoint.resume) if self.is_main else None
+        self.run = self.dist.broadcast_object(record)
         if self.tokenizer is None:
             from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
@@ -141,6 +161,9 @@ class FineTuneRecipe:
         self.model.train()
         self.vocab_fp = vocab_fingerprint(self.vocab_path)
         self.limits = Limits(**model_limits(self.model.xtts))
+        # every rank checks (same disk, same answer), before the data, the code cache and the first step
+        check_disk_budget(cfg, estimate_run_disk(cfg, self.model.gpt, run_dir=self.run_dir,
+                                                 base_model_pth=self.base.model_pth), self.run_dir)
         self.policy = resolve_precision(cfg.precision.mode, self.device)
 
         # data: every clip checked up front; DVAE codes cached once
@@ -149,7 +172,7 @@ class FineTuneRecipe:
         self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
         place_modules(self.model, self.offloaded, torch.device("cpu"))
         release_memory(self.device)
-        chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir) if self.is_main else None
+        chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir, self.run.owns) if self.is_main else None
         path = self.dist.broadcast_object(chosen)
         state = ckpt.load_training_state(path) if path is not None else None
         batch_size = self._resolve_batch_size(state)
@@ -158,6 +181,9 @@ class FineTuneRecipe:
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
         self.trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
+        if self.is_main:  # a stop must save within torchrun's 30 s: warn up front when the disk is too slow
+            self.save_time.estimate(checkpoint_bytes(list(self.model.gpt.parameters())), self.run_dir)
         self.new_rows = NewTokenRows(self.model.gpt, self.base_vocab_size, tcfg.new_token_lr_multiplier)
         self.guard = StabilityGuard(cfg.stability)
         position = self._restore(state, path) if state is not None else (0, 0)
@@ -176,12 +202,12 @@ class FineTuneRecipe:
         self.runner = MicroBatchRunner(counters=self.guard, device=self.device, describe=self._clip_names,
                                        zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True),
                                        recover=not self.dist.enabled)
-        loader = make_loader(self.train_set, self.sampler, num_workers=tcfg.num_workers,
+        loader = make_loader(self.train_set, self.sampler, num_workers=self.cpu_plan.workers,
                              pin_memory=self.device.type == "cuda",
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
         self.snapshot = Snapshot()
-        self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+        self.snapshot.take(self.step, self.model.gpt, self.optimizer)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps, start_step=self.step,
                                      log_every=tcfg.log_every)
         if path is not None:
@@ -235,7 +261,11 @@ class FineTuneRecipe:
             log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again",
                      size)
         elif auto:
-            choice = probe_batch_size(self.model, self.train_set, self.train_clips, self.model_inputs,
+            def inputs_or_stop(batch: dict, *, train: bool) -> dict:  # each try may take seconds on a GPU
+                raise_if_stopped("the batch-size probe")
+                return self.model_inputs(batch, train=train)
+
+            choice = probe_batch_size(self.model, self.train_set, self.train_clips, inputs_or_stop,
                                       self.policy.autocast, self.device, rank=self.dist.rank, world_size=world,
                                       effective=tcfg.effective_batch_size)
             size = min(self.dist.all_gather_object(choice.size))  # every rank must fit
@@ -294,7 +324,8 @@ class FineTuneRecipe:
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
         if not self.dist.all_true(not self.signals.requested):  # stopped while caching codes: nothing trained yet
-            return self._result(stopped=True)
+            self.stop_where = "setup (DVAE codes)"
+            return self.finish_stop()
         if self.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)
             return self._result(stopped=False)
@@ -304,32 +335,59 @@ class FineTuneRecipe:
 
             redirect = logging_redirect_tqdm()
         with redirect:
+            stopped = False
             if self.fresh and self.cfg.evaluation.eval_at_start:
                 self.evaluate()
-            stopped = False
-            while self.step < self.max_steps:
+                stopped = self._stop_agreed()
+            while not stopped and self.step < self.max_steps:
                 started = time.perf_counter()
                 stats = self.train_step()
+                if stats is None:  # a stop between micro-batches: the step was abandoned, nothing changed
+                    stopped = True
+                    break
                 self.step += 1
                 self._after_step(stats, time.perf_counter() - started)
                 if stats.stop_requested:
+                    self.stop_where = self.stop_where or f"step {self.step}"
                     stopped = True
                     break
                 every = self.cfg.evaluation.every_steps
                 new_best = False
                 if every and self.step % every == 0 and self.step < self.max_steps:
                     new_best = self.evaluate() and self.cfg.checkpoint.keep_best
-                if (self.step % self.cfg.checkpoint.every_steps == 0 and self.step < self.max_steps) or new_best:
-                    self.save_checkpoint()
+                    stopped = self._stop_agreed()
+                if (self.step % self.cfg.checkpoint.every_steps == 0 and self.step < self.max_steps) or new_best \
+                        or stopped:
+                    self.save_checkpoint(final=stopped)
             if not stopped:
                 if self.last_eval_step != self.step:
                     self.evaluate()
-            if self.saved_step != self.step:
+                    stopped = self._stop_agreed()
+            if self.saved_step != self.step and self.step > 0:  # step 0 of a new run: nothing trained to save
                 self.save_checkpoint(final=True)
-            if stopped and self.is_main:
-                log.warning("stopped by %s at step %d; checkpoint %s. %s", self.signals.signal_name, self.step,
-                            self.last_checkpoint, self._resume_hint())
-        return self._result(stopped=stopped)
+        return self.finish_stop() if stopped else self._result(stopped=False)
+
+    def _stop_agreed(self) -> bool:
+        """Whether any process was asked to stop (a collective call: every rank makes it at the same point)."""
+        return not self.dist.all_true(not self.signals.requested)
+
+    def finish_stop(self) -> TrainResult:
+        """After a stop: the last finished step is saved (by the caller); log it, record the event, return."""
+        where = self.stop_where or f"step {self.step}"
+        if self.is_main:
+            hint = continue_command(self.command_line, self.cfg.checkpoint.resume, self.run_dir, self.last_checkpoint)
+            saved = (f"saved {self.last_checkpoint}" if self.last_checkpoint is not None and self.saved_step == self.step
+                     else "nothing new to save" if self.step == 0 or self.saved_step == self.step
+                     else f"the last checkpoint is {self.last_checkpoint}")
+            log.warning("stopped by %s during %s; %s. Resume with: %s", self.signals.signal_name, where, saved, hint)
+            event = {"signal": self.signals.signal_name, "during": where, "checkpoint": self.last_checkpoint,
+                     "resume_command": hint}
+            if self.metrics is not None and self.metrics.enabled:
+                self.metrics.event(self.step, "stop", **{k: str(v) if isinstance(v, Path) else v
+                                                         for k, v in event.items()})
+            else:
+                write_stop_event(self.run_dir, {"step": self.step, "event": "stop", **event})
+        return self._result(stopped=True)
 
     def train_step(self):
         """One optimizer step over ``grad_accum_steps`` micro-batches; returns the fetched StepStats."""
@@ -350,7 +408,14 @@ class FineTuneRecipe:
             return loss, torch.stack([loss.detach(), out["loss_text_ce"].detach(), out["loss_mel_ce"].detach()])
 
         self.runner.begin()  # an out-of-memory micro-batch is split or skipped (oom.py)
+        # a stop between micro-batches abandons the step (single process: every rank would have to agree)
+        start = None if self.dist.enabled else StepStart.capture(self.data_position, self.device)
         for micro in range(accum):
+            if start is not None and self.signals.requested:
+                self.optimizer.zero_grad(set_to_none=True)
+                self.data_position = start.restore(self.device)
+                self.stop_where = f"step {self.step + 1} (abandoned after {micro} of {accum} micro-batches)"
+                return None
             batch = next(self.train_iter)
             self.data_position = self.sampler.next_position(*batch["position"])
             last = micro == accum - 1
@@ -404,6 +469,7 @@ class FineTuneRecipe:
                 "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
 
     def _after_step(self, stats, seconds: float) -> None:
+        self.last_step_seconds = seconds
         outcome = self.guard.record(stats)
         pcfg = self.cfg.precision
         if self.scaler.is_enabled() and not stats.grad_ok and stats.loss_scale * pcfg.backoff_factor < pcfg.min_scale:
@@ -413,7 +479,7 @@ class FineTuneRecipe:
                                 epoch=self.data_position[0], samples=self.samples_per_step, seconds=seconds)
         if outcome == "rollback":
             failed_at = self.step
-            self.step = self.snapshot.restore(self.model.gpt, self.optimizer, self.scaler)
+            self.step = self.snapshot.restore(self.model.gpt, self.optimizer)  # the loss scale stays as it is
             self.lr_factor *= self.cfg.stability.rollback_lr_factor
             self.guard.note_rollback()
             log.warning("%d non-finite steps in a row at step %d: rolled back to step %d with the LR x%g "
@@ -424,7 +490,7 @@ class FineTuneRecipe:
         elif outcome == "stop":
             self._stop_with_diagnosis()
         elif outcome == "ok" and self.step - (self.snapshot.step or 0) >= self.cfg.stability.snapshot_every:
-            self.snapshot.take(self.step, self.model.gpt, self.optimizer, self.scaler)
+            self.snapshot.take(self.step, self.model.gpt, self.optimizer)
 
     def _switch_precision(self, scale: float) -> None:
         new = fallback_policy(self.policy, self.device)
@@ -455,7 +521,7 @@ class FineTuneRecipe:
     # ------------------------------------------------------------------ evaluate
     def evaluate(self) -> bool:
         """Eval losses, then the eval hook (model in eval mode), on rank 0; True when the eval loss is a new best."""
-        result = None
+        result, abandoned = None, False
         if self.is_main and self.eval_clips:
             self.model.eval()
             try:
@@ -464,14 +530,24 @@ class FineTuneRecipe:
                 extra = {}
                 if self.eval_hook is not None:
                     extra = self._run_eval_hook()
+            except StopRequested:  # the stop comes first: the step is saved, this evaluation is dropped
+                abandoned = True
+                self.stop_where = f"the evaluation at step {self.step}"
+                log.warning("stop requested: the evaluation at step %d is abandoned", self.step)
             finally:
                 self.model.train()
-            self.metrics.evaluation(self.step, losses, extra)
-            result = losses["eval_loss"]
-            self.last_eval_metrics = {**losses, **extra}
-        result = self.dist.broadcast_object(result)
+            if not abandoned:
+                self.metrics.evaluation(self.step, losses, extra)
+                result = losses["eval_loss"]
+                self.last_eval_metrics = {**losses, **extra}
+        result, abandoned = self.dist.broadcast_object((result, abandoned))
+        if abandoned:
+            return False
         self.last_eval_step = self.step
-        if result is None or not math.isfinite(result):
+        if result is not None and not math.isfinite(result):
+            self._report_nonfinite_eval(result)
+            return False
+        if result is None:
             return False
         self.last_eval_loss = result
         if self.first_eval_loss is None:
@@ -484,6 +560,15 @@ class FineTuneRecipe:
             is_best = score is not None and (self.best_score is None or score < self.best_score)
             self.best_score = score if is_best else self.best_score
         return is_best
+
+    def _report_nonfinite_eval(self, value: float) -> None:
+        """A NaN/Inf eval loss is a finding, not a gap: warned, recorded, and kept out of best/last losses."""
+        self.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
+        if self.is_main:
+            log.warning("eval loss at step %d is %s (%s): the model's eval outputs overflow; this checkpoint gets no "
+                        "eval loss and cannot become the best one. If it repeats, set precision.mode: fp32 or lower "
+                        "training.lr", self.step, value, self.policy.name)
+            self.metrics.event(self.step, "eval_nonfinite", eval_loss=str(value), precision=self.policy.name)
 
     def _run_eval_hook(self) -> dict[str, float]:
         """The integrator's hook (sample synthesis). Its random draws are isolated from training's, and a
@@ -518,12 +603,17 @@ class FineTuneRecipe:
                     "base_model": str(self.base.root),
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
                     "eval_metrics": self.last_eval_metrics if self.last_eval_step == self.step else None,
-                    "precision": self.policy.name, "base_vocab_size": self.base_vocab_size}
+                    "precision": self.policy.name, "base_vocab_size": self.base_vocab_size, "run_id": self.run.run_id}
             try:
+                self._keep_foreign_checkpoint()
+                started = time.perf_counter()
                 path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
+                self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
-                                      self.cfg.checkpoint.best_metric)
+                                       owner=self.run.owns, metric=self.cfg.checkpoint.best_metric)
+                if self.cfg.checkpoint.optimizer_state == "latest":
+                    slim_older_checkpoints(self.run_dir, path, owner=self.run.owns)
                 self.last_checkpoint = path
                 self.metrics.event(self.step, "checkpoint", path=str(path))
             except OSError as exc:
@@ -539,18 +629,25 @@ class FineTuneRecipe:
             return
         self.saved_step = self.step
 
+    def _keep_foreign_checkpoint(self) -> None:
+        """A folder of this step's name that another run wrote is moved aside, never overwritten."""
+        target = ckpt.checkpoint_root(self.run_dir) / ckpt.step_dir_name(self.step)
+        if not target.is_dir():
+            return
+        try:
+            meta = ckpt.read_meta(target)
+        except CheckpointError:
+            meta = {}
+        if not self.run.owns(meta):
+            set_aside_foreign(self.run_dir, target)
+
     def _sampler_state(self) -> dict:
         return {**self.sampler.state_dict(self.data_position), **self._sampler_key()}
 
     # ------------------------------------------------------------------ cleanup
-    def _resume_hint(self) -> str:
-        command = shlex.join([Path(sys.executable).name, *sys.argv]) if sys.argv and sys.argv[0] else "the same command"
-        if self.cfg.checkpoint.resume == "auto":
-            return f"Resume with: {command} (checkpoint.resume: auto continues from it)"
-        return f"Resume with: {command} --set checkpoint.resume={self.last_checkpoint}"
-
     def _result(self, stopped: bool) -> TrainResult:
-        best = ckpt.best_checkpoint(self.run_dir, self.cfg.checkpoint.best_metric) if self.is_main else None
+        best = (ckpt.best_checkpoint(self.run_dir, self.run.owns, metric=self.cfg.checkpoint.best_metric)
+                if self.is_main and self.run is not None else None)
         last, best = self.dist.broadcast_object((self.last_checkpoint, best))
         final = self.last_eval_loss if (self.last_eval_step == self.step or stopped) else None
         return TrainResult(step=self.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,

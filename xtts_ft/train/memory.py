@@ -234,13 +234,25 @@ def probe_batch_size(model: nn.Module, dataset, clips: Sequence, model_inputs: C
     if _will_probe(probe, device):
         log.info("batch_size auto: probing up to %d clips, each padded to the longest text (%d tokens) and audio "
                  "(%d samples)", limit, max(texts), max(audio))
-    with reserve_memory(optimizer_state_bytes(list(model.xtts.gpt.parameters())), device):
+    with reserve_memory(probe_reserve_bytes(list(model.xtts.gpt.parameters()), world_size), device):
         return find_batch_size(try_batch, device, limit, probe=probe)
 
 
 def optimizer_state_bytes(params: Sequence[torch.Tensor]) -> int:
     """AdamW keeps two fp32 tensors (exp_avg, exp_avg_sq) per trainable weight."""
     return sum(2 * p.numel() * 4 for p in params if p.requires_grad)
+
+
+def ddp_bucket_bytes(params: Sequence[torch.Tensor], world_size: int) -> int:
+    """DDP's all-reduce buckets: a copy of every trainable gradient (``gradient_as_bucket_view=False``)."""
+    if world_size <= 1:
+        return 0
+    return sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+
+
+def probe_reserve_bytes(params: Sequence[torch.Tensor], world_size: int) -> int:
+    """Memory the run will hold that the probe's steps do not: AdamW state, plus DDP buckets when distributed."""
+    return optimizer_state_bytes(params) + ddp_bucket_bytes(params, world_size)
 
 
 @contextlib.contextmanager
@@ -254,8 +266,9 @@ def reserve_memory(nbytes: int, device: torch.device) -> Iterator[None]:
             fits = False
     if not fits:
         release_memory(device)
-        raise TrainingStopped(f"batch_size auto: the model and AdamW's state ({nbytes / 2**30:.1f} GiB) alone do "
-                              f"not fit in GPU memory; set training.offload_frozen: true or use a larger card")
+        raise TrainingStopped(f"batch_size auto: the model plus AdamW's state (and DDP's gradient buckets with several "
+                              f"GPUs; {nbytes / 2**30:.1f} GiB) alone do not fit in GPU memory; set "
+                              f"training.offload_frozen: true or use a larger card")
     try:
         yield
     finally:

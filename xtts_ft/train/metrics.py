@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from tqdm import tqdm
 
+from xtts_ft.tempfiles import temp_sibling
 from xtts_ft.train.stability import StabilityGuard, StepStats
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _drop_lines_after(path: Path, step: int) -> int:
             else:
                 dropped += 1
     if dropped:
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = temp_sibling(path)
         tmp.write_text("".join(kept), encoding="utf-8")
         os.replace(tmp, path)
     return dropped

@@ -7,6 +7,10 @@
 - ``fp32``: no autocast, no scaler.
 
 ``auto`` picks bf16 on a GPU that supports it, fp16 on older GPUs (T4, V100) and fp32 on CPU.
+"Supports" means native bf16 math: compute capability 8.0 or newer (A100, A10G, L4, H100).
+``torch.cuda.is_bf16_supported()`` is not used for this: in torch 2.8 it also answers True when
+bf16 merely *runs* through emulation (a T4 or V100 creates bf16 tensors fine), which is slow and
+lacks the tensor-core path, so a T4 would train in emulated bf16 instead of fp16 + GradScaler.
 Only the ``torch.amp`` API is used. fp16 autocast and ``GradScaler("cpu")`` both work on CPU in
 torch 2.8 (verified on the tiny model), so the fp16 path is tested without a GPU.
 
@@ -56,8 +60,22 @@ class PrecisionPolicy:
         return torch.amp.autocast(self.device_type, dtype=self.dtype)
 
 
+NATIVE_BF16_CAPABILITY = (8, 0)  # Ampere: the first NVIDIA generation with bf16 tensor cores
+
+
 def cuda_bf16_supported(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    """True when ``device`` is a GPU with native bf16 (compute capability >= 8.0; ROCm: torch's own answer)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.version.hip:  # AMD: capabilities are not NVIDIA's numbering; torch knows its archs
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return tuple(torch.cuda.get_device_capability(device)) >= NATIVE_BF16_CAPABILITY
+
+
+def describe_cuda(device: torch.device) -> str:
+    """'Tesla T4 (compute capability 7.5)'."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
 
 
 def resolve_precision(mode: str, device: torch.device) -> PrecisionPolicy:
@@ -69,8 +87,8 @@ def resolve_precision(mode: str, device: torch.device) -> PrecisionPolicy:
     if mode not in _DTYPES:
         raise ConfigError(f"precision.mode: '{mode}' is not one of auto, bf16, fp16, fp32")
     if mode == "bf16" and device.type == "cuda" and not cuda_bf16_supported(device):
-        name = torch.cuda.get_device_name(device)
-        raise ConfigError(f"precision.mode: bf16 is not supported by {name}; set precision.mode: fp16 (or auto)")
+        raise ConfigError(f"precision.mode: bf16 needs compute capability 8.0 or newer, {describe_cuda(device)} has "
+                          f"no native bf16; set precision.mode: fp16 (or auto, which picks fp16 + GradScaler here)")
     return PrecisionPolicy(mode, device.type)
 
 

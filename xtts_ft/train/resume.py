@@ -4,7 +4,7 @@
 
 - ``auto``: the newest checkpoint in ``<run_dir>/checkpoints`` that verifies (a damaged one is
   skipped with a warning); none -> a new run;
-- ``never``: a new run (existing checkpoints are kept until retention replaces them);
+- ``never``: a new run (the run folder must not hold another run's checkpoints: see run_folder.py);
 - a path: that checkpoint folder; any problem with it is an error, never a silent fallback.
 
 A checkpoint trained with a different vocabulary (other fingerprint) or a different GPT shape is
@@ -27,28 +27,25 @@ import yaml
 
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
-from xtts_ft.train.checkpoint import META_FILE, find_latest_checkpoint, list_checkpoints
+from xtts_ft.train.checkpoint import META_FILE, Owner, find_latest_checkpoint, owned_checkpoints
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
 
 log = logging.getLogger(__name__)
 
-_FIX = "start a new run dir (run.output_dir) or set checkpoint.resume: never"
+_FIX = ("start a new run dir (run.output_dir), or set checkpoint.resume: never and add --archive-old-run (the old "
+        "checkpoints are moved into old_runs/, not deleted)")
 _LOGGED_CHANGES = ("lr", "max_steps", "lr_schedule", "warmup_steps", "min_lr_ratio", "step_every", "step_gamma",
                    "grad_accum_steps", "batch_size", "grad_clip", "new_token_lr_multiplier", "weight_decay")
 
 
-def choose_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
-    """The checkpoint folder to continue from, or None for a new run."""
+def choose_checkpoint(resume: str, run_dir: Path, owner: Optional[Owner] = None) -> Optional[Path]:
+    """The checkpoint folder to continue from, or None for a new run (``owner``: the current run's, run_folder.py)."""
     if resume == "never":
-        existing = list_checkpoints(run_dir)
-        if existing:
-            log.warning("checkpoint.resume: never - starting a new run; the %d checkpoints in %s will be replaced as "
-                        "new ones are saved", len(existing), run_dir / "checkpoints")
         return None
     if resume == "auto":
-        path = find_latest_checkpoint(run_dir)
-        if path is None and list_checkpoints(run_dir):
+        path = find_latest_checkpoint(run_dir, owner)
+        if path is None and owned_checkpoints(run_dir, owner):
             log.warning("no checkpoint in %s verifies; starting a new run", run_dir / "checkpoints")
         return path
     path = Path(resume)
@@ -152,7 +149,11 @@ def apply_checkpoint(
     order to continue exactly; otherwise it restarts at the next epoch (logged).
     """
     gpt.load_state_dict(state["gpt"], strict=False)  # keys and shapes were checked by check_compatible
-    optimizer.load_state_dict(state["optimizer"])
+    if "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    else:  # checkpoint.optimizer_state: latest keeps the moments only in the newest checkpoint
+        log.warning("resume: %s keeps weights only; AdamW's moments start afresh (the newest checkpoint has them)",
+                    path)
     for group in optimizer.param_groups:  # the config's hyper-parameters win over the saved ones
         group["betas"] = tuple(tcfg.betas)
         group["weight_decay"] = tcfg.weight_decay if group.get("name") == "decay" else 0.0

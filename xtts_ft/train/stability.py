@@ -14,8 +14,8 @@ Then:
   GradScaler backs off, as it should on an overflow.
 
 :class:`StabilityGuard` counts them. ``max_consecutive_bad_steps`` bad steps in a row trigger a
-rollback to :class:`Snapshot` (an in-memory CPU copy of the GPT, the optimizer and the scaler,
-refreshed every ``snapshot_every`` good steps) with the LR multiplied by ``rollback_lr_factor``; the
+rollback to :class:`Snapshot` (an in-memory CPU copy of the GPT and the optimizer, refreshed every
+``snapshot_every`` good steps; the loss scale is not rolled back) with the LR multiplied by ``rollback_lr_factor``; the
 data order continues past the bad batches. After ``max_rollbacks`` rollbacks the run stops with
 :func:`diagnose_nonfinite`: a replay of the last bad batch with forward hooks on every GPT module,
 naming the first module whose output is non-finite, plus advice.
@@ -151,25 +151,28 @@ def to_cpu(obj):
 
 
 class Snapshot:
-    """The in-memory rollback target: GPT weights, optimizer and scaler state at a good step."""
+    """The in-memory rollback target: GPT weights and optimizer state at a good step.
+
+    The loss scaler is deliberately not part of it: the scale measures what fp16 can hold, and a
+    rollback that reset it would undo the very back-offs that show a collapse. With the defaults
+    (init scale 1024, back-off 0.5, 10 bad steps before a rollback) a reset scale never got below
+    ``precision.min_scale`` and the fp16 -> bf16/fp32 switch never fired; kept, it falls through
+    ``min_scale`` on the next overflow after the rollback and the switch happens.
+    """
 
     def __init__(self) -> None:
         self.step: Optional[int] = None
         self._gpt: dict = {}
         self._optimizer: dict = {}
-        self._scaler: dict = {}
 
-    def take(self, step: int, gpt: nn.Module, optimizer: torch.optim.Optimizer, scaler) -> None:
+    def take(self, step: int, gpt: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self._gpt = to_cpu(gpt_state_dict(gpt))
         self._optimizer = to_cpu(optimizer.state_dict())
-        self._scaler = scaler.state_dict()
         self.step = step
 
-    def restore(self, gpt: nn.Module, optimizer: torch.optim.Optimizer, scaler) -> int:
+    def restore(self, gpt: nn.Module, optimizer: torch.optim.Optimizer) -> int:
         gpt.load_state_dict(self._gpt, strict=False)
         optimizer.load_state_dict(self._optimizer)
-        if self._scaler and scaler.is_enabled():
-            scaler.load_state_dict(self._scaler)
         return int(self.step or 0)
 
 

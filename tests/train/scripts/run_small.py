@@ -1,8 +1,9 @@
 """Run a small training in its own process (for the SIGTERM and the torchrun tests).
 
 Usage: python run_small.py ARGS.json   (or under torchrun). ARGS.json holds the paths of the test
-fixtures, config overrides (section -> {key: value}) and ``weights_out``: a folder where every rank
-writes its final GPT weights as rank<N>.pt.
+fixtures, config overrides (section -> {key: value}), ``weights_out``: a folder where every rank
+writes its final GPT weights as rank<N>.pt, and ``speaker_wav``: when set, evaluations synthesise
+``evaluation.sentences`` in that voice (the pipeline's sample hook).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
 
 def main() -> int:
     args = json.loads(Path(sys.argv[1]).read_text())
-    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(levelname)s %(message)s")
     tokenizer = AmharicTokenizer(args["vocab"], normalizer=lambda s: s)
     built = []
 
@@ -37,14 +38,20 @@ def main() -> int:
         return built[-1]
 
     cfg = small_config(Path(args["run_dir"]), **args.get("sections", {}))
+    hook = None
+    if args.get("speaker_wav"):
+        from xtts_ft.evaluate.hook import make_eval_hook
+
+        hook = make_eval_hook(cfg, Path(args["run_dir"]), tokenizer, [Path(args["speaker_wav"])], [], None)
     result = run_training(
         cfg, base=BaseModelFiles.from_dir(Path(args["base"])), vocab_path=Path(args["vocab"]),
         base_vocab_size=args["base_vocab_size"], train_csv=Path(args["train_csv"]), eval_csv=Path(args["eval_csv"]),
-        run_dir=Path(args["run_dir"]), tokenizer=tokenizer, model_factory=factory,
+        run_dir=Path(args["run_dir"]), tokenizer=tokenizer, model_factory=factory, eval_hook=hook,
     )
     if args.get("weights_out"):
         rank = int(os.environ.get("RANK", "0"))
         torch.save(gpt_state_dict(built[0].gpt), Path(args["weights_out"]) / f"rank{rank}.pt")
+    logging.getLogger("run_small").info("returned")
     print(f"RESULT step={result.step} stopped_by_signal={result.stopped_by_signal}", flush=True)
     return 0
 

@@ -1,0 +1,147 @@
+"""A run folder belongs to one run: claiming it refuses to mix runs, names what differs, and never deletes.
+
+These tests use checkpoint folders with only a ``meta.json`` (all ``claim_run_folder`` reads); the
+trainer's own use of the run id (retention, latest, best) is in tests/reliability/test_two_runs.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xtts_ft.config import Config
+from xtts_ft.errors import RunFolderError
+from xtts_ft.run_folder import OLD_RUNS, claim_run_folder, describe_differences, read_record, run_fingerprint
+
+
+def make_dataset(root: Path) -> Path:
+    (root / "wavs").mkdir(parents=True)
+    for i in range(3):
+        (root / "wavs" / f"a{i}.wav").write_bytes(b"RIFF" + bytes(100 + i))
+    (root / "metadata.csv").write_text("audio_file|text|speaker_name\nwavs/a0.wav|ሰላም|s\nwavs/a1.wav|ለዓለም|s\n",
+                                       encoding="utf-8")
+    return root
+
+
+def make_cfg(tmp_path: Path, dataset: Path, **tokenizer) -> Config:
+    cfg = Config()
+    cfg.run.output_dir = str(tmp_path / "run")
+    cfg.dataset.path = str(dataset)
+    for key, value in tokenizer.items():
+        setattr(cfg.tokenizer, key, value)
+    return cfg
+
+
+def fake_checkpoint(run_dir: Path, step: int, run_id) -> Path:
+    path = run_dir / "checkpoints" / f"step_{step:06d}"
+    path.mkdir(parents=True)
+    meta = {"step": step, "training_state_sha256": "0" * 64}
+    if run_id is not None:
+        meta["run_id"] = run_id
+    (path / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def setup(tmp_path):
+    dataset = make_dataset(tmp_path / "data_in")
+    cfg = make_cfg(tmp_path, dataset)
+    first = claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto")
+    fake_checkpoint(cfg.run_dir, 10, first.run_id)
+    fake_checkpoint(cfg.run_dir, 20, first.run_id)
+    (cfg.run_dir / "data").mkdir()
+    (cfg.run_dir / "data" / "metadata_train.csv").write_text("prepared", encoding="utf-8")
+    (cfg.run_dir / "metrics.jsonl").write_text("{}\n", encoding="utf-8")
+    return cfg, dataset, first
+
+
+def test_the_same_run_continues_with_the_same_id(setup):
+    cfg, _, first = setup
+    again = claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto")
+    assert again.run_id == first.run_id and read_record(cfg.run_dir).run_id == first.run_id
+
+
+def test_changed_transcripts_are_refused_before_anything_is_touched(setup):
+    cfg, dataset, first = setup
+    text = (dataset / "metadata.csv").read_text(encoding="utf-8")
+    (dataset / "metadata.csv").write_text(text.replace("ሰላም", "ሰላም ሰላም"), encoding="utf-8")
+    before = sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*"))
+    with pytest.raises(RunFolderError) as err:
+        claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto")
+    msg = str(err.value)
+    assert len(msg.splitlines()) == 1
+    assert msg.startswith(f"{cfg.run_dir}: holds run {first.run_id} (2 checkpoint(s), latest step_000020) and this "
+                          f"command would start another run there: the dataset's transcripts changed: 1 edited "
+                          f"(metadata.csv).")
+    assert "run.output_dir" in msg and "--archive-old-run" in msg and "nothing is deleted" in msg
+    assert sorted(p.relative_to(cfg.run_dir).as_posix() for p in cfg.run_dir.rglob("*")) == before
+
+
+def test_other_settings_are_named(setup, tmp_path):
+    cfg, dataset, _ = setup
+    other = make_cfg(tmp_path, dataset, new_tokens=600)
+    other.text.fold_homophones = False
+    before = run_fingerprint(cfg)
+    (dataset / "wavs" / "a9.wav").write_bytes(b"RIFF")
+    diffs = describe_differences(before, run_fingerprint(other))
+    assert diffs == ["the dataset's audio files changed: 1 added (wavs/a9.wav)",
+                     "text.fold_homophones: true -> false", "tokenizer.new_tokens: 2000 -> 600"]
+
+
+def test_archive_moves_the_old_run_aside_and_deletes_nothing(setup):
+    cfg, dataset, first = setup
+    (dataset / "metadata.csv").write_text("audio_file|text|speaker_name\nwavs/a2.wav|ሌላ|s\n", encoding="utf-8")
+    new = claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto", archive=True)
+    assert new.run_id != first.run_id and read_record(cfg.run_dir).run_id == new.run_id
+    (old,) = list((cfg.run_dir / OLD_RUNS).iterdir())
+    assert old.name.endswith("_" + first.run_id)
+    assert sorted(p.name for p in (old / "checkpoints").iterdir()) == ["step_000010", "step_000020"]
+    assert (old / "data" / "metadata_train.csv").read_text(encoding="utf-8") == "prepared"  # inputs changed: moved
+    assert json.loads((old / "run.json").read_text(encoding="utf-8"))["run_id"] == first.run_id
+    assert (old / "metrics.jsonl").is_file() and not (cfg.run_dir / "metrics.jsonl").exists()
+    assert not (cfg.run_dir / "checkpoints").exists()
+
+
+def test_resume_never_next_to_checkpoints_is_refused_and_archive_keeps_the_prepared_data(setup):
+    cfg, _, first = setup
+    with pytest.raises(RunFolderError, match="checkpoint.resume: never starts a new run"):
+        claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="never")
+    new = claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="never", archive=True)
+    assert new.run_id != first.run_id
+    (old,) = list((cfg.run_dir / OLD_RUNS).iterdir())
+    assert len(list((old / "checkpoints").iterdir())) == 2
+    assert (cfg.run_dir / "data" / "metadata_train.csv").is_file()  # same inputs: the prepared data is reused
+    # the trainer's own claim (no fingerprint) right after keeps the new run
+    assert claim_run_folder(cfg.run_dir, fingerprint=None, resume="never").run_id == new.run_id
+
+
+def test_a_checkpoint_of_another_run_named_for_resume_is_refused(setup, tmp_path):
+    cfg, _, _ = setup
+    foreign = fake_checkpoint(tmp_path / "elsewhere", 5, "20260101-000000-abcdef")
+    with pytest.raises(RunFolderError, match="checkpoint.resume names a checkpoint of run 20260101-000000-abcdef"):
+        claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume=str(foreign))
+
+
+def test_a_new_folder_started_from_another_runs_checkpoint_continues_that_run(tmp_path):
+    foreign = fake_checkpoint(tmp_path / "elsewhere", 5, "20260101-000000-abcdef")
+    record = claim_run_folder(tmp_path / "new", fingerprint=None, resume=str(foreign))
+    assert record.run_id == "20260101-000000-abcdef"
+
+
+def test_a_folder_from_before_run_records_is_adopted(tmp_path):
+    run = tmp_path / "run"
+    legacy = fake_checkpoint(run, 4, None)
+    record = claim_run_folder(run, fingerprint=None, resume="auto")
+    assert record.adopted and record.owns(json.loads((legacy / "meta.json").read_text()))
+    assert not record.owns({"run_id": "someone-else"})
+
+
+def test_a_run_that_saved_nothing_gives_way_without_a_question(tmp_path):
+    dataset = make_dataset(tmp_path / "data_in")
+    cfg = make_cfg(tmp_path, dataset)
+    first = claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto")
+    other = make_cfg(tmp_path, dataset, new_tokens=900)
+    second = claim_run_folder(other.run_dir, fingerprint=run_fingerprint(other), resume="auto")
+    assert second.run_id != first.run_id and not (cfg.run_dir / OLD_RUNS).exists()

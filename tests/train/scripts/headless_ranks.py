@@ -1,0 +1,72 @@
+"""``headless_train.py`` under torchrun, plus what a test needs to know about each rank afterwards.
+
+Usage: torchrun ... headless_ranks.py OUT_DIR headless_train.py-arguments...
+
+Runs ``xtts_ft.cli.headless_main`` unchanged, counting in this process how often each stage that
+writes files really did its work (not only checked that its outputs were current), and writes
+``OUT_DIR/rank<N>.json`` (the counts) and ``OUT_DIR/rank<N>.pt`` (this rank's final GPT weights).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[2])]
+
+import torch  # noqa: E402
+
+import xtts_ft.data  # noqa: E402
+import xtts_ft.evaluate  # noqa: E402
+import xtts_ft.tiny_model  # noqa: E402
+import xtts_ft.tokenizer  # noqa: E402
+import xtts_ft.train.loop as loop  # noqa: E402
+from xtts_ft.cli import headless_main  # noqa: E402
+from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
+
+calls: Counter = Counter()
+built: list = []
+
+
+def counted(module, name: str) -> None:
+    real = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls[name] += 1
+        return real(*args, **kwargs)
+
+    setattr(module, name, wrapper)
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    for module, name in [(xtts_ft.data, "prepare_dataset"), (xtts_ft.tokenizer, "build_extended_vocab"),
+                         (xtts_ft.evaluate, "write_report"), (xtts_ft.tiny_model, "write_tiny_model")]:
+        counted(module, name)
+    real_codes, real_build = loop.build_codes_cache, loop.build_training_model
+
+    def codes(model, clips, cache_dir, *args, **kwargs):
+        cached = {p.name for p in Path(cache_dir).glob("*.npy")} if Path(cache_dir).is_dir() else set()
+        paths = real_codes(model, clips, cache_dir, *args, **kwargs)
+        calls["dvae_codes_computed"] += sum(1 for p in paths if p.name not in cached)
+        return paths
+
+    def build(*args):
+        built.append(real_build(*args))
+        return built[-1]
+
+    loop.build_codes_cache, loop.build_training_model = codes, build
+    code = headless_main(sys.argv[2:])
+    rank = int(os.environ.get("RANK", "0"))
+    (out / f"rank{rank}.json").write_text(json.dumps({"exit": code, **calls}))
+    if built:
+        torch.save(gpt_state_dict(built[0].gpt), out / f"rank{rank}.pt")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

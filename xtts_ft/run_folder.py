@@ -1,0 +1,291 @@
+"""A run folder belongs to one run: ``<run_dir>/run.json`` says which, and nothing mixes two.
+
+``run.json`` holds a run id and the fingerprint of what defines the run: the dataset's content
+(every transcript file's bytes, every audio file's size), the text and tokenizer settings (with the
+extra text's content and the normaliser version) and the base model. Every checkpoint records the
+run id in its ``meta.json``; resuming, retention and "latest"/"best" only ever look at the current
+run's checkpoints.
+
+``claim_run_folder`` runs before any heavy work (data preparation, tokenizer, DVAE codes). A command
+that would start another run in a folder holding checkpoints - another dataset, other text or
+tokenizer settings, another base model, ``checkpoint.resume: never``, or ``--resume`` with a
+checkpoint of another run - is refused in one line naming what differs, unless the user asks for
+``--archive-old-run``: then the old run's checkpoints, samples and logs are moved (never deleted)
+into ``<run_dir>/old_runs/<date>_<run id>/`` and the new run starts in the folder.
+
+A folder whose checkpoints predate ``run.json`` is adopted by the first command that resumes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from xtts_ft.errors import RunFolderError
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+OLD_RUNS = "old_runs"
+TRANSCRIPT_SUFFIXES = (".csv", ".txt", ".tsv", ".json", ".jsonl", ".list")
+# What belongs to one run (moved aside together); data/ and tokenizer/ too when the inputs changed.
+RUN_OUTPUTS = ("checkpoints", "samples", "tensorboard", "metrics.jsonl", "events.jsonl", "report.html",
+               "summary.json", "config.yaml", RUN_FILE)
+DERIVED_INPUTS = ("data", "tokenizer")
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    created: str
+    fingerprint: Optional[dict]  # None: the trainer was called directly, without the pipeline's fingerprint
+    adopted: bool = False  # the folder's checkpoints predate run.json: those without a run id belong to this run
+
+    def owns(self, meta: dict) -> bool:
+        """Whether the checkpoint with this ``meta.json`` belongs to this run."""
+        rid = meta.get("run_id") if isinstance(meta, dict) else None
+        return rid == self.run_id or (rid is None and self.adopted)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def read_record(run_dir: Path) -> Optional[RunRecord]:
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return RunRecord(run_id=str(raw["run_id"]), created=str(raw.get("created", "")),
+                         fingerprint=raw.get("fingerprint"), adopted=bool(raw.get("adopted", False)))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise RunFolderError(f"{path}: damaged (not the JSON this tool writes); restore it, or move the run folder "
+                             f"aside and start a new run.output_dir") from None
+
+
+def write_record(run_dir: Path, record: RunRecord) -> None:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, run_dir / RUN_FILE)
+
+
+# --- fingerprint -------------------------------------------------------------------------------
+
+
+def _sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def dataset_fingerprint(root: Path) -> dict:
+    """Transcript files by content, audio files by size (reading hours of audio would be heavy work); other files
+    (a README, pictures) do not define the run."""
+    from xtts_ft.data.readers import AUDIO_EXTENSIONS
+
+    transcripts, audio = {}, {}
+    root = Path(root)
+    for dirpath, dirnames, names in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            try:
+                if name.lower().endswith(TRANSCRIPT_SUFFIXES):
+                    transcripts[rel] = _sha(path)
+                elif name.lower().endswith(AUDIO_EXTENSIONS):
+                    audio[rel] = path.stat().st_size
+            except OSError:  # unreadable files are the data stage's business (it reports them)
+                continue
+    return {"transcripts": transcripts, "audio": audio}
+
+
+def run_fingerprint(cfg) -> dict:
+    """What defines a run (see the module doc); everything else may change between resumes."""
+    from xtts_ft.text import NORMALIZER_VERSION
+    from xtts_ft.tokenizer.command import text_files_in
+
+    extra = sorted(_sha(p) for p in text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files]))
+    tokenizer = {k: v for k, v in dataclasses.asdict(cfg.tokenizer).items() if k != "char_limit"}
+    tokenizer["extra_text_files"] = hashlib.sha256("".join(extra).encode()).hexdigest()[:16]
+    return {
+        "dataset": dataset_fingerprint(Path(cfg.dataset.path)),
+        "text": {**dataclasses.asdict(cfg.text), "language": cfg.run.language, "normalizer": NORMALIZER_VERSION},
+        "tokenizer": tokenizer,
+        "base_model": {"source": cfg.base_model.source, "revision": cfg.base_model.revision},
+    }
+
+
+def _files_changed(what: str, old: dict, new: dict) -> Optional[str]:
+    added = sorted(set(new) - set(old))
+    removed = sorted(set(old) - set(new))
+    edited = sorted(k for k in set(old) & set(new) if old[k] != new[k])
+    if not (added or removed or edited):
+        return None
+    parts = [f"{len(v)} {label} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
+             for label, v in (("edited", edited), ("added", added), ("removed", removed)) if v]
+    return f"{what} changed: " + ", ".join(parts)
+
+
+def describe_differences(old: dict, new: dict) -> list[str]:
+    """One phrase per thing that differs between two fingerprints (transcripts first: the usual reason)."""
+    out = []
+    od, nd = old.get("dataset") or {}, new.get("dataset") or {}
+    for what, key in (("the dataset's transcripts", "transcripts"), ("the dataset's audio files", "audio")):
+        change = _files_changed(what, od.get(key) or {}, nd.get(key) or {})
+        if change:
+            out.append(change)
+    for section in ("text", "tokenizer", "base_model"):
+        o, n = old.get(section) or {}, new.get(section) or {}
+        for key in sorted(set(o) | set(n)):
+            if o.get(key) == n.get(key):
+                continue
+            if key == "extra_text_files":
+                out.append("the content of tokenizer.extra_text_files changed")
+            elif key == "normalizer":
+                out.append(f"the text normaliser changed (version {o.get(key)} -> {n.get(key)})")
+            else:
+                name = f"run.{key}" if key == "language" else f"{section}.{key}"
+                out.append(f"{name}: {json.dumps(o.get(key), ensure_ascii=False)} -> "
+                           f"{json.dumps(n.get(key), ensure_ascii=False)}")
+    return out
+
+
+# --- claiming the folder --------------------------------------------------------------------------
+
+
+def _checkpoints(run_dir: Path) -> list[tuple[int, Path, dict]]:
+    """(step, folder, meta) of every checkpoint folder; a damaged meta.json counts as {} (no run id)."""
+    from xtts_ft.errors import CheckpointError
+    from xtts_ft.train.checkpoint import list_checkpoints, read_meta
+
+    out = []
+    for step, path in list_checkpoints(run_dir):
+        try:
+            out.append((step, path, read_meta(path)))
+        except CheckpointError:
+            out.append((step, path, {}))
+    return out
+
+
+def _named_run_id(resume: str) -> Optional[str]:
+    if resume in ("auto", "never"):
+        return None
+    try:
+        meta = json.loads((Path(resume) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None  # the checkpoint's own checks report a damaged or missing meta.json
+    return meta.get("run_id") if isinstance(meta, dict) else None
+
+
+def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str, archive: bool = False) -> RunRecord:
+    """The run this command continues or starts in ``run_dir`` (run.json written); refuses to mix two runs.
+
+    ``fingerprint``: :func:`run_fingerprint` of the config (None: not compared, for direct trainer calls).
+    ``archive``: move another run's outputs aside instead of refusing (``--archive-old-run``).
+    """
+    run_dir = Path(run_dir)
+    record = read_record(run_dir)
+    checkpoints = _checkpoints(run_dir)
+    named = _named_run_id(resume)
+    if record is None and checkpoints and resume != "never":
+        # a folder from before run.json: the run that wrote its checkpoints continues (adopted)
+        ids = [m.get("run_id") for _, _, m in checkpoints if m.get("run_id")]
+        # fingerprint unknown until a command has trained with these checkpoints (record_fingerprint): the first
+        # command may be refused by the vocabulary check and fixed, e.g. text.fold_homophones set back
+        record = RunRecord(run_id=ids[-1] if ids else new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           fingerprint=None, adopted=True)
+        log.info("run folder %s: adopted its %d existing checkpoint(s) as run %s", run_dir, len(checkpoints),
+                 record.run_id)
+        write_record(run_dir, record)
+    if record is None:
+        if checkpoints:  # resume: never next to checkpoints of a run nobody recorded
+            _refuse_or_archive(run_dir, None, checkpoints, ["checkpoint.resume: never starts a new run"], archive,
+                               move_inputs=False)
+        record = RunRecord(run_id=named or new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           fingerprint=fingerprint)
+        write_record(run_dir, record)
+        return record
+
+    differences = describe_differences(record.fingerprint, fingerprint) if fingerprint and record.fingerprint else []
+    reasons = list(differences)
+    if resume == "never" and checkpoints:
+        reasons.append("checkpoint.resume: never starts a new run")
+    elif named and named != record.run_id:
+        reasons.append(f"checkpoint.resume names a checkpoint of run {named}")
+    if not reasons:
+        return record
+    if checkpoints:
+        _refuse_or_archive(run_dir, record, checkpoints, reasons, archive, move_inputs=bool(differences))
+    else:
+        log.warning("run folder %s: run %s saved no checkpoint; a new run starts here (%s)", run_dir, record.run_id,
+                    "; ".join(reasons))
+    record = RunRecord(run_id=named or new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       fingerprint=fingerprint)
+    write_record(run_dir, record)
+    return record
+
+
+def record_fingerprint(run_dir: Path, fingerprint: dict) -> None:
+    """After training ran with these settings: a run recorded without a fingerprint (adopted, or made by a direct
+    trainer call) gets this one, so later commands are compared with it."""
+    record = read_record(run_dir)
+    if record is not None and record.fingerprint is None:
+        record.fingerprint = fingerprint
+        write_record(run_dir, record)
+
+
+def _refuse_or_archive(run_dir: Path, record: Optional[RunRecord], checkpoints: list, reasons: list[str],
+                       archive: bool, *, move_inputs: bool) -> None:
+    old_id = record.run_id if record else "without a run id"
+    if not archive:
+        latest = checkpoints[-1][1].name
+        raise RunFolderError(
+            f"{run_dir}: holds run {old_id} ({len(checkpoints)} checkpoint(s), latest {latest}) and this command "
+            f"would start another run there: {'; '.join(reasons)}. Give the new run its own run.output_dir, or add "
+            f"--archive-old-run to move run {old_id} (checkpoints, samples, logs) into "
+            f"{run_dir / OLD_RUNS}/<date>_{old_id.replace(' ', '_')}/ first (nothing is deleted)"
+        )
+    dest = archive_run(run_dir, record, move_inputs=move_inputs)
+    log.warning("run folder %s: moved run %s (%d checkpoint(s)) to %s; a new run starts here (%s)", run_dir, old_id,
+                len(checkpoints), dest, "; ".join(reasons))
+
+
+def archive_run(run_dir: Path, record: Optional[RunRecord], *, move_inputs: bool) -> Path:
+    """Move one run's outputs (and, with ``move_inputs``, its prepared data and vocabulary) into old_runs/."""
+    run_dir = Path(run_dir)
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}_{record.run_id if record else 'unrecorded'}"
+    dest, n = run_dir / OLD_RUNS / name, 1
+    while dest.exists():  # two archives within a second: never mix them
+        n += 1
+        dest = run_dir / OLD_RUNS / f"{name}-{n}"
+    dest.mkdir(parents=True)
+    for item in RUN_OUTPUTS + (DERIVED_INPUTS if move_inputs else ()):
+        source = run_dir / item
+        if source.exists():
+            os.replace(source, dest / item)
+    return dest
+
+
+def set_aside_foreign(run_dir: Path, checkpoint: Path) -> Path:
+    """Move a checkpoint of another run out of the way of a save with the same step number (never overwrite it)."""
+    dest = Path(run_dir) / OLD_RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}_foreign_checkpoints"
+    dest.mkdir(parents=True, exist_ok=True)
+    os.replace(checkpoint, dest / Path(checkpoint).name)
+    log.warning("%s belongs to another run: moved to %s before saving this run's step there", checkpoint, dest)
+    return dest / Path(checkpoint).name

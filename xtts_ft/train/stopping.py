@@ -1,0 +1,129 @@
+"""What a stop needs besides noticing the signal: the exact resume command, and a step to go back to.
+
+``resume_command`` turns the command line that started a run into the one that continues it: every
+``--set``, ``--max-steps`` and other option stays; only what would start *another* run goes
+(``--resume never`` or a checkpoint path, ``--archive-old-run``), with ``--resume auto`` added when the
+config itself does not resume. Both the trainer's stop line and the command line's closing line
+print it.
+
+``StepStart`` remembers the data position and the random generators at the start of an optimizer
+step, so a step abandoned between micro-batches leaves the run exactly at the end of the last
+finished step: the checkpoint saved then resumes bit-identically.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+_DROP_WITH_VALUE = ("--resume",)
+_DROP_FLAGS = ("--archive-old-run",)
+
+
+def python_command() -> str:
+    """``python`` when that is this interpreter on the PATH, else the interpreter's full path."""
+    for name in ("python", "python3"):
+        found = shutil.which(name)
+        if found and os.path.realpath(found) == os.path.realpath(sys.executable):
+            return name
+    return sys.executable
+
+
+def resume_command(prefix: Sequence[str], argv: Sequence[str], config_resume: str,
+                   checkpoint: Optional[Path] = None) -> str:
+    """The command that continues the run ``prefix + argv`` started (see the module doc).
+
+    ``config_resume`` is ``checkpoint.resume`` as the run resolved it (file and overrides together);
+    ``checkpoint``: continue from this folder (a run started from a checkpoint outside its run folder
+    that has saved none of its own yet), else from the latest in the run folder.
+    """
+    kept: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name = arg.split("=", 1)[0]
+        if name in _DROP_FLAGS:
+            i += 1
+            continue
+        if name in _DROP_WITH_VALUE:
+            i += 1 if "=" in arg else 2
+            continue
+        if name == "--set":
+            value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            step = 1 if "=" in arg else 2
+            if value.replace(" ", "").startswith("checkpoint.resume="):
+                i += step
+                continue
+            kept.extend(args[i:i + step])
+            i += step
+            continue
+        kept.append(arg)
+        i += 1
+    if checkpoint is not None:
+        kept += ["--resume", str(checkpoint)]
+    elif config_resume != "auto":
+        kept += ["--resume", "auto"]
+    return shlex.join([*prefix, *kept])
+
+
+CommandLine = tuple[list[str], list[str]]  # (prefix such as ["python", "headless_train.py"], the arguments)
+
+
+def continue_command(command_line: Optional[CommandLine], config_resume: str, run_dir: Path,
+                     last_checkpoint: Optional[Path]) -> str:
+    """The resume command for a run stopped with ``last_checkpoint`` as its newest checkpoint.
+
+    ``command_line``: how the run was started (None: this process's own ``sys.argv``).
+    """
+    if command_line is None:
+        if not sys.argv or not sys.argv[0]:
+            return "the same command with --resume auto"
+        command_line = ([python_command(), sys.argv[0]], sys.argv[1:])
+    outside = last_checkpoint is not None and Path(run_dir).resolve() not in Path(last_checkpoint).resolve().parents
+    return resume_command(*command_line, config_resume, checkpoint=Path(last_checkpoint) if outside else None)
+
+
+@dataclass
+class StepStart:
+    """Data position and random generator states at the start of an optimizer step."""
+
+    position: tuple[int, int]
+    python: object
+    numpy: object
+    torch_cpu: torch.Tensor
+    cuda: Optional[torch.Tensor]
+
+    @classmethod
+    def capture(cls, position: tuple[int, int], device: torch.device) -> "StepStart":
+        # the CUDA generator's state (seed, offset) lives on the host: reading it does not sync the device
+        cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+        return cls(position, random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
+
+    def restore(self, device: torch.device) -> tuple[int, int]:
+        random.setstate(self.python)
+        np.random.set_state(self.numpy)
+        torch.set_rng_state(self.torch_cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda, device)
+        return self.position
+
+
+def write_stop_event(run_dir: Path, record: dict) -> None:
+    """events.jsonl line for a stop before the metrics logger exists (during setup)."""
+    import json
+    import time
+
+    path = Path(run_dir) / "events.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**record, "time": time.time()}, default=str) + "\n")
