@@ -56,7 +56,7 @@ def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, thre
     sets = {
         "run.output_dir": run_dir, "run.device": "cpu", "base_model.source": model, "base_model.create_tiny": "false",
         "training.max_steps": steps, "training.batch_size": batch, "training.grad_accum_steps": 1,
-        "training.num_workers": 0, "training.warmup_steps": 1, "training.lr": 5e-6, "training.log_every": 1,
+        "training.num_workers": 0, "training.warmup_steps": 0, "training.lr": 5e-6, "training.log_every": 1,
         "training.cpu_threads": threads, "checkpoint.every_steps": 1, "checkpoint.keep_last": 2,
         "evaluation.every_steps": 0, "evaluation.eval_at_start": "false", "evaluation.max_speakers": 1,
         "evaluation.max_new_tokens": 60, "evaluation.mcd_clips": 1, "evaluation.max_eval_batches": 4,
