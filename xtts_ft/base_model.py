@@ -66,6 +66,12 @@ def is_repo_id(source: str) -> bool:
     return bool(_REPO_ID.match(source))
 
 
+def offline_download_hint(repo_id: str) -> str:
+    """The command that fetches ``repo_id`` on a connected machine (the ``hf`` CLI of the pinned huggingface_hub;
+    its older ``huggingface-cli`` is no longer installed)."""
+    return f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's command line)"
+
+
 def hf_fetcher(endpoint: Optional[str] = None) -> Fetcher:
     """The real fetcher: huggingface_hub's per-file download into its cache (resumes partial files)."""
 
@@ -92,7 +98,7 @@ def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
                 continue
             raise ModelError(
                 f"base_model.source: cannot download '{cfg.source}' (no network, and {name} is not in the cache). "
-                f"On a connected machine run `hf download {cfg.source} --local-dir DIR` (huggingface_hub's command line), copy DIR "
+                f"On a connected machine run {offline_download_hint(cfg.source)}, copy DIR "
                 f"here and set base_model.source: DIR (if '{cfg.source}' is meant as a local folder: it does not exist)"
             ) from None
         except EntryNotFoundError:

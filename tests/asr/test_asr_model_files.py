@@ -79,5 +79,5 @@ def test_no_network_without_cache_is_one_line(tmp_path):
     with pytest.raises(ModelError) as err:
         resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=dead))
     msg = str(err.value)
-    assert "cannot download 'someone/amharic-ctc'" in msg and "huggingface-cli download" in msg
+    assert "cannot download 'someone/amharic-ctc'" in msg and "`hf download someone/amharic-ctc --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from xtts_ft.base_model import Fetcher, hf_fetcher, is_repo_id
+from xtts_ft.base_model import Fetcher, hf_fetcher, is_repo_id, offline_download_hint
 from xtts_ft.config import AsrConfig
 from xtts_ft.errors import ModelError
 
@@ -39,7 +39,7 @@ def _check_folder(root: Path, what: str) -> Path:
 def _offline_message(cfg: AsrConfig, name: str) -> str:
     return (
         f"asr.model: cannot download '{cfg.model}' (no network, and {name} is not in the cache). On a connected "
-        f"machine run `huggingface-cli download {cfg.model} --local-dir DIR`, copy DIR here and set asr.model: DIR "
+        f"machine run {offline_download_hint(cfg.model)}, copy DIR here and set asr.model: DIR "
         f"(if '{cfg.model}' is meant as a local folder: it does not exist)"
     )
 
