@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -132,14 +131,10 @@ def test_second_resolution_uses_the_cache_in_offline_mode(hub, tmp_path, monkeyp
     assert len(_HubHandler.requests) == n_requests  # served from the cache, no request made
 
 
-def test_no_network_without_cache_says_what_to_do(tmp_path):
-    # A port with nobody listening: huggingface_hub retries with back-off (~25 s) and gives up.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+def test_no_network_without_cache_says_what_to_do(tmp_path, dead_endpoint):
     cfg = BaseModelConfig(source="coqui/XTTS-v2", cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ModelError) as err:
-        resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead))
+        resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint))
     msg = str(err.value)
     assert "cannot download 'coqui/XTTS-v2'" in msg and "`hf download coqui/XTTS-v2 --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1

@@ -6,7 +6,6 @@ tests/test_base_model.py (never the network).
 
 from __future__ import annotations
 
-import socket
 
 import numpy as np
 import pytest
@@ -71,13 +70,10 @@ def test_download_through_huggingface_hub_then_offline_cache(asr_hub, tmp_path, 
     Recognizer(again, device="cpu")  # the cached snapshot is a loadable model
 
 
-def test_no_network_without_cache_is_one_line(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+def test_no_network_without_cache_is_one_line(tmp_path, dead_endpoint):
     cfg = AsrConfig(model="someone/amharic-ctc", cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ModelError) as err:
-        resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=dead))
+        resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint))
     msg = str(err.value)
     assert "cannot download 'someone/amharic-ctc'" in msg and "`hf download someone/amharic-ctc --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1
