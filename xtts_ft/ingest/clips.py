@@ -96,9 +96,13 @@ def plan_clips(pieces: list[Piece], file_durations: list[float], min_s: float, m
                min_score: Optional[float], greedy: bool = False, machine: bool = False) -> list[Clip]:
     """Split, merge and cut ``pieces`` (in timeline order); reject what does not fit, with the reason."""
     split = [part for p in pieces for part in split_long(p, max_s)]
-    merged = merge_short(split, min_s, max_s, greedy)
+    # greedy merging leaves room for the silence around the speech
+    merged = merge_short(split, min_s, max_s - (2 * max_pad if greedy else 0.0), greedy)
     clips = []
     for p, (start, end) in zip(merged, cut_points(merged, file_durations, max_pad)):
+        if end - start > max_s >= p.end - p.start:  # the speech fits: keep less silence around it
+            extra = (max_s - (p.end - p.start)) / 2
+            start, end = max(start, p.start - extra), min(end, p.end + extra)
         clip = Clip(p.file, round(start, 3), round(end, 3), " ".join(p.text.split()), round(p.score, 4), p.method,
                     p.units, machine)
         if not clip.text:
@@ -106,8 +110,9 @@ def plan_clips(pieces: list[Piece], file_durations: list[float], min_s: float, m
                               else "no text for this speech")
         elif clip.duration > max_s:
             clip.rejection = ("too_long", f"{clip.duration:.2f} s with no pause to split at (max {max_s:g} s)")
-        elif clip.duration < min_s:
-            clip.rejection = ("too_short", f"{clip.duration:.2f} s and no neighbour to merge with (min {min_s:g} s)")
+        elif p.end - p.start < min_s:  # speech, not the silence around it (prepare trims that)
+            clip.rejection = ("too_short", f"{p.end - p.start:.2f} s of speech and no neighbour to merge with "
+                                           f"(min {min_s:g} s)")
         elif min_score is not None and clip.score < min_score:
             clip.rejection = ("low_score", f"alignment score {clip.score:.2f} < ingest.min_score {min_score:g}")
         clips.append(clip)

@@ -143,8 +143,10 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
                        ing.max_pad_s, ing.min_score, greedy=True)
     file_pauses = [pauses(p, ing.vad_threshold) for p in analysis.vad_probs]
     for clip in clips:
-        clip.start = round(snap_to_pause(clip.start, file_pauses[clip.file], ing.max_pad_s, True), 3)
-        clip.end = round(snap_to_pause(clip.end, file_pauses[clip.file], ing.max_pad_s, False), 3)
+        start = round(snap_to_pause(clip.start, file_pauses[clip.file], ing.max_pad_s, True), 3)
+        end = round(snap_to_pause(clip.end, file_pauses[clip.file], ing.max_pad_s, False), 3)
+        if end - start <= d.max_duration_s or clip.duration > d.max_duration_s:  # snapping never makes it too long
+            clip.start, clip.end = start, end
         if fit is not None and not usable and clip.rejection is None:
             clip.rejection = ("subtitle_offset", summary)
     return clips
@@ -192,5 +194,5 @@ def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
     from tqdm import tqdm
 
     total = sum(s.duration_s for s in sources)
-    with tqdm(total=round(total), unit="s audio", desc="ingest: listening", leave=False) as bar:
-        return analyse(sources, recognizer, block_s, vad_model, progress=lambda s: bar.update(s))
+    with tqdm(total=round(total, 1), unit="s audio", desc="ingest: listening", leave=False) as bar:
+        return analyse(sources, recognizer, block_s, vad_model, progress=lambda s: bar.update(min(s, bar.total - bar.n)))

@@ -1,4 +1,4 @@
-"""A long recording built at test time from demo clips of one speaker, with its true joins."""
+"""A long recording built at test time from demo clips of one speaker, with its true joins; output readers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from tests.conftest import REPO_ROOT
 from xtts_ft.data.audio import trim_silence
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = REPO_ROOT / "datasets" / "amharic_demo"
 
 
 def demo_sentences(speaker: str = "spk1") -> list[tuple[Path, str]]:
+    """The speaker's demo clips whose text is one sentence (a clip reading two would hold a join we do not know)."""
+    from xtts_ft.ingest.text_units import split_sentences
+
     rows = [line.split("|") for line in (DEMO / "metadata.csv").read_text(encoding="utf-8").splitlines()[1:]]
-    return [(DEMO / a, t) for a, t, s in rows if s == speaker]
+    return [(DEMO / a, t) for a, t, s in rows if s == speaker and len(split_sentences(t)) == 1]
 
 
 @dataclass
@@ -63,3 +66,19 @@ def build_recording(path: Path, count: int, pause_s: float = 0.8, lead_s: float 
         audio = np.stack([audio] * channels, axis=1)
     sf.write(str(path), audio, rate, subtype="PCM_16")
     return Recording(path, texts, spans, rate)
+
+
+def near(t: float, points: list[float], tolerance: float) -> bool:
+    return any(abs(t - p) <= tolerance for p in points)
+
+
+def read_segments(out_dir) -> list[dict]:
+    lines = (out_dir / "segments.tsv").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+
+
+def read_metadata(out_dir) -> list[dict]:
+    lines = (out_dir / "metadata.csv").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("|")
+    return [dict(zip(header, line.split("|"))) for line in lines[1:]]
