@@ -73,3 +73,13 @@ def test_text_read_across_two_files_in_reading_order(tmp_path, ingest_cfg, small
     _check_cuts_at_joins(first, segments[:4])
     _check_cuts_at_joins(second, segments[4:])
     assert [s["clips"] for s in report.sources] == [4, 4]
+
+
+def test_text_past_the_end_of_the_audio_is_reported(tmp_path, ingest_cfg, small_recognizer):
+    recording = build_recording(tmp_path / "book.wav", 6, pause_s=PAUSE_S)
+    full_text = [t for _, t in demo_sentences()[:9]]
+    text = tmp_path / "book.txt"
+    text.write_text("\n".join(full_text), encoding="utf-8")
+    report = ingest(ingest_cfg, [recording.path], tmp_path / "out", text=text, recognizer=small_recognizer)
+    assert [r["text"] for r in read_metadata(tmp_path / "out")] == recording.sentences
+    assert [t["sentence"] for t in report.text_without_audio] == [7, 8, 9]

@@ -2,16 +2,15 @@
 
 ``torchaudio.functional.forced_align`` costs frames x letters, so it never sees the whole
 recording. :func:`align_units` walks forward: from a cursor it takes a group of sentences whose
-expected length fills about half of ``window_s``, plus one *look-ahead* sentence, and aligns them
-against a window of audio starting at the cursor. The look-ahead sentence soaks up whatever speech
-the window holds past the group (forced alignment must consume every frame) and is thrown away;
-the group's sentences are kept and the cursor moves to the end of the last one. The expected length
-per letter is learnt from the sentences aligned so far.
+expected length fills about half of ``window_s`` and aligns them against a window of audio starting
+at the cursor, followed by a *wildcard* token that soaks up whatever speech the window holds past
+the group (forced alignment must consume every frame). The cursor then moves to the end of the
+group's last sentence. The expected length per letter is learnt from the sentences aligned so far.
+Near the end of the audio a group that does not fit is halved until it does.
 
 A sentence whose letters score below ``min_score`` may have no audio at all (a passage skipped by
-the reader). The group is aligned again without it: when that lets every other sentence of the
-group score at least ``min_score``, the sentence is reported as ``text_without_audio`` instead of
-being glued to its neighbours' audio.
+the reader): see :func:`_drop_missing`. Such a sentence is reported as ``text_without_audio``
+instead of being glued to its neighbours' audio.
 
 The score of a sentence is the mean, over its letters, of the recogniser's probability of that
 letter at the frames aligned to it (``merge_tokens`` spans), 0 to 1.
@@ -33,6 +32,7 @@ log = logging.getLogger(__name__)
 
 FIRST_FRAMES_PER_LETTER = 3.0  # a guess for the first window (40 ms frames, ~8 letters per second)
 SLACK_S = 10.0  # extra audio each window gets beyond the expected length of its sentences
+STAR_PENALTY = 1.0  # log-probability cost per frame of the wildcard that absorbs audio past a window's text
 
 
 @dataclass
@@ -55,7 +55,8 @@ def _needed_frames(targets: list[int]) -> int:
 
 
 def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
-    """Align ``units`` (in order) to all of ``log_probs``; per unit (start, end, score, word spans)."""
+    """Align ``units`` (in order) to all of ``log_probs``: per unit (start, end, score, word spans), and the
+    log-likelihood of the whole path (blank frames included); None when the letters need more frames."""
     import torch
     import torchaudio.functional as F
 
@@ -64,9 +65,17 @@ def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
     for u in units:
         bounds.append((len(targets), len(targets) + len(u.targets)))
         targets.extend(u.targets)
-    if _needed_frames(targets) > len(log_probs):
+    if _needed_frames(targets) + 1 > len(log_probs):
         return None
-    emission = torch.from_numpy(log_probs.astype(np.float32))[None]
+    frames = log_probs.astype(np.float32)
+    # The wildcard: one more class, on each frame STAR_PENALTY (log) below that frame's best class. Put
+    # after the sentences, it soaks up the rest of the window (the next sentences' speech) more cheaply
+    # than stretching the last letter over it, so the window may hold more audio than its text; the
+    # penalty makes a spoken sentence cheaper to align than to leave to the wildcard.
+    star = frames.shape[1]
+    frames = np.concatenate([frames, frames.max(axis=1, keepdims=True) - STAR_PENALTY], axis=1)
+    targets.append(star)
+    emission = torch.from_numpy(frames)[None]
     with warnings.catch_warnings():  # torchaudio 2.8 marks forced_align deprecated; it is kept through 2.10
         warnings.simplefilter("ignore")
         path, scores = F.forced_align(emission, torch.tensor([targets], dtype=torch.int32), blank=blank)
@@ -81,7 +90,7 @@ def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
             words.append((letters[0].start, letters[-1].end))
         score = float(np.mean([s.score for s in mine]))
         out.append((mine[0].start, mine[-1].end, score, words))
-    return out
+    return out, float(scores[0].sum())
 
 
 def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s: float, min_score: float,
@@ -93,20 +102,24 @@ def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s:
         if r.unit.targets:
             todo.append(r)
         else:
-            r.missing = "no_letters"
+            r.missing = "no_letters: nothing in it the recogniser can hear"
     total = len(analysis.log_probs)
     window = int(window_s / analysis.frame_s)
     slack = int(SLACK_S / analysis.frame_s)
     rate = FIRST_FRAMES_PER_LETTER
-    cursor, i = 0, 0
+    cursor, i, limit = 0, 0, None
     while i < len(todo):
         group = [todo[i]]
-        while i + len(group) < len(todo) and (sum(len(g.unit.targets) for g in group) * rate < window / 2):
+        while (i + len(group) < len(todo) and (limit is None or len(group) < limit)
+               and sum(len(g.unit.targets) for g in group) * rate < window / 2):
             group.append(todo[i + len(group)])
-        lookahead = todo[i + len(group)] if i + len(group) < len(todo) else None
         expected = sum(len(g.unit.targets) for g in group) * rate
         end = min(total, cursor + max(window, int(expected * 1.5) + slack))
-        placed = _align_group(group, lookahead, analysis.log_probs, cursor, end, blank, min_score)
+        placed = _align_group(group, analysis.log_probs, cursor, end, blank, min_score)
+        if placed is None and len(group) > 1:  # near the end of the audio: try fewer sentences
+            limit = len(group) // 2
+            continue
+        limit = None
         if placed is None:  # the audio ran out before the text
             for r in todo[i:]:
                 r.missing = "text_without_audio: the audio ended before this sentence"
@@ -122,31 +135,51 @@ def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s:
     return result
 
 
-def _align_group(group, lookahead, log_probs, start, end, blank, min_score) -> Optional[bool]:
+def _align_group(group, log_probs, start, end, blank, min_score) -> Optional[bool]:
     """Fill ``group``'s alignment from frames [start, end); None when they do not fit in the audio left."""
-    units = [g.unit for g in group] + ([lookahead.unit] if lookahead is not None else [])
+    units = [g.unit for g in group]
     placed = _force(log_probs[start:end], units, blank)
-    if placed is None and lookahead is not None:
-        units, lookahead = units[:-1], None
-        placed = _force(log_probs[start:end], units, blank)
     if placed is None:
         return None
     keep = list(group)
-    # A sentence the audio does not hold scores far below its neighbours: try the group without it.
-    while True:
-        worst = min(range(len(keep)), key=lambda k: placed[k][2])
-        if placed[worst][2] >= min_score or len(keep) + (lookahead is not None) < 2:
-            break
-        others = [u for k, u in enumerate(units) if k != worst]
-        again = _force(log_probs[start:end], others, blank)
-        rest = [p for k, p in enumerate(again or []) if k < len(keep) - 1]
-        if again is None or any(p[2] < min_score for p in rest):
-            break
-        keep[worst].missing = "text_without_audio: the recording does not say this sentence"
-        log.info("sentence %d not found in the audio: %s", keep[worst].unit.index + 1, keep[worst].unit.text[:60])
-        keep.pop(worst)
-        units, placed = others, again
+    kept, best = _drop_missing(keep, units, placed, log_probs[start:end], blank, min_score)
+    if kept is not None:  # every remaining sentence fits its audio once the missing ones are left out
+        for g in keep:
+            if all(g is not k for k in kept):
+                g.missing = "text_without_audio: the recording does not say this sentence"
+                log.info("sentence %d not found in the audio: %s", g.unit.index + 1, g.unit.text[:60])
+        keep, placed = kept, best
+    else:
+        placed = placed[0]
     for g, (s, e, score, words) in zip(keep, placed):
         g.start, g.end, g.score = start + s, start + e, score
         g.word_spans = [(start + a, start + b) for a, b in words]
     return True
+
+
+def _drop_missing(keep, units, placed, log_probs, blank, min_score):
+    """The group's sentences that have audio and their alignment; (None, None) when none is missing.
+
+    A sentence the audio does not say scores far below its neighbours, and forcing its letters onto
+    frames that do not hold them costs the whole path likelihood a lot; leaving out a sentence that
+    *is* spoken costs a lot too, because its speech must then be read as blank. So, while sentences
+    score under ``min_score``, each of them is tried left out, and the removal that raises the path
+    log-likelihood most is taken; it stops when all the rest pass or no removal helps.
+    """
+    current, (current_placed, likelihood) = list(keep), placed
+    while True:
+        low = [k for k in range(len(current)) if current_placed[k][2] < min_score]
+        if not low or len(current) < 2:
+            break
+        trials = []
+        for k in low:
+            rest = current[:k] + current[k + 1:]
+            again = _force(log_probs, [g.unit for g in rest], blank)
+            if again is not None and again[1] > likelihood:
+                trials.append((again[1], rest, again[0]))
+        if not trials:
+            break
+        likelihood, current, current_placed = max(trials, key=lambda t: t[0])
+    if len(current) == len(keep):
+        return None, None
+    return current, current_placed

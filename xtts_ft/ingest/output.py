@@ -130,6 +130,10 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
     report.hours = round(kept_s / 3600, 4)
     report.source_hours = round(sum(s.duration_s for s in sources) / 3600, 4)
     report.machine_transcripts = any(c.machine for c in clips)
+    made = {row.split("|", 1)[0] for row in rows[1:]}
+    for stale in wavs.glob("clip_*.wav"):  # clips of an earlier ingest into this folder: not in metadata.csv
+        if f"wavs/{stale.name}" not in made:
+            stale.unlink()
     atomic_write(out_dir / "metadata.csv", lambda f: f.write(("\n".join(rows) + "\n").encode("utf-8")))
     atomic_write(out_dir / "segments.tsv", lambda f: f.write(("\n".join(segments) + "\n").encode("utf-8")))
     body = json.dumps(report.__dict__, indent=2, ensure_ascii=False)
