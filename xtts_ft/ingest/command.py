@@ -120,7 +120,7 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
     else:
         summary = (f"speech is {fit.offset_s:+.2f} s from the cues (drift {fit.drift_s_per_hour:+.2f} s per hour, "
                    f"from {fit.cues_used} cues, median residual {fit.residual_s:.2f} s)")
-        summary += "; corrected" if usable else f"; NOT corrected (over ingest.max_subtitle_offset_s)"
+        summary += "; corrected" if usable else "; NOT corrected (over ingest.max_subtitle_offset_s)"
     report.subtitle_offset = {"summary": summary, "corrected": usable,
                               **({} if fit is None else {"offset_s": round(fit.offset_s, 3),
                                                          "drift_s_per_hour": round(fit.drift_s_per_hour, 3),
