@@ -15,10 +15,12 @@ def _stamp(t: float, sep: str = ",") -> str:
     return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
 
 
-def write_srt(path, recording, shift_s: float) -> None:
+def write_srt(path, recording, shift_s: float, drift: float = 0.0) -> None:
+    """Cues on the sentences, ``shift_s + drift * t`` late."""
     blocks = []
     for k, ((a, b), text) in enumerate(zip(recording.spans, recording.sentences), 1):
-        blocks.append(f"{k}\n{_stamp(a + shift_s)} --> {_stamp(b + shift_s)}\n<i>{text}</i>\n")
+        late = shift_s + drift * (a + b) / 2
+        blocks.append(f"{k}\n{_stamp(a + late)} --> {_stamp(b + late)}\n<i>{text}</i>\n")
     path.write_text("\n".join(blocks), encoding="utf-8")
 
 
@@ -44,6 +46,22 @@ def test_cues_1_5_s_late_are_detected_and_corrected(tmp_path, ingest_cfg, small_
     texts = [r["text"] for r in read_metadata(tmp_path / "out")]
     assert " ".join(texts) == " ".join(recording.sentences)
     assert all(float(s["end_s"]) - float(s["start_s"]) <= ingest_cfg.dataset.max_duration_s for s in segments)
+
+
+def test_a_drifting_offset_is_fitted_and_corrected(tmp_path, ingest_cfg, small_recognizer):
+    recording = build_recording(tmp_path / "video.wav", 12, pause_s=0.8)
+    srt = tmp_path / "video.srt"
+    write_srt(srt, recording, 0.5, drift=0.02)  # 0.5 s late at the start, 1.5 s late after 50 s: 72 s per hour
+    report = ingest(ingest_cfg, [recording.path], tmp_path / "out", subtitles=srt, recognizer=small_recognizer)
+    offset = report.subtitle_offset
+    assert offset["corrected"] and abs(offset["drift_s_per_hour"] + 72) < 12 and abs(offset["offset_s"] + 0.5) < 0.2
+    segments = read_segments(tmp_path / "out")
+    assert report.clips >= 4 and report.rejected == {}
+    for k, seg in enumerate(segments):
+        if k > 0:
+            assert near(float(seg["start_s"]), recording.joins(), 0.2), (seg, recording.joins())
+        if k + 1 < len(segments):
+            assert near(float(seg["end_s"]), recording.joins(), 0.2), (seg, recording.joins())
 
 
 def test_an_offset_beyond_the_limit_is_reported_and_its_clips_rejected(tmp_path, ingest_cfg, small_recognizer):
