@@ -7,6 +7,9 @@ hears and memory stays bounded. Log-probabilities are kept as float16: one hour 
 frame and ~220 letters is about 40 MB. silero-vad resets its state on every call, so each call
 gets the last second of the previous audio again and its probabilities are dropped.
 Frames never span two files: a file's frames start where the previous file's end.
+Homophone letters the recogniser can output separately (ሠ and ሰ, ...) have their probabilities added
+into the folded letter, because the text is spelt folded (:mod:`.text_units`): a recogniser trained on
+unfolded text then still backs the letter the text asks for.
 """
 
 from __future__ import annotations
@@ -55,11 +58,28 @@ class Analysis:
         return self.file_frames[nxt] if nxt < len(self.file_frames) else len(self.log_probs)
 
 
+def homophone_columns(vocab: dict[str, int]) -> list[tuple[int, int]]:
+    """(unfolded id, folded id) for each vocabulary letter that folds to another letter in the vocabulary."""
+    from xtts_ft.text import fold_homophones
+
+    return [(i, vocab[fold_homophones(t)]) for t, i in vocab.items()
+            if len(t) == 1 and fold_homophones(t) != t and fold_homophones(t) in vocab]
+
+
+def fold_columns(log_probs: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """Add each unfolded letter's probability into its folded letter's (in place; the unfolded one -> -inf)."""
+    for src, dst in pairs:
+        log_probs[:, dst] = np.logaddexp(log_probs[:, dst], log_probs[:, src])
+        log_probs[:, src] = -np.inf
+    return log_probs
+
+
 class _EmissionStream:
     """Chunked CTC log-probabilities of one file from its 16 kHz blocks."""
 
     def __init__(self, recognizer, samples_per_frame: int) -> None:
         self.rec = recognizer
+        self.fold = homophone_columns(recognizer.processor.tokenizer.get_vocab())
         self.spf = samples_per_frame
         self.core = int(CHUNK_S * RATE) // self.spf * self.spf
         self.ctx = int(CONTEXT_S * RATE) // self.spf * self.spf
@@ -83,7 +103,7 @@ class _EmissionStream:
         c0, total = self.next_core, self.buf_start + len(self.buf)
         w0, w1 = max(0, c0 - self.ctx), min(total, core_end + self.ctx)
         window = self.buf[w0 - self.buf_start: w1 - self.buf_start]
-        log_probs = log_probs_of(self.rec, window)
+        log_probs = fold_columns(log_probs_of(self.rec, window), self.fold)
         skip = (c0 - w0) // self.spf
         wanted = math.ceil((core_end - c0) / self.spf)
         got = log_probs[skip: skip + wanted]
