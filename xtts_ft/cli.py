@@ -316,7 +316,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     setup_logging(None, args.verbose)
     if args.config:
-        cfg = _load(args)
+        # ingest writes the dataset, it does not read one: dataset.path (often not made yet) is not checked
+        cfg = _load(argparse.Namespace(**{**vars(args), "set": [*(args.set or []), "dataset.path=."]}))
     elif args.set:
         raise ConfigError("--set: only used with --config; name the config whose values it overrides")
     else:
@@ -397,8 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subtitles", help="An .srt or .vtt file for the audio (not with --text): cues become clips, "
                                        "offsets corrected.")
     p.add_argument("--out", required=True, help="Output folder: metadata.csv, wavs/, segments.tsv, ingest_report.*")
-    p.add_argument("--config", help="Run config (YAML): asr.model, dataset.min/max_duration_s, ingest.*; "
-                                    "default: the schema's defaults.")
+    p.add_argument("--config", help="Run config (YAML): asr.model, dataset.min/max_duration_s, ingest.* "
+                                    "(its dataset.path is not used); default: the schema's defaults.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
     p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
 
