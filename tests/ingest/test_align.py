@@ -83,3 +83,21 @@ def test_text_past_the_end_of_the_audio_is_reported(tmp_path, ingest_cfg, small_
     report = ingest(ingest_cfg, [recording.path], tmp_path / "out", text=text, recognizer=small_recognizer)
     assert [r["text"] for r in read_metadata(tmp_path / "out")] == recording.sentences
     assert [t["sentence"] for t in report.text_without_audio] == [7, 8, 9]
+
+
+def test_a_sentence_read_differently_from_the_text_is_not_used(tmp_path, ingest_cfg, small_recognizer):
+    """The text names another sentence where the reader said sentence 4: neither is glued to the other."""
+    recording = build_recording(tmp_path / "book.wav", 8, pause_s=PAUSE_S)
+    other = demo_sentences("spk2")[0][1]
+    text = list(recording.sentences)
+    text[3] = other
+    (tmp_path / "book.txt").write_text("\n".join(text), encoding="utf-8")
+    report = ingest(ingest_cfg, [recording.path], tmp_path / "out", text=tmp_path / "book.txt",
+                    recognizer=small_recognizer)
+    kept = [r["text"] for r in read_metadata(tmp_path / "out")]
+    assert kept == recording.sentences[:3] + recording.sentences[4:]
+    unused = report.text_without_audio + [r for r in report.rejected_clips if r["reason"] == "low_score"]
+    assert [u["text"] for u in unused] == [other]  # reported: as text without audio or as a low score
+    segments = read_segments(tmp_path / "out")
+    joins = recording.joins()
+    assert near(float(segments[2]["end_s"]), joins, 0.2) and near(float(segments[3]["start_s"]), joins, 0.2)
