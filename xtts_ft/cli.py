@@ -309,6 +309,26 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from xtts_ft.config import Config
+    from xtts_ft.errors import ConfigError
+    from xtts_ft.ingest.command import ingest
+
+    setup_logging(None, args.verbose)
+    if args.config:
+        # ingest writes the dataset, it does not read one: dataset.path (often not made yet) is not checked
+        cfg = _load(argparse.Namespace(**{**vars(args), "set": [*(args.set or []), "dataset.path=."]}))
+    elif args.set:
+        raise ConfigError("--set: only used with --config; name the config whose values it overrides")
+    else:
+        cfg = Config()  # the schema's defaults: dataset durations, ingest.*, asr.model
+    report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
+                    subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker)
+    for line in report.summary_lines():
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -371,6 +391,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speaker-wav", action="append", help="Reference clip of the voice (default: evaluation.speaker_wavs).")
     p.add_argument("--out", default="score_samples", help="Folder for the samples (default: %(default)s).")
     p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
+
+    p = add("ingest", _cmd_ingest, "Cut long recordings into a dataset (metadata.csv, wavs/, segments.tsv, report).")
+    p.add_argument("audio", nargs="+", help="Long recordings, in reading order.")
+    p.add_argument("--text", help="The text the recordings read (UTF-8): sentences are force-aligned to the audio.")
+    p.add_argument("--subtitles", help="An .srt or .vtt file for the audio (not with --text): cues become clips, "
+                                       "offsets corrected.")
+    p.add_argument("--out", required=True, help="Output folder: metadata.csv, wavs/, segments.tsv, ingest_report.*")
+    p.add_argument("--config", help="Run config (YAML): asr.model, dataset.min/max_duration_s, ingest.* "
+                                    "(its dataset.path is not used); default: the schema's defaults.")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
+    p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
 
     p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--size", choices=["tiny", "full"], default="tiny",

@@ -390,6 +390,40 @@ class AsrConfig:
 
 
 @dataclass
+class IngestConfig:
+    """``python -m xtts_ft ingest``: long recordings to clips (duration bounds come from dataset.*)."""
+
+    min_score: float = opt(
+        0.4,
+        "Lowest alignment score a clip may have (mean recogniser probability of its letters at the aligned "
+        "frames, 0-1); clips below it are rejected as low_score.",
+    )
+    max_pad_s: float = opt(0.5, "Most silence kept before the first and after the last word of a clip, in seconds.")
+    min_pause_s: float = opt(0.3, "Shortest silence that separates two clips in VAD mode (and splits a long sentence).")
+    vad_threshold: float = opt(0.5, "silero-vad speech probability above which a 32 ms window counts as speech.")
+    block_s: float = opt(60.0, "Seconds of audio decoded at a time: a long file is never read into memory at once.")
+    window_s: float = opt(
+        90.0, "Seconds of audio one forced-alignment call sees at most (its cost grows with frames x letters)."
+    )
+    max_subtitle_offset_s: float = opt(
+        10.0, "Largest offset between subtitle cues and speech that is corrected; a larger one is reported and "
+        "the cues' clips are rejected."
+    )
+
+    def check(self, problems: list[str]) -> None:
+        if not 0.0 <= self.min_score <= 1.0:
+            problems.append(f"ingest.min_score: {self.min_score} must be in [0, 1]")
+        if self.max_pad_s < 0 or self.min_pause_s <= 0:
+            problems.append("ingest.max_pad_s must be >= 0 and ingest.min_pause_s > 0")
+        if not 0.0 < self.vad_threshold < 1.0:
+            problems.append(f"ingest.vad_threshold: {self.vad_threshold} must be in (0, 1)")
+        if self.block_s < 1.0 or self.window_s < 10.0:
+            problems.append("ingest.block_s must be >= 1 and ingest.window_s >= 10 (seconds)")
+        if self.max_subtitle_offset_s < 0:
+            problems.append("ingest.max_subtitle_offset_s: must be >= 0")
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     base_model: BaseModelConfig = field(default_factory=BaseModelConfig)
@@ -402,6 +436,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
 
     @property
     def run_dir(self) -> Path:

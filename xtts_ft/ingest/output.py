@@ -1,0 +1,142 @@
+"""What ingest writes: the clips, metadata.csv, segments.tsv and the ingest report.
+
+``DIR/metadata.csv`` is the coqui CSV layout ``prepare`` reads (``audio_file|text|speaker_name``) with
+one more column, ``transcript_source`` (``given`` or ``machine``), which the coqui reader ignores.
+``DIR/segments.tsv`` has one row per clip made: where in which source file it was cut, its score and
+how it was found. ``DIR/ingest_report.json`` / ``.md`` count clips made and rejected (by reason, with
+every rejected clip listed), hours, per source file, text that had no audio, and the subtitle offset.
+Clips are 16-bit mono WAV at the source file's rate (``prepare`` resamples them).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import soundfile as sf
+
+from xtts_ft.data.audio import to_pcm16
+from xtts_ft.ingest.clips import Clip
+from xtts_ft.ingest.source_audio import SourceFile, read_range
+from xtts_ft.train.checkpoint import atomic_write
+
+SEGMENTS_HEADER = ["clip_file", "source_file", "start_s", "end_s", "score", "method"]
+
+
+@dataclass
+class IngestReport:
+    mode: str  # text | vad | subtitles
+    out_dir: str
+    clips: int = 0
+    rejected: dict = field(default_factory=dict)  # reason -> count
+    hours: float = 0.0
+    source_hours: float = 0.0
+    machine_transcripts: bool = False
+    sources: list = field(default_factory=list)  # per file: path, hours, clips, rejected, hours_kept
+    rejected_clips: list = field(default_factory=list)  # every rejected clip: source, start, end, reason, detail
+    text_without_audio: list = field(default_factory=list)  # sentences/cues with no audio found
+    unknown_letters: dict = field(default_factory=dict)  # letters of the text the recogniser has no id for
+    subtitle_offset: Optional[dict] = None
+    blocks_read: int = 0
+    seconds: float = 0.0
+
+    def summary_lines(self) -> list[str]:
+        rejected = ", ".join(f"{r} {n}" for r, n in sorted(self.rejected.items())) or "none"
+        lines = [f"ingest ({self.mode}): {self.clips} clips, {self.hours:.3f} h of {self.source_hours:.3f} h audio "
+                 f"-> {self.out_dir}",
+                 f"  rejected: {sum(self.rejected.values())} ({rejected})"]
+        if self.text_without_audio:
+            lines.append(f"  text without audio: {len(self.text_without_audio)} sentence(s), first: "
+                         f"#{self.text_without_audio[0]['sentence']} {self.text_without_audio[0]['text'][:50]}")
+        if self.machine_transcripts:
+            lines.append("  transcripts are MACHINE transcripts (the recogniser's): check them before training")
+        if self.subtitle_offset:
+            lines.append(f"  subtitles: {self.subtitle_offset['summary']}")
+        lines.append(f"  report: {Path(self.out_dir) / 'ingest_report.md'}")
+        return lines
+
+    def markdown(self) -> str:
+        out = [f"# Ingest report ({self.mode})", "",
+               f"- clips made: {self.clips} ({self.hours:.3f} h of {self.source_hours:.3f} h of audio)",
+               f"- rejected: {sum(self.rejected.values())}"]
+        out += [f"  - {reason}: {n}" for reason, n in sorted(self.rejected.items())]
+        out.append(f"- transcripts: {'machine (recogniser output, not checked by a person)' if self.machine_transcripts else 'given'}")
+        if self.subtitle_offset:
+            out.append(f"- subtitles: {self.subtitle_offset['summary']}")
+        if self.unknown_letters:
+            out.append(f"- letters the recogniser cannot hear (left out of the alignment): {self.unknown_letters}")
+        out += ["", "## Per source file", "", "| file | hours | clips | rejected | hours kept |", "|---|---|---|---|---|"]
+        out += [f"| {s['path']} | {s['hours']:.3f} | {s['clips']} | {s['rejected']} | {s['hours_kept']:.3f} |"
+                for s in self.sources]
+        if self.text_without_audio:
+            out += ["", "## Text with no audio found (not used)", ""]
+            out += [f"- sentence {t['sentence']}: {t['text']} ({t['why']})" for t in self.text_without_audio]
+        if self.rejected_clips:
+            out += ["", "## Rejected clips", "", "| source | start s | end s | reason | detail |", "|---|---|---|---|---|"]
+            out += [f"| {r['source']} | {r['start_s']:.2f} | {r['end_s']:.2f} | {r['reason']} | {r['detail']} |"
+                    for r in self.rejected_clips]
+        return "\n".join(out) + "\n"
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.replace("|", " ").split())
+
+
+def _wav_bytes(audio: np.ndarray, rate: int) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, to_pcm16(audio), rate, subtype="PCM_16", format="WAV")
+    return buf.getvalue()
+
+
+def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, speaker: str,
+                  report: IngestReport) -> IngestReport:
+    """Cut and write every kept clip, then metadata.csv, segments.tsv and the report; fills ``report``."""
+    wavs = out_dir / "wavs"
+    wavs.mkdir(parents=True, exist_ok=True)
+    rows, segments = ["audio_file|text|speaker_name|transcript_source"], ["\t".join(SEGMENTS_HEADER)]
+    per_file = [{"path": str(s.path), "hours": round(s.duration_s / 3600, 4), "clips": 0, "rejected": 0,
+                 "hours_kept": 0.0} for s in sources]
+    reasons: Counter = Counter()
+    kept_s = 0.0
+    number = 0
+    for clip in clips:
+        source = sources[clip.file]
+        if clip.rejection is not None:
+            reasons[clip.rejection[0]] += 1
+            per_file[clip.file]["rejected"] += 1
+            report.rejected_clips.append({"source": str(source.path), "start_s": clip.start, "end_s": clip.end,
+                                          "reason": clip.rejection[0], "detail": clip.rejection[1],
+                                          "text": clip.text})
+            continue
+        number += 1
+        name = f"wavs/clip_{number:06d}.wav"
+        audio = read_range(source, clip.start, clip.end)
+        data = _wav_bytes(audio, source.sample_rate)
+        atomic_write(out_dir / name, lambda f, d=data: f.write(d))
+        rows.append(f"{name}|{_clean(clip.text)}|{speaker}|{'machine' if clip.machine else 'given'}")
+        segments.append("\t".join([name, str(source.path), f"{clip.start:.3f}", f"{clip.end:.3f}",
+                                   f"{clip.score:.4f}", clip.method]))
+        per_file[clip.file]["clips"] += 1
+        per_file[clip.file]["hours_kept"] += clip.duration / 3600
+        kept_s += clip.duration
+    for f in per_file:
+        f["hours_kept"] = round(f["hours_kept"], 4)
+    report.clips, report.rejected, report.sources = number, dict(reasons), per_file
+    report.hours = round(kept_s / 3600, 4)
+    report.source_hours = round(sum(s.duration_s for s in sources) / 3600, 4)
+    report.machine_transcripts = any(c.machine for c in clips)
+    made = {row.split("|", 1)[0] for row in rows[1:]}
+    for stale in wavs.glob("clip_*.wav"):  # clips of an earlier ingest into this folder: not in metadata.csv
+        if f"wavs/{stale.name}" not in made:
+            stale.unlink()
+    atomic_write(out_dir / "metadata.csv", lambda f: f.write(("\n".join(rows) + "\n").encode("utf-8")))
+    atomic_write(out_dir / "segments.tsv", lambda f: f.write(("\n".join(segments) + "\n").encode("utf-8")))
+    body = json.dumps(report.__dict__, indent=2, ensure_ascii=False)
+    atomic_write(out_dir / "ingest_report.json", lambda f: f.write(body.encode("utf-8")))
+    atomic_write(out_dir / "ingest_report.md", lambda f: f.write(report.markdown().encode("utf-8")))
+    return report
