@@ -1,0 +1,89 @@
+"""The hf layout: parquet with audio bytes (no torchcodec), every row kept or rejected, Hub ids offline."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+from datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, tone
+
+from xtts_ft.data.prepare import prepare_dataset
+from xtts_ft.errors import DataError
+
+
+def _flac_bytes(seconds: float, freq: float) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, tone(seconds, freq=freq), 22050, format="FLAC")
+    return buf.getvalue()
+
+
+def write_parquet(path: Path) -> Path:
+    """6 rows as the Hub's parquet files hold them (Audio struct of bytes + path, the features in the schema
+    metadata; written with pyarrow: datasets needs torchcodec to encode audio): 3 good, bad bytes, empty text,
+    and a row with no audio at all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    audio = [{"bytes": _flac_bytes(2.0 + 0.4 * i, 200 + 50 * i), "path": f"clip_{i}.flac"} for i in range(3)]
+    audio.append({"bytes": b"this is not audio at all", "path": "broken.flac"})
+    audio.append({"bytes": _flac_bytes(2.0, 600), "path": "silent_text.flac"})
+    audio.append({"bytes": None, "path": None})
+    texts = [*SENTENCES[:3], SENTENCES[3], "", SENTENCES[4]]
+    speakers = ["reader_a", "reader_b", "reader_a", "reader_b", "reader_a", "reader_b"]
+    features = {"audio": {"_type": "Audio"}, "transcription": {"dtype": "string", "_type": "Value"},
+                "who": {"dtype": "string", "_type": "Value"}}
+    schema = pa.schema([("audio", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                        ("transcription", pa.string()), ("who", pa.string())],
+                       metadata={"huggingface": json.dumps({"info": {"features": features}})})
+    table = pa.table({"audio": audio, "transcription": texts, "who": speakers}, schema=schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def test_parquet_with_audio_bytes_goes_through_prepare(tmp_path: Path):
+    parquet = write_parquet(tmp_path / "src" / "train-00000.parquet")
+    out = tmp_path / "out"
+    cfg = make_cfg(parquet, format="hf", text_column="transcription", speaker_column="who",
+                   hf_cache_dir=str(tmp_path / "hf_cache"))
+    report = prepare_dataset(cfg, out, normalizer=standin_normalize, progress=False)
+    assert report.layout == "hf" and report.total == 6 and report.kept == 3
+    assert report.rejected["unreadable"] == 1 and report.rejected["empty_text"] == 1
+    assert report.rejected["missing_file"] == 1
+    assert report.speakers == {"reader_a": 2, "reader_b": 1}
+    rejected = {r["reason"]: r for r in read_tsv(out / "rejected.tsv")}
+    assert rejected["unreadable"]["where"] == "row 3 (broken.flac)"
+    assert rejected["missing_file"]["clip_id"] == "train/0000005"
+    wavs = sorted(p.name for p in (out / "wavs").iterdir())
+    assert len(wavs) == 3
+    info = sf.info(str(out / "wavs" / wavs[0]))
+    assert info.samplerate == 22050 and info.frames > 22050  # decoded and resampled by the project's audio stage
+
+    again = prepare_dataset(cfg, out, normalizer=standin_normalize, progress=False)
+    assert again.kept == 3 and again.processed == 0  # extracted bytes unchanged: every clip from the cache
+
+
+def test_folder_of_parquet_files_and_missing_column(tmp_path: Path):
+    write_parquet(tmp_path / "src" / "data" / "train-00000.parquet")
+    cfg = make_cfg(tmp_path / "src", format="hf", text_column="sentence", hf_cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DataError, match="no column sentence .*transcription.*set dataset.audio_column"):
+        prepare_dataset(cfg, tmp_path / "out", normalizer=standin_normalize, progress=False)
+
+
+def test_hub_id_offline_says_what_to_do(tmp_path: Path, monkeypatch):
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    cfg = make_cfg(tmp_path, format="hf", hf_cache_dir=str(tmp_path / "empty_cache"))
+    cfg.path = "someone/amharic-speech"
+    with pytest.raises(DataError) as err:
+        prepare_dataset(cfg, tmp_path / "out", normalizer=standin_normalize, progress=False)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "'someone/amharic-speech'" in message and "hf download --repo-type dataset someone/amharic-speech" in message
+    assert "HF_HUB_OFFLINE" in message
