@@ -595,6 +595,11 @@ def _check_datasets(cfg: "Config", listed: bool, problems: list[str]) -> None:
         where = "dataset[*].language" if listed else "dataset.language"
         problems.append(f"{where}: no dataset is in run.language '{cfg.run.language}'; the run needs clips of the "
                         f"language it learns (other languages only mix in)")
+    for i, d in enumerate(cfg.datasets):
+        if d.transcript_check is not None and cfg.dataset_language(d) != cfg.run.language:
+            where = f"dataset[{i}]" if listed else "dataset"
+            problems.append(f"{where}.transcript_check: the recogniser (asr.model) hears {cfg.run.language}, not "
+                            f"'{cfg.dataset_language(d)}'; set it to null for this dataset")
     seen: dict[tuple, int] = {}
     for i, d in enumerate(cfg.datasets):
         key = (d.path, d.format, d.hf_split)
