@@ -108,6 +108,13 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     atomic_write(path, lambda f: f.write(data))
 
 
+def _file_of(ref: str, base: Optional[Path]) -> Optional[Path]:
+    for candidate in (Path(ref), *((base / ref,) if base is not None else ())):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
 def _audio_of(value: Any) -> tuple[Optional[bytes], Optional[str]]:
     """(bytes, path) from an undecoded Audio value, raw bytes, or a path string."""
     if isinstance(value, dict):
@@ -125,6 +132,9 @@ def read_hf(cfg, out_dir: Path) -> list[SourceEntry]:
     folder = out_dir / AUDIO_CACHE
     folder.mkdir(parents=True, exist_ok=True)
     columns = [c for c in (cfg.audio_column, cfg.text_column, cfg.speaker_column) if c]
+    # a row naming its audio by path only: relative to the dataset's folder (or the file's), as written next to it
+    local = Path(cfg.path)
+    base = (local if local.is_dir() else local.parent) if local.exists() else None
     entries = []
     for i, row in enumerate(ds.select_columns(columns)):
         clip_id = f"{cfg.hf_split}/{i:07d}"
@@ -136,8 +146,8 @@ def read_hf(cfg, out_dir: Path) -> list[SourceEntry]:
         if data:
             entry.audio = folder / f"{i:07d}{_suffix(ref)}"
             _write_if_changed(entry.audio, data)
-        elif ref and Path(ref).is_file():
-            entry.audio = Path(ref)
+        elif ref and _file_of(ref, base) is not None:
+            entry.audio = _file_of(ref, base)
         else:
             entry.rejection = ("missing_file", "the row holds no audio bytes" + (f" and '{ref}' is not a file" if ref
                                                                                  else " and no path"))

@@ -281,6 +281,9 @@ def read_entries(
         from xtts_ft.data.commonvoice import default_files, read_commonvoice
 
         files = list(metadata_files) or default_files(root)
+        for name in files:
+            if _escapes(root, name):
+                raise DataError(f"dataset.metadata_files: '{name}' is outside '{root}'; name a file inside the dataset folder")
         entries = read_commonvoice(root, files, speaker)
     else:
         defaults = LJSPEECH_FILES if fmt == "ljspeech" else COQUI_FILES
