@@ -121,7 +121,8 @@ def test_every_shipped_yaml_loads_and_names_its_command(path, monkeypatch):
     # A shipped config may name a dataset the user has not copied yet; everything else must hold.
     for i, entry in enumerate(raw["dataset"] if isinstance(raw["dataset"], list) else [raw["dataset"]]):
         # distinct stand-in folders (one dataset may not be listed twice)
-        entry["path"] = entry["path"] if Path(entry["path"]).is_dir() else str([REPO_ROOT, REPO_ROOT / "xtts_ft", REPO_ROOT / "tests"][i])
+        stand_in = [REPO_ROOT, REPO_ROOT / "xtts_ft", REPO_ROOT / "tests"][i]
+        entry["path"] = entry["path"] if Path(entry["path"]).is_dir() else str(stand_in)
     cfg = config_from_dict(raw, str(path))
     assert isinstance(cfg, Config)
 
@@ -183,7 +184,8 @@ def test_a_run_needs_a_dataset_in_its_own_language(tmp_path, dataset_dir):
 def test_set_overrides_with_a_dataset_list(tmp_path, dataset_dir):
     other = tmp_path / "other"
     other.mkdir()
-    path = write(tmp_path, {"dataset": [{"path": str(dataset_dir)}, {"path": str(dataset_dir / "x"), "language": "en"}]})
+    path = write(tmp_path, {"dataset": [{"path": str(dataset_dir)},
+                                        {"path": str(dataset_dir / "x"), "language": "en"}]})
     cfg = load_config(path, [f"dataset.1.path={other}", "dataset.0.eval_fraction=0.2"])
     assert cfg.datasets[1].path == str(other) and cfg.dataset.eval_fraction == 0.2
     with pytest.raises(ConfigError, match=r"--set dataset.path=/x: dataset is a list of 2 datasets .*dataset.0.path"):

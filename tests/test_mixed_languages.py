@@ -22,7 +22,8 @@ def english_replay(root: Path) -> Path:
     (root / "wavs").mkdir(parents=True)
     lines = ["audio_file|text|speaker_name"]
     for i, text in enumerate(ENGLISH):
-        shutil.copy(REPO_ROOT / "datasets" / "amharic_demo" / "wavs" / f"spk3_00{i + 1}.flac", root / "wavs" / f"en{i}.flac")
+        demo = REPO_ROOT / "datasets" / "amharic_demo" / "wavs" / f"spk3_00{i + 1}.flac"
+        shutil.copy(demo, root / "wavs" / f"en{i}.flac")
         lines.append(f"wavs/en{i}.flac|{text}|english_reader")
     (root / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root

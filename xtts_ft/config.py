@@ -33,7 +33,9 @@ def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argp
 
 LANGUAGE_ALIASES = {"am": "am", "amh": "am"}
 # Languages the XTTS-v2 base model already speaks: extra datasets in these go through coqui's own text handling.
-BASE_LANGUAGES = ("en", "es", "fr", "de", "it", "pt", "pl", "tr", "ru", "nl", "cs", "ar", "zh-cn", "hu", "ko", "ja", "hi")
+BASE_LANGUAGES = (
+    "en", "es", "fr", "de", "it", "pt", "pl", "tr", "ru", "nl", "cs", "ar", "zh-cn", "hu", "ko", "ja", "hi",
+)
 
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
@@ -106,7 +108,9 @@ class DatasetConfig:
     )
     speaker_name: str = opt("speaker", "Speaker name for layouts that carry none.")
     hf_split: str = opt("train", "format hf: the split to read (Hub ids and local parquet/arrow files).")
-    hf_name: Optional[str] = opt(None, "format hf with a Hub id: the configuration (subset), e.g. am_et for google/fleurs.")
+    hf_name: Optional[str] = opt(
+        None, "format hf with a Hub id: the configuration (subset), e.g. am_et for google/fleurs."
+    )
     hf_revision: Optional[str] = opt(None, "format hf with a Hub id: branch, tag or commit; null: main.")
     hf_cache_dir: Optional[str] = opt(None, "format hf with a Hub id: datasets cache directory (default: its own).")
     audio_column: str = opt("audio", "format hf: the Audio column (bytes and/or path of each clip).")
@@ -182,7 +186,8 @@ class DatasetConfig:
         if not self.speaker_name.strip() or any(c in self.speaker_name for c in "|\r\n"):
             problems.append("dataset.speaker_name: must be non-empty and hold no '|' or line break")
         for name in self.metadata_files:
-            if self.path and Path(self.path).is_dir() and self.format != "hf" and not (Path(self.path) / name).is_file():
+            local = self.path and Path(self.path).is_dir() and self.format != "hf"
+            if local and not (Path(self.path) / name).is_file():
                 problems.append(f"dataset.metadata_files: '{name}' not found in '{self.path}'")
 
 

@@ -54,7 +54,8 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         _source_stats(cfg.dataset),
     )
     if cfg.more_datasets:  # only with a dataset list: a one-dataset run keeps its key (and its prepared data)
-        key = stages.hash_inputs(key, cfg.run.language, [(dataclasses.asdict(d), _source_stats(d)) for d in cfg.more_datasets])
+        more = [(dataclasses.asdict(d), _source_stats(d)) for d in cfg.more_datasets]
+        key = stages.hash_inputs(key, cfg.run.language, more)
     checked = any(d.transcript_check is not None for d in cfg.datasets)
     if checked:  # a different recogniser hears differently
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))

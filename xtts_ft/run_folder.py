@@ -137,7 +137,8 @@ def run_fingerprint(cfg) -> dict:
     tokenizer["extra_text_files"] = hashlib.sha256("".join(extra).encode()).hexdigest()[:16]
     more = {}
     if cfg.more_datasets:  # only with a dataset list: a one-dataset run keeps the fingerprint it always had
-        more["more_datasets"] = [{**source_fingerprint(d), "language": cfg.dataset_language(d)} for d in cfg.more_datasets]
+        more["more_datasets"] = [{**source_fingerprint(d), "language": cfg.dataset_language(d)}
+                                 for d in cfg.more_datasets]
         more["dataset_language"] = cfg.dataset_language(cfg.dataset)
     return {
         **more,
@@ -169,7 +170,8 @@ def describe_differences(old: dict, new: dict) -> list[str]:
             out.append(change)
     if od.get("hub") != nd.get("hub"):
         out.append(f"the Hub dataset changed: {od.get('hub')} -> {nd.get('hub')}")
-    if (old.get("more_datasets"), old.get("dataset_language")) != (new.get("more_datasets"), new.get("dataset_language")):
+    others = [(f.get("more_datasets"), f.get("dataset_language")) for f in (old, new)]
+    if others[0] != others[1]:
         counts = [len(f.get("more_datasets") or []) + 1 for f in (old, new)]
         out.append(f"the datasets after the first (dataset[1:]) changed: their files, languages or number "
                    f"({counts[0]} -> {counts[1]} datasets)")

@@ -61,7 +61,10 @@ def test_commonvoice_with_wav_clips_is_detected_and_every_row_accounted(tmp_path
     _check_every_row(report, out)
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the optional ffmpeg binary (apt-get install -y ffmpeg)")
+NO_FFMPEG = "needs the optional ffmpeg binary (apt-get install -y ffmpeg)"
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason=NO_FFMPEG)
 def test_commonvoice_mp3_clips_decode_through_the_project_decoder(tmp_path: Path):
     root = make_cv(tmp_path / "cv", "mp3", tsv="train.tsv")
     (root / "train.tsv").rename(root / "validated.tsv")  # the same rows; validated.tsv is the one read first

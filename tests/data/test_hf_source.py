@@ -87,3 +87,19 @@ def test_hub_id_offline_says_what_to_do(tmp_path: Path, monkeypatch):
     assert "\n" not in message
     assert "'someone/amharic-speech'" in message and "hf download --repo-type dataset someone/amharic-speech" in message
     assert "HF_HUB_OFFLINE" in message
+
+
+def test_rows_naming_audio_files_next_to_the_parquet(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "src"
+    (folder / "audio").mkdir(parents=True)
+    for i in range(2):
+        (folder / "audio" / f"c{i}.flac").write_bytes(_flac_bytes(2.0 + i, 250 + 60 * i))
+    table = pa.table({"file": ["audio/c0.flac", "audio/c1.flac", "audio/gone.flac"], "text": SENTENCES[:3]})
+    pq.write_table(table, folder / "rows.parquet")
+    cfg = make_cfg(folder / "rows.parquet", format="hf", audio_column="file", hf_cache_dir=str(tmp_path / "c"))
+    report = prepare_dataset(cfg, tmp_path / "out", normalizer=standin_normalize, progress=False)
+    assert report.kept == 2 and report.rejected["missing_file"] == 1
+    assert {r["where"] for r in read_tsv(tmp_path / "out" / "rejected.tsv")} == {"row 2 (audio/gone.flac)"}

@@ -1,4 +1,5 @@
-"""Several datasets in one prepare: each in its own folder, merged metadata with a language column, per-dataset counts."""
+"""Several datasets in one prepare: each in its own folder, merged metadata with a language column,
+per-dataset counts."""
 
 from __future__ import annotations
 

@@ -64,5 +64,6 @@ def read_commonvoice(root: Path, files: list[str], speaker: str) -> list[SourceE
                 entries.append(_bad_row(name, n, "empty path column", speaker))
                 continue
             client = fields[col_client] if col_client is not None and col_client < len(fields) else ""
-            entries.append(_entry(root, f"{CLIPS_DIR}/{ref}", f"{name}:{n}", fields[col_text], speaker_of(client, speaker)))
+            spk = speaker_of(client, speaker)
+            entries.append(_entry(root, f"{CLIPS_DIR}/{ref}", f"{name}:{n}", fields[col_text], spk))
     return entries

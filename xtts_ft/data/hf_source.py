@@ -77,9 +77,9 @@ def load_rows(cfg, cache_dir: Path):
 
 
 def _load_hub(cfg):
-    import datasets
     from huggingface_hub.errors import HfHubHTTPError
 
+    import datasets
     from xtts_ft.base_model import offline_download_hint
 
     try:

@@ -39,8 +39,8 @@ def read_metadata(csv_path: Path) -> list[dict]:
     """Rows of a metadata_*.csv written by ``prepare_dataset``, with absolute audio paths.
 
     Returns dicts ``{"audio_file": str (absolute), "text": str, "speaker_name": str}`` in file
-    order, plus ``"language"`` when the file has that column. Raises DataError naming the file (and line) when it is missing, malformed, or names
-    an audio file that does not exist.
+    order, plus ``"language"`` when the file has that column. Raises DataError naming the file
+    (and line) when it is missing, malformed, or names an audio file that does not exist.
     """
     csv_path = Path(csv_path)
     if not csv_path.is_file():

@@ -262,8 +262,8 @@ def detect_format(root: Path, metadata_files: list[str]) -> str:
     raise DataError(
         f"'{root}': cannot tell the dataset layout; looked for metadata.csv (LJSpeech id|text or coqui "
         f"audio_file|text|speaker_name), metadata_train.csv / metadata_eval.csv (coqui) and audio files "
-        f"({', '.join(AUDIO_EXTENSIONS)}) with same-named .txt transcripts, and validated.tsv/train.tsv with clips/ (Common "
-        f"Voice), and found none; fix the folder or pass --format"
+        f"({', '.join(AUDIO_EXTENSIONS)}) with same-named .txt transcripts, and validated.tsv/train.tsv "
+        f"with clips/ (Common Voice), and found none; fix the folder or pass --format"
     )
 
 
@@ -283,7 +283,8 @@ def read_entries(
         files = list(metadata_files) or default_files(root)
         for name in files:
             if _escapes(root, name):
-                raise DataError(f"dataset.metadata_files: '{name}' is outside '{root}'; name a file inside the dataset folder")
+                raise DataError(f"dataset.metadata_files: '{name}' is outside '{root}'; name a file inside the "
+                                f"dataset folder")
         entries = read_commonvoice(root, files, speaker)
     else:
         defaults = LJSPEECH_FILES if fmt == "ljspeech" else COQUI_FILES
