@@ -85,7 +85,10 @@ def _load_hub(cfg):
     try:
         return datasets.load_dataset(cfg.path, cfg.hf_name, split=cfg.hf_split, revision=cfg.hf_revision,
                                      cache_dir=cfg.hf_cache_dir)
-    except (ConnectionError, TimeoutError, HfHubHTTPError, datasets.exceptions.DatasetNotFoundError) as exc:
+    # not found and not cached: datasets raises ConnectionError offline or when the Hub cannot be reached,
+    # FileNotFoundError when the Hub answers that there is no such file, DatasetNotFoundError for unknown ids
+    except (ConnectionError, TimeoutError, FileNotFoundError, HfHubHTTPError,
+            datasets.exceptions.DatasetNotFoundError) as exc:
         hint = offline_download_hint(cfg.path).replace("hf download", "hf download --repo-type dataset")
         raise DataError(
             f"dataset '{cfg.path}' (split {cfg.hf_split}) could not be loaded from the Hugging Face Hub and is not in "
