@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -201,3 +202,19 @@ def test_hub_id_downloads_once_then_prepares_offline_from_the_cache(tmp_path: Pa
         assert report["dataset"] == "hf:someone/amharic:train"
     parquet_gets = [r for r in handler.requests if r.startswith("GET") and r.endswith("train-00000.parquet")]
     assert len(parquet_gets) == 1  # downloaded once; the offline run read the cache
+
+
+def test_a_downloaded_repo_folder_reads_the_named_split(tmp_path: Path):
+    parquet = write_parquet(tmp_path / "one.parquet")
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    shutil.copy(parquet, repo / "data" / "train-00000-of-00001.parquet")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(parquet).slice(0, 2), repo / "data" / "test-00000-of-00001.parquet")
+    cfg = make_cfg(repo, format="hf", hf_split="test", text_column="transcription", hf_cache_dir=str(tmp_path / "c"))
+    report = prepare_dataset(cfg, tmp_path / "out", normalizer=standin_normalize, progress=False)
+    assert report.total == 2 and report.kept == 2  # the test split only, not every parquet file in the folder
+    cfg.hf_split = "validation"
+    with pytest.raises(DataError, match=r"Unknown split \"validation\". Should be one of .*set dataset.hf_split"):
+        prepare_dataset(cfg, tmp_path / "out2", normalizer=standin_normalize, progress=False)

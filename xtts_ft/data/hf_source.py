@@ -36,7 +36,7 @@ def source_label(cfg) -> str:
 
 
 def _local_files(path: Path) -> tuple[str, list[str]]:
-    """(builder, data files) of a local parquet/arrow file or a folder of them."""
+    """(builder, data files) of a local parquet/arrow file, or of a folder holding them."""
     if path.is_file():
         kind = path.suffix.lower().lstrip(".")
         if kind not in ("parquet", "arrow"):
@@ -61,10 +61,19 @@ def load_rows(cfg, cache_dir: Path):
                 raise DataError(f"dataset.hf_split: '{cfg.hf_split}' is not a split of '{path}' "
                                 f"(it has {', '.join(ds)})")
             ds = ds[cfg.hf_split]
-    elif path.exists():
+    elif path.is_file():
         builder, files = _local_files(path)
         ds = datasets.load_dataset(builder, data_files={cfg.hf_split: files}, split=cfg.hf_split,
                                    cache_dir=str(cfg.hf_cache_dir or cache_dir))
+    elif path.exists():
+        _local_files(path)  # a folder with no parquet/arrow file is a one-line error, not datasets' own
+        # a folder (e.g. from `hf download --repo-type dataset`): datasets tells the splits from the file names
+        # (data/train-*.parquet, data/test-*.parquet) and the configurations from the README, as on the Hub
+        try:
+            ds = datasets.load_dataset(str(path), cfg.hf_name, split=cfg.hf_split,
+                                       cache_dir=str(cfg.hf_cache_dir or cache_dir))
+        except ValueError as exc:  # unknown split or configuration
+            raise DataError(f"dataset '{path}': {str(exc).splitlines()[0]}; set dataset.hf_split / hf_name") from None
     else:
         ds = _load_hub(cfg)
     missing = [c for c in (cfg.audio_column, cfg.text_column, cfg.speaker_column) if c and c not in ds.column_names]
