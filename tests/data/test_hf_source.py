@@ -218,3 +218,17 @@ def test_a_downloaded_repo_folder_reads_the_named_split(tmp_path: Path):
     cfg.hf_split = "validation"
     with pytest.raises(DataError, match=r"Unknown split \"validation\". Should be one of .*set dataset.hf_split"):
         prepare_dataset(cfg, tmp_path / "out2", normalizer=standin_normalize, progress=False)
+
+
+def test_a_save_to_disk_folder(tmp_path: Path):
+    import datasets
+
+    rows = {"audio": [{"bytes": _flac_bytes(2.5, 300), "path": "a.flac"}, {"bytes": b"", "path": "b.flac"}],
+            "text": SENTENCES[:2]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "saved"))
+    report = prepare_dataset(make_cfg(tmp_path / "saved", format="hf"), tmp_path / "out",
+                             normalizer=standin_normalize, progress=False)
+    assert report.kept == 1 and report.rejected["missing_file"] == 1  # empty bytes and no such file
+    with pytest.raises(DataError, match="'dev' is not a split of .* \\(it has train\\)"):
+        prepare_dataset(make_cfg(tmp_path / "saved", format="hf", hf_split="dev"), tmp_path / "out2",
+                        normalizer=standin_normalize, progress=False)
