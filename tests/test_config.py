@@ -119,6 +119,93 @@ def test_every_shipped_yaml_loads_and_names_its_command(path, monkeypatch):
     assert first == f"# python headless_train.py --config configs/{path.name}"
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     # A shipped config may name a dataset the user has not copied yet; everything else must hold.
-    raw["dataset"]["path"] = raw["dataset"]["path"] if Path(raw["dataset"]["path"]).is_dir() else str(REPO_ROOT)
+    for i, entry in enumerate(raw["dataset"] if isinstance(raw["dataset"], list) else [raw["dataset"]]):
+        # distinct stand-in folders (one dataset may not be listed twice)
+        stand_in = [REPO_ROOT, REPO_ROOT / "xtts_ft", REPO_ROOT / "tests"][i]
+        entry["path"] = entry["path"] if Path(entry["path"]).is_dir() else str(stand_in)
     cfg = config_from_dict(raw, str(path))
     assert isinstance(cfg, Config)
+
+
+# --- dataset lists -------------------------------------------------------------------------------
+
+
+def test_dataset_list_with_languages_round_trips(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    cfg = load_config(write(tmp_path, {"dataset": [{"path": str(a), "language": "amh"},
+                                                   {"path": str(b), "language": "en", "speaker_name": "en_reader"}]}))
+    assert [d.path for d in cfg.datasets] == [str(a), str(b)] and cfg.dataset.path == str(a)
+    assert [cfg.dataset_language(d) for d in cfg.datasets] == ["am", "en"]
+    assert cfg.datasets[1].speaker_name == "en_reader" and cfg.datasets[1].eval_fraction == 0.05  # own defaults
+    out = tmp_path / "resolved.yaml"
+    dump_config(cfg, out)
+    assert isinstance(yaml.safe_load(out.read_text(encoding="utf-8"))["dataset"], list)
+    assert load_config(out) == cfg
+
+
+def test_single_mapping_is_one_dataset_and_dumps_as_a_mapping(tmp_path, dataset_dir):
+    cfg = load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir)}}))
+    assert cfg.datasets == [cfg.dataset] and cfg.dataset_language(cfg.dataset) == "am"
+    out = tmp_path / "resolved.yaml"
+    dump_config(cfg, out)
+    raw = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert isinstance(raw["dataset"], dict) and "more_datasets" not in raw
+
+
+def test_bad_list_entries_are_all_named_by_position(tmp_path, dataset_dir):
+    path = write(tmp_path, {"dataset": [
+        {"path": str(dataset_dir)},
+        {"path": str(tmp_path / "nope"), "language": "xx", "fromat": "hf"},
+        {"path": str(dataset_dir)},
+        {"path": str(dataset_dir), "format": "ljspeech", "language": "en", "transcript_check": 0.5},
+        "just a string",
+    ]})
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    lines = str(err.value).splitlines()
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    text = "\n".join(lines)
+    assert "dataset[1].fromat: unknown key (did you mean 'format'?)" in text
+    assert "dataset[1].path: folder" in text and "does not exist" in text
+    assert "dataset[1].language: 'xx' is neither am nor an XTTS-v2 language" in text
+    assert "dataset[2].path:" in text and "already dataset[0]" in text
+    assert "dataset[3].transcript_check: the recogniser (asr.model) hears am, not 'en'" in text
+    assert "dataset[4]: expected a mapping of keys" in text
+
+
+def test_a_run_needs_a_dataset_in_its_own_language(tmp_path, dataset_dir):
+    with pytest.raises(ConfigError, match=r"dataset.language: no dataset is in run.language 'am'"):
+        load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir), "language": "en"}}))
+    with pytest.raises(ConfigError, match=r"dataset: the list is empty"):
+        load_config(write(tmp_path, {"dataset": []}))
+
+
+def test_set_overrides_with_a_dataset_list(tmp_path, dataset_dir):
+    other = tmp_path / "other"
+    other.mkdir()
+    path = write(tmp_path, {"dataset": [{"path": str(dataset_dir)},
+                                        {"path": str(dataset_dir / "x"), "language": "en"}]})
+    cfg = load_config(path, [f"dataset.1.path={other}", "dataset.0.eval_fraction=0.2"])
+    assert cfg.datasets[1].path == str(other) and cfg.dataset.eval_fraction == 0.2
+    with pytest.raises(ConfigError, match=r"--set dataset.path=/x: dataset is a list of 2 datasets .*dataset.0.path"):
+        load_config(path, ["dataset.path=/x"])
+    with pytest.raises(ConfigError, match=r"dataset is a list of 2"):
+        load_config(path, ["dataset.2.path=/x"])
+
+
+def test_set_dataset_path_still_works_on_a_single_mapping(tmp_path, dataset_dir):
+    other = tmp_path / "other"
+    other.mkdir()
+    cfg = load_config(write(tmp_path, {"dataset": {"path": str(dataset_dir)}}), [f"dataset.path={other}"])
+    assert cfg.dataset.path == str(other) and len(cfg.datasets) == 1
+
+
+def test_hf_path_may_be_a_hub_id_or_a_file(tmp_path):
+    parquet = tmp_path / "train.parquet"
+    parquet.write_bytes(b"")
+    for source in ("google/fleurs", str(parquet)):
+        cfg = config_from_dict({"dataset": {"path": source, "format": "hf", "text_column": "transcription"}})
+        assert cfg.dataset.path == source
+    with pytest.raises(ConfigError, match="neither a local parquet/arrow file or folder nor a Hugging Face dataset id"):
+        config_from_dict({"dataset": {"path": "./missing.parquet", "format": "hf"}})

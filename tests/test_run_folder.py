@@ -145,3 +145,33 @@ def test_a_run_that_saved_nothing_gives_way_without_a_question(tmp_path):
     other = make_cfg(tmp_path, dataset, new_tokens=900)
     second = claim_run_folder(other.run_dir, fingerprint=run_fingerprint(other), resume="auto")
     assert second.run_id != first.run_id and not (cfg.run_dir / OLD_RUNS).exists()
+
+
+def test_fingerprint_covers_every_dataset_of_a_list(tmp_path):
+    from xtts_ft.config import DatasetConfig
+
+    first, second = make_dataset(tmp_path / "am"), make_dataset(tmp_path / "en")
+    cfg = make_cfg(tmp_path, first)
+    single = run_fingerprint(cfg)
+    assert "more_datasets" not in single  # a one-dataset run keeps the fingerprint it always had
+    cfg.more_datasets = [DatasetConfig(path=str(second), language="en")]
+    mixed = run_fingerprint(cfg)
+    assert any("datasets after the first" in d and "1 -> 2 datasets" in d for d in describe_differences(single, mixed))
+    (second / "metadata.csv").write_text("audio_file|text|speaker_name\nwavs/a0.wav|hello|s\n", encoding="utf-8")
+    assert any("datasets after the first" in d for d in describe_differences(mixed, run_fingerprint(cfg)))
+    cfg.more_datasets[0].language = "fr"
+    assert run_fingerprint(cfg)["more_datasets"][0]["language"] == "fr"
+
+
+def test_fingerprint_of_hf_sources(tmp_path):
+    from xtts_ft.config import DatasetConfig
+    from xtts_ft.run_folder import source_fingerprint
+
+    parquet = tmp_path / "train.parquet"
+    parquet.write_bytes(b"PAR1" + bytes(10))
+    assert source_fingerprint(DatasetConfig(path=str(parquet), format="hf"))["audio"] == {"train.parquet": 14}
+    hub = source_fingerprint(DatasetConfig(path="google/fleurs", format="hf", hf_name="am_et", hf_split="test"))
+    other = source_fingerprint(DatasetConfig(path="google/fleurs", format="hf", hf_name="am_et", hf_split="train"))
+    assert hub["hub"] == "google/fleurs/am_et:test@None"
+    assert describe_differences({"dataset": hub}, {"dataset": other}) == [
+        "the Hub dataset changed: google/fleurs/am_et:test@None -> google/fleurs/am_et:train@None"]

@@ -147,7 +147,8 @@ def print_header(cfg) -> None:
     log.info("xtts-ft run: %s", cfg.run_dir)
     log.info("  device      %s%s, precision %s", device, gpu, cfg.precision.mode)
     log.info("  base model  %s", cfg.base_model.source)
-    log.info("  dataset     %s (%s)", cfg.dataset.path, cfg.dataset.format)
+    for ds in cfg.datasets:
+        log.info("  dataset     %s (%s, %s)", ds.path, ds.format, cfg.dataset_language(ds))
     log.info(
         "  training    %d optimizer steps, batch %s x accumulation %d, lr %g, warmup %d, schedule %s",
         t.max_steps, t.batch_size, t.grad_accum_steps, t.lr, t.warmup_steps, t.lr_schedule,
@@ -242,7 +243,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     from xtts_ft.data import prepare_command
 
     setup_logging(None, args.verbose)
-    report = prepare_command(Path(args.input), Path(args.out), args.format)
+    hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
+                                        ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
+    report = prepare_command(Path(args.input), Path(args.out), args.format, **hf)
     for line in report.summary_lines():
         print(line)
     return 0
@@ -343,7 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("prepare", _cmd_prepare, "Turn a dataset folder into a clean training set with a report.")
     p.add_argument("--input", required=True, help="Dataset root folder.")
     p.add_argument("--out", required=True, help="Output folder (metadata_*.csv, wavs/, report.json).")
-    p.add_argument("--format", default="auto", choices=["auto", "ljspeech", "coqui", "folder"], help="Dataset layout.")
+    p.add_argument("--format", default="auto", choices=["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"],
+                   help="Dataset layout; hf: --input is a parquet/arrow file or folder, or a Hub dataset id.")
+    p.add_argument("--audio-column", help="hf: the audio column (default: audio).")
+    p.add_argument("--text-column", help="hf: the transcript column (default: text).")
+    p.add_argument("--speaker-column", help="hf: a speaker column (default: none).")
+    p.add_argument("--split", help="hf: the split to read (default: train).")
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")

@@ -32,6 +32,10 @@ def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argp
 
 
 LANGUAGE_ALIASES = {"am": "am", "amh": "am"}
+# Languages the XTTS-v2 base model already speaks: extra datasets in these go through coqui's own text handling.
+BASE_LANGUAGES = (
+    "en", "es", "fr", "de", "it", "pt", "pl", "tr", "ru", "nl", "cs", "ar", "zh-cn", "hu", "ko", "ja", "hi",
+)
 
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
@@ -88,9 +92,30 @@ class BaseModelConfig:
 
 @dataclass
 class DatasetConfig:
-    path: str = opt("", "Dataset root: an LJSpeech folder, a coqui CSV folder, or audio files with .txt transcripts.")
-    format: Literal["auto", "ljspeech", "coqui", "folder"] = opt("auto", "Layout of the dataset; auto detects it.")
+    path: str = opt(
+        "",
+        "Dataset root: an LJSpeech folder, a coqui CSV folder, audio files with .txt transcripts, a Common Voice "
+        "folder (validated.tsv or train.tsv + clips/); for format hf: a parquet/arrow file or folder, or a Hugging "
+        "Face dataset id.",
+    )
+    format: Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"] = opt(
+        "auto", "Layout of the dataset; auto detects the folder layouts (hf must be named)."
+    )
+    language: Optional[str] = opt(
+        None,
+        "Language of this dataset's clips; null: run.language. Another XTTS-v2 language (e.g. en) mixes clips the "
+        "base model knows into the run (replay against forgetting); they keep that language's own text handling.",
+    )
     speaker_name: str = opt("speaker", "Speaker name for layouts that carry none.")
+    hf_split: str = opt("train", "format hf: the split to read (Hub ids and local parquet/arrow files).")
+    hf_name: Optional[str] = opt(
+        None, "format hf with a Hub id: the configuration (subset), e.g. am_et for google/fleurs."
+    )
+    hf_revision: Optional[str] = opt(None, "format hf with a Hub id: branch, tag or commit; null: main.")
+    hf_cache_dir: Optional[str] = opt(None, "format hf with a Hub id: datasets cache directory (default: its own).")
+    audio_column: str = opt("audio", "format hf: the Audio column (bytes and/or path of each clip).")
+    text_column: str = opt("text", "format hf: the transcript column.")
+    speaker_column: Optional[str] = opt(None, "format hf: a speaker column; null: every clip is speaker_name.")
     eval_fraction: float = opt(0.05, "Share of clips held out for evaluation (hash-based, stable when clips are added).")
     eval_max_clips: int = opt(200, "Upper bound on the number of evaluation clips.")
     split_by_speaker: bool = opt(False, "Split per speaker so every speaker appears in both train and eval.")
@@ -121,8 +146,21 @@ class DatasetConfig:
     def check(self, problems: list[str]) -> None:
         if not self.path:
             problems.append("dataset.path: missing; set it to your dataset folder")
+        elif self.format == "hf":
+            if not Path(self.path).exists() and not _is_hub_id(self.path):
+                problems.append(f"dataset.path: '{self.path}' is neither a local parquet/arrow file or folder nor a "
+                                f"Hugging Face dataset id (owner/name)")
         elif not Path(self.path).is_dir():
             problems.append(f"dataset.path: folder '{self.path}' does not exist")
+        if self.language is not None:
+            code = LANGUAGE_ALIASES.get(self.language, self.language)
+            if code not in LANGUAGE_ALIASES and code not in BASE_LANGUAGES:
+                problems.append(f"dataset.language: '{self.language}' is neither am nor an XTTS-v2 language "
+                                f"({', '.join(BASE_LANGUAGES)}); use one of those, or null for run.language")
+            else:
+                self.language = code
+        if self.format == "hf" and (not self.audio_column or not self.text_column):
+            problems.append("dataset.audio_column/text_column: must name the dataset's columns")
         if not 0.0 <= self.eval_fraction < 1.0:
             problems.append(f"dataset.eval_fraction: {self.eval_fraction} must be in [0, 1)")
         if self.min_duration_s <= 0 or self.max_duration_s <= self.min_duration_s:
@@ -148,7 +186,8 @@ class DatasetConfig:
         if not self.speaker_name.strip() or any(c in self.speaker_name for c in "|\r\n"):
             problems.append("dataset.speaker_name: must be non-empty and hold no '|' or line break")
         for name in self.metadata_files:
-            if self.path and Path(self.path).is_dir() and not (Path(self.path) / name).is_file():
+            local = self.path and Path(self.path).is_dir() and self.format != "hf"
+            if local and not (Path(self.path) / name).is_file():
                 problems.append(f"dataset.metadata_files: '{name}' not found in '{self.path}'")
 
 
@@ -437,10 +476,20 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    # `dataset:` given as a list in YAML: entries 2..n (the first is `dataset`); not a section of its own.
+    more_datasets: list[DatasetConfig] = field(default_factory=list, repr=False)
 
     @property
     def run_dir(self) -> Path:
         return Path(self.run.output_dir)
+
+    @property
+    def datasets(self) -> list[DatasetConfig]:
+        """Every dataset of the run, in config order (one unless `dataset:` is a list)."""
+        return [self.dataset, *self.more_datasets]
+
+    def dataset_language(self, ds: DatasetConfig) -> str:
+        return ds.language or self.run.language
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,6 +607,47 @@ def _is_local(source: str) -> bool:
     return Path(source).exists() or source.startswith((".", "/", "~"))
 
 
+def _is_hub_id(source: str) -> bool:
+    """'owner/name' (a Hugging Face dataset id), not a path that merely does not exist yet."""
+    return not _is_local(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
+
+
+def _build_datasets(raw: Any, problems: list[str]) -> tuple[DatasetConfig, list[DatasetConfig]]:
+    """`dataset:` as one mapping (as always) or a list of them; each entry's problems name `dataset[i].key`."""
+    if not isinstance(raw, list):
+        return _build_section(DatasetConfig, raw, "dataset", problems), []
+    if not raw:
+        problems.append("dataset: the list is empty; give at least one dataset (path, format, language)")
+        return DatasetConfig(), []
+    built = []
+    for i, item in enumerate(raw):
+        found: list[str] = []
+        built.append(_build_section(DatasetConfig, item, f"dataset[{i}]", found))
+        built[-1].check(found)
+        problems.extend(re.sub(r"^dataset\.", f"dataset[{i}].", p) for p in found)
+    return built[0], built[1:]
+
+
+def _check_datasets(cfg: "Config", listed: bool, problems: list[str]) -> None:
+    """Checks across datasets: one in the run's language, distinct paths."""
+    langs = [cfg.dataset_language(d) for d in cfg.datasets]
+    if cfg.run.language in LANGUAGE_ALIASES and LANGUAGE_ALIASES[cfg.run.language] not in langs:
+        where = "dataset[*].language" if listed else "dataset.language"
+        problems.append(f"{where}: no dataset is in run.language '{cfg.run.language}'; the run needs clips of the "
+                        f"language it learns (other languages only mix in)")
+    for i, d in enumerate(cfg.datasets):
+        if d.transcript_check is not None and cfg.dataset_language(d) != cfg.run.language:
+            where = f"dataset[{i}]" if listed else "dataset"
+            problems.append(f"{where}.transcript_check: the recogniser (asr.model) hears {cfg.run.language}, not "
+                            f"'{cfg.dataset_language(d)}'; set it to null for this dataset")
+    seen: dict[tuple, int] = {}
+    for i, d in enumerate(cfg.datasets):
+        key = (d.path, d.format, d.hf_split)
+        if listed and key in seen:
+            problems.append(f"dataset[{i}].path: '{d.path}' is already dataset[{seen[key]}]; list each dataset once")
+        seen.setdefault(key, i)
+
+
 def _unmet_needs(raw: dict, cfg: Config) -> list[str]:
     """Options set in the file that nothing reads with the other settings as they are (never silently ignored)."""
     out = []
@@ -574,19 +664,24 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a YAML mapping with sections like 'run:' and 'dataset:'")
-    sections = {f.name: f.type for f in dataclasses.fields(Config)}
+    sections = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "more_datasets"}
     hints = typing.get_type_hints(Config)
     built = {}
     for key, value in raw.items():
         if key not in sections:
             problems.append(f"{key}: unknown section{_did_you_mean(str(key), list(sections))}")
             continue
+        if key == "dataset":
+            built["dataset"], built["more_datasets"] = _build_datasets(value, problems)
+            continue
         built[key] = _build_section(hints[key], value, key, problems)
     cfg = Config(**built)
+    listed = isinstance(raw.get("dataset"), list)
     for name in sections:
         section = getattr(cfg, name)
-        if hasattr(section, "check"):
+        if hasattr(section, "check") and not (name == "dataset" and listed):  # list entries were checked above
             section.check(problems)
+    _check_datasets(cfg, listed, problems)
     if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
         problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
                         f"set evaluation.recognize: true or best_metric: eval_loss")
@@ -658,11 +753,18 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
         return config_from_dict(raw, source=str(path))  # the one-line "expected a YAML mapping" error
     for item in overrides or []:
         keys, value = parse_override(item)
+        if keys[0] == "dataset" and isinstance(raw.get("dataset"), list):
+            keys = _dataset_list_keys(item, keys, len(raw["dataset"]))
         node = raw
         for k in keys[:-1]:
-            if not isinstance(node.get(k, {}), dict):
+            if isinstance(node, list):  # dataset.<i>.key: the i-th entry of a dataset list
+                node = node[int(k)]
+                continue
+            if not isinstance(node.get(k, {}), (dict, list)):
                 raise ConfigError(f"--set {item}: '{k}' is not a section")
             node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {item}: '{keys[-2]}' is not a section")
         node[keys[-1]] = value
     try:
         cfg = config_from_dict(raw, source=str(path))
@@ -673,8 +775,23 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
     return cfg
 
 
+def _dataset_list_keys(item: str, keys: list[str], count: int) -> list[str]:
+    """`dataset.<i>.key` for a dataset list; `dataset.key` is ambiguous there and refused."""
+    if len(keys) >= 3 and keys[1].isdigit() and int(keys[1]) < count:
+        return keys
+    raise ConfigError(
+        f"--set {item}: dataset is a list of {count} datasets in this config; name the entry by its position, "
+        f"e.g. --set dataset.0.{keys[-1]}=... (0 to {count - 1})"
+    )
+
+
 def config_to_dict(cfg: Config) -> dict:
-    return dataclasses.asdict(cfg)
+    """The config as plain data; several datasets are written back as the `dataset:` list they came from."""
+    d = dataclasses.asdict(cfg)
+    more = d.pop("more_datasets")
+    if more:
+        d["dataset"] = [d["dataset"], *more]
+    return d
 
 
 def dump_config(cfg: Config, path: str | os.PathLike) -> None:

@@ -51,26 +51,44 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     data_dir = cfg.run_dir / "data"
     key = stages.hash_inputs(
         "prepare-v1", NORMALIZER_VERSION, dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text),
-        stages.tree_stats(Path(cfg.dataset.path)),
+        _source_stats(cfg.dataset),
     )
-    if cfg.dataset.transcript_check is not None:  # a different recogniser hears differently
+    if cfg.more_datasets:  # only with a dataset list: a one-dataset run keeps its key (and its prepared data)
+        more = [(dataclasses.asdict(d), _source_stats(d)) for d in cfg.more_datasets]
+        key = stages.hash_inputs(key, cfg.run.language, more)
+    checked = any(d.transcript_check is not None for d in cfg.datasets)
+    if checked:  # a different recogniser hears differently
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
     if stages.is_current(data_dir, key, ["metadata_train.csv", "metadata_eval.csv", "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
     recognizer = None
-    if cfg.dataset.transcript_check is not None:
+    if checked:
         from xtts_ft.asr.recognizer import Recognizer
 
         recognizer = Recognizer.from_config(cfg.asr)
-    report = prepare_dataset(
-        cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones,
-        recognizer=recognizer,
-    )
+    if cfg.more_datasets:
+        from xtts_ft.data.multi import prepare_datasets
+
+        report = prepare_datasets(
+            [(d, cfg.dataset_language(d)) for d in cfg.datasets], data_dir, cfg.run.language,
+            normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones, recognizer=recognizer,
+        )
+    else:
+        report = prepare_dataset(
+            cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones,
+            recognizer=recognizer,
+        )
     for line in report.summary_lines():
         log.info("prepare: %s", line)
     stages.mark_done(data_dir, key, kept=report.kept, rejected=report.rejected)
     return data_dir
+
+
+def _source_stats(ds) -> list:
+    """Size and mtime of a dataset's files (a folder's tree, one parquet/arrow file; a Hub id: none)."""
+    path = Path(ds.path)
+    return stages.file_stats([path]) if path.is_file() else stages.tree_stats(path)
 
 
 def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
@@ -93,10 +111,12 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
     if stages.is_current(tok_dir, key, ["vocab.json", "report.json"]):
         log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / "vocab.json")
         return tok_dir / "vocab.json"
-    texts = [row["text"] for row in read_metadata(train_csv)]
+    # the new tokens are learnt from the run's own language only (replay clips of base languages keep their tokens)
+    own = cfg.run.language
+    texts = [row["text"] for row in read_metadata(train_csv) if row.get("language", own) == own]
     for path in extra:
         texts.extend(read_text_lines(path))
-    eval_texts = [row["text"] for row in read_metadata(eval_csv)]
+    eval_texts = [row["text"] for row in read_metadata(eval_csv) if row.get("language", own) == own]
     report = build_extended_vocab(
         base.vocab_json,
         texts,
@@ -216,7 +236,7 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     tokenizer = AmharicTokenizer(
         str(vocab_path), char_limit=cfg.tokenizer.char_limit, fold_homophones=cfg.text.fold_homophones
     )
-    refs = pick_references(cfg.evaluation, data_dir)
+    refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
         recognizer=load_eval_recognizer(cfg),

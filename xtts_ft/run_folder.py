@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 RUN_FILE = "run.json"
 OLD_RUNS = "old_runs"
 TRANSCRIPT_SUFFIXES = (".csv", ".txt", ".tsv", ".json", ".jsonl", ".list")
+# hf datasets: audio and text in one (often large) table file; by size, like audio
+TABLE_SUFFIXES = (".parquet", ".arrow")
 # What belongs to one run (moved aside together); data/ and tokenizer/ too when the inputs changed.
 RUN_OUTPUTS = ("checkpoints", "samples", "tensorboard", "metrics.jsonl", "events.jsonl", "report.html",
                "summary.json", "config.yaml", RUN_FILE)
@@ -108,11 +110,21 @@ def dataset_fingerprint(root: Path) -> dict:
             try:
                 if name.lower().endswith(TRANSCRIPT_SUFFIXES):
                     transcripts[rel] = _sha(path)
-                elif name.lower().endswith(AUDIO_EXTENSIONS):
+                elif name.lower().endswith(AUDIO_EXTENSIONS + TABLE_SUFFIXES):
                     audio[rel] = path.stat().st_size
             except OSError:  # unreadable files are the data stage's business (it reports them)
                 continue
     return {"transcripts": transcripts, "audio": audio}
+
+
+def source_fingerprint(ds) -> dict:
+    """dataset_fingerprint of a dataset entry's folder; a single parquet/arrow file by size; a Hub id by name."""
+    path = Path(ds.path)
+    if path.is_file():
+        return {"transcripts": {}, "audio": {path.name: path.stat().st_size}}
+    if ds.format == "hf" and not path.exists():
+        return {"transcripts": {}, "audio": {}, "hub": f"{ds.path}/{ds.hf_name or ''}:{ds.hf_split}@{ds.hf_revision}"}
+    return dataset_fingerprint(path)
 
 
 def run_fingerprint(cfg) -> dict:
@@ -123,8 +135,14 @@ def run_fingerprint(cfg) -> dict:
     extra = sorted(_sha(p) for p in text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files]))
     tokenizer = {k: v for k, v in dataclasses.asdict(cfg.tokenizer).items() if k != "char_limit"}
     tokenizer["extra_text_files"] = hashlib.sha256("".join(extra).encode()).hexdigest()[:16]
+    more = {}
+    if cfg.more_datasets:  # only with a dataset list: a one-dataset run keeps the fingerprint it always had
+        more["more_datasets"] = [{**source_fingerprint(d), "language": cfg.dataset_language(d)}
+                                 for d in cfg.more_datasets]
+        more["dataset_language"] = cfg.dataset_language(cfg.dataset)
     return {
-        "dataset": dataset_fingerprint(Path(cfg.dataset.path)),
+        **more,
+        "dataset": source_fingerprint(cfg.dataset),
         "text": {**dataclasses.asdict(cfg.text), "language": cfg.run.language, "normalizer": NORMALIZER_VERSION},
         "tokenizer": tokenizer,
         "base_model": {"source": cfg.base_model.source, "revision": cfg.base_model.revision},
@@ -150,6 +168,13 @@ def describe_differences(old: dict, new: dict) -> list[str]:
         change = _files_changed(what, od.get(key) or {}, nd.get(key) or {})
         if change:
             out.append(change)
+    if od.get("hub") != nd.get("hub"):
+        out.append(f"the Hub dataset changed: {od.get('hub')} -> {nd.get('hub')}")
+    others = [(f.get("more_datasets"), f.get("dataset_language")) for f in (old, new)]
+    if others[0] != others[1]:
+        counts = [len(f.get("more_datasets") or []) + 1 for f in (old, new)]
+        out.append(f"the datasets after the first (dataset[1:]) changed: their files, languages or number "
+                   f"({counts[0]} -> {counts[1]} datasets)")
     for section in ("text", "tokenizer", "base_model"):
         o, n = old.get(section) or {}, new.get(section) or {}
         for key in sorted(set(o) | set(n)):

@@ -193,7 +193,8 @@ CASES = [
     ("data-empty-folder", X, ["prepare", "--input", "{ws}/d_empty", "--out", "{ws}/p1"], {"d_empty/.keep": ""}, 2,
      ["'{ws}/d_empty': cannot tell the dataset layout; looked for metadata.csv (LJSpeech id|text or coqui "
       "audio_file|text|speaker_name), metadata_train.csv / metadata_eval.csv (coqui) and audio files (.wav, .flac, "
-      ".mp3, .ogg) with same-named .txt transcripts, and found none; fix the folder or pass --format"]),
+      ".mp3, .ogg) with same-named .txt transcripts, and validated.tsv/train.tsv with clips/ (Common Voice), and "
+      "found none; fix the folder or pass --format"]),
     ("data-no-rows", X, ["prepare", "--input", "{ws}/d_header", "--out", "{ws}/p2"],
      {"d_header/metadata.csv": "audio_file|text|speaker_name\n"}, 2,
      ["'{ws}/d_header': the coqui layout was read but names no clips; check the metadata / transcripts"]),
@@ -204,7 +205,7 @@ CASES = [
       "examples"]),
     ("data-unknown-format", X, ["prepare", "--input", "{ws}/data", "--out", "{ws}/p4", "--format", "csv"], {}, 2,
      ["xtts-ft prepare: error: argument --format: invalid choice: 'csv' (choose from 'auto', 'ljspeech', 'coqui', "
-      "'folder')"]),
+      "'folder', 'commonvoice', 'hf')"]),
     ("data-input-missing", X, ["prepare", "--input", "{ws}/d_none", "--out", "{ws}/p5"], {}, 2,
      ["--input '{ws}/d_none' is not a folder; pass your dataset folder"]),
     ("data-metadata-not-utf8", X, ["prepare", "--input", "{ws}/d_latin1", "--out", "{ws}/p6"],

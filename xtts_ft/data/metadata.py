@@ -1,5 +1,8 @@
 """The prepared dataset's metadata files: coqui format, ``audio_file|text|speaker_name``.
 
+A run mixing datasets of several languages adds a fourth column, ``language`` (header
+``audio_file|text|speaker_name|language``); a one-language dataset keeps the three columns.
+
 ``audio_file`` is relative to the folder holding the CSV (``wavs/<name>.wav``), so a
 prepared folder can be moved as a whole. Files are UTF-8 without BOM, LF line ends, one
 header row; the writer guarantees no field holds ``|`` or a line break.
@@ -14,16 +17,19 @@ from xtts_ft.errors import DataError
 from xtts_ft.tempfiles import temp_sibling
 
 HEADER = "audio_file|text|speaker_name"
+HEADER_WITH_LANGUAGE = HEADER + "|language"
 
 
-def write_metadata(path: Path, rows: list[tuple[str, str, str]]) -> None:
-    """Write (audio_file relative to path's folder, text, speaker_name) rows atomically."""
-    lines = [HEADER]
-    for audio_file, text, speaker in rows:
-        for value in (audio_file, text, speaker):
+def write_metadata(path: Path, rows: list[tuple[str, ...]], *, with_language: bool = False) -> None:
+    """Write (audio_file relative to path's folder, text, speaker_name[, language]) rows atomically."""
+    lines = [HEADER_WITH_LANGUAGE if with_language else HEADER]
+    for row in rows:
+        if len(row) != (4 if with_language else 3):  # a bug in the caller, not user input
+            raise ValueError(f"metadata row {row!r} has {len(row)} fields")
+        for value in row:
             if "|" in value or "\n" in value or "\r" in value:  # upstream checks make this impossible
                 raise ValueError(f"metadata field {value!r} holds '|' or a line break")
-        lines.append(f"{audio_file}|{text}|{speaker}")
+        lines.append("|".join(row))
     tmp = temp_sibling(path)
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")
     os.replace(tmp, path)
@@ -33,8 +39,8 @@ def read_metadata(csv_path: Path) -> list[dict]:
     """Rows of a metadata_*.csv written by ``prepare_dataset``, with absolute audio paths.
 
     Returns dicts ``{"audio_file": str (absolute), "text": str, "speaker_name": str}`` in file
-    order. Raises DataError naming the file (and line) when it is missing, malformed, or names
-    an audio file that does not exist.
+    order, plus ``"language"`` when the file has that column. Raises DataError naming the file
+    (and line) when it is missing, malformed, or names an audio file that does not exist.
     """
     csv_path = Path(csv_path)
     if not csv_path.is_file():
@@ -44,18 +50,19 @@ def read_metadata(csv_path: Path) -> list[dict]:
     except UnicodeDecodeError:
         raise DataError(f"{csv_path}: not UTF-8 text; prepare the dataset again") from None
     lines = [line.rstrip("\r") for line in lines]
-    if not lines or lines[0] != HEADER:
+    if not lines or lines[0] not in (HEADER, HEADER_WITH_LANGUAGE):
         raise DataError(f"{csv_path}: first line must be '{HEADER}'; prepare the dataset again")
+    columns = lines[0].split("|")
     base = csv_path.parent.resolve()
     rows = []
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
         fields = line.split("|")
-        if len(fields) != 3 or not fields[0] or not fields[1]:
-            raise DataError(f"{csv_path}: line {n} is not audio_file|text|speaker_name; prepare the dataset again")
+        if len(fields) != len(columns) or not fields[0] or not fields[1]:
+            raise DataError(f"{csv_path}: line {n} is not {lines[0]}; prepare the dataset again")
         audio = base / fields[0]
         if not audio.is_file():
             raise DataError(f"{csv_path}: line {n}: audio '{fields[0]}' is missing; prepare the dataset again")
-        rows.append({"audio_file": str(audio), "text": fields[1], "speaker_name": fields[2]})
+        rows.append({**dict(zip(columns, fields)), "audio_file": str(audio)})
     return rows

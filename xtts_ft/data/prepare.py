@@ -56,8 +56,13 @@ def prepare_dataset(
     root, out_dir = _check_paths(cfg, Path(out_dir))
     normalize = make_normalizer(normalizer, fold_homophones)
     exclude = out_dir if root in out_dir.parents else None
-    layout, entries = read_entries(root, cfg.format, cfg.speaker_name, cfg.metadata_files, exclude)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.format == "hf":
+        from xtts_ft.data.hf_source import read_hf
+
+        layout, entries = "hf", read_hf(cfg, out_dir)
+    else:
+        layout, entries = read_entries(root, cfg.format, cfg.speaker_name, cfg.metadata_files, exclude)
     (out_dir / WAVS_DIR).mkdir(exist_ok=True)
 
     settings = AudioSettings.from_config(cfg)
@@ -172,6 +177,14 @@ def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, reject
 
 
 def _check_paths(cfg: DatasetConfig, out_dir: Path) -> tuple[Path, Path]:
+    if cfg.format == "hf":  # a parquet/arrow file or folder, or a Hub id (the reader checks it)
+        from xtts_ft.data.hf_source import source_label
+
+        problems: list[str] = []
+        cfg.check(problems)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return Path(source_label(cfg)), out_dir.resolve()
     if not cfg.path or not Path(cfg.path).is_dir():
         raise DataError(f"dataset folder '{cfg.path}' does not exist; set dataset.path (or --input) to your dataset")
     problems: list[str] = []
@@ -231,7 +244,7 @@ def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", **overrid
     fold_homophones, progress). Unknown keys raise ConfigError.
     """
     passthrough = {k: overrides.pop(k) for k in ("normalizer", "allowed_chars", "fold_homophones", "progress") if k in overrides}
-    if not Path(input_dir).is_dir():
+    if fmt != "hf" and not Path(input_dir).is_dir():
         raise DataError(f"--input '{input_dir}' is not a folder; pass your dataset folder")
     raw = {"path": str(input_dir), "format": fmt, **overrides}
     cfg = config_from_dict({"dataset": raw}, source="prepare").dataset

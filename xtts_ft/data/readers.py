@@ -24,7 +24,7 @@ from xtts_ft.errors import DataError
 log = logging.getLogger(__name__)
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg")
-FORMATS = ("ljspeech", "coqui", "folder")
+FORMATS = ("ljspeech", "coqui", "folder", "commonvoice")  # hf is read by data/hf_source.py
 LJSPEECH_FILES = ("metadata.csv",)
 COQUI_FILES = ("metadata.csv", "metadata_train.csv", "metadata_eval.csv")
 # First-row values that mark a header line rather than a clip.
@@ -241,6 +241,10 @@ def _read_transcript(root: Path, path: Path) -> tuple[str, Optional[tuple[str, s
 
 def detect_format(root: Path, metadata_files: list[str]) -> str:
     """Tell the layout from the files present; DataError names what was looked for."""
+    from xtts_ft.data.commonvoice import is_commonvoice
+
+    if not metadata_files and is_commonvoice(root):
+        return "commonvoice"
     names = metadata_files or [n for n in COQUI_FILES if (root / n).is_file()]
     if any(n != "metadata.csv" for n in names) and not metadata_files:
         return "coqui"
@@ -258,7 +262,8 @@ def detect_format(root: Path, metadata_files: list[str]) -> str:
     raise DataError(
         f"'{root}': cannot tell the dataset layout; looked for metadata.csv (LJSpeech id|text or coqui "
         f"audio_file|text|speaker_name), metadata_train.csv / metadata_eval.csv (coqui) and audio files "
-        f"({', '.join(AUDIO_EXTENSIONS)}) with same-named .txt transcripts, and found none; fix the folder or pass --format"
+        f"({', '.join(AUDIO_EXTENSIONS)}) with same-named .txt transcripts, and validated.tsv/train.tsv "
+        f"with clips/ (Common Voice), and found none; fix the folder or pass --format"
     )
 
 
@@ -272,6 +277,15 @@ def read_entries(
         raise DataError(f"dataset format '{fmt}' is unknown; use auto, {', '.join(FORMATS)}")
     if fmt == "folder":
         entries = read_folder(root, speaker, exclude)
+    elif fmt == "commonvoice":
+        from xtts_ft.data.commonvoice import default_files, read_commonvoice
+
+        files = list(metadata_files) or default_files(root)
+        for name in files:
+            if _escapes(root, name):
+                raise DataError(f"dataset.metadata_files: '{name}' is outside '{root}'; name a file inside the "
+                                f"dataset folder")
+        entries = read_commonvoice(root, files, speaker)
     else:
         defaults = LJSPEECH_FILES if fmt == "ljspeech" else COQUI_FILES
         files = list(metadata_files) or [n for n in defaults if (root / n).is_file()]

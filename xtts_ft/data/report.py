@@ -40,6 +40,9 @@ class PrepareReport:
     chars_per_second_stats: dict[str, float] = field(default_factory=dict)  # kept clips
     transcript_cer_stats: dict[str, float] = field(default_factory=dict)  # every clip dataset.transcript_check heard
     seconds: float = 0.0  # wall-clock time of the run
+    # several datasets in one run (data/multi.py): one dict each, {name, path, layout, language, total, kept,
+    # kept_train, kept_eval, hours, rejected_total, rejected, folder}; empty for a single dataset
+    datasets: list[dict] = field(default_factory=list)
 
     @property
     def rejected_total(self) -> int:
@@ -68,6 +71,11 @@ class PrepareReport:
                     f"{name}: min {stats['min']:g}{unit}, median {stats['median']:g}{unit}, "
                     f"mean {stats['mean']:g}{unit}, max {stats['max']:g}{unit}"
                 )
+        for d in self.datasets:
+            lines.append(
+                f"  dataset {d['name']} [{d['language']}] ({d['layout']}): kept {d['kept']} of {d['total']} "
+                f"({d['kept_train']} train, {d['kept_eval']} eval, {d['hours']:.2f} h), rejected {d['rejected_total']}"
+            )
         lines.append(f"Rejected {self.rejected_total} clip(s)" + (":" if self.rejected_total else ""))
         for reason, count in self.rejected.items():
             if count:

@@ -29,11 +29,16 @@ def _duration(path: str) -> float:
     return info.frames / info.samplerate
 
 
-def pick_references(ev: EvaluationConfig, data_dir: Path) -> References:
+def pick_references(ev: EvaluationConfig, data_dir: Path, language: Optional[str] = None) -> References:
+    """``language``: keep only clips of that language (a run mixing in base-language clips compares the samples,
+    which are in the run's language, with clips of that language); None: every clip."""
     from xtts_ft.data import read_metadata
 
-    train = read_metadata(data_dir / "metadata_train.csv")
-    evals = read_metadata(data_dir / "metadata_eval.csv")
+    def of_language(rows: list[dict]) -> list[dict]:
+        return [r for r in rows if language is None or r.get("language", language) == language]
+
+    train = of_language(read_metadata(data_dir / "metadata_train.csv"))
+    evals = of_language(read_metadata(data_dir / "metadata_eval.csv"))
     pace = [_duration(r["audio_file"]) / max(1, len(r["text"])) for r in train]
     spc = (float(np.percentile(pace, 5)), float(np.percentile(pace, 95))) if pace else None
     if ev.speaker_wavs:

@@ -57,7 +57,7 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
         )
     base = resolve_base_model(cfg.base_model)
     xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
-    refs = pick_references(cfg.evaluation, run_dir / "data")
+    refs = pick_references(cfg.evaluation, run_dir / "data", cfg.run.language)
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 
     hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,

@@ -55,6 +55,7 @@ class Clip:
     tokens: tuple[int, ...]
     num_samples: int
     sha256: str  # of the audio file's bytes (the DVAE code cache key)
+    language: str = ""  # the language token the text was encoded with
 
 
 @dataclass
@@ -67,6 +68,7 @@ class DataReport:
     kept_seconds: float = 0.0
     rejected: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # reason -> first few files
+    languages: dict[str, int] = field(default_factory=dict)  # kept clips per language
 
     def reject(self, reason: str, what: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -76,6 +78,8 @@ class DataReport:
 
     def summary(self) -> str:
         head = f"{self.csv}: {self.kept}/{self.total} clips usable ({self.kept_seconds / 60:.1f} min)"
+        if len(self.languages) > 1:
+            head += " (" + ", ".join(f"{lang} {n}" for lang, n in sorted(self.languages.items())) + ")"
         if not self.rejected:
             return head
         parts = [f"{reason} {n} (e.g. {', '.join(self.examples[reason])})"
@@ -84,7 +88,8 @@ class DataReport:
 
     def to_dict(self) -> dict:
         return {"csv": self.csv, "total": self.total, "kept": self.kept, "kept_seconds": round(self.kept_seconds, 2),
-                "rejected": dict(self.rejected), "examples": {k: list(v) for k, v in self.examples.items()}}
+                "rejected": dict(self.rejected), "examples": {k: list(v) for k, v in self.examples.items()},
+                "languages": dict(self.languages)}
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,12 @@ def _read_audio_checked(path: Path) -> tuple[Optional[np.ndarray], int, str]:
 def load_clips(
     csv_path: Path, tokenizer, language: str, limits: Limits, *, progress: bool = True
 ) -> tuple[list[Clip], DataReport]:
-    """Tokenise and check every row of ``csv_path``; return the usable clips and the per-reason report."""
+    """Tokenise and check every row of ``csv_path``; return the usable clips and the per-reason report.
+
+    A row's own ``language`` column (a run mixing datasets of several languages) picks the language it is
+    encoded in: its own language token and, for a language XTTS-v2 knows, coqui's text cleaners for it;
+    rows without one use ``language``.
+    """
     rows = read_manifest(csv_path)
     root = csv_path.parent
     report = DataReport(csv=str(csv_path), total=len(rows))
@@ -141,7 +151,8 @@ def load_clips(
         if not text:
             report.reject("empty_text", name)
             continue
-        tokens = tokenizer.encode(text, language)
+        lang = (row.get("language") or "").strip() or language
+        tokens = tokenizer.encode(text, lang)
         if len(tokens) > limits.max_text_tokens:
             report.reject("text_too_long", name)
             continue
@@ -165,7 +176,8 @@ def load_clips(
         if math.ceil(n / limits.code_stride) + 3 > limits.max_audio_tokens:
             report.reject("audio_too_long", name)
             continue
-        clips.append(Clip(path, text, (row.get("speaker_name") or "").strip(), tuple(tokens), n, digest))
+        clips.append(Clip(path, text, (row.get("speaker_name") or "").strip(), tuple(tokens), n, digest, lang))
+        report.languages[lang] = report.languages.get(lang, 0) + 1
         report.kept += 1
         report.kept_seconds += n / sr
     return clips, report

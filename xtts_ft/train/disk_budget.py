@@ -69,7 +69,8 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
     per_eval = (len(ev.sentences) * ev.max_speakers + ev.mcd_clips) * _SAMPLE_SECONDS * 24000 * 2
     samples = evaluations * per_eval - folder_bytes(run_dir / "samples")
     export = base_model_pth.stat().st_size if base_model_pth and base_model_pth.is_file() else weights
-    wavs = folder_bytes(run_dir / "data" / "wavs")
+    # one dataset: data/wavs; a dataset list: data/datasets/<i>_<name>/wavs (xtts_ft.data.multi)
+    wavs = sum(folder_bytes(p) for p in [run_dir / "data" / "wavs", *(run_dir / "data" / "datasets").glob("*/wavs")])
     caches = int(wavs * _CODE_BYTES_PER_AUDIO_BYTE) - folder_bytes(run_dir / "cache")
     return DiskEstimate(full, weights, max(0, checkpoints), max(0, samples), export, max(0, caches))
 
