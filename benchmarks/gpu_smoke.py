@@ -200,15 +200,14 @@ def resume_section(args, prep, size: int, reference):
 
 def eval_inputs_section(args, cfg, prep, model, device):
     from xtts_ft.model import model_limits
-    from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+    from xtts_ft.text_settings import TextSettings, make_tokenizer
     from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips
     from xtts_ft.train.evaluation import eval_losses
     from xtts_ft.train.loop import FineTuneRecipe
     from xtts_ft.train.precision import resolve_precision
 
     section(5, "evaluation inputs vs training inputs")
-    tok = AmharicTokenizer(str(prep.vocab_path), char_limit=cfg.tokenizer.char_limit,
-                           fold_homophones=cfg.text.fold_homophones)
+    tok = make_tokenizer(prep.vocab_path, TextSettings.from_config(cfg))
     limits = Limits(**model_limits(model.xtts))
     clips, _ = load_clips(prep.data_dir / "metadata_eval.csv", tok, "am", limits, progress=False)
     data = ClipDataset(clips, sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,

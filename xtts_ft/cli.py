@@ -220,13 +220,14 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
+    from xtts_ft.config import TokenizerConfig
+    from xtts_ft.text_settings import TextSettings, make_normalizer
     from xtts_ft.tokenizer import tokenizer_command
-    from xtts_ft.tokenizer.extend import project_normalizer
 
     setup_logging(None, args.verbose)
     report = tokenizer_command(
         Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out),
-        project_normalizer(args.fold_homophones), min_frequency=args.min_frequency,
+        make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit)), min_frequency=args.min_frequency,
         eval_files=[Path(t) for t in args.eval_text or []],
     )
     held_out = f", {report.eval_tokens_per_char:.3f} on --eval-text" if report.eval_tokens_per_char is not None else ""
@@ -239,10 +240,13 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
+    from xtts_ft.config import TokenizerConfig
     from xtts_ft.data import prepare_command
+    from xtts_ft.text_settings import TextSettings, make_normalizer
 
     setup_logging(None, args.verbose)
-    report = prepare_command(Path(args.input), Path(args.out), args.format)
+    normalizer = make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit))
+    report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer)
     for line in report.summary_lines():
         print(line)
     return 0
@@ -258,6 +262,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_synthesize(args: argparse.Namespace) -> int:
+    from xtts_ft.config import EvaluationConfig
     from xtts_ft.evaluate import synthesize_command
 
     setup_logging(None, args.verbose)
@@ -267,7 +272,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         from xtts_ft.config import BaseModelConfig
 
         base = resolve_base_model(BaseModelConfig(source=args.base_model))
-    out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base)
+    out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base,
+                             temperature=EvaluationConfig.temperature)
     print(f"wrote {out}")
     return 0
 
@@ -324,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="Dataset root folder.")
     p.add_argument("--out", required=True, help="Output folder (metadata_*.csv, wavs/, report.json).")
     p.add_argument("--format", default="auto", choices=["auto", "ljspeech", "coqui", "folder"], help="Dataset layout.")
+    _add_fold_arg(p)
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")

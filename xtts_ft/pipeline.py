@@ -20,6 +20,7 @@ from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import Config, dump_config
 from xtts_ft.text import NORMALIZER_VERSION
+from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,6 @@ class PipelineResult:
     stopped_by_signal: bool = False
     first_eval_loss: Optional[float] = None
     final_eval_loss: Optional[float] = None
-
-
-def _normalizer(cfg: Config):
-    from xtts_ft.text import normalize_text
-
-    return lambda text: normalize_text(text, fold_homophones=cfg.text.fold_homophones).text
 
 
 def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
@@ -64,7 +59,7 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
 
         recognizer = Recognizer.from_config(cfg.asr)
     report = prepare_dataset(
-        cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones,
+        cfg.dataset, data_dir, normalizer=make_normalizer(TextSettings.from_config(cfg)),
         recognizer=recognizer,
     )
     for line in report.summary_lines():
@@ -103,7 +98,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         cfg.tokenizer.new_tokens,
         tok_dir,
         min_frequency=cfg.tokenizer.min_frequency,
-        normalizer=_normalizer(cfg),
+        normalizer=make_normalizer(TextSettings.from_config(cfg)),
         eval_texts=eval_texts,
     )
     log.info(
@@ -211,11 +206,7 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     from xtts_ft.evaluate import make_eval_hook
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
     from xtts_ft.evaluate.references import pick_references
-    from xtts_ft.tokenizer import AmharicTokenizer
-
-    tokenizer = AmharicTokenizer(
-        str(vocab_path), char_limit=cfg.tokenizer.char_limit, fold_homophones=cfg.text.fold_homophones
-    )
+    tokenizer = make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,

@@ -32,6 +32,7 @@ from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.safe_load import load_weights
+from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 
@@ -131,10 +132,15 @@ def export_model(
     vocab_path: Path,
     gpt_state_dict: dict,
     out_dir: Path,
+    text: TextSettings,
     language: str = "am",
     extra_meta: Optional[dict] = None,
 ) -> Path:
-    """Write the export folder (atomically) and return its path."""
+    """Write the export folder (atomically) and return its path.
+
+    ``text`` (the run's text settings) is written into the metadata, so inference tokenises
+    exactly as training did.
+    """
     vocab_path, out_dir = Path(vocab_path), Path(out_dir)
     _check_out_dir(out_dir)
     if not vocab_path.is_file():
@@ -158,6 +164,7 @@ def export_model(
         "format": 1,
         "xtts_ft_version": __version__,
         "language": language,
+        "text": text.to_dict(),
         "vocab_fingerprint": vocab_fingerprint(vocab_path),
         "text_tokens": n_tokens,
         "base_model": str(base.root),
@@ -237,10 +244,7 @@ def checkpoint_settings(ckpt_dir: Path) -> dict:
         step = int(m.group(1)) if m else None
     return {
         "language": section("run").get("language", "am"),
-        "text": {
-            "fold_homophones": bool(section("text").get("fold_homophones", False)),
-            "char_limit": int(section("tokenizer").get("char_limit", 200)),
-        },
+        "text": TextSettings.from_sections(section("text"), section("tokenizer")),
         "step": step,
         "checkpoint_meta": meta,
     }
@@ -265,10 +269,9 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     extra = {
         "source_checkpoint": str(ckpt_dir.resolve()),
         "step": settings["step"],
-        "text": settings["text"],
         "checkpoint_meta": settings["checkpoint_meta"],
     }
     return export_model(
         base=base, vocab_path=vocab, gpt_state_dict=gpt_state, out_dir=out_dir,
-        language=settings["language"], extra_meta=extra,
+        text=settings["text"], language=settings["language"], extra_meta=extra,
     )

@@ -150,10 +150,9 @@ class FineTuneRecipe:
         record = claim_run_folder(self.run_dir, fingerprint=None, resume=cfg.checkpoint.resume) if self.is_main else None
         self.run = self.dist.broadcast_object(record)
         if self.tokenizer is None:
-            from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+            from xtts_ft.text_settings import TextSettings, make_tokenizer
 
-            self.tokenizer = AmharicTokenizer(self.vocab_path, char_limit=cfg.tokenizer.char_limit,
-                                              fold_homophones=cfg.text.fold_homophones)
+            self.tokenizer = make_tokenizer(self.vocab_path, TextSettings.from_config(cfg))
         self.model = (self.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
         self.model.to(self.device)
         if tcfg.gradient_checkpointing:
