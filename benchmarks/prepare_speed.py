@@ -38,10 +38,6 @@ SR = 44100
 ETHIOPIC = [chr(c) for c in range(0x1200, 0x1357) if unicodedata.category(chr(c)) == "Lo"]
 
 
-def standin_normalize(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFC", text).split())
-
-
 def _speech_like(rng: np.random.Generator, seconds: float) -> np.ndarray:
     """Harmonics on a wandering pitch, syllable-rate envelope, a little noise, quiet edges; stereo."""
     n = int(seconds * SR)
@@ -118,12 +114,10 @@ def run_ours(ds: Path, out: Path, workers: int) -> dict:
     from xtts_ft.config import DatasetConfig
     from xtts_ft.data import prepare_dataset
 
-    try:
-        from xtts_ft.text import normalize_text  # noqa: F401 - the real front-end when it is there
+    from xtts_ft.config import Config
+    from xtts_ft.text_settings import TextSettings, make_normalizer
 
-        normalizer, which = None, "xtts_ft.text.normalize_text"
-    except ImportError:
-        normalizer, which = standin_normalize, "stand-in (NFC + collapse spaces)"
+    normalizer, which = make_normalizer(TextSettings.from_config(Config())), "xtts_ft.text.normalize_text"
     cfg = DatasetConfig(path=str(ds), num_workers=workers)
     rss = PeakRss()
     start = time.perf_counter()

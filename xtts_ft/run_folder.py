@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.errors import RunFolderError
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,8 @@ def read_record(run_dir: Path) -> Optional[RunRecord]:
 def write_record(run_dir: Path, record: RunRecord) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, run_dir / RUN_FILE)
+    atomic_write(run_dir / RUN_FILE, json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False),
+                 durable=True)
 
 
 # --- fingerprint -------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 def staging_state_files(run: Path) -> list[Path]:
-    return list((run / "checkpoints").glob(".tmp_step_*/.training_state.pt.*.tmp"))
+    return list((run / "checkpoints").glob(".tmp_step_*/training_state.pt.*.part"))
 
 
 def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_path):

@@ -39,12 +39,12 @@ def fail_on_save(monkeypatch, nth: int, phase: str) -> list[int]:
     else:
         real_atomic = ckpt.atomic_write
 
-        def atomic_write(path, write):
+        def atomic_write(path, content, **kwargs):
             if path.name == ckpt.META_FILE:
                 calls.append(path.parent.name)
                 if len(calls) == nth:
                     raise ENOSPC
-            real_atomic(path, write)
+            real_atomic(path, content, **kwargs)
 
         monkeypatch.setattr(ckpt, "atomic_write", atomic_write)
     return calls

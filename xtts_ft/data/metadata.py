@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from xtts_ft.errors import DataError
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 
 HEADER = "audio_file|text|speaker_name"
 
@@ -24,9 +24,7 @@ def write_metadata(path: Path, rows: list[tuple[str, str, str]]) -> None:
             if "|" in value or "\n" in value or "\r" in value:  # upstream checks make this impossible
                 raise ValueError(f"metadata field {value!r} holds '|' or a line break")
         lines.append(f"{audio_file}|{text}|{speaker}")
-    tmp = temp_sibling(path)
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")
-    os.replace(tmp, path)
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def read_metadata(csv_path: Path) -> list[dict]:

@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from xtts_ft.evaluate.layout import CHECKPOINTS_DIR, INDEX_FILE, REPORT_FILE, SAMPLES_DIR
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -284,8 +285,6 @@ def write_report(run_dir: Path) -> Path:
     """Write ``<run_dir>/report.html`` (atomically) and return its path."""
     run_dir = Path(run_dir)
     out = run_dir / REPORT_FILE
-    tmp = out.with_name(f".{REPORT_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(render_report(run_dir), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write(out, render_report(run_dir))
     log.info("report written to %s", out)
     return out

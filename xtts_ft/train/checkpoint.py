@@ -40,6 +40,7 @@ import torch
 
 from xtts_ft.errors import CheckpointError
 from xtts_ft.safe_load import load_weights
+from xtts_ft.tempfiles import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -59,30 +60,7 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-# --- atomic writing -------------------------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    """Write ``path`` through ``write(file)`` into a temp file beside it, fsync, rename, fsync the dir."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+# --- atomic writing: xtts_ft.tempfiles.atomic_write (durable=True for every checkpoint file) ------
 
 
 def write_state(state: dict, f) -> None:
@@ -113,16 +91,16 @@ def save_checkpoint(
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
-        atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
+        atomic_write(stage / STATE_FILE, lambda f: write_state(state, f), durable=True)
+        atomic_write(stage / "vocab.json", Path(vocab_path).read_bytes(), durable=True)
         tmp_cfg = stage / ".config.yaml.tmp"
         write_config(tmp_cfg)
-        atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
+        atomic_write(stage / "config.yaml", tmp_cfg.read_bytes(), durable=True)
         tmp_cfg.unlink()
         meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
-        _fsync_dir(stage)
+        atomic_write(stage / META_FILE, json.dumps(meta, indent=2), durable=True)
+        fsync_dir(stage)
     except BaseException:  # e.g. disk full: drop the partial folder now (frees its space), then report
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -133,7 +111,7 @@ def save_checkpoint(
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(stage, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     return final
 
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from xtts_ft.train.data import Clip, read_segment
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,7 @@ def _is_valid(path: Path, expected: int) -> bool:
 
 
 def _save_atomic(path: Path, codes: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, codes)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: np.save(f, codes))
 
 
 def build_codes_cache(

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from tqdm import tqdm
 
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.stability import StabilityGuard, StepStats
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,7 @@ def _drop_lines_after(path: Path, step: int) -> int:
             else:
                 dropped += 1
     if dropped:
-        tmp = temp_sibling(path)
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, "".join(kept))
     return dropped
 
 
