@@ -70,3 +70,17 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_no_temporary(tmp_path):
     with pytest.raises(OSError, match="No space"):
         atomic_write(target, half_then_fail, durable=True)
     assert target.read_text(encoding="utf-8") == "old" and [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_replace_dir_swaps_a_finished_folder_in(tmp_path):
+    from xtts_ft.tempfiles import replace_dir
+
+    final, staged = tmp_path / "export", tmp_path / ".export.partial"
+    staged.mkdir()
+    (staged / "model.pth").write_bytes(b"new")
+    replace_dir(staged, final)
+    assert (final / "model.pth").read_bytes() == b"new" and not staged.exists()
+    staged.mkdir()
+    (staged / "model.pth").write_bytes(b"newer")
+    replace_dir(staged, final, durable=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["export"] and (final / "model.pth").read_bytes() == b"newer"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 from pathlib import Path
 from typing import BinaryIO, Callable, Union
@@ -70,6 +71,24 @@ def atomic_write(path: Path, content: Content, *, durable: bool = False) -> None
         tmp.unlink(missing_ok=True)
     if durable:
         fsync_dir(path.parent)
+
+
+def replace_dir(staged: Path, final: Path, *, durable: bool = False) -> None:
+    """Put the finished folder ``staged`` at ``final``, the folder-sized :func:`atomic_write`.
+
+    An earlier ``final`` is renamed aside first and deleted after the swap, so ``final`` is at
+    every moment absent, the old folder or the new one (never a mix). ``durable`` fsyncs the parent.
+    """
+    staged, final = Path(staged), Path(final)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{_host()}-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(staged, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, final)
+    if durable:
+        fsync_dir(final.parent)
 
 
 def _alive(pid: int) -> bool:

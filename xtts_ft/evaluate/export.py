@@ -32,6 +32,7 @@ from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.safe_load import load_weights
+from xtts_ft.tempfiles import replace_dir
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
@@ -104,21 +105,6 @@ def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, langua
     return raw
 
 
-def _place(tmp: Path, out_dir: Path) -> None:
-    """Rename the finished ``tmp`` to ``out_dir``; an earlier export there is replaced."""
-    if not out_dir.exists():
-        tmp.rename(out_dir)
-        return
-    if out_dir.is_dir() and not any(out_dir.iterdir()):
-        out_dir.rmdir()
-        tmp.rename(out_dir)
-        return
-    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-    out_dir.rename(old)
-    tmp.rename(out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _check_out_dir(out_dir: Path) -> None:
     if out_dir.is_file():
         raise ModelError(f"--out {out_dir}: is a file; give a folder for the export")
@@ -188,7 +174,7 @@ def export_model(
             shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
         (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
         (tmp / "README.md").write_text(export_readme(out_dir.resolve(), meta), encoding="utf-8")
-        _place(tmp, out_dir)
+        replace_dir(tmp, out_dir)  # an earlier export there is replaced
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -40,7 +40,7 @@ import torch
 
 from xtts_ft.errors import CheckpointError
 from xtts_ft.safe_load import load_weights
-from xtts_ft.tempfiles import atomic_write, fsync_dir
+from xtts_ft.tempfiles import atomic_write, fsync_dir, replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +104,7 @@ def save_checkpoint(
     except BaseException:  # e.g. disk full: drop the partial folder now (frees its space), then report
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    if final.exists():  # the same step saved again (e.g. after a rollback): swap the folders
-        trash = root / f".trash_{final.name}_{os.getpid()}"
-        os.replace(final, trash)
-        os.replace(stage, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(stage, final)
-    fsync_dir(root)
+    replace_dir(stage, final, durable=True)  # the same step saved again (e.g. after a rollback): swapped
     return final
 
 
@@ -120,7 +113,7 @@ def clean_staging(run_dir: Path) -> None:
     root = checkpoint_root(run_dir)
     if root.is_dir():
         for p in root.iterdir():
-            if p.name.startswith((".tmp_", ".trash_")):
+            if p.name.startswith((".tmp_", ".trash_")) or ".old-" in p.name:  # see tempfiles.replace_dir
                 shutil.rmtree(p, ignore_errors=True)
 
 
