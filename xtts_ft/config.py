@@ -22,6 +22,7 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from xtts_ft.errors import ConfigError
+from xtts_ft.layout import CheckpointLayout
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
@@ -322,7 +323,7 @@ class CheckpointConfig:
         if self.resume not in ("auto", "never"):
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
-            elif not (Path(self.resume) / "meta.json").is_file():  # caught here, before data prep and model loading
+            elif not CheckpointLayout(self.resume).meta.is_file():  # caught here, before data prep and model loading
                 problems.append(
                     f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no meta.json); use auto, "
                     f"never, or a folder like <run.output_dir>/checkpoints/step_001000"

@@ -19,6 +19,8 @@ from typing import Optional
 from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import Config, dump_config
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
 
@@ -43,14 +45,14 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     """Dataset -> run_dir/data (metadata_train.csv, metadata_eval.csv, wavs/, report.*)."""
     from xtts_ft.data import prepare_dataset
 
-    data_dir = cfg.run_dir / "data"
+    data_dir = RunLayout(cfg.run_dir).data
     key = stages.hash_inputs(
         "prepare-v1", NORMALIZER_VERSION, dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text),
         stages.tree_stats(Path(cfg.dataset.path)),
     )
     if cfg.dataset.transcript_check is not None:  # a different recogniser hears differently
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
-    if stages.is_current(data_dir, key, ["metadata_train.csv", "metadata_eval.csv", "report.json"]):
+    if stages.is_current(data_dir, key, [TRAIN_CSV, EVAL_CSV, "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
     recognizer = None
@@ -74,8 +76,8 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
     from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
     from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 
-    tok_dir = cfg.run_dir / "tokenizer"
-    train_csv, eval_csv = data_dir / "metadata_train.csv", data_dir / "metadata_eval.csv"
+    tok_dir = RunLayout(cfg.run_dir).tokenizer
+    train_csv, eval_csv = data_dir / TRAIN_CSV, data_dir / EVAL_CSV
     extra = text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files])
     key = stages.hash_inputs(
         "tokenizer-v1",
@@ -85,9 +87,9 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         vocab_fingerprint(base.vocab_json),
         stages.file_stats([train_csv, eval_csv, *extra]),
     )
-    if stages.is_current(tok_dir, key, ["vocab.json", "report.json"]):
-        log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / "vocab.json")
-        return tok_dir / "vocab.json"
+    if stages.is_current(tok_dir, key, [VOCAB_FILE, "report.json"]):
+        log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / VOCAB_FILE)
+        return tok_dir / VOCAB_FILE
     texts = [row["text"] for row in read_metadata(train_csv)]
     for path in extra:
         texts.extend(read_text_lines(path))
@@ -107,7 +109,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         report.fingerprint,
     )
     stages.mark_done(tok_dir, key, fingerprint=report.fingerprint)
-    return tok_dir / "vocab.json"
+    return tok_dir / VOCAB_FILE
 
 
 def base_vocab_size(base: BaseModelFiles) -> int:
@@ -147,7 +149,7 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
         # only rank 0 claims (and may archive); a refusal there stops every rank (MainFirst)
         main_first.run("run folder", lambda: claim_run_folder(
             run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run))
-        dump_config(cfg, run_dir / "config.yaml")
+        dump_config(cfg, RunLayout(run_dir).config)
     else:
         main_first.run("run folder", lambda: None)
     base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
@@ -168,8 +170,8 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
         base=base,
         vocab_path=vocab_path,
         base_vocab_size=base_vocab_size(base),
-        train_csv=data_dir / "metadata_train.csv",
-        eval_csv=data_dir / "metadata_eval.csv",
+        train_csv=data_dir / TRAIN_CSV,
+        eval_csv=data_dir / EVAL_CSV,
         run_dir=run_dir,
         eval_hook=eval_hook,
         command_line=command_line,
@@ -181,13 +183,11 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     result.stopped_by_signal = outcome.stopped_by_signal
     result.first_eval_loss = outcome.first_eval_loss
     result.final_eval_loss = outcome.final_eval_loss
-    result.samples_dir = run_dir / "samples"
-    result.report = run_dir / "report.html"
+    result.samples_dir = RunLayout(run_dir).samples
+    result.report = RunLayout(run_dir).report
     if is_main:
         result.report = write_report(run_dir)
-        (run_dir / "summary.json").write_text(
-            json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
-        )
+        atomic_write(RunLayout(run_dir).summary, json.dumps(dataclasses.asdict(result), indent=2, default=str))
     return result
 
 

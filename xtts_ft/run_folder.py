@@ -30,17 +30,14 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.errors import RunFolderError
+from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR, CheckpointLayout
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
-OLD_RUNS = "old_runs"
 TRANSCRIPT_SUFFIXES = (".csv", ".txt", ".tsv", ".json", ".jsonl", ".list")
-# What belongs to one run (moved aside together); data/ and tokenizer/ too when the inputs changed.
-RUN_OUTPUTS = ("checkpoints", "samples", "tensorboard", "metrics.jsonl", "events.jsonl", "report.html",
-               "summary.json", "config.yaml", RUN_FILE)
-DERIVED_INPUTS = ("data", "tokenizer")
+# What belongs to one run (moved aside together: RUN_OUTPUTS); data/ and tokenizer/ too when the inputs changed.
+DERIVED_INPUTS = (DATA_DIR, TOKENIZER_DIR)
 
 
 @dataclass
@@ -187,7 +184,7 @@ def _named_run_id(resume: str) -> Optional[str]:
     if resume in ("auto", "never"):
         return None
     try:
-        meta = json.loads((Path(resume) / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads(CheckpointLayout(resume).meta.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None  # the checkpoint's own checks report a damaged or missing meta.json
     return meta.get("run_id") if isinstance(meta, dict) else None

@@ -27,6 +27,7 @@ from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_reject
 from xtts_ft.data.runner import run_jobs
 from xtts_ft.data.split import split_clips
 from xtts_ft.errors import ConfigError, DataError
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def prepare_dataset(
         kept, cer_values = _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections)
 
     split = split_clips([(e.clip_id, e.speaker) for e in kept], cfg.eval_fraction, cfg.eval_max_clips, cfg.split_by_speaker)
-    for file_name, in_eval in (("metadata_train.csv", False), ("metadata_eval.csv", True)):
+    for file_name, in_eval in ((TRAIN_CSV, False), (EVAL_CSV, True)):
         rows = [
             (f"{WAVS_DIR}/{names[e.clip_id]}", texts[e.clip_id], e.speaker)
             for e in kept

@@ -30,6 +30,7 @@ from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
+from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import replace_dir
@@ -40,7 +41,7 @@ from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 log = logging.getLogger(__name__)
 
 EXPORT_META = "xtts_ft_meta.json"
-TRAINING_STATE = "training_state.pt"
+TRAINING_STATE = STATE_FILE  # the name callers of this module know it by
 _INFERENCE_PREFIXES = ("gpt_inference.", "gpt.wte.")  # copies made by GPT.init_gpt_for_inference
 
 
@@ -168,7 +169,7 @@ def export_model(
     try:
         torch.save({"model": model_state}, tmp / "model.pth")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-        shutil.copyfile(vocab_path, tmp / "vocab.json")
+        shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
         shutil.copyfile(base.mel_stats_pth, tmp / "mel_stats.pth")
         if base.speakers_pth is not None:
             shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
@@ -192,7 +193,7 @@ def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     path = ckpt_dir / TRAINING_STATE
     if not path.is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
-    if _read_json(ckpt_dir / "meta.json").get("training_state_sha256"):
+    if _read_json(CheckpointLayout(ckpt_dir).meta).get("training_state_sha256"):
         from xtts_ft.train.checkpoint import verify_checkpoint
 
         verify_checkpoint(ckpt_dir)  # a truncated or corrupted file is named, never exported
@@ -215,19 +216,18 @@ def _read_json(path: Path) -> dict:
 
 def checkpoint_settings(ckpt_dir: Path) -> dict:
     """Language, text front-end settings and step recorded in a checkpoint folder (tolerant of gaps)."""
-    ckpt_dir = Path(ckpt_dir)
-    meta = _read_json(ckpt_dir / "meta.json")
+    files = CheckpointLayout(ckpt_dir)
+    meta = _read_json(files.meta)
     cfg: dict = {}
-    if (ckpt_dir / "config.yaml").is_file():
+    if files.config.is_file():
         try:
-            cfg = yaml.safe_load((ckpt_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+            cfg = yaml.safe_load(files.config.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
-            raise CheckpointError(f"{ckpt_dir / 'config.yaml'}: not valid YAML ({exc})") from None
+            raise CheckpointError(f"{files.config}: not valid YAML ({exc})") from None
     section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
     step = meta.get("step")
     if step is None:
-        m = re.search(r"step_(\d+)$", ckpt_dir.name)
-        step = int(m.group(1)) if m else None
+        step = files.step
     return {
         "language": section("run").get("language", "am"),
         "text": TextSettings.from_sections(section("text"), section("tokenizer")),
@@ -244,9 +244,9 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     _check_out_dir(Path(out_dir))  # before the weights are read: a wrong --out fails at once
     if not (ckpt_dir / TRAINING_STATE).is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
-    vocab = ckpt_dir / "vocab.json"
+    vocab = CheckpointLayout(ckpt_dir).vocab
     if not vocab.is_file():
-        raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
+        raise CheckpointError(f"{ckpt_dir}: no {VOCAB_FILE}; a checkpoint folder keeps the vocabulary it was trained with")
     settings = checkpoint_settings(ckpt_dir)
     recorded = settings["checkpoint_meta"].get("vocab_fingerprint")
     if recorded and recorded != vocab_fingerprint(vocab):

@@ -20,6 +20,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import EXPORT_META, TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
+from xtts_ft.layout import VOCAB_FILE, CheckpointLayout
 from xtts_ft.safe_load import first_line, load_weights, unpickling_message
 from xtts_ft.text_settings import TextSettings, make_tokenizer
 
@@ -50,7 +51,7 @@ def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] =
     except (RuntimeError, FileNotFoundError, KeyError, EOFError) as exc:
         raise ModelError(f"{model_dir}: coqui cannot load this folder ({first_line(exc)})") from None
     settings = TextSettings.from_dict(meta.get("text"), str(meta_path), ModelError)
-    xtts.tokenizer = make_tokenizer(model_dir / "vocab.json", settings, normalizer=normalizer)
+    xtts.tokenizer = make_tokenizer(model_dir / VOCAB_FILE, settings, normalizer=normalizer)
     return xtts.to(device), xtts.tokenizer, meta
 
 
@@ -62,7 +63,7 @@ def load_checkpoint_folder(
 
     ckpt_dir = Path(ckpt_dir)
     settings = checkpoint_settings(ckpt_dir)
-    vocab = ckpt_dir / "vocab.json"
+    vocab = CheckpointLayout(ckpt_dir).vocab
     if not vocab.is_file():
         raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
     tokenizer = make_tokenizer(vocab, settings["text"], normalizer=normalizer)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xtts_ft.layout import VOCAB_FILE
+
 TOKENIZER_IMPORT = "from xtts_ft.tokenizer import AmharicTokenizer"
 EXAMPLE_TEXT = "ሰላም፣ እንዴት ነህ?"
 
@@ -17,7 +19,7 @@ def tokenizer_lines(export_dir: Path, meta: dict) -> list[str]:
     """Import the tokenizer, plug it into the loaded model, synthesise (text front-end settings of the run)."""
     text = meta["text"]  # always written by export_model
     args = [
-        repr(str(Path(export_dir) / "vocab.json")),
+        repr(str(Path(export_dir) / VOCAB_FILE)),
         f"fold_homophones={bool(text['fold_homophones'])}",
         f"char_limit={int(text['char_limit'])}",
     ]

@@ -15,6 +15,7 @@ import numpy as np
 import soundfile as sf
 
 from xtts_ft.config import EvaluationConfig
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
 
 @dataclass
@@ -32,8 +33,8 @@ def _duration(path: str) -> float:
 def pick_references(ev: EvaluationConfig, data_dir: Path) -> References:
     from xtts_ft.data import read_metadata
 
-    train = read_metadata(data_dir / "metadata_train.csv")
-    evals = read_metadata(data_dir / "metadata_eval.csv")
+    train = read_metadata(data_dir / TRAIN_CSV)
+    evals = read_metadata(data_dir / EVAL_CSV)
     pace = [_duration(r["audio_file"]) / max(1, len(r["text"])) for r in train]
     spc = (float(np.percentile(pace, 5)), float(np.percentile(pace, 95))) if pace else None
     if ev.speaker_wavs:

@@ -10,6 +10,7 @@ from typing import Optional
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import BaseModelConfig, Config
 from xtts_ft.errors import CheckpointError
+from xtts_ft.layout import CheckpointLayout, RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ def base_for_checkpoint(ckpt_dir: Path, source: Optional[str] = None) -> BaseMod
     if not Path(ckpt_dir).is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
     if source is None:
-        meta_path = Path(ckpt_dir) / "meta.json"
+        meta_path = CheckpointLayout(ckpt_dir).meta
         if not meta_path.is_file():
             raise CheckpointError(f"{ckpt_dir}: no meta.json; pass --base-model with the base model folder or repo id")
         try:
@@ -57,7 +58,7 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
         )
     base = resolve_base_model(cfg.base_model)
     xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
-    refs = pick_references(cfg.evaluation, run_dir / "data")
+    refs = pick_references(cfg.evaluation, RunLayout(run_dir).data)
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 
     hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.layout import VOCAB_FILE
 from xtts_ft.tokenizer.bpe import learn_merges, target_words
 from xtts_ft.tokenizer.ethiopic import ethiopic_characters, is_ethiopic
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -174,7 +175,7 @@ def build_extended_vocab(
     moved = id_mismatches(table)
     if moved:  # a bug here, not a user mistake: never write a vocabulary that moves base ids
         raise RuntimeError(f"extended vocabulary would load with different ids: {', '.join(moved[:5])}")
-    vocab_path = out_dir / "vocab.json"
+    vocab_path = out_dir / VOCAB_FILE
     write_vocab(table, vocab_path)
 
     tok = load_tokenizer(vocab_path)

@@ -39,25 +39,18 @@ import numpy as np
 import torch
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.layout import CONFIG_FILE, META_FILE, STATE_FILE, VOCAB_FILE, RunLayout, step_dir_name, step_of
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import atomic_write, fsync_dir, replace_dir
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
-STATE_FILE = "training_state.pt"
-META_FILE = "meta.json"
 FORMAT = 1
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 _verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, to hash each file once
 
 
 def checkpoint_root(run_dir: Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:06d}"
+    return RunLayout(run_dir).checkpoints
 
 
 # --- atomic writing: xtts_ft.tempfiles.atomic_write (durable=True for every checkpoint file) ------
@@ -92,10 +85,10 @@ def save_checkpoint(
     stage.mkdir()
     try:
         atomic_write(stage / STATE_FILE, lambda f: write_state(state, f), durable=True)
-        atomic_write(stage / "vocab.json", Path(vocab_path).read_bytes(), durable=True)
+        atomic_write(stage / VOCAB_FILE, Path(vocab_path).read_bytes(), durable=True)
         tmp_cfg = stage / ".config.yaml.tmp"
         write_config(tmp_cfg)
-        atomic_write(stage / "config.yaml", tmp_cfg.read_bytes(), durable=True)
+        atomic_write(stage / CONFIG_FILE, tmp_cfg.read_bytes(), durable=True)
         tmp_cfg.unlink()
         meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -173,9 +166,9 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / META_FILE).is_file():
-            found.append((int(m.group(1)), p))
+        step = step_of(p.name)
+        if step is not None and p.is_dir() and (p / META_FILE).is_file():
+            found.append((step, p))
     return sorted(found)
 
 

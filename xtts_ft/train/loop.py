@@ -36,6 +36,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, dump_config
 from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
 from xtts_ft.evaluate.best_metric import best_score
+from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -236,7 +237,7 @@ class FineTuneRecipe:
         """With the cache: codes of every clip on disk (rank 0 computes, the others reuse); datasets built."""
         paths = None
         if self.tcfg.cache_dvae_codes:
-            cache_dir = self.run_dir / "cache" / "dvae_codes"
+            cache_dir = RunLayout(self.run_dir).codes_cache
             clips = self.train_clips + self.eval_clips
             stop = lambda: self.signals.requested  # noqa: E731
             if self.is_main:

@@ -27,7 +27,8 @@ import yaml
 
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
-from xtts_ft.train.checkpoint import META_FILE, Owner, find_latest_checkpoint, owned_checkpoints
+from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout
+from xtts_ft.train.checkpoint import Owner, find_latest_checkpoint, owned_checkpoints
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
 
@@ -46,7 +47,7 @@ def choose_checkpoint(resume: str, run_dir: Path, owner: Optional[Owner] = None)
     if resume == "auto":
         path = find_latest_checkpoint(run_dir, owner)
         if path is None and owned_checkpoints(run_dir, owner):
-            log.warning("no checkpoint in %s verifies; starting a new run", run_dir / "checkpoints")
+            log.warning("no checkpoint in %s verifies; starting a new run", RunLayout(run_dir).checkpoints)
         return path
     path = Path(resume)
     if not (path / META_FILE).is_file():
@@ -62,7 +63,7 @@ def tokenizer_setting_changes(ckpt_dir: Path, cfg: Config) -> list[str]:
     ``text.fold_homophones``, whose default became true). An unreadable config.yaml gives no hints.
     """
     try:
-        saved = yaml.safe_load((Path(ckpt_dir) / "config.yaml").read_text(encoding="utf-8"))
+        saved = yaml.safe_load(CheckpointLayout(ckpt_dir).config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return []
     if not isinstance(saved, dict):

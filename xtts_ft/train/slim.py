@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.layout import CheckpointLayout
 from xtts_ft.train import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,8 @@ def strip_optimizer_state(ckpt_dir: Path) -> None:
     state = ckpt.load_training_state(ckpt_dir)
     meta = {k: v for k, v in state.pop("meta").items() if k not in _RECOMPUTED}
     state.pop("optimizer", None)
-    config = (ckpt_dir / "config.yaml").read_bytes()
-    vocab = ckpt_dir / "vocab.json"
+    config = CheckpointLayout(ckpt_dir).config.read_bytes()
+    vocab = CheckpointLayout(ckpt_dir).vocab
     # the vocab is read before the old folder is swapped out (save_checkpoint copies it into the new one)
     ckpt.save_checkpoint(ckpt_dir.parent.parent, int(state["step"]), state, {**meta, SLIM_KEY: False},
                          vocab_path=vocab, write_config=lambda p: p.write_bytes(config))

@@ -123,7 +123,9 @@ def write_stop_event(run_dir: Path, record: dict) -> None:
     import json
     import time
 
-    path = Path(run_dir) / "events.jsonl"
+    from xtts_ft.layout import RunLayout
+
+    path = RunLayout(run_dir).events
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps({**record, "time": time.time()}, default=str) + "\n")
