@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from xtts_ft.cli import default_allocator_settings  # noqa: E402
+from xtts_ft.layout import RunLayout  # noqa: E402
 
 RESULTS: list[tuple[str, bool]] = []
 PROBE_LINES: list[str] = []
@@ -126,9 +127,9 @@ def train_run(args, cfg, prep, *, injector=None):
 
 def seed_codes(src_run: Path, dst_run: Path) -> None:
     """Start a run dir with the DVAE codes an earlier run computed (the same clips and DVAE)."""
-    src = src_run / "cache" / "dvae_codes"
+    src = RunLayout(src_run).codes_cache
     if src.is_dir():
-        shutil.copytree(src, dst_run / "cache" / "dvae_codes", dirs_exist_ok=True)
+        shutil.copytree(src, RunLayout(dst_run).codes_cache, dirs_exist_ok=True)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -152,12 +153,12 @@ def training_sections(args, device, prep):
     cfg = smoke_config(args, run_dir, **{"training.batch_size": batch})
     started = time.perf_counter()
     result, model = train_run(args, cfg, prep, injector=step_peaks)
-    lines = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("split") != "eval"]
+    lines = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval"]
     print(f"{result.step} steps in {time.perf_counter() - started:.1f} s")
     for r in lines:
         print(f"  step {r['step']:>3}  loss {r['loss']}  loss_scale {r.get('loss_scale')}  precision {r['precision']}  "
               f"grad_norm {r.get('grad_norm')}  skipped {r.get('skipped_steps')}")
-    events = read_jsonl(run_dir / "events.jsonl")
+    events = read_jsonl(RunLayout(run_dir).events)
     for e in events:
         if e.get("event") in ("rollback", "precision_switch", "stopped"):
             print(f"  event {e}")
@@ -255,7 +256,7 @@ def stop_section(args, prep):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        lines = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("split") != "eval"]
+        lines = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval"]
         if len(lines) >= 2:
             break
         time.sleep(0.5)
@@ -267,7 +268,7 @@ def stop_section(args, prep):
         proc.kill()
         output, _ = proc.communicate()
     seconds = time.perf_counter() - sent
-    saved = sorted((run_dir / "checkpoints").glob("step_*"))
+    saved = sorted(RunLayout(run_dir).checkpoints.glob("step_*"))
     print(f"SIGTERM -> exit {proc.returncode} in {seconds:.1f} s (torchrun kills after {KILL_AFTER_S:g} s); "
           f"checkpoint {saved[-1].name if saved else 'none'}")
     if proc.returncode != 0:
@@ -309,7 +310,7 @@ def two_gpu_section(args):
     if proc.returncode != 0:
         print((proc.stdout + proc.stderr)[-3000:])
     check("2-GPU run from a fresh run dir finishes with a checkpoint", proc.returncode == 0 and bool(
-        list((run_dir / "checkpoints").glob("step_*"))))
+        list(RunLayout(run_dir).checkpoints.glob("step_*"))))
 
 
 def throughput_section(args):
