@@ -166,7 +166,7 @@ def training_sections(args, device, prep):
           and all(isinstance(r["loss"], float) for r in lines))
     from xtts_ft.train import checkpoint as ckpt
 
-    size = ckpt.load_training_state(result.last_checkpoint)["sampler"]["batch_size"]
+    size = ckpt.load_training_state(result.last_checkpoint).sampler["batch_size"]
 
     section(3, "batch-size probe vs real peak")
     if device.type != "cuda":

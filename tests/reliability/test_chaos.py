@@ -148,10 +148,10 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
     assert folders[-1][0] == STEPS and len(entries) == len(folders)
     for step, folder in folders:
         state = ckpt.load_training_state(folder)  # checksum verified, then torch.load(weights_only=True)
-        assert state["step"] == step == state["meta"]["step"]
+        assert state.step == step == ckpt.verify_checkpoint(folder)["step"]
         torch.load(folder / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
-    ours = ckpt.load_training_state(folders[-1][1])["gpt"]
-    theirs = ckpt.load_training_state(ref_run / "checkpoints" / ckpt.step_dir_name(STEPS))["gpt"]
+    ours = ckpt.load_training_state(folders[-1][1]).gpt
+    theirs = ckpt.load_training_state(ref_run / "checkpoints" / ckpt.step_dir_name(STEPS)).gpt
     assert set(ours) == set(theirs)
     different = [key for key in ours if not torch.equal(ours[key], theirs[key])]
     assert not different, f"after {len(KILLS)} kills ({trace}) the weights differ from an uninterrupted run: {different[:5]}"

@@ -64,7 +64,7 @@ def test_auto_resume_trains_on_from_the_previous_good_checkpoint(trained_run, tr
     resumes = [r for r in read_events(run) if r["event"] == "resume"]
     assert [r["checkpoint"] for r in resumes] == [str(run / "checkpoints" / "step_000002")]
     for step, folder in ckpt.list_checkpoints(run):  # step 4 was trained again and its damaged folder replaced
-        assert ckpt.load_training_state(folder)["step"] == step
+        assert ckpt.load_training_state(folder).step == step
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2, 4, 6]
 
 

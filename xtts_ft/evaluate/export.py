@@ -35,6 +35,7 @@ from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import replace_dir
 from xtts_ft.text_settings import TextSettings
+from xtts_ft.train.state_record import TrainingState
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 
@@ -198,7 +199,9 @@ def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
 
         verify_checkpoint(ckpt_dir)  # a truncated or corrupted file is named, never exported
     obj = load_weights(path, CheckpointError)
-    for key in ("gpt", "model"):
+    if isinstance(obj, dict) and "format" in obj:  # what this project's trainer writes
+        return gpt_relative_state(TrainingState.from_dict(obj, str(path)).gpt, str(path))
+    for key in ("gpt", "model"):  # a bare state dict under either name (e.g. coqui trainer style)
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             return gpt_relative_state(obj[key], str(path))
     raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")

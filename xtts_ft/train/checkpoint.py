@@ -42,10 +42,10 @@ from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import CONFIG_FILE, META_FILE, STATE_FILE, VOCAB_FILE, RunLayout, step_dir_name, step_of
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import atomic_write, fsync_dir, replace_dir
+from xtts_ft.train.state_record import FORMAT, TrainingState
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
 _verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, to hash each file once
 
 
@@ -74,17 +74,18 @@ def file_sha256(path: Path) -> str:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, state: dict, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None]
+    run_dir: Path, state: TrainingState, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None]
 ) -> Path:
     """Write ``checkpoints/step_<step>/`` atomically and return its path."""
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    step = state.step
     final = root / step_dir_name(step)
     stage = root / f".tmp_{final.name}_{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        atomic_write(stage / STATE_FILE, lambda f: write_state(state, f), durable=True)
+        atomic_write(stage / STATE_FILE, lambda f: write_state(state.to_dict(), f), durable=True)
         atomic_write(stage / VOCAB_FILE, Path(vocab_path).read_bytes(), durable=True)
         tmp_cfg = stage / ".config.yaml.tmp"
         write_config(tmp_cfg)
@@ -148,15 +149,12 @@ def verify_checkpoint(ckpt_dir: Path) -> dict:
     return meta
 
 
-def load_training_state(ckpt_dir: Path) -> dict:
-    """The verified training state (``weights_only=True``), with its meta.json under ``"meta"``."""
+def load_training_state(ckpt_dir: Path) -> TrainingState:
+    """The verified training state (checksum, then ``weights_only=True``); its meta.json: :func:`verify_checkpoint`."""
     ckpt_dir = Path(ckpt_dir)
-    meta = verify_checkpoint(ckpt_dir)
-    state = load_weights(ckpt_dir / STATE_FILE, CheckpointError)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: not a training state of format {FORMAT}; start a new run dir")
-    state["meta"] = meta
-    return state
+    verify_checkpoint(ckpt_dir)
+    path = ckpt_dir / STATE_FILE
+    return TrainingState.from_dict(load_weights(path, CheckpointError), str(path))
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

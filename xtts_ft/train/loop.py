@@ -59,6 +59,7 @@ from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.train.slim import slim_older_checkpoints
+from xtts_ft.train.state_record import TrainingState
 from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
 from xtts_ft.train.stability import (
     Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu,
@@ -188,8 +189,8 @@ class FineTuneRecipe:
         self.guard = StabilityGuard(cfg.stability)
         position = self._restore(state, path) if state is not None else (0, 0)
         self.scaler = make_scaler(self.policy, cfg.precision)
-        if state is not None and self.policy.scaler_enabled and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
+        if state is not None and self.policy.scaler_enabled and state.scaler:
+            self.scaler.load_state_dict(state.scaler)
 
         self.sampler = ResumableBatchSampler([c.num_samples for c in self.train_clips], batch_size, cfg.run.seed,
                                              rank=self.dist.rank, world_size=self.dist.world_size,
@@ -251,11 +252,11 @@ class FineTuneRecipe:
         self.train_set = ClipDataset(self.train_clips, train=True, code_paths=paths[:n] if paths else None, **common)
         self.eval_set = ClipDataset(self.eval_clips, train=False, code_paths=paths[n:] if paths else None, **common)
 
-    def _resolve_batch_size(self, state: Optional[dict]) -> int:
+    def _resolve_batch_size(self, state: Optional[TrainingState]) -> int:
         """The micro-batch size (``auto``: reused from the checkpoint, else probed); sets grad_accum_steps."""
         tcfg, world = self.tcfg, self.dist.world_size
         auto = tcfg.batch_size == "auto"
-        saved = int(((state or {}).get("sampler") or {}).get("batch_size", -1))
+        saved = int(state.sampler.get("batch_size", -1)) if state is not None else -1
         if auto and saved > 0:  # the same batches as before the stop: exact resume
             size = saved
             log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again",
@@ -282,7 +283,7 @@ class FineTuneRecipe:
         self.batch_size = size
         return size
 
-    def _restore(self, state: dict, path: Path) -> tuple[int, int]:
+    def _restore(self, state: TrainingState, path: Path) -> tuple[int, int]:
         """Continue from a verified checkpoint; returns the sampler position."""
         check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt, cfg=self.cfg)
         point = apply_checkpoint(
@@ -590,15 +591,15 @@ class FineTuneRecipe:
         rngs = self.dist.all_gather_object(ckpt.capture_rng(self.device))
         error = None
         if self.is_main:
-            state = {
-                "format": ckpt.FORMAT, "step": self.step, "epoch": self.data_position[0],
-                "gpt": to_cpu(gpt_state_dict(self.model.gpt)), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(), "sampler": self._sampler_state(), "rng": rngs,
-                "stability": self.guard.state_dict(), "lr_factor": self.lr_factor, "precision": self.policy.name,
-                "first_eval_loss": self.first_eval_loss, "best_eval_loss": self.best_eval_loss,
-                "last_eval_loss": self.last_eval_loss, "training_config": dataclasses.asdict(self.tcfg),
-                "vocab_fingerprint": self.vocab_fp, "base_vocab_size": self.base_vocab_size,
-            }
+            state = TrainingState(
+                step=self.step, epoch=self.data_position[0], gpt=to_cpu(gpt_state_dict(self.model.gpt)),
+                optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
+                sampler=self._sampler_state(), rng=rngs, stability=self.guard.state_dict(),
+                lr_factor=self.lr_factor, precision=self.policy.name, first_eval_loss=self.first_eval_loss,
+                best_eval_loss=self.best_eval_loss, last_eval_loss=self.last_eval_loss,
+                training_config=dataclasses.asdict(self.tcfg), vocab_fingerprint=self.vocab_fp,
+                base_vocab_size=self.base_vocab_size,
+            )
             meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
                     "base_model": str(self.base.root),
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
@@ -607,7 +608,7 @@ class FineTuneRecipe:
             try:
                 self._keep_foreign_checkpoint()
                 started = time.perf_counter()
-                path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
+                path = ckpt.save_checkpoint(self.run_dir, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda p: dump_config(self.cfg, p))
                 self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
