@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import torch
-
 from evalhelpers import SR, identity, train_steps, voice_like
 
 

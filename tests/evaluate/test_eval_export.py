@@ -7,8 +7,8 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-
 from evalhelpers import MAX_NEW_TOKENS, identity
+
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.export import EXPORT_META, export_from_checkpoint, export_model
 from xtts_ft.evaluate.infer import synthesize_command
@@ -22,7 +22,8 @@ TEXT = TextSettings(fold_homophones=False, char_limit=200)
 
 
 def _gpt_weights(state: dict, prefix: str = "") -> dict:
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix) and not k[len(prefix):].startswith(INFERENCE_KEYS)}
+    return {k[len(prefix):]: v for k, v in state.items()
+            if k.startswith(prefix) and not k[len(prefix):].startswith(INFERENCE_KEYS)}
 
 
 def _assert_same(a: dict, b: dict) -> None:

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-
 from evalhelpers import MAX_NEW_TOKENS, identity
+
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.synthesis import gpt_ready_for_inference, speaker_names, synthesize_samples
 
@@ -60,7 +60,8 @@ def test_stop_token_is_detected(trained, tokenizer, speaker_wav, tmp_path):
     try:
         with torch.no_grad():
             bias[trained.xtts.gpt.stop_audio_token] = 1e4
-        r = synthesize_samples(trained.xtts, tokenizer, ["the fox"], [speaker_wav], tmp_path, max_new_tokens=20, temperature=0.7)[0]
+        r = synthesize_samples(trained.xtts, tokenizer, ["the fox"], [speaker_wav], tmp_path, max_new_tokens=20,
+                               temperature=0.7)[0]
     finally:
         with torch.no_grad():
             bias.copy_(saved)
@@ -82,7 +83,8 @@ def test_inference_copies_of_a_loaded_model_are_kept(trained):
 def test_language_without_token_is_a_user_error(tiny_base, trained, speaker_wav, tmp_path):
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
-    plain = AmharicTokenizer(str(tiny_base.vocab_json), normalizer=identity, char_limit=200, fold_homophones=False)  # base vocab: no [am]
+    # the base vocab: no [am]
+    plain = AmharicTokenizer(str(tiny_base.vocab_json), normalizer=identity, char_limit=200, fold_homophones=False)
     with pytest.raises(TokenizerError, match=r"\[am\]"):
         synthesize_samples(trained.xtts, plain, ["x"], [speaker_wav], tmp_path, temperature=0.7)
 

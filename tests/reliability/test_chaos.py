@@ -106,7 +106,7 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
                         time.sleep(0.02)
                 elif how == "random":
                     target = rng.randint(1, 4)
-                    wait_until(lambda: len(steps_logged(run)) - before >= target, proc, log)
+                    wait_until(lambda before=before, target=target: len(steps_logged(run)) - before >= target, proc, log)
                     time.sleep(rng.uniform(0.0, 0.2))
                 else:
                     wait_until(ready.exists, proc, log)

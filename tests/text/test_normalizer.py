@@ -233,7 +233,7 @@ def test_abbreviation_table_size_and_shape() -> None:
     assert 15 <= len(ABBREVIATIONS) <= 40
     written = [w for w, _, _ in ABBREVIATIONS]
     assert len(written) == len(set(written))
-    for w, spoken, _ in ABBREVIATIONS:
+    for _written, spoken, _ in ABBREVIATIONS:
         assert "/" not in spoken and "." not in spoken
         assert expand_abbreviations(spoken) == spoken  # expansions are stable
 

@@ -35,7 +35,7 @@ def test_read_text_lines_strips_and_skips_blanks(tmp_path):
 
 def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path, nfc):
     bad = tmp_path / "latin1.txt"
-    bad.write_bytes("ሰላም\n".encode("utf-8") + "café\n".encode("latin-1"))
+    bad.write_bytes("ሰላም\n".encode() + "café\n".encode("latin-1"))
     empty = tmp_path / "empty_folder"
     empty.mkdir()
     cases = [

@@ -77,7 +77,8 @@ def test_amharic_round_trips_through_encode_and_decode(extended, amharic_lines, 
 
 def test_amharic_is_normalised_before_encoding(extended, nfc):
     _, out, _ = extended
-    fold = AmharicTokenizer(out / "vocab.json", normalizer=lambda s: nfc(s).replace("ሐ", "ሀ"), char_limit=200, fold_homophones=False)
+    fold = AmharicTokenizer(out / "vocab.json", normalizer=lambda s: nfc(s).replace("ሐ", "ሀ"), char_limit=200,
+                            fold_homophones=False)
     assert fold.encode("ሐገር", "am") == fold.encode("ሀገር", "am")
     decomposed = "ሰላም"  # Ethiopic has no decompositions, but the normaliser still runs
     plain = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)

@@ -17,8 +17,16 @@ from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train import loop as loop_module
 from xtts_ft.train import memory
-from xtts_ft.train.memory import (auto_batch_limit, enable_gradient_checkpointing, find_batch_size, modules_on,
-                                  offload_plan, offloaded_tensor_names, place_modules, plan_accumulation)
+from xtts_ft.train.memory import (
+    auto_batch_limit,
+    enable_gradient_checkpointing,
+    find_batch_size,
+    modules_on,
+    offload_plan,
+    offloaded_tensor_names,
+    place_modules,
+    plan_accumulation,
+)
 from xtts_ft.train.sampler import ResumableBatchSampler
 
 CPU = torch.device("cpu")
@@ -158,7 +166,7 @@ def test_gradient_checkpointing_recomputes_blocks_with_the_same_loss_and_gradien
             enable_gradient_checkpointing(model.gpt)
         model.train()
         calls = []
-        model.gpt.gpt.h[0].attn.register_forward_pre_hook(lambda *_: calls.append(1))  # inside the checkpointed forward
+        model.gpt.gpt.h[0].attn.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))  # in the checkpointed forward
         torch.manual_seed(0)  # dropout is on: the same masks in both runs (and in the recomputation)
         loss = model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})["loss"]
         loss.backward()

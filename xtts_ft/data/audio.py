@@ -60,7 +60,7 @@ class AudioSettings:
     quality: str = RESAMPLE_QUALITY
 
     @classmethod
-    def from_config(cls, cfg: "DatasetConfig") -> "AudioSettings":
+    def from_config(cls, cfg: DatasetConfig) -> AudioSettings:
         return cls(
             trim_silence_db=cfg.trim_silence_db,
             loudness=cfg.loudness,

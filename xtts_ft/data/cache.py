@@ -48,7 +48,7 @@ class Manifest:
         self.entries: dict[str, dict] = {}
 
     @classmethod
-    def load(cls, out_dir: Path, root: Path) -> "Manifest":
+    def load(cls, out_dir: Path, root: Path) -> Manifest:
         """The previous run's manifest, or an empty one (other dataset, other version, damaged file)."""
         m = cls(out_dir, root)
         if not m.path.is_file():

@@ -7,7 +7,6 @@ header row; the writer guarantees no field holds ``|`` or a line break.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from xtts_ft.errors import DataError

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -35,9 +34,9 @@ from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import replace_dir
 from xtts_ft.text_settings import TextSettings
-from xtts_ft.train.state_record import TrainingState
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
+from xtts_ft.train.state_record import TrainingState
 
 log = logging.getLogger(__name__)
 

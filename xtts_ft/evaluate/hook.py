@@ -25,9 +25,9 @@ import numpy as np
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
-from xtts_ft.layout import RunLayout
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
+from xtts_ft.layout import RunLayout
 from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)

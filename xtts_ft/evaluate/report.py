@@ -13,15 +13,13 @@ import html
 import json
 import logging
 import math
-import os
-import re
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 from urllib.parse import quote
 
-from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, SAMPLES_DIR, RunLayout, step_of
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
+from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)

@@ -39,10 +39,8 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
     from xtts_ft.evaluate.infer import load_checkpoint_folder
     from xtts_ft.evaluate.references import pick_references
     from xtts_ft.evaluate.report import write_report
-    from xtts_ft.train.checkpoint import find_latest_checkpoint
-
     from xtts_ft.run_folder import read_record
-    from xtts_ft.train.checkpoint import read_meta
+    from xtts_ft.train.checkpoint import find_latest_checkpoint, read_meta
 
     run_dir = cfg.run_dir
     record = read_record(run_dir)

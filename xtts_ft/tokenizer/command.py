@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 from xtts_ft.errors import TokenizerError
 from xtts_ft.tokenizer.extend import build_extended_vocab

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable
 
 from xtts_ft.errors import TokenizerError
 from xtts_ft.layout import VOCAB_FILE

@@ -29,11 +29,10 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -29,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from xtts_ft.train.data import Clip, read_segment
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.train.data import Clip, read_segment
 
 log = logging.getLogger(__name__)
 

@@ -42,28 +42,42 @@ from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
+from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
-from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.evaluation import eval_losses
-from xtts_ft.train.memory import (ddp_ignore, enable_gradient_checkpointing, modules_on, offload_plan, place_modules,
-                                   plan_accumulation, probe_batch_size, release_memory)
+from xtts_ft.train.memory import (
+    ddp_ignore,
+    enable_gradient_checkpointing,
+    modules_on,
+    offload_plan,
+    place_modules,
+    plan_accumulation,
+    probe_batch_size,
+    release_memory,
+)
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
-from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
+from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.train.slim import slim_older_checkpoints
+from xtts_ft.train.stability import (
+    Snapshot,
+    StabilityGuard,
+    StepStats,
+    diagnose_nonfinite,
+    fetch_step_stats,
+    gpt_state_dict,
+    to_cpu,
+)
 from xtts_ft.train.state_record import TrainingState
 from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
-from xtts_ft.train.stability import (
-    Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu,
-)
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional

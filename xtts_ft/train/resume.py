@@ -29,9 +29,9 @@ from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout
 from xtts_ft.train.checkpoint import Owner, find_latest_checkpoint, owned_checkpoints
-from xtts_ft.train.state_record import TrainingState
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
+from xtts_ft.train.state_record import TrainingState
 
 log = logging.getLogger(__name__)
 

@@ -104,7 +104,7 @@ class StepStart:
     cuda: Optional[torch.Tensor]
 
     @classmethod
-    def capture(cls, position: tuple[int, int], device: torch.device) -> "StepStart":
+    def capture(cls, position: tuple[int, int], device: torch.device) -> StepStart:
         # the CUDA generator's state (seed, offset) lives on the host: reading it does not sync the device
         cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
         return cls(position, random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
