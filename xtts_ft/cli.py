@@ -8,7 +8,6 @@ command handlers so ``--help`` is instant.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
@@ -16,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from xtts_ft.config import TextConfig, TokenizerConfig
+from xtts_ft.config import TextConfig, TokenizerConfig, field_help
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
@@ -82,14 +81,9 @@ def _load(args: argparse.Namespace):
     return load_config(args.config, overrides)
 
 
-def _help(section: type, name: str) -> str:
-    """A config field's help text: the schema documents each option once, the CLI reuses it."""
-    return next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", "")
-
-
 def _add_fold_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
-                   help=_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
+                   help=field_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -336,9 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")
     p.add_argument("--text", required=True, nargs="+",
                    help="Amharic text files (one sentence per line), or folders of .txt files.")
-    p.add_argument("--new-tokens", type=int, default=TokenizerConfig.new_tokens, help=_help(TokenizerConfig, "new_tokens"))
+    p.add_argument("--new-tokens", type=int, default=TokenizerConfig.new_tokens, help=field_help(TokenizerConfig, "new_tokens"))
     p.add_argument("--min-frequency", type=int, default=TokenizerConfig.min_frequency,
-                   help=_help(TokenizerConfig, "min_frequency"))
+                   help=field_help(TokenizerConfig, "min_frequency"))
     p.add_argument("--eval-text", nargs="+", help="Held-out text files or folders: measured in the report, never trained on.")
     _add_fold_arg(p)
     p.add_argument("--out", required=True, help="Output folder for vocab.json and report.json.")

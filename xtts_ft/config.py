@@ -648,6 +648,6 @@ def dump_config(cfg: Config, path: str | os.PathLike) -> None:
     Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
-def field_help(section: str, key: str) -> str:
-    cls = typing.get_type_hints(Config)[section]
-    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == key)
+def field_help(section: type, name: str) -> str:
+    """A config field's help text: the schema documents each option once, the CLI reuses it."""
+    return next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", "")

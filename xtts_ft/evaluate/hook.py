@@ -18,7 +18,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -28,13 +28,13 @@ from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samp
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
 from xtts_ft.layout import RunLayout
+from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
 MCD_SAMPLE_RATE = 22050  # both the recording and the synthesis are resampled to this for MCD
 
-EvalHook = Callable[[int, object], dict]
 
 
 def _mean(values: Sequence[float]) -> Optional[float]:
