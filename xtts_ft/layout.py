@@ -64,43 +64,26 @@ def step_of(name: str) -> Optional[int]:
 
 
 @dataclass(frozen=True)
-class CheckpointLayout:
-    """The files of one checkpoint folder (``checkpoints/step_NNNNNN/``)."""
-
-    folder: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "folder", Path(self.folder))
-
-    @property
-    def state(self) -> Path:
-        return self.folder / STATE_FILE
-
-    @property
-    def meta(self) -> Path:
-        return self.folder / META_FILE
-
-    @property
-    def vocab(self) -> Path:
-        return self.folder / VOCAB_FILE
-
-    @property
-    def config(self) -> Path:
-        return self.folder / CONFIG_FILE
-
-    @property
-    def step(self) -> Optional[int]:
-        return step_of(self.folder.name)
-
-
-@dataclass(frozen=True)
-class RunLayout:
-    """The files and folders of one run directory (``run.output_dir``)."""
-
+class _Folder:
     root: Path
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+
+
+class CheckpointLayout(_Folder):
+    """The files of one checkpoint folder (``checkpoints/step_NNNNNN/``)."""
+
+    folder = property(lambda self: self.root)
+    state = property(lambda self: self.root / STATE_FILE)
+    meta = property(lambda self: self.root / META_FILE)
+    vocab = property(lambda self: self.root / VOCAB_FILE)
+    config = property(lambda self: self.root / CONFIG_FILE)
+    step = property(lambda self: step_of(self.root.name))
+
+
+class RunLayout(_Folder):
+    """The files and folders of one run directory (``run.output_dir``)."""
 
     run_file = property(lambda self: self.root / RUN_FILE)
     old_runs = property(lambda self: self.root / OLD_RUNS)
