@@ -73,10 +73,6 @@ def _is_valid(path: Path, expected: int) -> bool:
     return arr.shape == (expected,)
 
 
-def _save_atomic(path: Path, codes: np.ndarray) -> None:
-    atomic_write(path, lambda f: np.save(f, codes))
-
-
 def build_codes_cache(
     model,
     clips: Sequence[Clip],
@@ -114,5 +110,6 @@ def build_codes_cache(
         codes = codes_for_batch(model, wav.to(device)).to("cpu")
         for row, i in enumerate(batch):
             n = num_codes(clips[i].num_samples, stride)
-            _save_atomic(paths[i], codes[row, :n].numpy().astype(np.int16))
+            saved = codes[row, :n].numpy().astype(np.int16)
+            atomic_write(paths[i], lambda f, saved=saved: np.save(f, saved))
     return paths
