@@ -36,8 +36,7 @@ CONFIG = Path(__file__).resolve().parent / "asr_default_model_config.json"
 
 
 def build_default_model(folder: Path) -> None:
-    from transformers import Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2ForCTC
-    from transformers import Wav2Vec2Processor
+    from transformers import Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2ForCTC, Wav2Vec2Processor
 
     values = {k: v for k, v in json.loads(CONFIG.read_text()).items() if not k.startswith("_")}
     values.pop("architectures", None), values.pop("model_type", None)

@@ -70,20 +70,23 @@ def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, thre
 
 def time_checkpoint_io(ckpt: str, scratch: str) -> None:
     """Helper stage (own process): load a checkpoint, then save it again the way training does."""
-    from xtts_ft.train.checkpoint import load_training_state, save_checkpoint
+    from xtts_ft.layout import CheckpointLayout
+    from xtts_ft.train.checkpoint import load_training_state, save_checkpoint, verify_checkpoint
 
     t0 = time.perf_counter()
     state = load_training_state(Path(ckpt))
     load_s = time.perf_counter() - t0
-    meta = state.pop("meta")
+    meta = verify_checkpoint(Path(ckpt))
     t0 = time.perf_counter()
-    out = save_checkpoint(Path(scratch), int(meta["step"]), state, meta, vocab_path=Path(ckpt) / "vocab.json",
-                          write_config=lambda p: p.write_bytes((Path(ckpt) / "config.yaml").read_bytes()))
+    out = save_checkpoint(Path(scratch), state, meta, vocab_path=CheckpointLayout(ckpt).vocab,
+                          write_config=lambda p: p.write_bytes(CheckpointLayout(ckpt).config.read_bytes()))
     save_s = time.perf_counter() - t0
     print(json.dumps({"load_s": round(load_s, 1), "save_s": round(save_s, 1), "saved": str(out)}))
 
 
 def main() -> None:
+    from xtts_ft.layout import RunLayout
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="Scratch folder (needs about 25 GB free at full size).")
     parser.add_argument("--model", type=Path, help="An existing random model of --size (default: write one).")
@@ -118,15 +121,15 @@ def main() -> None:
                                                          args.threads), logs, env))
     stages.append(run_stage("train_resumed_run", train_cmd(args.config, run_dir, model, args.steps + 2, args.batch,
                                                            args.threads), logs, env))
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+    events = [json.loads(line) for line in (RunLayout(run_dir).events).read_text(encoding="utf-8").splitlines()]
     resumes = [e for e in events if e.get("event") == "resume"]
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
+    ckpts = sorted(RunLayout(run_dir).checkpoints.glob("step_*"))
     latest = ckpts[-1]
     sizes["checkpoint_mb"] = round(du_mb(latest))
     sizes["checkpoints_kept"] = [p.name for p in ckpts]
-    sizes["checkpoints_total_mb"] = round(du_mb(run_dir / "checkpoints"))
+    sizes["checkpoints_total_mb"] = round(du_mb(RunLayout(run_dir).checkpoints))
     sizes["run_dir_mb"] = round(du_mb(run_dir))
-    sizes["dvae_code_cache_mb"] = round(du_mb(run_dir / "cache"), 2) if (run_dir / "cache").exists() else 0
+    sizes["dvae_code_cache_mb"] = round(du_mb(RunLayout(run_dir).cache), 2) if RunLayout(run_dir).cache.exists() else 0
 
     io = run_stage("checkpoint_load_and_save", [sys.executable, __file__, "--time-checkpoint-io", str(latest),
                                                  str(out / "io_scratch")], logs, env)
@@ -143,10 +146,10 @@ def main() -> None:
     stages.append(run_stage("synthesize", [sys.executable, "-m", "xtts_ft", "synthesize", "--model", str(export),
                                            "--text", "ሰላም፣ እንዴት ነህ?", "--speaker-wav", str(speaker),
                                            "--out", str(out / "hello.wav")], logs, env))
-    evaluations = [json.loads(line) for line in (run_dir / "samples" / "index.jsonl").read_text(encoding="utf-8").splitlines()]
+    evaluations = [json.loads(line) for line in (RunLayout(run_dir).samples_index).read_text(encoding="utf-8").splitlines()]
     samples = [s for e in evaluations for s in e.get("samples", [])]  # one line per evaluation, its samples inside
     rtfs = [s["rtf"] for s in samples if isinstance(s.get("rtf"), (int, float))]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    metrics = [json.loads(line) for line in (RunLayout(run_dir).metrics).read_text(encoding="utf-8").splitlines()]
     train_rows = [m for m in metrics if m.get("split") != "eval" and m.get("samples_per_s")]
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load avg "

@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from xtts_ft.cli import default_allocator_settings  # noqa: E402
+from xtts_ft.layout import RunLayout  # noqa: E402
 
 RESULTS: list[tuple[str, bool]] = []
 PROBE_LINES: list[str] = []
@@ -126,9 +127,9 @@ def train_run(args, cfg, prep, *, injector=None):
 
 def seed_codes(src_run: Path, dst_run: Path) -> None:
     """Start a run dir with the DVAE codes an earlier run computed (the same clips and DVAE)."""
-    src = src_run / "cache" / "dvae_codes"
+    src = RunLayout(src_run).codes_cache
     if src.is_dir():
-        shutil.copytree(src, dst_run / "cache" / "dvae_codes", dirs_exist_ok=True)
+        shutil.copytree(src, RunLayout(dst_run).codes_cache, dirs_exist_ok=True)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -152,12 +153,12 @@ def training_sections(args, device, prep):
     cfg = smoke_config(args, run_dir, **{"training.batch_size": batch})
     started = time.perf_counter()
     result, model = train_run(args, cfg, prep, injector=step_peaks)
-    lines = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("split") != "eval"]
+    lines = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval"]
     print(f"{result.step} steps in {time.perf_counter() - started:.1f} s")
     for r in lines:
         print(f"  step {r['step']:>3}  loss {r['loss']}  loss_scale {r.get('loss_scale')}  precision {r['precision']}  "
               f"grad_norm {r.get('grad_norm')}  skipped {r.get('skipped_steps')}")
-    events = read_jsonl(run_dir / "events.jsonl")
+    events = read_jsonl(RunLayout(run_dir).events)
     for e in events:
         if e.get("event") in ("rollback", "precision_switch", "stopped"):
             print(f"  event {e}")
@@ -165,7 +166,7 @@ def training_sections(args, device, prep):
           and all(isinstance(r["loss"], float) for r in lines))
     from xtts_ft.train import checkpoint as ckpt
 
-    size = ckpt.load_training_state(result.last_checkpoint)["sampler"]["batch_size"]
+    size = ckpt.load_training_state(result.last_checkpoint).sampler["batch_size"]
 
     section(3, "batch-size probe vs real peak")
     if device.type != "cuda":
@@ -200,15 +201,14 @@ def resume_section(args, prep, size: int, reference):
 
 def eval_inputs_section(args, cfg, prep, model, device):
     from xtts_ft.model import model_limits
-    from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+    from xtts_ft.text_settings import TextSettings, make_tokenizer
     from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips
     from xtts_ft.train.evaluation import eval_losses
     from xtts_ft.train.loop import FineTuneRecipe
     from xtts_ft.train.precision import resolve_precision
 
     section(5, "evaluation inputs vs training inputs")
-    tok = AmharicTokenizer(str(prep.vocab_path), char_limit=cfg.tokenizer.char_limit,
-                           fold_homophones=cfg.text.fold_homophones)
+    tok = make_tokenizer(prep.vocab_path, TextSettings.from_config(cfg))
     limits = Limits(**model_limits(model.xtts))
     clips, _ = load_clips(prep.data_dir / "metadata_eval.csv", tok, "am", limits, progress=False)
     data = ClipDataset(clips, sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,
@@ -256,7 +256,7 @@ def stop_section(args, prep):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        lines = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("split") != "eval"]
+        lines = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval"]
         if len(lines) >= 2:
             break
         time.sleep(0.5)
@@ -268,7 +268,7 @@ def stop_section(args, prep):
         proc.kill()
         output, _ = proc.communicate()
     seconds = time.perf_counter() - sent
-    saved = sorted((run_dir / "checkpoints").glob("step_*"))
+    saved = sorted(RunLayout(run_dir).checkpoints.glob("step_*"))
     print(f"SIGTERM -> exit {proc.returncode} in {seconds:.1f} s (torchrun kills after {KILL_AFTER_S:g} s); "
           f"checkpoint {saved[-1].name if saved else 'none'}")
     if proc.returncode != 0:
@@ -310,7 +310,7 @@ def two_gpu_section(args):
     if proc.returncode != 0:
         print((proc.stdout + proc.stderr)[-3000:])
     check("2-GPU run from a fresh run dir finishes with a checkpoint", proc.returncode == 0 and bool(
-        list((run_dir / "checkpoints").glob("step_*"))))
+        list(RunLayout(run_dir).checkpoints.glob("step_*"))))
 
 
 def throughput_section(args):

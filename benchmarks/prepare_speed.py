@@ -38,10 +38,6 @@ SR = 44100
 ETHIOPIC = [chr(c) for c in range(0x1200, 0x1357) if unicodedata.category(chr(c)) == "Lo"]
 
 
-def standin_normalize(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFC", text).split())
-
-
 def _speech_like(rng: np.random.Generator, seconds: float) -> np.ndarray:
     """Harmonics on a wandering pitch, syllable-rate envelope, a little noise, quiet edges; stereo."""
     n = int(seconds * SR)
@@ -115,15 +111,11 @@ class PeakRss:
 
 def run_ours(ds: Path, out: Path, workers: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from xtts_ft.config import DatasetConfig
+    from xtts_ft.config import Config, DatasetConfig
     from xtts_ft.data import prepare_dataset
+    from xtts_ft.text_settings import TextSettings, make_normalizer
 
-    try:
-        from xtts_ft.text import normalize_text  # noqa: F401 - the real front-end when it is there
-
-        normalizer, which = None, "xtts_ft.text.normalize_text"
-    except ImportError:
-        normalizer, which = standin_normalize, "stand-in (NFC + collapse spaces)"
+    normalizer, which = make_normalizer(TextSettings.from_config(Config())), "xtts_ft.text.normalize_text"
     cfg = DatasetConfig(path=str(ds), num_workers=workers)
     rss = PeakRss()
     start = time.perf_counter()
@@ -186,7 +178,7 @@ def main() -> None:
     ours = _child("ours", ds, args.dir / "out_ours", args.workers)
     print(f"normaliser used by ours: {ours['normalizer']}; ours kept {ours['kept']}, rejected {ours['rejected']}")
     print(f"{'':34}{'clips/s':>9}{'audio h/min':>13}{'wall s':>9}{'peak RSS MB (sampled | self + largest child)':>48}")
-    for name, r in ((f"librosa sequential (1 process)", base), (f"prepare_dataset ({args.workers} workers)", ours)):
+    for name, r in (("librosa sequential (1 process)", base), (f"prepare_dataset ({args.workers} workers)", ours)):
         rss = f"{r['sampled_peak_mb']:.0f} | {r['maxrss_self_mb']:.0f} + {r['maxrss_largest_child_mb']:.0f}"
         print(f"{name:34}{args.clips / r['seconds']:>9.1f}{audio_s / 3600 / (r['seconds'] / 60):>13.2f}"
               f"{r['seconds']:>9.1f}{rss:>48}")

@@ -67,6 +67,7 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
     import copy
 
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+    from xtts_ft.train.hooks import TrainingHooks
     from xtts_ft.train.loop import FineTuneRecipe
 
     cfg = Config()
@@ -79,8 +80,10 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
     recipe = FineTuneRecipe(
         cfg, base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
         train_csv=fx["data"] / "metadata_train.csv", eval_csv=fx["data"] / "metadata_eval.csv", run_dir=run_dir,
-        tokenizer=AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s),
-        model_factory=lambda *_: copy.deepcopy(model),
+        hooks=TrainingHooks(
+            tokenizer=AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False),
+            model_factory=lambda *_: copy.deepcopy(model),
+        ),
     )
     recipe.setup()
     return recipe
@@ -156,7 +159,7 @@ def main() -> int:
         from xtts_ft.model import build_training_model
         from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
-        tokenizer = AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s)
+        tokenizer = AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False)
         model = build_training_model(fx["base"], fx["vocab"], tokenizer)
         cached = make_recipe(fx, root / "run_cache", args.device, True, args.batch_size, model)
         uncached = make_recipe(fx, root / "run_nocache", args.device, False, args.batch_size, model)

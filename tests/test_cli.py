@@ -36,7 +36,8 @@ def test_missing_config_is_one_line_no_traceback(tmp_path):
     out = run("headless_train.py", "--config", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    assert out.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: config file not found; pass --config with a YAML file (see configs/)"
+    expected = f"error: {tmp_path / 'nope.yaml'}: config file not found; pass --config with a YAML file (see configs/)"
+    assert out.stderr.strip() == expected
 
 
 def test_bad_override_lists_every_problem(tmp_path):

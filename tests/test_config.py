@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import REPO_ROOT
 from xtts_ft.config import Config, config_from_dict, dump_config, load_config, parse_override
 from xtts_ft.errors import ConfigError
-
-from tests.conftest import REPO_ROOT
 
 
 def write(tmp_path: Path, data: dict, name: str = "run.yaml") -> Path:

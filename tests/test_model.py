@@ -17,7 +17,8 @@ def model(tiny_base_dir):
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
     base = BaseModelFiles.from_dir(tiny_base_dir)
-    built = build_training_model(base, base.vocab_json, AmharicTokenizer(str(base.vocab_json)))
+    tokenizer = AmharicTokenizer(str(base.vocab_json), char_limit=200, fold_homophones=False)
+    built = build_training_model(base, base.vocab_json, tokenizer)
     return built.eval()  # no dropout: the GPT's logits are the same on every call
 
 

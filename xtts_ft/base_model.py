@@ -40,7 +40,7 @@ class BaseModelFiles:
     speakers_pth: Optional[Path]
 
     @classmethod
-    def from_dir(cls, root: Path) -> "BaseModelFiles":
+    def from_dir(cls, root: Path) -> BaseModelFiles:
         missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
         if missing:
             raise ModelError(

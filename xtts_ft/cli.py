@@ -8,7 +8,6 @@ command handlers so ``--help`` is instant.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
@@ -16,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from xtts_ft.config import TextConfig, TokenizerConfig
+from xtts_ft.config import TextConfig, TokenizerConfig, field_help
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
@@ -82,14 +81,9 @@ def _load(args: argparse.Namespace):
     return load_config(args.config, overrides)
 
 
-def _help(section: type, name: str) -> str:
-    """A config field's help text: the schema documents each option once, the CLI reuses it."""
-    return next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", "")
-
-
 def _add_fold_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
-                   help=_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
+                   help=field_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -221,13 +215,14 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
+    from xtts_ft.config import TokenizerConfig
+    from xtts_ft.text_settings import TextSettings, make_normalizer
     from xtts_ft.tokenizer import tokenizer_command
-    from xtts_ft.tokenizer.extend import project_normalizer
 
     setup_logging(None, args.verbose)
     report = tokenizer_command(
         Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out),
-        project_normalizer(args.fold_homophones), min_frequency=args.min_frequency,
+        make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit)), min_frequency=args.min_frequency,
         eval_files=[Path(t) for t in args.eval_text or []],
     )
     held_out = f", {report.eval_tokens_per_char:.3f} on --eval-text" if report.eval_tokens_per_char is not None else ""
@@ -240,12 +235,15 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
+    from xtts_ft.config import TokenizerConfig
     from xtts_ft.data import prepare_command
+    from xtts_ft.text_settings import TextSettings, make_normalizer
 
     setup_logging(None, args.verbose)
+    normalizer = make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit))
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
-    report = prepare_command(Path(args.input), Path(args.out), args.format, **hf)
+    report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, **hf)
     for line in report.summary_lines():
         print(line)
     return 0
@@ -261,6 +259,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_synthesize(args: argparse.Namespace) -> int:
+    from xtts_ft.config import EvaluationConfig
     from xtts_ft.evaluate import synthesize_command
 
     setup_logging(None, args.verbose)
@@ -270,7 +269,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         from xtts_ft.config import BaseModelConfig
 
         base = resolve_base_model(BaseModelConfig(source=args.base_model))
-    out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base)
+    out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base,
+                             temperature=EvaluationConfig.temperature)
     print(f"wrote {out}")
     return 0
 
@@ -352,14 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-column", help="hf: the transcript column (default: text).")
     p.add_argument("--speaker-column", help="hf: a speaker column (default: none).")
     p.add_argument("--split", help="hf: the split to read (default: train).")
+    _add_fold_arg(p)
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")
     p.add_argument("--text", required=True, nargs="+",
                    help="Amharic text files (one sentence per line), or folders of .txt files.")
-    p.add_argument("--new-tokens", type=int, default=TokenizerConfig.new_tokens, help=_help(TokenizerConfig, "new_tokens"))
+    p.add_argument("--new-tokens", type=int, default=TokenizerConfig.new_tokens, help=field_help(TokenizerConfig, "new_tokens"))
     p.add_argument("--min-frequency", type=int, default=TokenizerConfig.min_frequency,
-                   help=_help(TokenizerConfig, "min_frequency"))
+                   help=field_help(TokenizerConfig, "min_frequency"))
     p.add_argument("--eval-text", nargs="+", help="Held-out text files or folders: measured in the report, never trained on.")
     _add_fold_arg(p)
     p.add_argument("--out", required=True, help="Output folder for vocab.json and report.json.")

@@ -22,6 +22,7 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from xtts_ft.errors import ConfigError
+from xtts_ft.layout import CheckpointLayout
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
@@ -361,7 +362,7 @@ class CheckpointConfig:
         if self.resume not in ("auto", "never"):
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
-            elif not (Path(self.resume) / "meta.json").is_file():  # caught here, before data prep and model loading
+            elif not CheckpointLayout(self.resume).meta.is_file():  # caught here, before data prep and model loading
                 problems.append(
                     f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no meta.json); use auto, "
                     f"never, or a folder like <run.output_dir>/checkpoints/step_001000"
@@ -628,7 +629,7 @@ def _build_datasets(raw: Any, problems: list[str]) -> tuple[DatasetConfig, list[
     return built[0], built[1:]
 
 
-def _check_datasets(cfg: "Config", listed: bool, problems: list[str]) -> None:
+def _check_datasets(cfg: Config, listed: bool, problems: list[str]) -> None:
     """Checks across datasets: one in the run's language, distinct paths."""
     langs = [cfg.dataset_language(d) for d in cfg.datasets]
     if cfg.run.language in LANGUAGE_ALIASES and LANGUAGE_ALIASES[cfg.run.language] not in langs:
@@ -799,6 +800,6 @@ def dump_config(cfg: Config, path: str | os.PathLike) -> None:
     Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
-def field_help(section: str, key: str) -> str:
-    cls = typing.get_type_hints(Config)[section]
-    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == key)
+def field_help(section: type, name: str) -> str:
+    """A config field's help text: the schema documents each option once, the CLI reuses it."""
+    return next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", "")

@@ -47,9 +47,3 @@ class TrainingStopped(UserError):
     """Training stopped with a diagnosis (e.g. repeated non-finite losses)."""
 
     exit_code = 3
-
-
-class NotYetAvailable(UserError):
-    """A command whose stage is not built yet; never fake output instead."""
-
-    exit_code = 4

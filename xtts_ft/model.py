@@ -151,7 +151,7 @@ class XttsTrainingModel(nn.Module):
     def gpt(self) -> nn.Module:
         return self.xtts.gpt
 
-    def train(self, mode: bool = True) -> "XttsTrainingModel":
+    def train(self, mode: bool = True) -> XttsTrainingModel:
         """Only the GPT ever trains; the frozen parts stay in eval mode (dropout off, fixed norms)."""
         super().train(False)
         self.xtts.gpt.train(mode)

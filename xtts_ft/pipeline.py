@@ -19,7 +19,10 @@ from typing import Optional
 from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import Config, dump_config
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
+from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +41,11 @@ class PipelineResult:
     final_eval_loss: Optional[float] = None
 
 
-def _normalizer(cfg: Config):
-    from xtts_ft.text import normalize_text
-
-    return lambda text: normalize_text(text, fold_homophones=cfg.text.fold_homophones).text
-
-
 def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     """Dataset -> run_dir/data (metadata_train.csv, metadata_eval.csv, wavs/, report.*)."""
     from xtts_ft.data import prepare_dataset
 
-    data_dir = cfg.run_dir / "data"
+    data_dir = RunLayout(cfg.run_dir).data
     key = stages.hash_inputs(
         "prepare-v1", NORMALIZER_VERSION, dataclasses.asdict(cfg.dataset), dataclasses.asdict(cfg.text),
         _source_stats(cfg.dataset),
@@ -59,7 +56,7 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     checked = any(d.transcript_check is not None for d in cfg.datasets)
     if checked:  # a different recogniser hears differently
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
-    if stages.is_current(data_dir, key, ["metadata_train.csv", "metadata_eval.csv", "report.json"]):
+    if stages.is_current(data_dir, key, [TRAIN_CSV, EVAL_CSV, "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
     recognizer = None
@@ -67,18 +64,16 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         from xtts_ft.asr.recognizer import Recognizer
 
         recognizer = Recognizer.from_config(cfg.asr)
+    normalizer = make_normalizer(TextSettings.from_config(cfg))
     if cfg.more_datasets:
         from xtts_ft.data.multi import prepare_datasets
 
         report = prepare_datasets(
             [(d, cfg.dataset_language(d)) for d in cfg.datasets], data_dir, cfg.run.language,
-            normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones, recognizer=recognizer,
+            normalizer=normalizer, recognizer=recognizer,
         )
     else:
-        report = prepare_dataset(
-            cfg.dataset, data_dir, normalizer=_normalizer(cfg), fold_homophones=cfg.text.fold_homophones,
-            recognizer=recognizer,
-        )
+        report = prepare_dataset(cfg.dataset, data_dir, normalizer=normalizer, recognizer=recognizer)
     for line in report.summary_lines():
         log.info("prepare: %s", line)
     stages.mark_done(data_dir, key, kept=report.kept, rejected=report.rejected)
@@ -97,8 +92,8 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
     from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
     from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 
-    tok_dir = cfg.run_dir / "tokenizer"
-    train_csv, eval_csv = data_dir / "metadata_train.csv", data_dir / "metadata_eval.csv"
+    tok_dir = RunLayout(cfg.run_dir).tokenizer
+    train_csv, eval_csv = data_dir / TRAIN_CSV, data_dir / EVAL_CSV
     extra = text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files])
     key = stages.hash_inputs(
         "tokenizer-v1",
@@ -108,9 +103,9 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         vocab_fingerprint(base.vocab_json),
         stages.file_stats([train_csv, eval_csv, *extra]),
     )
-    if stages.is_current(tok_dir, key, ["vocab.json", "report.json"]):
-        log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / "vocab.json")
-        return tok_dir / "vocab.json"
+    if stages.is_current(tok_dir, key, [VOCAB_FILE, "report.json"]):
+        log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / VOCAB_FILE)
+        return tok_dir / VOCAB_FILE
     # the new tokens are learnt from the run's own language only (replay clips of base languages keep their tokens)
     own = cfg.run.language
     texts = [row["text"] for row in read_metadata(train_csv) if row.get("language", own) == own]
@@ -123,7 +118,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         cfg.tokenizer.new_tokens,
         tok_dir,
         min_frequency=cfg.tokenizer.min_frequency,
-        normalizer=_normalizer(cfg),
+        normalizer=make_normalizer(TextSettings.from_config(cfg)),
         eval_texts=eval_texts,
     )
     log.info(
@@ -132,7 +127,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
         report.fingerprint,
     )
     stages.mark_done(tok_dir, key, fingerprint=report.fingerprint)
-    return tok_dir / "vocab.json"
+    return tok_dir / VOCAB_FILE
 
 
 def base_vocab_size(base: BaseModelFiles) -> int:
@@ -172,7 +167,7 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
         # only rank 0 claims (and may archive); a refusal there stops every rank (MainFirst)
         main_first.run("run folder", lambda: claim_run_folder(
             run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run))
-        dump_config(cfg, run_dir / "config.yaml")
+        dump_config(cfg, RunLayout(run_dir).config)
     else:
         main_first.run("run folder", lambda: None)
     base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
@@ -193,8 +188,8 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
         base=base,
         vocab_path=vocab_path,
         base_vocab_size=base_vocab_size(base),
-        train_csv=data_dir / "metadata_train.csv",
-        eval_csv=data_dir / "metadata_eval.csv",
+        train_csv=data_dir / TRAIN_CSV,
+        eval_csv=data_dir / EVAL_CSV,
         run_dir=run_dir,
         eval_hook=eval_hook,
         command_line=command_line,
@@ -206,13 +201,11 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     result.stopped_by_signal = outcome.stopped_by_signal
     result.first_eval_loss = outcome.first_eval_loss
     result.final_eval_loss = outcome.final_eval_loss
-    result.samples_dir = run_dir / "samples"
-    result.report = run_dir / "report.html"
+    result.samples_dir = RunLayout(run_dir).samples
+    result.report = RunLayout(run_dir).report
     if is_main:
         result.report = write_report(run_dir)
-        (run_dir / "summary.json").write_text(
-            json.dumps(dataclasses.asdict(result), indent=2, default=str), encoding="utf-8"
-        )
+        atomic_write(RunLayout(run_dir).summary, json.dumps(dataclasses.asdict(result), indent=2, default=str))
     return result
 
 
@@ -231,11 +224,7 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     from xtts_ft.evaluate import make_eval_hook
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
     from xtts_ft.evaluate.references import pick_references
-    from xtts_ft.tokenizer import AmharicTokenizer
-
-    tokenizer = AmharicTokenizer(
-        str(vocab_path), char_limit=cfg.tokenizer.char_limit, fold_homophones=cfg.text.fold_homophones
-    )
+    tokenizer = make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,

@@ -30,18 +30,16 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.errors import RunFolderError
+from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR, CheckpointLayout
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
-OLD_RUNS = "old_runs"
 TRANSCRIPT_SUFFIXES = (".csv", ".txt", ".tsv", ".json", ".jsonl", ".list")
 # hf datasets: audio and text in one (often large) table file; by size, like audio
 TABLE_SUFFIXES = (".parquet", ".arrow")
-# What belongs to one run (moved aside together); data/ and tokenizer/ too when the inputs changed.
-RUN_OUTPUTS = ("checkpoints", "samples", "tensorboard", "metrics.jsonl", "events.jsonl", "report.html",
-               "summary.json", "config.yaml", RUN_FILE)
-DERIVED_INPUTS = ("data", "tokenizer")
+# What belongs to one run (moved aside together: RUN_OUTPUTS); data/ and tokenizer/ too when the inputs changed.
+DERIVED_INPUTS = (DATA_DIR, TOKENIZER_DIR)
 
 
 @dataclass
@@ -77,9 +75,8 @@ def read_record(run_dir: Path) -> Optional[RunRecord]:
 def write_record(run_dir: Path, record: RunRecord) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, run_dir / RUN_FILE)
+    atomic_write(run_dir / RUN_FILE, json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False),
+                 durable=True)
 
 
 # --- fingerprint -------------------------------------------------------------------------------
@@ -212,7 +209,7 @@ def _named_run_id(resume: str) -> Optional[str]:
     if resume in ("auto", "never"):
         return None
     try:
-        meta = json.loads((Path(resume) / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads(CheckpointLayout(resume).meta.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None  # the checkpoint's own checks report a damaged or missing meta.json
     return meta.get("run_id") if isinstance(meta, dict) else None

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 
 STAGE_FILE = ".stage.json"
 
@@ -53,6 +53,4 @@ def is_current(stage_dir: Path, inputs_hash: str, outputs: Iterable[str]) -> boo
 
 def mark_done(stage_dir: Path, inputs_hash: str, **info: Any) -> None:
     stage_dir.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(stage_dir / STAGE_FILE)
-    tmp.write_text(json.dumps({"inputs": inputs_hash, **info}, indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, stage_dir / STAGE_FILE)
+    atomic_write(stage_dir / STAGE_FILE, json.dumps({"inputs": inputs_hash, **info}, indent=2, default=str))

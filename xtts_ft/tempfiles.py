@@ -1,6 +1,7 @@
-"""Temporary sibling files for atomic writes, named per process so processes never share one.
+"""The project's one atomic file write, through temporary siblings named per process.
 
-A file is written to ``<name>.<host>-<pid>.part`` beside its final path and renamed into place.
+:func:`atomic_write` writes a file to ``<name>.<host>-<pid>.part`` beside its final path and
+renames it into place, so a reader sees the old file or the new one, never half of one.
 With a fixed name (``<name>.part``) two processes writing the same output (two ranks of a
 ``torchrun`` launch, two runs pointed at one folder) rename each other's half-written files or
 find theirs gone. Clean-up of leftovers (:func:`remove_stray_parts`) deletes only files whose
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 from pathlib import Path
+from typing import BinaryIO, Callable, Union
 
 PART = "part"
 _OWNED = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>\d+)\.part$")
@@ -27,6 +30,65 @@ def temp_sibling(path: Path) -> Path:
     """``path``'s temporary twin for this process: ``<name>.<host>-<pid>.part`` in the same folder."""
     path = Path(path)
     return path.with_name(f"{path.name}.{_host()}-{os.getpid()}.{PART}")
+
+
+Content = Union[bytes, str, Callable[[BinaryIO], None]]
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new entry in ``folder`` survive power loss (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, content: Content, *, durable: bool = False) -> None:
+    """Write ``path`` whole or not at all: into :func:`temp_sibling`, then ``os.replace``.
+
+    ``content`` is bytes, text (written as UTF-8, newlines as given) or a function that writes to
+    the open binary file. ``durable=True`` also fsyncs the file before the rename and the folder
+    after it, for files a power cut must not lose (checkpoints, run.json); without it a crash
+    can lose the new file but still never leaves half of one. A failed write removes its temp file.
+    """
+    path = Path(path)
+    tmp = temp_sibling(path)
+    try:
+        with open(tmp, "wb") as f:
+            if callable(content):
+                content(f)
+            else:
+                f.write(content.encode("utf-8") if isinstance(content, str) else content)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def replace_dir(staged: Path, final: Path, *, durable: bool = False) -> None:
+    """Put the finished folder ``staged`` at ``final``, the folder-sized :func:`atomic_write`.
+
+    An earlier ``final`` is renamed aside first and deleted after the swap, so ``final`` is at
+    every moment absent, the old folder or the new one (never a mix). ``durable`` fsyncs the parent.
+    """
+    staged, final = Path(staged), Path(final)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{_host()}-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(staged, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, final)
+    if durable:
+        fsync_dir(final.parent)
 
 
 def _alive(pid: int) -> bool:

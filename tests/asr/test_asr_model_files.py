@@ -6,7 +6,6 @@ tests/test_base_model.py (never the network).
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from test_base_model import _HubHandler

@@ -125,9 +125,10 @@ from xtts_ft.config import DatasetConfig
 cfg = DatasetConfig(path="someone/amharic", format="hf", text_column="transcription", speaker_column="who",
                     num_workers=1, eval_fraction=0.0)
 out = Path(sys.argv[1])
-first = prepare_dataset(cfg, out / "online", progress=False)
+normalizer = lambda text: " ".join(text.split())  # a stand-in normaliser: only the sources are compared
+first = prepare_dataset(cfg, out / "online", normalizer=normalizer, progress=False)
 huggingface_hub.constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True  # the second run: cache only
-second = prepare_dataset(cfg, out / "offline", progress=False)
+second = prepare_dataset(cfg, out / "offline", normalizer=normalizer, progress=False)
 print(json.dumps([first.to_dict(), second.to_dict()]))
 """
 

@@ -14,6 +14,7 @@ from datahelpers import SENTENCES, make_cfg, standin_normalize, write_audio
 import xtts_ft.text
 from xtts_ft.data import PrepareReport, prepare_command, prepare_dataset, read_metadata
 from xtts_ft.errors import ConfigError, DataError, UserError
+from xtts_ft.text_settings import TextSettings, make_normalizer
 
 
 def _prep(root: Path, out: Path, **cfg) -> PrepareReport:
@@ -122,11 +123,11 @@ def test_prepare_command_builds_and_checks_the_config(ljspeech: Path, tmp_path: 
                              normalizer=standin_normalize, progress=False)
     assert report.kept == 6 and report.kept_eval >= 1 and report.layout == "ljspeech"
     with pytest.raises(ConfigError, match="eval_fractoin: unknown key"):
-        prepare_command(ljspeech, tmp_path / "o2", eval_fractoin=0.5)
+        prepare_command(ljspeech, tmp_path / "o2", eval_fractoin=0.5, normalizer=standin_normalize)
     with pytest.raises(ConfigError, match="max_duration_s"):
-        prepare_command(ljspeech, tmp_path / "o2", max_duration_s="long")
+        prepare_command(ljspeech, tmp_path / "o2", max_duration_s="long", normalizer=standin_normalize)
     with pytest.raises(UserError, match="not a folder"):
-        prepare_command(tmp_path / "nope", tmp_path / "o2")
+        prepare_command(tmp_path / "nope", tmp_path / "o2", normalizer=standin_normalize)
 
 
 def test_output_folder_inside_the_dataset_is_not_read_as_data(tmp_path: Path):
@@ -141,17 +142,18 @@ def test_output_folder_inside_the_dataset_is_not_read_as_data(tmp_path: Path):
         _prep(root, root)
 
 
-def test_default_normaliser_is_the_project_front_end(ljspeech: Path, tmp_path: Path, monkeypatch):
+def test_the_run_normaliser_is_the_project_front_end(ljspeech: Path, tmp_path: Path, monkeypatch):
     seen = []
 
     class Normalized:
         def __init__(self, text):
             self.text = text
 
-    def fake_normalize_text(text, fold_homophones=False):
+    def fake_normalize_text(text, *, fold_homophones):
         seen.append(fold_homophones)
         return Normalized(text.strip())
 
     monkeypatch.setattr(xtts_ft.text, "normalize_text", fake_normalize_text, raising=False)
-    report = prepare_dataset(make_cfg(ljspeech), tmp_path / "out", fold_homophones=True, progress=False)
+    normalizer = make_normalizer(TextSettings(fold_homophones=True, char_limit=200))
+    report = prepare_dataset(make_cfg(ljspeech), tmp_path / "out", normalizer=normalizer, progress=False)
     assert report.kept == 6 and seen and all(seen)

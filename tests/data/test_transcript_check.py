@@ -16,9 +16,11 @@ from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.data import prepare_dataset
 from xtts_ft.errors import ConfigError
+from xtts_ft.text_settings import TextSettings, make_normalizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = REPO_ROOT / "datasets" / "amharic_demo"
+FOLDING = make_normalizer(TextSettings(fold_homophones=True, char_limit=200))  # the recogniser's scoring folds too
 
 
 class CountingRecognizer:
@@ -62,7 +64,7 @@ def test_swapped_transcripts_are_exactly_the_rejected_clips(tmp_path, recognizer
                         transcript_check=0.5)
     counting = CountingRecognizer(recognizer)
     out = tmp_path / "out"
-    report = prepare_dataset(cfg, out, fold_homophones=True, progress=False, recognizer=counting)
+    report = prepare_dataset(cfg, out, normalizer=FOLDING, progress=False, recognizer=counting)
 
     assert report.rejected["transcript_mismatch"] == 4
     lines = (out / "rejected.tsv").read_text(encoding="utf-8").splitlines()[1:]
@@ -78,7 +80,7 @@ def test_swapped_transcripts_are_exactly_the_rejected_clips(tmp_path, recognizer
 
     # A re-run reads the recognised text from the cache: nothing is transcribed again.
     again = CountingRecognizer(recognizer)
-    report2 = prepare_dataset(cfg, out, fold_homophones=True, progress=False, recognizer=again)
+    report2 = prepare_dataset(cfg, out, normalizer=FOLDING, progress=False, recognizer=again)
     assert again.heard == 0 and report2.rejected["transcript_mismatch"] == 4
 
 
@@ -89,4 +91,4 @@ def test_transcript_check_without_a_recogniser_is_a_config_error(tmp_path):
     cfg = DatasetConfig(path=str(tmp_path / "data"), format="coqui", num_workers=1, eval_fraction=0.0,
                         transcript_check=0.5)
     with pytest.raises(ConfigError, match="transcript_check"):
-        prepare_dataset(cfg, tmp_path / "out", progress=False)
+        prepare_dataset(cfg, tmp_path / "out", normalizer=FOLDING, progress=False)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import torch
-
 from evalhelpers import SR, identity, train_steps, voice_like
 
 
@@ -41,7 +40,7 @@ def am_vocab(tiny_base, tmp_path_factory) -> Path:
 def tokenizer(am_vocab):
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
-    return AmharicTokenizer(str(am_vocab), normalizer=identity)
+    return AmharicTokenizer(str(am_vocab), normalizer=identity, char_limit=200, fold_homophones=False)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from xtts_ft.config import config_from_dict
 from xtts_ft.errors import ConfigError
 from xtts_ft.evaluate.best_metric import best_score
 from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.train.state_record import TrainingState
 
 
 def _fake_checkpoints(run_dir, rows):
@@ -16,7 +17,9 @@ def _fake_checkpoints(run_dir, rows):
     run_dir.mkdir(parents=True, exist_ok=True)
     vocab.write_text("{}", encoding="utf-8")
     for step, eval_loss, metrics in rows:
-        ckpt.save_checkpoint(run_dir, step, {"step": step}, {"eval_loss": eval_loss, "eval_metrics": metrics},
+        state = TrainingState(step=step, epoch=0, gpt={}, sampler={}, rng=[], stability={}, lr_factor=1.0,
+                              precision="fp32", training_config={}, vocab_fingerprint="", base_vocab_size=0)
+        ckpt.save_checkpoint(run_dir, state, {"eval_loss": eval_loss, "eval_metrics": metrics},
                              vocab_path=vocab, write_config=lambda p: p.write_text("{}\n", encoding="utf-8"))
 
 

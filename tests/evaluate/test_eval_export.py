@@ -7,20 +7,23 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-
 from evalhelpers import MAX_NEW_TOKENS, identity
+
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.export import EXPORT_META, export_from_checkpoint, export_model
 from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.evaluate.readme import TOKENIZER_IMPORT
 from xtts_ft.model import base_state_dict, describe_vocab
+from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 
 INFERENCE_KEYS = ("gpt_inference.", "gpt.wte.")
+TEXT = TextSettings(fold_homophones=False, char_limit=200)
 
 
 def _gpt_weights(state: dict, prefix: str = "") -> dict:
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix) and not k[len(prefix):].startswith(INFERENCE_KEYS)}
+    return {k[len(prefix):]: v for k, v in state.items()
+            if k.startswith(prefix) and not k[len(prefix):].startswith(INFERENCE_KEYS)}
 
 
 def _assert_same(a: dict, b: dict) -> None:
@@ -33,7 +36,7 @@ def _assert_same(a: dict, b: dict) -> None:
 def export_dir(tiny_base, am_vocab, trained_gpt_state, tmp_path_factory):
     out = tmp_path_factory.mktemp("exports") / "amharic"
     return export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out,
-                        extra_meta={"step": 2, "source_checkpoint": "in-memory test model"})
+                        text=TEXT, extra_meta={"step": 2, "source_checkpoint": "in-memory test model"})
 
 
 def _checkpoint(tmp_path, am_vocab, gpt_state, *, prefix="", fingerprint=None, extra=None):
@@ -85,7 +88,8 @@ def test_stock_coqui_loads_the_export_and_the_readme_lines_synthesise(export_dir
     readme = (export_dir / "README.md").read_text(encoding="utf-8")
     block = re.findall(r"```python\n(.*?)```", readme, flags=re.S)[1]
     assert block.splitlines()[0] == TOKENIZER_IMPORT
-    assert f"model.tokenizer = AmharicTokenizer({str(export_dir / 'vocab.json')!r})" in block
+    tokenizer_line = f"AmharicTokenizer({str(export_dir / 'vocab.json')!r}, fold_homophones=False, char_limit=200)"
+    assert f"model.tokenizer = {tokenizer_line}" in block
     code = re.sub(r"AmharicTokenizer\((.*?)\)$", r"AmharicTokenizer(\1, normalizer=identity)", block, flags=re.M)
     code = re.sub(r"model\.synthesize\('[^']*'", "model.synthesize('the quick fox'", code)
     code = code.replace('speaker_wav="voice.wav"', f"speaker_wav={str(speaker_wav)!r}")
@@ -120,16 +124,17 @@ def test_export_refuses_mismatches(tmp_path, tiny_base, am_vocab, trained_gpt_st
                                tmp_path / "a" / "export", tiny_base)
     with pytest.raises(TokenizerError, match="text rows"):  # the base vocab lacks [am]: one row fewer
         export_model(base=tiny_base, vocab_path=tiny_base.vocab_json, gpt_state_dict=trained_gpt_state,
-                     out_dir=tmp_path / "b")
+                     out_dir=tmp_path / "b", text=TEXT)
     with pytest.raises(CheckpointError, match="training_state.pt"):
         export_from_checkpoint(tmp_path, tmp_path / "c", tiny_base)
     with pytest.raises(CheckpointError, match="no GPT weights"):
         export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict={"x.weight": torch.zeros(1)},
-                     out_dir=tmp_path / "d")
+                     out_dir=tmp_path / "d", text=TEXT)
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine", encoding="utf-8")
     with pytest.raises(ModelError, match="not an earlier export"):
-        export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=tmp_path / "taken")
+        export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=tmp_path / "taken",
+                     text=TEXT)
     assert (tmp_path / "taken" / "notes.txt").is_file()
 
 
@@ -141,15 +146,17 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path, tiny_base, am_vocab
 
 def test_reexport_replaces_an_earlier_export(tmp_path, tiny_base, am_vocab, trained_gpt_state):
     out = tmp_path / "export"
-    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, extra_meta={"step": 1})
-    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, extra_meta={"step": 9})
+    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT,
+                 extra_meta={"step": 1})
+    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT,
+                 extra_meta={"step": 9})
     assert json.loads((out / EXPORT_META).read_text(encoding="utf-8"))["step"] == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
 def test_synthesize_command_from_export_and_from_checkpoint(tmp_path, export_dir, tiny_base, am_vocab,
                                                             trained_gpt_state, speaker_wav):
-    kw = dict(normalizer=identity, max_new_tokens=MAX_NEW_TOKENS, device="cpu")
+    kw = dict(normalizer=identity, max_new_tokens=MAX_NEW_TOKENS, device="cpu", temperature=0.7)
     a = synthesize_command(export_dir, "the quick fox", speaker_wav, tmp_path / "a.wav", **kw)
     ckpt = _checkpoint(tmp_path, am_vocab, trained_gpt_state)
     b = synthesize_command(ckpt, "the quick fox", speaker_wav, tmp_path / "b.wav", base=tiny_base, **kw)

@@ -4,6 +4,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from evalhelpers import write_fake_run
+
 from xtts_ft.evaluate.report import write_report
 
 

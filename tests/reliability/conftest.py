@@ -40,7 +40,7 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="session")
-def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, tmp_path_factory) -> Path:
+def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, tmp_path_factory) -> Path:  # noqa: F811
     """A finished 4-step run with checkpoints at steps 2 and 4; tests copy it (``copy_run``) before damaging it."""
     import torch
 

@@ -82,7 +82,7 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 def staging_state_files(run: Path) -> list[Path]:
-    return list((run / "checkpoints").glob(".tmp_step_*/.training_state.pt.*.tmp"))
+    return list((run / "checkpoints").glob(".tmp_step_*/training_state.pt.*.part"))
 
 
 def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_path):
@@ -106,7 +106,7 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
                         time.sleep(0.02)
                 elif how == "random":
                     target = rng.randint(1, 4)
-                    wait_until(lambda: len(steps_logged(run)) - before >= target, proc, log)
+                    wait_until(lambda before=before, target=target: len(steps_logged(run)) - before >= target, proc, log)
                     time.sleep(rng.uniform(0.0, 0.2))
                 else:
                     wait_until(ready.exists, proc, log)
@@ -148,10 +148,10 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
     assert folders[-1][0] == STEPS and len(entries) == len(folders)
     for step, folder in folders:
         state = ckpt.load_training_state(folder)  # checksum verified, then torch.load(weights_only=True)
-        assert state["step"] == step == state["meta"]["step"]
+        assert state.step == step == ckpt.verify_checkpoint(folder)["step"]
         torch.load(folder / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
-    ours = ckpt.load_training_state(folders[-1][1])["gpt"]
-    theirs = ckpt.load_training_state(ref_run / "checkpoints" / ckpt.step_dir_name(STEPS))["gpt"]
+    ours = ckpt.load_training_state(folders[-1][1]).gpt
+    theirs = ckpt.load_training_state(ref_run / "checkpoints" / ckpt.step_dir_name(STEPS)).gpt
     assert set(ours) == set(theirs)
     different = [key for key in ours if not torch.equal(ours[key], theirs[key])]
     assert not different, f"after {len(KILLS)} kills ({trace}) the weights differ from an uninterrupted run: {different[:5]}"

@@ -39,12 +39,12 @@ def fail_on_save(monkeypatch, nth: int, phase: str) -> list[int]:
     else:
         real_atomic = ckpt.atomic_write
 
-        def atomic_write(path, write):
+        def atomic_write(path, content, **kwargs):
             if path.name == ckpt.META_FILE:
                 calls.append(path.parent.name)
                 if len(calls) == nth:
                     raise ENOSPC
-            real_atomic(path, write)
+            real_atomic(path, content, **kwargs)
 
         monkeypatch.setattr(ckpt, "atomic_write", atomic_write)
     return calls
@@ -54,7 +54,7 @@ def assert_only_complete_checkpoints(run, steps: list[int]) -> None:
     assert [s for s, _ in ckpt.list_checkpoints(run)] == steps
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [ckpt.step_dir_name(s) for s in steps]
     for step, folder in ckpt.list_checkpoints(run):
-        assert ckpt.load_training_state(folder)["step"] == step
+        assert ckpt.load_training_state(folder).step == step
 
 
 def stop_message(run, *, failed: int, previous: int) -> str:

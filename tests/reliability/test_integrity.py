@@ -64,7 +64,7 @@ def test_auto_resume_trains_on_from_the_previous_good_checkpoint(trained_run, tr
     resumes = [r for r in read_events(run) if r["event"] == "resume"]
     assert [r["checkpoint"] for r in resumes] == [str(run / "checkpoints" / "step_000002")]
     for step, folder in ckpt.list_checkpoints(run):  # step 4 was trained again and its damaged folder replaced
-        assert ckpt.load_training_state(folder)["step"] == step
+        assert ckpt.load_training_state(folder).step == step
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2, 4, 6]
 
 
@@ -108,3 +108,17 @@ def test_a_missing_training_state_is_named(trained_run, tmp_path, caplog):
         ckpt.load_training_state(latest)
     assert str(err.value) == f"{latest / 'training_state.pt'}: missing; the checkpoint is incomplete, use an earlier one"
     assert choose_checkpoint("auto", run) == run / "checkpoints" / "step_000002"
+
+
+def test_a_saved_checkpoint_has_the_layout_files(trained_run):
+    from xtts_ft.layout import RunLayout
+    from xtts_ft.train import checkpoint as ckpt
+
+    folders = ckpt.list_checkpoints(trained_run)
+    assert [step for step, _ in folders] == [2, 4]
+    for step, folder in folders:
+        files = RunLayout(trained_run).checkpoint(step)
+        assert folder == files.folder
+        assert all(p.is_file() for p in (files.state, files.meta, files.vocab, files.config))
+    run = RunLayout(trained_run)
+    assert run.metrics.is_file() and run.events.is_file() and run.run_file.is_file()

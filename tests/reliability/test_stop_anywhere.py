@@ -81,7 +81,7 @@ def test_sigterm_during_a_later_evaluation_saves_that_step_first(script_args, da
     assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])
     latest = ckpt.find_latest_checkpoint(run)
     assert latest is not None and latest.name == "step_000002"  # the last finished step
-    assert ckpt.load_training_state(latest)["step"] == 2
+    assert ckpt.load_training_state(latest).step == 2
     assert max(r["step"] for r in train_lines(run)) == 2
     assert not [r for r in read_metrics(run) if r.get("split") == "eval" and r["step"] == 2]  # dropped, not half
     assert not (run / "samples" / "step_000002").exists()

@@ -27,6 +27,7 @@ from xtts_ft.errors import CheckpointError, ConfigError, ModelError
 from xtts_ft.evaluate.export import export_from_checkpoint, load_checkpoint_gpt_state
 from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.model import build_training_model
+from xtts_ft.text_settings import TextSettings, make_normalizer
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.resume import choose_checkpoint
 
@@ -115,7 +116,7 @@ def test_an_export_folder_file_that_would_run_code_is_refused(export_dir, datase
     plant(folder / name, marker, wrap="model" if name == "model.pth" else None)
     wav = dataset[0].parent / "wavs" / "clip_00.wav"
     with pytest.raises(ModelError) as err:
-        synthesize_command(folder, "a tiny model speaks", wav, tmp_path / "out.wav", normalizer=lambda s: s)
+        synthesize_command(folder, "a tiny model speaks", wav, tmp_path / "out.wav", normalizer=lambda s: s, temperature=0.7)
     assert str(err.value) == f"{folder / name}: {REFUSAL}"
     assert not (tmp_path / "out.wav").exists()
 
@@ -153,7 +154,8 @@ def test_dataset_entries_outside_the_dataset_folder_are_rejected(tmp_path):
     (root / "metadata.csv").write_text("audio_file|text|speaker_name\n" + "\n".join(rows) + "\n", encoding="utf-8")
 
     report = prepare_command(root, tmp_path / "prepared", "coqui", num_workers=1, eval_fraction=0.0,
-                             min_chars_per_second=0.0, progress=False)
+                             min_chars_per_second=0.0, progress=False,
+                             normalizer=make_normalizer(TextSettings(fold_homophones=False, char_limit=200)))
     assert report.rejected["outside_root"] == 3 and report.kept == 3
     details = sorted(e["detail"] for e in report.examples["outside_root"])
     assert details == sorted([

@@ -43,25 +43,25 @@ SAMPLES = [
 
 @pytest.mark.parametrize("text", ["", " ", "\t\n", "\u00a0\u2009 ", "   \n  "])
 def test_empty_and_whitespace_only(text: str) -> None:
-    assert normalize_text(text) == NormalizedText("", Counter())
+    assert normalize_text(text, fold_homophones=False) == NormalizedText("", Counter())
 
 
 def test_zero_width_and_format_chars_removed_and_counted() -> None:
-    result = normalize_text("\ufeffሰላ\u200bም\u200c ነው\u2060\u200d")
+    result = normalize_text("\ufeffሰላ\u200bም\u200c ነው\u2060\u200d", fold_homophones=False)
     assert result.text == "ሰላም ነው"
     assert result.dropped == Counter({"\ufeff": 1, "\u200b": 1, "\u200c": 1, "\u2060": 1, "\u200d": 1})
 
 
 def test_unicode_spaces_become_single_spaces() -> None:
-    result = normalize_text("  ሰላም\u00a0\u00a0ነው\u2009እሺ\u202fጥሩ\u3000\tአዎ\n")
+    result = normalize_text("  ሰላም\u00a0\u00a0ነው\u2009እሺ\u202fጥሩ\u3000\tአዎ\n", fold_homophones=False)
     assert result.text == "ሰላም ነው እሺ ጥሩ አዎ"
     assert not result.dropped
 
 
 def test_nfc_is_applied_first() -> None:
     decomposed = "cafe\u0301"  # e + combining acute
-    assert normalize_text(decomposed).text == "cafe"
-    assert normalize_text(decomposed).dropped == Counter()
+    assert normalize_text(decomposed, fold_homophones=False).text == "cafe"
+    assert normalize_text(decomposed, fold_homophones=False).dropped == Counter()
 
 
 # --- punctuation -----------------------------------------------------------------------------
@@ -72,26 +72,26 @@ def test_nfc_is_applied_first() -> None:
     [("።", "."), ("፣", ","), ("፤", ";"), ("፥", ":"), ("፦", ":"), ("፧", "?"), ("፨", ".")],
 )
 def test_each_ethiopic_mark(mark: str, mapped: str) -> None:
-    result = normalize_text(f"ሰላም{mark} ነው{mark}")
+    result = normalize_text(f"ሰላም{mark} ነው{mark}", fold_homophones=False)
     assert result.text == f"ሰላም{mapped} ነው{mapped}"
     assert not result.dropped
 
 
 def test_wordspace_is_a_space() -> None:
-    assert normalize_text("ሰላም፡ነው፡እሺ").text == "ሰላም ነው እሺ"
+    assert normalize_text("ሰላም፡ነው፡እሺ", fold_homophones=False).text == "ሰላም ነው እሺ"
 
 
 @pytest.mark.parametrize("stop", ["፡፡", "::", "፡ ፡", ":::"])
 def test_double_wordspace_and_double_colon_are_full_stops(stop: str) -> None:
-    assert normalize_text(f"ሰላም ነው{stop} እሺ{stop}").text == "ሰላም ነው. እሺ."
+    assert normalize_text(f"ሰላም ነው{stop} እሺ{stop}", fold_homophones=False).text == "ሰላም ነው. እሺ."
 
 
 def test_ascii_punctuation_kept_without_space_before() -> None:
-    assert normalize_text("ሰላም , ነው ; እሺ : አዎ ? አይ ! ጥሩ .").text == "ሰላም, ነው; እሺ: አዎ? አይ! ጥሩ."
+    assert normalize_text("ሰላም , ነው ; እሺ : አዎ ? አይ ! ጥሩ .", fold_homophones=False).text == "ሰላም, ነው; እሺ: አዎ? አይ! ጥሩ."
 
 
 def test_space_after_punctuation_before_a_word() -> None:
-    assert normalize_text("ሰላም።ነው፣እሺ?አዎ").text == "ሰላም. ነው, እሺ? አዎ"
+    assert normalize_text("ሰላም።ነው፣እሺ?አዎ", fold_homophones=False).text == "ሰላም. ነው, እሺ? አዎ"
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_space_after_punctuation_before_a_word() -> None:
     ],
 )
 def test_punctuation_runs_collapse_to_strongest(text: str, expected: str) -> None:
-    assert normalize_text(text).text == expected
+    assert normalize_text(text, fold_homophones=False).text == expected
 
 
 @pytest.mark.parametrize(
@@ -114,51 +114,51 @@ def test_punctuation_runs_collapse_to_strongest(text: str, expected: str) -> Non
     ["“ሰላም” አለ።", "«ሰላም» አለ።", "‘ሰላም’ አለ።", '"ሰላም" አለ።', "„ሰላም“ አለ።", "« ሰላም » አለ።"],
 )
 def test_quotes_become_ascii_double_quotes(text: str) -> None:
-    result = normalize_text(text)
+    result = normalize_text(text, fold_homophones=False)
     assert result.text == '"ሰላም" አለ.'
     assert not result.dropped
 
 
 def test_quote_spacing_around_punctuation() -> None:
-    assert normalize_text("እሱም፦«ነገ እመጣለሁ።»አለ።").text == 'እሱም: "ነገ እመጣለሁ." አለ.'
+    assert normalize_text("እሱም፦«ነገ እመጣለሁ።»አለ።", fold_homophones=False).text == 'እሱም: "ነገ እመጣለሁ." አለ.'
 
 
 def test_unmatched_quote_is_kept() -> None:
-    assert normalize_text("«ሰላም አለ።").text == '"ሰላም አለ.'
+    assert normalize_text("«ሰላም አለ።", fold_homophones=False).text == '"ሰላም አለ.'
 
 
 def test_empty_quotes_dropped_and_counted() -> None:
-    result = normalize_text("ሰላም «» ነው")
+    result = normalize_text("ሰላም «» ነው", fold_homophones=False)
     assert result.text == "ሰላም ነው"
     assert result.dropped == Counter({'"': 2})
 
 
 def test_brackets_become_pauses() -> None:
-    result = normalize_text("ጠቅላይ ሚኒስትሩ (የሀገሪቱ መሪ) ዛሬ [በአዲስ አበባ] ተናገሩ።")
+    result = normalize_text("ጠቅላይ ሚኒስትሩ (የሀገሪቱ መሪ) ዛሬ [በአዲስ አበባ] ተናገሩ።", fold_homophones=False)
     assert result.text == "ጠቅላይ ሚኒስትሩ, የሀገሪቱ መሪ, ዛሬ, በአዲስ አበባ, ተናገሩ."
     assert not result.dropped
 
 
 def test_leading_marks_removed_and_counted() -> None:
-    result = normalize_text("- (ሰላም) ነው")
+    result = normalize_text("- (ሰላም) ነው", fold_homophones=False)
     assert result.text == "ሰላም, ነው"
     assert result.dropped == Counter({"-": 1, "(": 1})
 
 
 def test_hyphen_inside_word_kept_free_dash_is_a_pause() -> None:
-    assert normalize_text("ኮቪድ-19 ወረርሽኝ — በዓለም - ተስፋፋ").text == "ኮቪድ-አስራ ዘጠኝ ወረርሽኝ, በዓለም, ተስፋፋ"
+    assert normalize_text("ኮቪድ-19 ወረርሽኝ — በዓለም - ተስፋፋ", fold_homophones=False).text == "ኮቪድ-አስራ ዘጠኝ ወረርሽኝ, በዓለም, ተስፋፋ"
 
 
 def test_output_alphabet_is_closed() -> None:
     allowed = re.compile(f"[a-z '{re.escape(PUNCTUATION)}\"-]")
     for sample in SAMPLES:
-        for ch in normalize_text(sample).text:
+        for ch in normalize_text(sample, fold_homophones=False).text:
             assert is_ethiopic_letter(ch) or allowed.fullmatch(ch), (sample, ch)
 
 
 def test_layout_invariants() -> None:
     for sample in SAMPLES:
-        text = normalize_text(sample).text
+        text = normalize_text(sample, fold_homophones=False).text
         assert text == text.strip()
         assert "  " not in text
         assert not re.search(f" [{re.escape(PUNCTUATION)}]", text), text
@@ -204,7 +204,7 @@ def test_layout_invariants() -> None:
     ],
 )
 def test_abbreviations(text: str, expected: str) -> None:
-    result = normalize_text(text)
+    result = normalize_text(text, fold_homophones=False)
     assert result.text == expected
     assert not result.dropped
 
@@ -213,18 +213,18 @@ def test_normalised_text_never_looks_like_an_abbreviation() -> None:
     # "ዓ። ም" normalises to "ዓ. ም"; a space after the dot is never read as "ዓ.ም", so a second
     # pass cannot expand it (idempotence). Same for single-letter words before ":".
     for text in ("ዓ። ም", "ገ፦ ማርያም", "አ። አ"):
-        once = normalize_text(text).text
-        assert normalize_text(once).text == once
-    assert normalize_text("ዓ። ም").text == "ዓ. ም"
+        once = normalize_text(text, fold_homophones=False).text
+        assert normalize_text(once, fold_homophones=False).text == once
+    assert normalize_text("ዓ። ም", fold_homophones=False).text == "ዓ. ም"
 
 
 def test_abbreviation_needs_a_word_start() -> None:
     assert expand_abbreviations("ሰላምዶ/ር") == "ሰላምዶ/ር"
-    assert normalize_text("ሀገር/ክልል").text == "ሀገር ክልል"
+    assert normalize_text("ሀገር/ክልል", fold_homophones=False).text == "ሀገር ክልል"
 
 
 def test_abbreviation_dot_kept_as_full_stop_at_the_end() -> None:
-    assert normalize_text("በ2015 ዓ.ም. ተወለደ። በ2016 ዓ.ም.").text == (
+    assert normalize_text("በ2015 ዓ.ም. ተወለደ። በ2016 ዓ.ም.", fold_homophones=False).text == (
         "በሁለት ሺህ አስራ አምስት ዓመተ ምሕረት ተወለደ. በሁለት ሺህ አስራ ስድስት ዓመተ ምሕረት."
     )
 
@@ -233,7 +233,7 @@ def test_abbreviation_table_size_and_shape() -> None:
     assert 15 <= len(ABBREVIATIONS) <= 40
     written = [w for w, _, _ in ABBREVIATIONS]
     assert len(written) == len(set(written))
-    for w, spoken, _ in ABBREVIATIONS:
+    for _written, spoken, _ in ABBREVIATIONS:
         assert "/" not in spoken and "." not in spoken
         assert expand_abbreviations(spoken) == spoken  # expansions are stable
 
@@ -254,7 +254,7 @@ def test_homophone_folding_per_order(order: int, source: int, target: int) -> No
     if order == 3 and target in (0x1200, 0x12A0):
         dst = chr(target)  # ሓ ኃ -> ሀ and ዓ -> አ: the 4th order of the h and glottal rows folds to the 1st
     assert normalize_text(f"ቃል{src}", fold_homophones=True).text == f"ቃል{dst}"
-    assert normalize_text(f"ቃል{src}").text == f"ቃል{src}"  # off by default
+    assert normalize_text(f"ቃል{src}", fold_homophones=False).text == f"ቃል{src}"  # kept unless asked
 
 
 @pytest.mark.parametrize(("source", "target"), [("ሃገር", "ሀገር"), ("ኣመት", "አመት"), ("ዓመት", "አመት"), ("ሓምሌ", "ሀምሌ")])
@@ -284,29 +284,29 @@ def test_homophone_folding_applies_to_expansions() -> None:
 
 
 def test_latin_kept_lowercased_and_glued_to_ethiopic_prefix() -> None:
-    result = normalize_text("የBBC ዘጋቢ ከNew York ዘገበ።")
+    result = normalize_text("የBBC ዘጋቢ ከNew York ዘገበ።", fold_homophones=False)
     assert result.text == "የbbc ዘጋቢ ከnew york ዘገበ."
     assert not result.dropped
 
 
 def test_latin_diacritics_folded() -> None:
-    result = normalize_text("Café naïve Straße Łódź ÆON don’t")
+    result = normalize_text("Café naïve Straße Łódź ÆON don’t", fold_homophones=False)
     assert result.text == "cafe naive strasse lodz aeon don't"
     assert not result.dropped
 
 
 def test_emoji_dropped_and_counted() -> None:
-    result = normalize_text("ሰላም😀😀 ነው🎉።")
+    result = normalize_text("ሰላም😀😀 ነው🎉።", fold_homophones=False)
     assert result.text == "ሰላም ነው."
     assert result.dropped == Counter({"😀": 2, "🎉": 1})
 
 
 def test_emoji_between_words_is_a_word_break() -> None:
-    assert normalize_text("ሰላም😀ነው").text == "ሰላም ነው"
+    assert normalize_text("ሰላም😀ነው", fold_homophones=False).text == "ሰላም ነው"
 
 
 def test_other_scripts_and_symbols_dropped_and_counted() -> None:
-    result = normalize_text("ሰላም Привет # ነው * | ~ ©")
+    result = normalize_text("ሰላም Привет # ነው * | ~ ©", fold_homophones=False)
     assert result.text == "ሰላም ነው"
     assert result.dropped == Counter(
         {"П": 1, "р": 1, "и": 1, "в": 1, "е": 1, "т": 1, "#": 1, "*": 1, "|": 1, "~": 1, "©": 1}
@@ -314,20 +314,20 @@ def test_other_scripts_and_symbols_dropped_and_counted() -> None:
 
 
 def test_ethiopic_combining_mark_dropped_without_break() -> None:
-    result = normalize_text("ሰላ\u135fም")
+    result = normalize_text("ሰላ\u135fም", fold_homophones=False)
     assert result.text == "ሰላም"
     assert result.dropped == Counter({"\u135f": 1})
 
 
 def test_line_without_letters_becomes_empty_and_is_counted() -> None:
-    result = normalize_text("😀 ! ?")
+    result = normalize_text("😀 ! ?", fold_homophones=False)
     assert result.text == ""
     assert result.dropped == Counter({"😀": 1, "?": 1})  # "! ?" is one pause ("?"), then stripped
 
 
 def test_nothing_dropped_silently() -> None:
     for sample in SAMPLES:
-        result = normalize_text(sample)
+        result = normalize_text(sample, fold_homophones=False)
         for ch in set(sample):
             if ch.isspace() or ch.lower() in result.text:
                 continue
@@ -348,6 +348,22 @@ def test_ethiopic_ranges_and_predicates() -> None:
     assert not is_ethiopic_letter("\u1249")  # unassigned inside the block
 
 
+def test_the_normaliser_keeps_exactly_the_letters_the_tokenizer_reserves() -> None:
+    """One set of Ethiopic blocks: every letter kept has its own token; Extended-B is dropped and counted."""
+    from xtts_ft.tokenizer.ethiopic import ETHIOPIC_RANGES as tokenizer_ranges
+    from xtts_ft.tokenizer.ethiopic import ethiopic_characters
+
+    assert tokenizer_ranges is ETHIOPIC_RANGES
+    assert [lo for lo, _ in ETHIOPIC_RANGES] == [0x1200, 0x1380, 0x2D80, 0xAB00]  # NOTES: Amharic's blocks
+    reserved = set(ethiopic_characters())
+    letters = [chr(cp) for lo, hi in ETHIOPIC_RANGES for cp in range(lo, hi + 1) if is_ethiopic_letter(chr(cp))]
+    kept = set(normalize_text(" ".join(letters), fold_homophones=False).text.replace(" ", ""))
+    assert kept == set(letters) and kept <= reserved
+    gurage = "\U0001e7e0"  # Ethiopic Extended-B (Gurage): no reserved token, so not kept
+    result = normalize_text(f"ሰላም{gurage} ነው", fold_homophones=False)
+    assert result.text == "ሰላም ነው" and result.dropped == Counter({gurage: 1})
+
+
 # --- invariants ------------------------------------------------------------------------------
 
 
@@ -361,20 +377,20 @@ def test_idempotent(sample: str, fold: bool) -> None:
 
 
 def test_deterministic() -> None:
-    first = [normalize_text(s) for s in SAMPLES]
-    second = [normalize_text(s) for s in reversed(SAMPLES)][::-1]
+    first = [normalize_text(s, fold_homophones=False) for s in SAMPLES]
+    second = [normalize_text(s, fold_homophones=False) for s in reversed(SAMPLES)][::-1]
     assert first == second
 
 
 def test_normalize_lines() -> None:
     lines = ["ሰላም።\n", "\n", "በ2015 ዓ.ም\n"]
-    results = list(normalize_lines(lines))
+    results = list(normalize_lines(lines, fold_homophones=False))
     assert [r.text for r in results] == ["ሰላም.", "", "በሁለት ሺህ አስራ አምስት ዓመተ ምሕረት"]
     assert list(normalize_lines(["ሐ"], fold_homophones=True))[0].text == "ሀ"
 
 
 def test_result_is_frozen() -> None:
-    result = normalize_text("ሰላም")
+    result = normalize_text("ሰላም", fold_homophones=False)
     with pytest.raises(AttributeError):
         result.text = "x"  # type: ignore[misc]
 
@@ -388,8 +404,8 @@ def test_idempotent_and_closed_on_random_mixtures() -> None:
     allowed = re.compile(f"[a-z '{re.escape(PUNCTUATION)}\"-]")
     for _ in range(3000):
         text = "".join(rng.choice(pool) for _ in range(rng.randint(1, 20)))
-        once = normalize_text(text)
-        again = normalize_text(once.text)
+        once = normalize_text(text, fold_homophones=False)
+        again = normalize_text(once.text, fold_homophones=False)
         assert again.text == once.text and not again.dropped, text
         assert all(is_ethiopic_letter(c) or allowed.fullmatch(c) for c in once.text), text
         assert not re.search(f" [{re.escape(PUNCTUATION)}]|  |^ | $", once.text), text
@@ -413,7 +429,7 @@ def test_throughput() -> None:
     n = 6000
     start = time.perf_counter()
     for i in range(n):
-        normalize_text(THROUGHPUT_LINES[i % len(THROUGHPUT_LINES)])
+        normalize_text(THROUGHPUT_LINES[i % len(THROUGHPUT_LINES)], fold_homophones=False)
     rate = n / (time.perf_counter() - start)
     print(f"\nnormalize_text: {rate:,.0f} lines/s (mean {sum(map(len, THROUGHPUT_LINES)) / 6:.0f} chars)")
     assert rate > 2000  # a loose floor: catches a pathological regex, not a slow machine

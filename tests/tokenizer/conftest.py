@@ -73,7 +73,8 @@ def extended(base_vocab, train_lines, eval_lines, nfc, tmp_path_factory):
     from xtts_ft.tokenizer import build_extended_vocab
 
     out = tmp_path_factory.mktemp("extended")
-    report = build_extended_vocab(base_vocab, train_lines, NEW_TOKENS, out, normalizer=nfc, eval_texts=eval_lines)
+    report = build_extended_vocab(base_vocab, train_lines, NEW_TOKENS, out, normalizer=nfc, eval_texts=eval_lines,
+                                  min_frequency=2)
     return base_vocab, out, report
 
 

@@ -20,7 +20,7 @@ def test_builds_from_text_files(tiny_vocab, amharic_lines, tmp_path, nfc):
     a.write_text("\ufeff" + "\n".join(amharic_lines[:200]) + "\n\n   \n", encoding="utf-8")  # BOM, blank lines
     b.write_text("\r\n".join(amharic_lines[200:380]), encoding="utf-8")
     held.write_text("\n".join(amharic_lines[380:]), encoding="utf-8")
-    report = tokenizer_command(tiny_vocab, [a, b], 800, tmp_path / "tok", nfc, eval_files=[held])
+    report = tokenizer_command(tiny_vocab, [a, b], 800, tmp_path / "tok", nfc, min_frequency=2, eval_files=[held])
     assert report.train_texts == 380 and report.eval_texts == len(amharic_lines) - 380
     assert report.new_tokens_added == 800 and report.eval_unk_rate == 0.0
     saved = json.loads((tmp_path / "tok" / "report.json").read_text(encoding="utf-8"))
@@ -33,9 +33,9 @@ def test_read_text_lines_strips_and_skips_blanks(tmp_path):
     assert read_text_lines(path) == ["ሰላም", "ዓለም"]
 
 
-def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path):
+def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path, nfc):
     bad = tmp_path / "latin1.txt"
-    bad.write_bytes("ሰላም\n".encode("utf-8") + "café\n".encode("latin-1"))
+    bad.write_bytes("ሰላም\n".encode() + "café\n".encode("latin-1"))
     empty = tmp_path / "empty_folder"
     empty.mkdir()
     cases = [
@@ -45,13 +45,13 @@ def test_missing_folder_and_non_utf8_files_are_named(tiny_vocab, tmp_path):
     ]
     for path, expected in cases:
         with pytest.raises(TokenizerError, match=expected) as err:
-            tokenizer_command(tiny_vocab, [path], 800, tmp_path / "out")
+            tokenizer_command(tiny_vocab, [path], 800, tmp_path / "out", nfc, min_frequency=2)
         assert str(path) in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TokenizerError, match="no text files"):
-        tokenizer_command(tiny_vocab, [], 800, tmp_path / "out")
+        tokenizer_command(tiny_vocab, [], 800, tmp_path / "out", nfc, min_frequency=2)
 
 
-def test_a_folder_stands_for_its_txt_files(tiny_vocab, train_lines, tmp_path):
+def test_a_folder_stands_for_its_txt_files(tiny_vocab, train_lines, tmp_path, nfc):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     half = len(train_lines) // 2
@@ -61,8 +61,8 @@ def test_a_folder_stands_for_its_txt_files(tiny_vocab, train_lines, tmp_path):
     single = tmp_path / "all.txt"
     single.write_text("\n".join(train_lines), encoding="utf-8")
     assert text_files_in([corpus, single]) == [corpus / "a.txt", corpus / "b.txt", single]
-    from_folder = tokenizer_command(tiny_vocab, [corpus], 800, tmp_path / "f")
-    from_file = tokenizer_command(tiny_vocab, [single], 800, tmp_path / "s")
+    from_folder = tokenizer_command(tiny_vocab, [corpus], 800, tmp_path / "f", nfc, min_frequency=2)
+    from_file = tokenizer_command(tiny_vocab, [single], 800, tmp_path / "s", nfc, min_frequency=2)
     assert from_folder.train_texts == from_file.train_texts == len(train_lines)
     assert from_folder.fingerprint == from_file.fingerprint
 

@@ -43,7 +43,7 @@ def _languages(vocab_path) -> list[str]:
 def test_base_language_sentences_encode_to_identical_ids(extended, nfc):
     base_path, out, _ = extended
     before = VoiceBpeTokenizer(str(base_path))
-    after = AmharicTokenizer(out / "vocab.json", normalizer=nfc)
+    after = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)
     langs = _languages(base_path)
     assert "en" in langs
     for lang in langs:
@@ -65,7 +65,7 @@ def test_any_string_of_base_characters_encodes_identically(extended):
 
 def test_amharic_round_trips_through_encode_and_decode(extended, amharic_lines, nfc):
     _, out, _ = extended
-    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc)
+    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)
     rng = random.Random(3)
     chars = ethiopic_characters()
     noise = [" ".join("".join(rng.choices(chars, k=rng.randint(1, 8))) for _ in range(6)) for _ in range(200)]
@@ -77,16 +77,17 @@ def test_amharic_round_trips_through_encode_and_decode(extended, amharic_lines, 
 
 def test_amharic_is_normalised_before_encoding(extended, nfc):
     _, out, _ = extended
-    fold = AmharicTokenizer(out / "vocab.json", normalizer=lambda s: nfc(s).replace("ሐ", "ሀ"))
+    fold = AmharicTokenizer(out / "vocab.json", normalizer=lambda s: nfc(s).replace("ሐ", "ሀ"), char_limit=200,
+                            fold_homophones=False)
     assert fold.encode("ሐገር", "am") == fold.encode("ሀገር", "am")
     decomposed = "ሰላም"  # Ethiopic has no decompositions, but the normaliser still runs
-    plain = AmharicTokenizer(out / "vocab.json", normalizer=nfc)
+    plain = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)
     assert plain.encode(decomposed, "am") == plain.encode(nfc(decomposed), "am")
 
 
 def test_amh_is_an_alias_of_am(extended, nfc):
     _, out, _ = extended
-    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=150)
+    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=150, fold_homophones=False)
     assert tok.encode("ሰላም ለዓለም።", "amh") == tok.encode("ሰላም ለዓለም።", "am")
     assert tok.char_limits["am"] == tok.char_limits["amh"] == 150
     assert canonical_language("amh") == "am" and canonical_language("en") == "en"
@@ -94,21 +95,21 @@ def test_amh_is_an_alias_of_am(extended, nfc):
 
 def test_batch_measuring_encodes_like_the_tokenizer(extended, amharic_lines, nfc):
     _, out, _ = extended
-    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc)
+    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)
     lines = [nfc(line) for line in amharic_lines[:40]]
     assert encode_many(tok.tokenizer, lines) == [tok.encode(line, "am") for line in lines]
 
 
 def test_english_decode_drops_only_tags(extended, nfc):
     base_path, out, _ = extended
-    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc)
+    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)
     ids = tok.encode("the lazy dog", "en")
     assert tok.decode(ids) == "the lazy dog"
     assert VoiceBpeTokenizer(str(base_path)).decode(ids) == "[en]the lazy dog"  # coqui keeps the tag
 
 
 def test_base_vocab_without_am_refuses_amharic(tiny_vocab, nfc):
-    tok = AmharicTokenizer(tiny_vocab, normalizer=nfc)
+    tok = AmharicTokenizer(tiny_vocab, normalizer=nfc, char_limit=200, fold_homophones=False)
     assert tok.encode("the dog", "en") == VoiceBpeTokenizer(str(tiny_vocab)).encode("the dog", "en")
     with pytest.raises(TokenizerError, match=r"no \[am\] token") as err:
         tok.encode("ሰላም", "amh")
@@ -117,19 +118,22 @@ def test_base_vocab_without_am_refuses_amharic(tiny_vocab, nfc):
 
 def test_missing_vocab_file_is_a_tokenizer_error(tmp_path):
     with pytest.raises(TokenizerError, match="not found"):
-        AmharicTokenizer(tmp_path / "nope.json")
+        AmharicTokenizer(tmp_path / "nope.json", char_limit=200, fold_homophones=False)
 
 
-def test_default_normaliser_is_the_projects_when_present(tiny_vocab, train_lines, tmp_path):
-    """normalizer=None means xtts_ft.text.normalize_text for both training and encoding (built elsewhere)."""
-    text_module = pytest.importorskip("xtts_ft.text")
-    if not hasattr(text_module, "normalize_text"):
-        pytest.skip("xtts_ft.text.normalize_text is not in this checkout yet")
+@pytest.mark.parametrize("fold", [False, True])
+def test_the_factory_trains_and_encodes_with_the_same_front_end(tiny_vocab, train_lines, tmp_path, fold):
+    """make_normalizer (tokenizer stage) and make_tokenizer (training, inference) read text alike."""
+    from xtts_ft.text import normalize_text
+    from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
     from xtts_ft.tokenizer import build_extended_vocab
 
-    report = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path)
-    tok = AmharicTokenizer(tmp_path / "vocab.json")
-    sentence = "በ2014 ዓ.ም. ዶ/ር አበበ  ሰላም አለ።"
-    expected = text_module.normalize_text(sentence).text
+    settings = TextSettings(fold_homophones=fold, char_limit=200)
+    report = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path, min_frequency=2,
+                                  normalizer=make_normalizer(settings))
+    tok = make_tokenizer(tmp_path / "vocab.json", settings)
+    sentence = "በ2014 ዓ.ም. ዶ/ር አበበ  ሰላም ሐሙስ አለ።"
+    expected = normalize_text(sentence, fold_homophones=fold).text
+    assert ("ሐ" in expected) is not fold
     assert tok.decode(tok.encode(sentence, "am")) == expected
     assert report.train_unk_rate == 0.0

@@ -42,7 +42,7 @@ def test_a_base_vocab_whose_ids_do_not_load_as_written_is_refused(tiny_vocab, tm
     bad = tmp_path / "vocab.json"
     bad.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(TokenizerError, match=r"inconsistent.*\[START\] \(300 -> 140\)|\[START\] \(300 -> 140\).*inconsistent"):
-        build_extended_vocab(bad, ["ሰላም"], 600, tmp_path / "out", normalizer=nfc)
+        build_extended_vocab(bad, ["ሰላም"], 600, tmp_path / "out", normalizer=nfc, min_frequency=2)
 
 
 def test_new_ids_are_appended_contiguously_after_the_highest_base_id(extended, new_tokens):
@@ -122,8 +122,8 @@ def test_report_json_is_written_with_the_definition(extended):
 
 
 def test_build_is_deterministic(tiny_vocab, train_lines, tmp_path, nfc):
-    a = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path / "a", normalizer=nfc)
-    b = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path / "b", normalizer=nfc)
+    a = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path / "a", normalizer=nfc, min_frequency=2)
+    b = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path / "b", normalizer=nfc, min_frequency=2)
     assert a.fingerprint == b.fingerprint
 
 
@@ -144,7 +144,7 @@ def test_training_words_are_the_words_encode_sees(extended, amharic_lines):
 
 def test_latin_in_amharic_text_never_yields_latin_only_merges(tiny_vocab, tmp_path, nfc):
     texts = [f"የhello ዘጋቢ hello world {w} the brown fox" for w in ("ሰላም", "ዓለም", "ቤት", "ሰላም")] * 20
-    build_extended_vocab(tiny_vocab, texts, 600, tmp_path, normalizer=nfc)
+    build_extended_vocab(tiny_vocab, texts, 600, tmp_path, normalizer=nfc, min_frequency=2)
     base, ext = read_vocab(tiny_vocab), read_vocab(tmp_path / "vocab.json")
     for left, right in ext.merges[len(base.merges) :]:
         assert any(is_ethiopic(c) or c not in base.single_characters() for c in left + right)
@@ -152,21 +152,21 @@ def test_latin_in_amharic_text_never_yields_latin_only_merges(tiny_vocab, tmp_pa
 
 def test_minimum_new_tokens_is_named(tiny_vocab, train_lines, tmp_path, nfc):
     with pytest.raises(TokenizerError) as err:
-        build_extended_vocab(tiny_vocab, train_lines, 100, tmp_path, normalizer=nfc)
+        build_extended_vocab(tiny_vocab, train_lines, 100, tmp_path, normalizer=nfc, min_frequency=2)
     msg = str(err.value)
     assert "\n" not in msg and str(tiny_vocab) in msg
     assert "at least 496" in msg and "495 Ethiopic" in msg and "tokenizer.new_tokens" in msg
-    report = build_extended_vocab(tiny_vocab, train_lines, 496, tmp_path, normalizer=nfc)
+    report = build_extended_vocab(tiny_vocab, train_lines, 496, tmp_path, normalizer=nfc, min_frequency=2)
     assert report.new_tokens_added == 496 and report.merges_added == 0
 
 
 def test_other_new_characters_count_toward_the_minimum(tiny_vocab, tmp_path, nfc):
     with pytest.raises(TokenizerError, match="at least 498 .*2 other new characters"):
-        build_extended_vocab(tiny_vocab, ["«ሰላም»"], 497, tmp_path, normalizer=nfc)
+        build_extended_vocab(tiny_vocab, ["«ሰላም»"], 497, tmp_path, normalizer=nfc, min_frequency=2)
 
 
 def test_fewer_merges_than_asked_is_reported_not_faked(tiny_vocab, train_lines, tmp_path, nfc):
-    report = build_extended_vocab(tiny_vocab, train_lines, 4000, tmp_path, normalizer=nfc)
+    report = build_extended_vocab(tiny_vocab, train_lines, 4000, tmp_path, normalizer=nfc, min_frequency=2)
     assert report.new_tokens_added < 4000 and report.requested_new_tokens == 4000
     assert report.notes and "min_frequency=2" in report.notes[0]
     chars_only = build_extended_vocab(tiny_vocab, train_lines, 4000, tmp_path / "c", normalizer=nfc, min_frequency=10**9)
@@ -175,7 +175,7 @@ def test_fewer_merges_than_asked_is_reported_not_faked(tiny_vocab, train_lines, 
 
 def test_extending_an_extended_vocab_adds_only_merges(extended, train_lines, tmp_path, nfc):
     _, out, first = extended
-    again = build_extended_vocab(out / "vocab.json", train_lines, 50, tmp_path, normalizer=nfc)
+    again = build_extended_vocab(out / "vocab.json", train_lines, 50, tmp_path, normalizer=nfc, min_frequency=2)
     assert again.characters_added == 0 and again.base_vocab_size == first.vocab_size
     assert again.new_tokens_added <= 50
 
@@ -184,7 +184,7 @@ def test_normalizer_is_applied_before_training(tiny_vocab, tmp_path):
     def fold(text: str) -> str:
         return text.replace("ሐ", "ሀ")
 
-    report = build_extended_vocab(tiny_vocab, ["ሐሰት ሐሰት ሐሰት"] * 3, 600, tmp_path, normalizer=fold)
+    report = build_extended_vocab(tiny_vocab, ["ሐሰት ሐሰት ሐሰት"] * 3, 600, tmp_path, normalizer=fold, min_frequency=2)
     vocab = read_vocab(tmp_path / "vocab.json").vocab
     assert "ሀሰት" in vocab and "ሐሰት" not in vocab and report.train_characters == 3 * 11
 
@@ -203,13 +203,13 @@ def test_bad_base_vocab_is_one_line_naming_the_file(tmp_path, content, expected,
     if content is not None:
         path.write_text(content, encoding="utf-8")
     with pytest.raises(TokenizerError, match=expected) as err:
-        build_extended_vocab(path, ["ሰላም"], 600, tmp_path / "out", normalizer=nfc)
+        build_extended_vocab(path, ["ሰላም"], 600, tmp_path / "out", normalizer=nfc, min_frequency=2)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_no_usable_training_text_is_an_error(tiny_vocab, tmp_path, nfc):
     with pytest.raises(TokenizerError, match="no training text"):
-        build_extended_vocab(tiny_vocab, ["", "   "], 600, tmp_path, normalizer=nfc)
+        build_extended_vocab(tiny_vocab, ["", "   "], 600, tmp_path, normalizer=nfc, min_frequency=2)
 
 
 def test_two_thousand_tokens_on_three_thousand_lines_takes_seconds(tiny_vocab, tmp_path, nfc):
@@ -221,7 +221,7 @@ def test_two_thousand_tokens_on_three_thousand_lines_takes_seconds(tiny_vocab, t
     weights = [1 / (rank + 1) for rank in range(len(lexicon))]  # Zipf-like, as in real text
     lines = [" ".join(rng.choices(lexicon, weights, k=rng.randint(6, 16))) + "።" for _ in range(3000)]
     started = time.perf_counter()
-    report = build_extended_vocab(tiny_vocab, lines, 2000, tmp_path, normalizer=nfc)
+    report = build_extended_vocab(tiny_vocab, lines, 2000, tmp_path, normalizer=nfc, min_frequency=2)
     assert time.perf_counter() - started < 10
     assert report.new_tokens_added == 2000 and report.train_unk_rate == 0.0
 

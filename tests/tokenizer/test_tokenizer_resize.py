@@ -74,8 +74,8 @@ def amharic_batch_model(tiny_model_dir, train_lines, nfc, tmp_path_factory):
     from xtts_ft.model import build_training_model
 
     out = tmp_path_factory.mktemp("tiny_ext")
-    report = build_extended_vocab(tiny_model_dir / "vocab.json", train_lines, 1000, out, normalizer=nfc)
-    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc)
+    report = build_extended_vocab(tiny_model_dir / "vocab.json", train_lines, 1000, out, normalizer=nfc, min_frequency=2)
+    tok = AmharicTokenizer(out / "vocab.json", normalizer=nfc, char_limit=200, fold_homophones=False)
     base = BaseModelFiles.from_dir(Path(tiny_model_dir))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -42,7 +42,7 @@ def test_every_checkpoint_is_self_contained_and_loads_weights_only(trainer, voca
         assert (folder / "vocab.json").read_bytes() == vocab[0].read_bytes()
         assert yaml.safe_load((folder / "config.yaml").read_text())["training"]["max_steps"] == 6
         assert isinstance(state["rng"][0]["numpy"][1], list) and state["sampler"]["epoch"] == state["epoch"]
-        assert ckpt.load_training_state(folder)["step"] == meta["step"]
+        assert ckpt.load_training_state(folder).step == meta["step"]
 
 
 def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_for_auto_resume(trainer, monkeypatch, tmp_path):
@@ -109,7 +109,7 @@ def test_another_vocabulary_or_model_shape_is_refused(trainer, vocab, built_mode
         check_compatible(state, run, vocab_fingerprint="0123456789abcdef", gpt=built_model.gpt)
     message = str(err.value)
     assert ours in message and "0123456789abcdef" in message and "checkpoint.resume: never" in message
-    state["gpt"]["text_head.bias"] = torch.zeros(7)
+    state.gpt["text_head.bias"] = torch.zeros(7)
     with pytest.raises(CheckpointError, match=r"'text_head.bias' has shape \(7,\) in the checkpoint but \(146,\)"):
         check_compatible(state, run, vocab_fingerprint=ours, gpt=built_model.gpt)
 

@@ -40,7 +40,7 @@ def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplo
     assert result.first_eval_loss == evals[0]["eval_loss"] and result.final_eval_loss == evals[-1]["eval_loss"]
     assert "effective batch 4" in caplog.text and "samples/s" in caplog.text and "eta" in caplog.text
     state = ckpt.load_training_state(result.last_checkpoint)
-    assert state["sampler"]["batch_index"] + 6 * state["sampler"]["epoch"] == 12  # 2 micro-batches per step
+    assert state.sampler["batch_index"] + 6 * state.sampler["epoch"] == 12  # 2 micro-batches per step
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -17,8 +17,16 @@ from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train import loop as loop_module
 from xtts_ft.train import memory
-from xtts_ft.train.memory import (auto_batch_limit, enable_gradient_checkpointing, find_batch_size, modules_on,
-                                  offload_plan, offloaded_tensor_names, place_modules, plan_accumulation)
+from xtts_ft.train.memory import (
+    auto_batch_limit,
+    enable_gradient_checkpointing,
+    find_batch_size,
+    modules_on,
+    offload_plan,
+    offloaded_tensor_names,
+    place_modules,
+    plan_accumulation,
+)
 from xtts_ft.train.sampler import ResumableBatchSampler
 
 CPU = torch.device("cpu")
@@ -106,8 +114,8 @@ def test_auto_batch_probes_real_steps_at_the_longest_clip(trainer, model_factory
     assert "batch_size auto: 2 (largest fitting 3" in caplog.text  # 90 % of 3
     assert "effective batch: 2 x 4 accumulation x 1 process(es) = 8" in caplog.text
     state = ckpt.load_training_state(result.last_checkpoint)
-    assert state["sampler"]["batch_size"] == 2 and state["training_config"]["grad_accum_steps"] == 4
-    assert state["sampler"]["batch_index"] == 4  # 1 step x 4 micro-batches
+    assert state.sampler["batch_size"] == 2 and state.training_config["grad_accum_steps"] == 4
+    assert state.sampler["batch_index"] == 4  # 1 step x 4 micro-batches
     assert all(n == 2 for n, *_ in shapes[4:])  # pre-flight, training and eval batches
 
     shapes.clear()
@@ -158,7 +166,7 @@ def test_gradient_checkpointing_recomputes_blocks_with_the_same_loss_and_gradien
             enable_gradient_checkpointing(model.gpt)
         model.train()
         calls = []
-        model.gpt.gpt.h[0].attn.register_forward_pre_hook(lambda *_: calls.append(1))  # inside the checkpointed forward
+        model.gpt.gpt.h[0].attn.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))  # in the checkpointed forward
         torch.manual_seed(0)  # dropout is on: the same masks in both runs (and in the recomputation)
         loss = model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})["loss"]
         loss.backward()

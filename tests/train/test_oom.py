@@ -189,6 +189,6 @@ def test_out_of_memory_mid_run_does_not_kill_the_run(trainer, model_factory, tmp
     assert [e["event"] for e in events].count("oom_skip") == 5 and any(e["event"] == "oom_cleared" for e in events)
     assert "does not fit even alone" in caplog.text and "clip_" in caplog.text
     state_dict = ckpt.load_training_state(result.last_checkpoint)
-    sampler = state_dict["sampler"]
+    sampler = state_dict.sampler
     assert sampler["batch_index"] + 6 * sampler["epoch"] == 12  # 2 micro-batches per step, as without the errors
-    assert state_dict["stability"]["oom_split"] == 6 and state_dict["stability"]["oom_skipped"] == 7  # saved for resume
+    assert state_dict.stability["oom_split"] == 6 and state_dict.stability["oom_skipped"] == 7  # saved for resume

@@ -20,7 +20,6 @@ if str(REPO) not in sys.path:
 
 from xtts_ft.config import Config  # noqa: E402
 
-
 SR = 22050
 
 

@@ -81,7 +81,7 @@ class Recognizer:
         self.skip_ids = frozenset(i for i in specials if i is not None and i != self.blank_id)
 
     @classmethod
-    def from_config(cls, cfg: AsrConfig, model: Optional[str] = None) -> "Recognizer":
+    def from_config(cls, cfg: AsrConfig, model: Optional[str] = None) -> Recognizer:
         """The recogniser ``cfg`` names (``model`` overrides asr.model), fetched into the hub cache if needed."""
         from dataclasses import replace
 

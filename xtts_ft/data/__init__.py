@@ -2,8 +2,8 @@
 
 The integrator's entry points::
 
-    prepare_dataset(cfg: DatasetConfig, out_dir, *, normalizer=None, allowed_chars=None,
-                    fold_homophones=False, progress=True) -> PrepareReport
+    prepare_dataset(cfg: DatasetConfig, out_dir, *, normalizer, allowed_chars=None,
+                    progress=True) -> PrepareReport
     prepare_command(input_dir, out_dir, fmt="auto", **overrides) -> PrepareReport
     read_metadata(csv_path) -> list[dict]   # {"audio_file" (absolute), "text", "speaker_name"}
 

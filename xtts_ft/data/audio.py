@@ -22,7 +22,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 
 if TYPE_CHECKING:
     from xtts_ft.config import DatasetConfig
@@ -60,7 +60,7 @@ class AudioSettings:
     quality: str = RESAMPLE_QUALITY
 
     @classmethod
-    def from_config(cls, cfg: "DatasetConfig") -> "AudioSettings":
+    def from_config(cls, cfg: DatasetConfig) -> AudioSettings:
         return cls(
             trim_silence_db=cfg.trim_silence_db,
             loudness=cfg.loudness,
@@ -217,7 +217,5 @@ def process_audio(job: AudioJob) -> AudioResult:
         return reject("too_long", f"{duration:.2f} s after trimming (max {s.max_duration_s:g} s)", duration)
     gain = s.peak_level / max(_peak(y), 1e-9) if s.loudness == "peak" else 1.0
     pcm = to_pcm16(y, gain)
-    part = str(temp_sibling(Path(job.dst)))
-    sf.write(part, pcm, s.sample_rate, subtype="PCM_16", format="WAV")
-    os.replace(part, job.dst)
+    atomic_write(Path(job.dst), lambda f: sf.write(f, pcm, s.sample_rate, subtype="PCM_16", format="WAV"))
     return AudioResult(job.clip_id, None, "", duration, hashlib.sha1(pcm.tobytes()).hexdigest())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from xtts_ft.data.audio import AudioResult, AudioSettings
-from xtts_ft.tempfiles import remove_stray_parts, temp_sibling
+from xtts_ft.tempfiles import atomic_write, remove_stray_parts
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Manifest:
         self.entries: dict[str, dict] = {}
 
     @classmethod
-    def load(cls, out_dir: Path, root: Path) -> "Manifest":
+    def load(cls, out_dir: Path, root: Path) -> Manifest:
         """The previous run's manifest, or an empty one (other dataset, other version, damaged file)."""
         m = cls(out_dir, root)
         if not m.path.is_file():
@@ -70,10 +70,8 @@ class Manifest:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temp_sibling(self.path)
         payload = {"version": PIPELINE_VERSION, "root": self.root, "clips": self.entries}
-        tmp.write_text(json.dumps(payload, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
 
     def _has_wav(self, name: str) -> bool:
         return (self.wavs / name).is_file() or (self.held / name).is_file()

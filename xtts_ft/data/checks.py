@@ -26,20 +26,11 @@ _UNSAFE = re.compile(r"[^\w.-]+")
 MAX_NAME_BYTES = 150
 
 
-def make_normalizer(normalizer: Optional[Normalizer], fold_homophones: bool) -> Callable[[str], str]:
+def as_text_function(normalizer: Normalizer) -> Callable[[str], str]:
     """The text front-end as a plain str -> str function.
 
     ``normalizer`` may return a str or a NormalizedText-like object (its ``.text`` is used).
-    Without one, ``xtts_ft.text.normalize_text`` is imported now (not at module import) and
-    called with ``fold_homophones``; that flag does not apply to a normaliser you pass.
     """
-    if normalizer is None:
-        from xtts_ft.text import normalize_text  # the project's Amharic front-end
-
-        def default(text: str) -> str:
-            return normalize_text(text, fold_homophones=fold_homophones).text
-
-        return default
 
     def wrapped(text: str) -> str:
         out = normalizer(text)

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from xtts_ft.data.readers import AUDIO_EXTENSIONS, SourceEntry
 from xtts_ft.errors import DataError
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,7 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     """Write the bytes unless the file already holds them (an unchanged mtime keeps the prepare cache valid)."""
     if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return
-    from xtts_ft.train.checkpoint import atomic_write
-
-    atomic_write(path, lambda f: f.write(data))
+    atomic_write(path, data)
 
 
 def _file_of(ref: str, base: Optional[Path]) -> Optional[Path]:

@@ -10,11 +10,10 @@ header row; the writer guarantees no field holds ``|`` or a line break.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from xtts_ft.errors import DataError
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 
 HEADER = "audio_file|text|speaker_name"
 HEADER_WITH_LANGUAGE = HEADER + "|language"
@@ -30,9 +29,7 @@ def write_metadata(path: Path, rows: list[tuple[str, ...]], *, with_language: bo
             if "|" in value or "\n" in value or "\r" in value:  # upstream checks make this impossible
                 raise ValueError(f"metadata field {value!r} holds '|' or a line break")
         lines.append("|".join(row))
-    tmp = temp_sibling(path)
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")
-    os.replace(tmp, path)
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def read_metadata(csv_path: Path) -> list[dict]:

@@ -24,10 +24,9 @@ from xtts_ft.data.metadata import read_metadata, write_metadata
 from xtts_ft.data.prepare import prepare_dataset
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_rejections, write_reports
+from xtts_ft.layout import DATASETS_SUBDIR, EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
-
-SUBDIR = "datasets"
 
 
 def dataset_folder_name(index: int, ds: DatasetConfig) -> str:
@@ -47,7 +46,6 @@ def prepare_datasets(
     run_language: str,
     *,
     normalizer: Callable[[str], object],
-    fold_homophones: bool = False,
     progress: bool = True,
     recognizer=None,
 ) -> PrepareReport:
@@ -59,14 +57,14 @@ def prepare_datasets(
         log.info("prepare: dataset %d/%d %s (%s)", i + 1, len(datasets), ds.path, language)
         own = language == run_language
         report = prepare_dataset(
-            ds, out_dir / SUBDIR / name, normalizer=normalizer if own else _as_written,
-            fold_homophones=fold_homophones, progress=progress, recognizer=recognizer if own else None,
+            ds, out_dir / DATASETS_SUBDIR / name, normalizer=normalizer if own else _as_written,
+            progress=progress, recognizer=recognizer if own else None,
         )
         reports.append((name, language, report))
-    for file_name in ("metadata_train.csv", "metadata_eval.csv"):
+    for file_name in (TRAIN_CSV, EVAL_CSV):
         rows = []
         for name, language, _ in reports:
-            for row in read_metadata(out_dir / SUBDIR / name / file_name):
+            for row in read_metadata(out_dir / DATASETS_SUBDIR / name / file_name):
                 rel = Path(row["audio_file"]).relative_to(out_dir.resolve()).as_posix()
                 rows.append((rel, row["text"], row["speaker_name"], language))
         write_metadata(out_dir / file_name, rows, with_language=True)
@@ -97,7 +95,7 @@ def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> Pr
         {"name": name, "path": r.dataset, "layout": r.layout, "language": language, "total": r.total,
          "kept": r.kept, "kept_train": r.kept_train, "kept_eval": r.kept_eval, "hours": r.hours,
          "rejected_total": r.rejected_total, "rejected": {k: v for k, v in r.rejected.items() if v},
-         "folder": f"{SUBDIR}/{name}"}
+         "folder": f"{DATASETS_SUBDIR}/{name}"}
         for name, language, r in reports
     ]
     return PrepareReport(
@@ -126,7 +124,7 @@ def _kept_series(out_dir: Path) -> tuple[list[float], list[float]]:
     import soundfile as sf
 
     durations, cps = [], []
-    for file_name in ("metadata_train.csv", "metadata_eval.csv"):
+    for file_name in (TRAIN_CSV, EVAL_CSV):
         for row in read_metadata(out_dir / file_name):
             info = sf.info(row["audio_file"])
             d = info.frames / info.samplerate
@@ -139,7 +137,7 @@ def _rejections(reports, out_dir: Path) -> list[Rejection]:
     """Every dataset's rejected.tsv rows, clip ids prefixed with the dataset's folder name."""
     out: list[Rejection] = []
     for name, _, _ in reports:
-        lines = (out_dir / SUBDIR / name / "rejected.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        lines = (out_dir / DATASETS_SUBDIR / name / "rejected.tsv").read_text(encoding="utf-8").splitlines()[1:]
         for line in lines:
             clip, reason, where, detail = (line.split("\t") + ["", "", "", ""])[:4]
             out.append(Rejection(f"{name}/{clip}", reason, detail, where))

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from xtts_ft.config import DatasetConfig, config_from_dict
 from xtts_ft.data.audio import AudioJob, AudioResult, AudioSettings
 from xtts_ft.data.cache import WAVS_DIR, Manifest, clip_key
-from xtts_ft.data.checks import Normalizer, PostChecks, assign_names, check_text, make_normalizer
+from xtts_ft.data.checks import Normalizer, PostChecks, as_text_function, assign_names, check_text
 from xtts_ft.data.metadata import write_metadata
 from xtts_ft.data.readers import SourceEntry, read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
@@ -27,6 +27,7 @@ from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_reject
 from xtts_ft.data.runner import run_jobs
 from xtts_ft.data.split import split_clips
 from xtts_ft.errors import ConfigError, DataError
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +38,15 @@ def prepare_dataset(
     cfg: DatasetConfig,
     out_dir: Path,
     *,
-    normalizer: Optional[Normalizer] = None,
+    normalizer: Normalizer,
     allowed_chars: Optional[Callable[[str], bool]] = None,
-    fold_homophones: bool = False,
     progress: bool = True,
     recognizer=None,
 ) -> PrepareReport:
     """Prepare ``cfg.path`` into ``out_dir``; re-runs only process new or changed clips.
 
-    ``normalizer``: text front-end (str -> str or NormalizedText); default
-    ``xtts_ft.text.normalize_text(text, fold_homophones)``. ``allowed_chars``: predicate per
+    ``normalizer``: text front-end (str -> str or NormalizedText): the run's, from
+    ``xtts_ft.text_settings.make_normalizer``. ``allowed_chars``: predicate per
     character (spaces excluded) from the tokenizer; None skips the unencodable_text check.
     ``recognizer``: an :class:`xtts_ft.asr.recognizer.Recognizer`, required when
     ``cfg.transcript_check`` is set (see :mod:`xtts_ft.data.transcript_check`).
@@ -54,7 +54,7 @@ def prepare_dataset(
     """
     started = time.monotonic()
     root, out_dir = _check_paths(cfg, Path(out_dir))
-    normalize = make_normalizer(normalizer, fold_homophones)
+    normalize = as_text_function(normalizer)
     exclude = out_dir if root in out_dir.parents else None
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.format == "hf":
@@ -121,7 +121,7 @@ def prepare_dataset(
         kept, cer_values = _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections)
 
     split = split_clips([(e.clip_id, e.speaker) for e in kept], cfg.eval_fraction, cfg.eval_max_clips, cfg.split_by_speaker)
-    for file_name, in_eval in (("metadata_train.csv", False), ("metadata_eval.csv", True)):
+    for file_name, in_eval in ((TRAIN_CSV, False), (EVAL_CSV, True)):
         rows = [
             (f"{WAVS_DIR}/{names[e.clip_id]}", texts[e.clip_id], e.speaker)
             for e in kept
@@ -236,16 +236,17 @@ def _build_report(cfg, root, out_dir, layout, entries, kept, split, results, tex
     )
 
 
-def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", **overrides) -> PrepareReport:
+def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", *, normalizer: Normalizer,
+                    **overrides) -> PrepareReport:
     """``python -m xtts_ft prepare --input DIR --out DIR [--format ...]``: config from flags, then prepare.
 
     ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``), type-checked like the
-    YAML config, plus the keyword arguments of :func:`prepare_dataset` (normalizer, allowed_chars,
-    fold_homophones, progress). Unknown keys raise ConfigError.
+    YAML config, plus the keyword arguments of :func:`prepare_dataset` (allowed_chars, progress).
+    Unknown keys raise ConfigError.
     """
-    passthrough = {k: overrides.pop(k) for k in ("normalizer", "allowed_chars", "fold_homophones", "progress") if k in overrides}
+    passthrough = {k: overrides.pop(k) for k in ("allowed_chars", "progress") if k in overrides}
     if fmt != "hf" and not Path(input_dir).is_dir():
         raise DataError(f"--input '{input_dir}' is not a folder; pass your dataset folder")
     raw = {"path": str(input_dir), "format": fmt, **overrides}
     cfg = config_from_dict({"dataset": raw}, source="prepare").dataset
-    return prepare_dataset(cfg, Path(out_dir), **passthrough)
+    return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, **passthrough)

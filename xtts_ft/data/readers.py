@@ -254,7 +254,7 @@ def detect_format(root: Path, metadata_files: list[str]) -> str:
             raise DataError(f"{root / names[0]}: the file is empty; add one line per clip")
         fields = [f.strip().lower() for f in lines[0][1].split("|")]
         return "coqui" if "audio_file" in fields or _is_audio_name(fields[0]) else "ljspeech"
-    for folder, dirs, files in os.walk(root):
+    for _folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         stems = {n[:-4] for n in files if n.lower().endswith(".txt")}
         if any(_is_audio_name(n) and n.rsplit(".", 1)[0] in stems for n in files):

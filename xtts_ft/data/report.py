@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -12,7 +11,7 @@ from typing import Optional
 import numpy as np
 
 from xtts_ft.data.reasons import REASONS, Rejection
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
 
@@ -121,12 +120,6 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = temp_sibling(path)
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_reports(
     report: PrepareReport,
     out_dir: Path,
@@ -135,9 +128,9 @@ def write_reports(
     bounds: Optional[dict[str, tuple[float, float]]] = None,
 ) -> None:
     """report.json, report.txt and report.png; kept/rejected are (durations, chars_per_second)."""
-    _atomic_write(out_dir / "report.json", json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")
+    atomic_write(out_dir / "report.json", json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")
     text = report.summary_lines() + [""] + report.detail_lines()
-    _atomic_write(out_dir / "report.txt", "\n".join(text).rstrip("\n") + "\n")
+    atomic_write(out_dir / "report.txt", "\n".join(text).rstrip("\n") + "\n")
     write_plot(out_dir / "report.png", kept, rejected, bounds or {})
 
 
@@ -151,7 +144,7 @@ def write_rejections(path: Path, rejections: list[Rejection]) -> None:
         "\t".join(clean(v) for v in (r.clip_id, r.reason, r.where, r.detail))
         for r in sorted(rejections, key=lambda r: (r.clip_id, r.where))
     ]
-    _atomic_write(path, "\n".join(rows) + "\n")
+    atomic_write(path, "\n".join(rows) + "\n")
 
 
 def write_plot(
@@ -181,6 +174,4 @@ def write_plot(
             ax.axvline(limit, color="black", linestyle="--", linewidth=1)
         ax.set_title(title)
         ax.set_ylabel("clips")
-    tmp = temp_sibling(path)
-    fig.savefig(tmp, dpi=90, format="png")
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: fig.savefig(f, dpi=90, format="png"))

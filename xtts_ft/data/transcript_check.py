@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xtts_ft.asr.error_rates import error_rates
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,6 @@ def check_transcripts(
             out.results[clip_id] = (error_rates(text, heard).cer, heard)
             cache[clip_id] = {"key": key, "model": model_id, "heard": heard}
             out.transcribed += 1
-        tmp = cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, cache_path)
+        atomic_write(cache_path, json.dumps(cache, ensure_ascii=False))
         log.info("transcript check: %d/%d clips transcribed", min(start + batch, len(todo)), len(todo))
     return out

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -30,15 +29,19 @@ from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
+from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.safe_load import load_weights
+from xtts_ft.tempfiles import replace_dir
+from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
+from xtts_ft.train.state_record import TrainingState
 
 log = logging.getLogger(__name__)
 
 EXPORT_META = "xtts_ft_meta.json"
-TRAINING_STATE = "training_state.pt"
+TRAINING_STATE = STATE_FILE  # the name callers of this module know it by
 _INFERENCE_PREFIXES = ("gpt_inference.", "gpt.wte.")  # copies made by GPT.init_gpt_for_inference
 
 
@@ -103,21 +106,6 @@ def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, langua
     return raw
 
 
-def _place(tmp: Path, out_dir: Path) -> None:
-    """Rename the finished ``tmp`` to ``out_dir``; an earlier export there is replaced."""
-    if not out_dir.exists():
-        tmp.rename(out_dir)
-        return
-    if out_dir.is_dir() and not any(out_dir.iterdir()):
-        out_dir.rmdir()
-        tmp.rename(out_dir)
-        return
-    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-    out_dir.rename(old)
-    tmp.rename(out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _check_out_dir(out_dir: Path) -> None:
     if out_dir.is_file():
         raise ModelError(f"--out {out_dir}: is a file; give a folder for the export")
@@ -131,10 +119,15 @@ def export_model(
     vocab_path: Path,
     gpt_state_dict: dict,
     out_dir: Path,
+    text: TextSettings,
     language: str = "am",
     extra_meta: Optional[dict] = None,
 ) -> Path:
-    """Write the export folder (atomically) and return its path."""
+    """Write the export folder (atomically) and return its path.
+
+    ``text`` (the run's text settings) is written into the metadata, so inference tokenises
+    exactly as training did.
+    """
     vocab_path, out_dir = Path(vocab_path), Path(out_dir)
     _check_out_dir(out_dir)
     if not vocab_path.is_file():
@@ -158,6 +151,7 @@ def export_model(
         "format": 1,
         "xtts_ft_version": __version__,
         "language": language,
+        "text": text.to_dict(),
         "vocab_fingerprint": vocab_fingerprint(vocab_path),
         "text_tokens": n_tokens,
         "base_model": str(base.root),
@@ -175,13 +169,13 @@ def export_model(
     try:
         torch.save({"model": model_state}, tmp / "model.pth")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-        shutil.copyfile(vocab_path, tmp / "vocab.json")
+        shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
         shutil.copyfile(base.mel_stats_pth, tmp / "mel_stats.pth")
         if base.speakers_pth is not None:
             shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
         (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
         (tmp / "README.md").write_text(export_readme(out_dir.resolve(), meta), encoding="utf-8")
-        _place(tmp, out_dir)
+        replace_dir(tmp, out_dir)  # an earlier export there is replaced
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -199,12 +193,14 @@ def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     path = ckpt_dir / TRAINING_STATE
     if not path.is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
-    if _read_json(ckpt_dir / "meta.json").get("training_state_sha256"):
+    if _read_json(CheckpointLayout(ckpt_dir).meta).get("training_state_sha256"):
         from xtts_ft.train.checkpoint import verify_checkpoint
 
         verify_checkpoint(ckpt_dir)  # a truncated or corrupted file is named, never exported
     obj = load_weights(path, CheckpointError)
-    for key in ("gpt", "model"):
+    if isinstance(obj, dict) and "format" in obj:  # what this project's trainer writes
+        return gpt_relative_state(TrainingState.from_dict(obj, str(path)).gpt, str(path))
+    for key in ("gpt", "model"):  # a bare state dict under either name (e.g. coqui trainer style)
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             return gpt_relative_state(obj[key], str(path))
     raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")
@@ -222,25 +218,21 @@ def _read_json(path: Path) -> dict:
 
 def checkpoint_settings(ckpt_dir: Path) -> dict:
     """Language, text front-end settings and step recorded in a checkpoint folder (tolerant of gaps)."""
-    ckpt_dir = Path(ckpt_dir)
-    meta = _read_json(ckpt_dir / "meta.json")
+    files = CheckpointLayout(ckpt_dir)
+    meta = _read_json(files.meta)
     cfg: dict = {}
-    if (ckpt_dir / "config.yaml").is_file():
+    if files.config.is_file():
         try:
-            cfg = yaml.safe_load((ckpt_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+            cfg = yaml.safe_load(files.config.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
-            raise CheckpointError(f"{ckpt_dir / 'config.yaml'}: not valid YAML ({exc})") from None
+            raise CheckpointError(f"{files.config}: not valid YAML ({exc})") from None
     section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
     step = meta.get("step")
     if step is None:
-        m = re.search(r"step_(\d+)$", ckpt_dir.name)
-        step = int(m.group(1)) if m else None
+        step = files.step
     return {
         "language": section("run").get("language", "am"),
-        "text": {
-            "fold_homophones": bool(section("text").get("fold_homophones", False)),
-            "char_limit": int(section("tokenizer").get("char_limit", 200)),
-        },
+        "text": TextSettings.from_sections(section("text"), section("tokenizer")),
         "step": step,
         "checkpoint_meta": meta,
     }
@@ -254,9 +246,9 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     _check_out_dir(Path(out_dir))  # before the weights are read: a wrong --out fails at once
     if not (ckpt_dir / TRAINING_STATE).is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
-    vocab = ckpt_dir / "vocab.json"
+    vocab = CheckpointLayout(ckpt_dir).vocab
     if not vocab.is_file():
-        raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
+        raise CheckpointError(f"{ckpt_dir}: no {VOCAB_FILE}; a checkpoint folder keeps the vocabulary it was trained with")
     settings = checkpoint_settings(ckpt_dir)
     recorded = settings["checkpoint_meta"].get("vocab_fingerprint")
     if recorded and recorded != vocab_fingerprint(vocab):
@@ -265,10 +257,9 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     extra = {
         "source_checkpoint": str(ckpt_dir.resolve()),
         "step": settings["step"],
-        "text": settings["text"],
         "checkpoint_meta": settings["checkpoint_meta"],
     }
     return export_model(
         base=base, vocab_path=vocab, gpt_state_dict=gpt_state, out_dir=out_dir,
-        language=settings["language"], extra_meta=extra,
+        text=settings["text"], language=settings["language"], extra_meta=extra,
     )

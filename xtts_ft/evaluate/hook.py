@@ -18,23 +18,23 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
-from xtts_ft.evaluate.layout import INDEX_FILE, SAMPLES_DIR, step_dir_name
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
+from xtts_ft.layout import RunLayout
+from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
 MCD_SAMPLE_RATE = 22050  # both the recording and the synthesis are resampled to this for MCD
 
-EvalHook = Callable[[int, object], dict]
 
 
 def _mean(values: Sequence[float]) -> Optional[float]:
@@ -107,7 +107,7 @@ def evaluate_step(
     xtts = getattr(model, "xtts", model)
     ev = cfg.evaluation
     run_dir = Path(run_dir)
-    out_dir = run_dir / SAMPLES_DIR / step_dir_name(step)
+    out_dir = RunLayout(run_dir).samples_at(step)
     if out_dir.exists():  # a resumed or rolled-back run evaluates this step again: no stale files
         shutil.rmtree(out_dir)
     started = time.perf_counter()
@@ -145,7 +145,7 @@ def evaluate_step(
         "seconds_per_char_range": list(duration_range) if duration_range is not None else None,
         "eval_seconds": round(time.perf_counter() - started, 3),
     }
-    _append_jsonl(run_dir / SAMPLES_DIR / INDEX_FILE, _json_safe(record))
+    _append_jsonl(RunLayout(run_dir).samples_index, _json_safe(record))
     if writer is not None:
         _log_audio(writer, step, samples, "samples")
         _log_audio(writer, step, mcd_samples, "mcd_samples")

@@ -20,19 +20,11 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import EXPORT_META, TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
+from xtts_ft.layout import VOCAB_FILE, CheckpointLayout
 from xtts_ft.safe_load import first_line, load_weights, unpickling_message
-from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.text_settings import TextSettings, make_tokenizer
 
 log = logging.getLogger(__name__)
-
-
-def _tokenizer(vocab: Path, text_settings: dict, normalizer: Optional[Callable[[str], str]]) -> AmharicTokenizer:
-    return AmharicTokenizer(
-        str(vocab),
-        char_limit=int(text_settings.get("char_limit", 200)),
-        fold_homophones=bool(text_settings.get("fold_homophones", False)),
-        normalizer=normalizer,
-    )
 
 
 def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"):
@@ -58,7 +50,8 @@ def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] =
         raise ModelError(unpickling_message(model_dir / "model.pth", exc)) from None
     except (RuntimeError, FileNotFoundError, KeyError, EOFError) as exc:
         raise ModelError(f"{model_dir}: coqui cannot load this folder ({first_line(exc)})") from None
-    xtts.tokenizer = _tokenizer(model_dir / "vocab.json", meta.get("text") or {}, normalizer)
+    settings = TextSettings.from_dict(meta.get("text"), str(meta_path), ModelError)
+    xtts.tokenizer = make_tokenizer(model_dir / VOCAB_FILE, settings, normalizer=normalizer)
     return xtts.to(device), xtts.tokenizer, meta
 
 
@@ -70,10 +63,10 @@ def load_checkpoint_folder(
 
     ckpt_dir = Path(ckpt_dir)
     settings = checkpoint_settings(ckpt_dir)
-    vocab = ckpt_dir / "vocab.json"
+    vocab = CheckpointLayout(ckpt_dir).vocab
     if not vocab.is_file():
         raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
-    tokenizer = _tokenizer(vocab, settings["text"], normalizer)
+    tokenizer = make_tokenizer(vocab, settings["text"], normalizer=normalizer)
     xtts = build_xtts(base, vocab, tokenizer)
     try:
         xtts.gpt.load_state_dict(load_checkpoint_gpt_state(ckpt_dir), strict=True)
@@ -95,7 +88,7 @@ def synthesize_command(
     *,
     language: Optional[str] = None,
     base: Optional[BaseModelFiles] = None,
-    temperature: float = 0.7,
+    temperature: float,
     seed: int = 0,
     max_new_tokens: Optional[int] = None,
     normalizer: Optional[Callable[[str], str]] = None,

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xtts_ft.layout import VOCAB_FILE
+
 TOKENIZER_IMPORT = "from xtts_ft.tokenizer import AmharicTokenizer"
 EXAMPLE_TEXT = "ሰላም፣ እንዴት ነህ?"
 
 
 def tokenizer_lines(export_dir: Path, meta: dict) -> list[str]:
     """Import the tokenizer, plug it into the loaded model, synthesise (text front-end settings of the run)."""
-    text = meta.get("text") or {}
-    args = [repr(str(Path(export_dir) / "vocab.json"))]
-    if text.get("fold_homophones"):
-        args.append("fold_homophones=True")
-    if text.get("char_limit") not in (None, 200):
-        args.append(f"char_limit={int(text['char_limit'])}")
+    text = meta["text"]  # always written by export_model
+    args = [
+        repr(str(Path(export_dir) / VOCAB_FILE)),
+        f"fold_homophones={bool(text['fold_homophones'])}",
+        f"char_limit={int(text['char_limit'])}",
+    ]
     language = meta.get("language", "am")
     return [
         TOKENIZER_IMPORT,

@@ -15,6 +15,7 @@ import numpy as np
 import soundfile as sf
 
 from xtts_ft.config import EvaluationConfig
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
 
 @dataclass
@@ -37,8 +38,8 @@ def pick_references(ev: EvaluationConfig, data_dir: Path, language: Optional[str
     def of_language(rows: list[dict]) -> list[dict]:
         return [r for r in rows if language is None or r.get("language", language) == language]
 
-    train = of_language(read_metadata(data_dir / "metadata_train.csv"))
-    evals = of_language(read_metadata(data_dir / "metadata_eval.csv"))
+    train = of_language(read_metadata(data_dir / TRAIN_CSV))
+    evals = of_language(read_metadata(data_dir / EVAL_CSV))
     pace = [_duration(r["audio_file"]) / max(1, len(r["text"])) for r in train]
     spc = (float(np.percentile(pace, 5)), float(np.percentile(pace, 95))) if pace else None
     if ev.speaker_wavs:

@@ -13,19 +13,17 @@ import html
 import json
 import logging
 import math
-import os
-import re
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 from urllib.parse import quote
 
-from xtts_ft.evaluate.layout import CHECKPOINTS_DIR, INDEX_FILE, REPORT_FILE, SAMPLES_DIR
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
+from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
+from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
-_CKPT_DIR = re.compile(r"^step_(\d+)$")
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans Ethiopic",sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
@@ -141,14 +139,14 @@ def _sample_plots(index: list[dict]) -> list[str]:
 
 
 def _checkpoints(run_dir: Path) -> dict[int, str]:
-    root = run_dir / CHECKPOINTS_DIR
+    root = RunLayout(run_dir).checkpoints
     if not root.is_dir():
         return {}
     out = {}
     for d in root.iterdir():
-        m = _CKPT_DIR.match(d.name)
-        if m and d.is_dir():
-            out[int(m.group(1))] = f"{CHECKPOINTS_DIR}/{d.name}/"
+        step = step_of(d.name)
+        if step is not None and d.is_dir():
+            out[step] = f"{CHECKPOINTS_DIR}/{d.name}/"
     return out
 
 
@@ -248,8 +246,8 @@ def _sample_sections(run_dir: Path, index: list[dict]) -> str:
 def render_report(run_dir: Path) -> str:
     """The report page for ``run_dir`` as an HTML string."""
     run_dir = Path(run_dir)
-    metrics, bad_metrics = read_jsonl(run_dir / "metrics.jsonl")
-    index, bad_index = read_jsonl(run_dir / SAMPLES_DIR / INDEX_FILE)
+    metrics, bad_metrics = read_jsonl(RunLayout(run_dir).metrics)
+    index, bad_index = read_jsonl(RunLayout(run_dir).samples_index)
     train = _last_per_step(r for r in metrics if r.get("split", "train") == "train")
     evals = _last_per_step(r for r in metrics if r.get("split") == "eval")
     index = _last_per_step(index)
@@ -283,9 +281,7 @@ def render_report(run_dir: Path) -> str:
 def write_report(run_dir: Path) -> Path:
     """Write ``<run_dir>/report.html`` (atomically) and return its path."""
     run_dir = Path(run_dir)
-    out = run_dir / REPORT_FILE
-    tmp = out.with_name(f".{REPORT_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(render_report(run_dir), encoding="utf-8")
-    tmp.replace(out)
+    out = RunLayout(run_dir).report
+    atomic_write(out, render_report(run_dir))
     log.info("report written to %s", out)
     return out

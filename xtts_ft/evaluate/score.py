@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 
 def load_model(model_dir: Path, base_model: Optional[str], device: str):
     """(xtts, tokenizer, meta) of an export folder or a training checkpoint folder."""
+    from xtts_ft.evaluate.export import TRAINING_STATE
     from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
     from xtts_ft.evaluate.standalone import base_for_checkpoint
-    from xtts_ft.evaluate.export import TRAINING_STATE
 
     if (model_dir / "model.pth").is_file() and (model_dir / "config.json").is_file():
         return load_export(model_dir, device=device)

@@ -10,6 +10,7 @@ from typing import Optional
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import BaseModelConfig, Config
 from xtts_ft.errors import CheckpointError
+from xtts_ft.layout import CheckpointLayout, RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ def base_for_checkpoint(ckpt_dir: Path, source: Optional[str] = None) -> BaseMod
     if not Path(ckpt_dir).is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
     if source is None:
-        meta_path = Path(ckpt_dir) / "meta.json"
+        meta_path = CheckpointLayout(ckpt_dir).meta
         if not meta_path.is_file():
             raise CheckpointError(f"{ckpt_dir}: no meta.json; pass --base-model with the base model folder or repo id")
         try:
@@ -38,10 +39,8 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
     from xtts_ft.evaluate.infer import load_checkpoint_folder
     from xtts_ft.evaluate.references import pick_references
     from xtts_ft.evaluate.report import write_report
-    from xtts_ft.train.checkpoint import find_latest_checkpoint
-
     from xtts_ft.run_folder import read_record
-    from xtts_ft.train.checkpoint import read_meta
+    from xtts_ft.train.checkpoint import find_latest_checkpoint, read_meta
 
     run_dir = cfg.run_dir
     record = read_record(run_dir)
@@ -57,7 +56,7 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
         )
     base = resolve_base_model(cfg.base_model)
     xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
-    refs = pick_references(cfg.evaluation, run_dir / "data", cfg.run.language)
+    refs = pick_references(cfg.evaluation, RunLayout(run_dir).data, cfg.run.language)
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 
     hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,

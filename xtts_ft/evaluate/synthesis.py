@@ -29,7 +29,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.signals import raise_if_stopped, stopping_enabled
 
 log = logging.getLogger(__name__)
@@ -186,9 +186,7 @@ def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
     import soundfile as sf
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(path)
-    sf.write(str(tmp), np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV")
-    tmp.replace(path)
+    atomic_write(path, lambda f: sf.write(f, np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV"))
 
 
 def synthesize_requests(
@@ -198,7 +196,7 @@ def synthesize_requests(
     out_dir: Path,
     *,
     language: str = "am",
-    temperature: float = 0.7,
+    temperature: float,
     seed: int = 0,
     max_new_tokens: Optional[int] = None,
     seconds_per_char_range: Optional[tuple[float, float]] = None,
@@ -288,7 +286,7 @@ def synthesize_samples(
     out_dir: Path,
     *,
     language: str = "am",
-    temperature: float = 0.7,
+    temperature: float,
     seed: int = 0,
     max_new_tokens: Optional[int] = None,
     seconds_per_char_range: Optional[tuple[float, float]] = None,

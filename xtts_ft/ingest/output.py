@@ -23,7 +23,7 @@ import soundfile as sf
 from xtts_ft.data.audio import to_pcm16
 from xtts_ft.ingest.clips import Clip
 from xtts_ft.ingest.source_audio import SourceFile, read_range
-from xtts_ft.train.checkpoint import atomic_write
+from xtts_ft.tempfiles import atomic_write
 
 SEGMENTS_HEADER = ["clip_file", "source_file", "start_s", "end_s", "score", "method"]
 
@@ -65,7 +65,8 @@ class IngestReport:
                f"- clips made: {self.clips} ({self.hours:.3f} h of {self.source_hours:.3f} h of audio)",
                f"- rejected: {sum(self.rejected.values())}"]
         out += [f"  - {reason}: {n}" for reason, n in sorted(self.rejected.items())]
-        out.append(f"- transcripts: {'machine (recogniser output, not checked by a person)' if self.machine_transcripts else 'given'}")
+        machine = "machine (recogniser output, not checked by a person)"
+        out.append(f"- transcripts: {machine if self.machine_transcripts else 'given'}")
         if self.subtitle_offset:
             out.append(f"- subtitles: {self.subtitle_offset['summary']}")
         if self.unknown_letters:
@@ -117,7 +118,7 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
         name = f"wavs/clip_{number:06d}.wav"
         audio = read_range(source, clip.start, clip.end)
         data = _wav_bytes(audio, source.sample_rate)
-        atomic_write(out_dir / name, lambda f, d=data: f.write(d))
+        atomic_write(out_dir / name, data)
         rows.append(f"{name}|{_clean(clip.text)}|{speaker}|{'machine' if clip.machine else 'given'}")
         segments.append("\t".join([name, str(source.path), f"{clip.start:.3f}", f"{clip.end:.3f}",
                                    f"{clip.score:.4f}", clip.method]))
@@ -134,9 +135,8 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
     for stale in wavs.glob("clip_*.wav"):  # clips of an earlier ingest into this folder: not in metadata.csv
         if f"wavs/{stale.name}" not in made:
             stale.unlink()
-    atomic_write(out_dir / "metadata.csv", lambda f: f.write(("\n".join(rows) + "\n").encode("utf-8")))
-    atomic_write(out_dir / "segments.tsv", lambda f: f.write(("\n".join(segments) + "\n").encode("utf-8")))
-    body = json.dumps(report.__dict__, indent=2, ensure_ascii=False)
-    atomic_write(out_dir / "ingest_report.json", lambda f: f.write(body.encode("utf-8")))
-    atomic_write(out_dir / "ingest_report.md", lambda f: f.write(report.markdown().encode("utf-8")))
+    atomic_write(out_dir / "metadata.csv", "\n".join(rows) + "\n")
+    atomic_write(out_dir / "segments.tsv", "\n".join(segments) + "\n")
+    atomic_write(out_dir / "ingest_report.json", json.dumps(report.__dict__, indent=2, ensure_ascii=False))
+    atomic_write(out_dir / "ingest_report.md", report.markdown())
     return report

@@ -46,7 +46,7 @@ class Speller:
         self.delimiter_id = vocab[word_delimiter]
 
     @classmethod
-    def for_recognizer(cls, recognizer) -> "Speller":
+    def for_recognizer(cls, recognizer) -> Speller:
         return cls(recognizer.processor.tokenizer.get_vocab(), recognizer.word_delimiter)
 
     def unit(self, index: int, text: str, cue: tuple[float, float] | None = None) -> TextUnit:

@@ -232,7 +232,7 @@ def _layout(text: str, dropped: Counter[str]) -> str:
     return text
 
 
-def normalize_text(text: str, *, fold_homophones: bool = False) -> NormalizedText:
+def normalize_text(text: str, *, fold_homophones: bool) -> NormalizedText:
     """Normalise one line of Amharic (possibly code-switched) text; see the module docstring."""
     dropped: Counter[str] = Counter()
     if not text or text.isspace():
@@ -281,7 +281,7 @@ def normalize_text(text: str, *, fold_homophones: bool = False) -> NormalizedTex
     return NormalizedText(text, dropped)
 
 
-def normalize_lines(lines: Iterable[str], **kwargs: bool) -> Iterator[NormalizedText]:
-    """Normalise each line (trailing newline ignored); keyword arguments as :func:`normalize_text`."""
+def normalize_lines(lines: Iterable[str], *, fold_homophones: bool) -> Iterator[NormalizedText]:
+    """Normalise each line (trailing newline ignored), as :func:`normalize_text`."""
     for line in lines:
-        yield normalize_text(line, **kwargs)
+        yield normalize_text(line, fold_homophones=fold_homophones)

@@ -30,14 +30,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
-#: Inclusive code-point ranges of the Ethiopic blocks: Ethiopic, Ethiopic Supplement,
-#: Ethiopic Extended, Ethiopic Extended-A and Ethiopic Extended-B.
+#: Inclusive code-point ranges of the Ethiopic blocks Amharic text can hold: Ethiopic, Ethiopic
+#: Supplement, Ethiopic Extended and Ethiopic Extended-A. The one definition: the normaliser keeps
+#: these letters and the tokenizer reserves a token for each of them (xtts_ft/tokenizer/ethiopic.py).
+#: Ethiopic Extended-B (U+1E7E0-U+1E7FF, Gurage syllables) is left out on purpose: Amharic does not
+#: use it, and a letter kept here without a reserved token would reach the model as [UNK].
 ETHIOPIC_RANGES: tuple[tuple[int, int], ...] = (
     (0x1200, 0x137F),
     (0x1380, 0x139F),
     (0x2D80, 0x2DDF),
     (0xAB00, 0xAB2F),
-    (0x1E7E0, 0x1E7FF),
 )
 
 
@@ -76,9 +78,12 @@ _LETTER_RUNS = _letter_ranges()
 ETHIOPIC_LETTER_CLASS = "".join(
     chr(lo) if lo == hi else f"{chr(lo)}-{chr(hi)}" for lo, hi in _LETTER_RUNS
 )
-#: Shorter class body for word-boundary look-arounds: whole syllable ranges of each block,
+#: Shorter class body for word-boundary look-arounds: first to last letter of each block,
 #: unassigned gaps included (cheaper to compile many times; gaps never occur in real text).
-ETHIOPIC_LETTER_SPAN = "\u1200-\u135a\u1380-\u138f\u2d80-\u2dde\uab01-\uab2e\U0001e7e0-\U0001e7fe"
+ETHIOPIC_LETTER_SPAN = "".join(
+    f"{chr(min(lo for lo, _ in runs))}-{chr(max(hi for _, hi in runs))}"
+    for runs in ([r for r in _LETTER_RUNS if first <= r[0] <= last] for first, last in ETHIOPIC_RANGES)
+)
 _LETTERS = frozenset(chr(cp) for lo, hi in _LETTER_RUNS for cp in range(lo, hi + 1))
 
 

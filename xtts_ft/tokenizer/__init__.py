@@ -7,7 +7,7 @@
 """
 
 from xtts_ft.tokenizer.command import read_text_lines, tokenizer_command
-from xtts_ft.tokenizer.extend import build_extended_vocab, project_normalizer
+from xtts_ft.tokenizer.extend import build_extended_vocab
 from xtts_ft.tokenizer.fingerprint import check_vocab_matches, vocab_fingerprint
 from xtts_ft.tokenizer.report import TOKENS_PER_CHAR_DEFINITION, TokenizerReport
 from xtts_ft.tokenizer.resize import resize_text_rows
@@ -20,7 +20,6 @@ __all__ = [
     "build_extended_vocab",
     "canonical_language",
     "check_vocab_matches",
-    "project_normalizer",
     "read_text_lines",
     "resize_text_rows",
     "tokenizer_command",

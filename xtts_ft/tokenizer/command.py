@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 from xtts_ft.errors import TokenizerError
 from xtts_ft.tokenizer.extend import build_extended_vocab
@@ -50,9 +50,9 @@ def tokenizer_command(
     text_files: list[Path],
     new_tokens: int,
     out_dir: Path,
-    normalizer: Optional[Callable[[str], str]] = None,
+    normalizer: Callable[[str], str],
     *,
-    min_frequency: int = 2,
+    min_frequency: int,
     eval_files: Sequence[Path] = (),
 ) -> TokenizerReport:
     """Build ``out_dir/vocab.json`` and ``out_dir/report.json`` from text files; see build_extended_vocab.

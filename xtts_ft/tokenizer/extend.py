@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.layout import VOCAB_FILE
 from xtts_ft.tokenizer.bpe import learn_merges, target_words
 from xtts_ft.tokenizer.ethiopic import ethiopic_characters, is_ethiopic
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -39,13 +40,6 @@ from xtts_ft.tokenizer.vocab_file import (
 log = logging.getLogger(__name__)
 
 LANGUAGE_TOKEN = "[am]"
-
-
-def project_normalizer(fold_homophones: bool = False) -> Callable[[str], str]:
-    """The project's Amharic normaliser (xtts_ft.text), the same one AmharicTokenizer uses at encode time."""
-    from xtts_ft.text import normalize_text
-
-    return lambda text: normalize_text(text, fold_homophones=fold_homophones).text
 
 
 def _normalise_all(texts: Iterable[str], normalizer: Callable[[str], str]) -> list[str]:
@@ -148,21 +142,20 @@ def build_extended_vocab(
     new_tokens: int,
     out_dir: Path,
     *,
-    min_frequency: int = 2,
-    normalizer: Optional[Callable[[str], str]] = None,
+    min_frequency: int,
+    normalizer: Callable[[str], str],
     eval_texts: Iterable[str] = (),
 ) -> TokenizerReport:
     """Write ``out_dir/vocab.json`` (base + Amharic) and ``out_dir/report.json``; return the report.
 
     ``texts`` are the training transcripts (+ extra text), one sentence each; they and
-    ``eval_texts`` are normalised with ``normalizer`` (default: the project's Amharic normaliser,
+    ``eval_texts`` are normalised with ``normalizer`` (the run's: ``xtts_ft.text_settings.make_normalizer``,
     the one :class:`AmharicTokenizer` applies at encode time) before training and measuring.
     Tokens per character: see :mod:`xtts_ft.tokenizer.report` (``[SPACE]`` counts as a token,
     characters of the normalised text, spaces included).
     """
     started = time.perf_counter()
     base_vocab, out_dir = Path(base_vocab), Path(out_dir)
-    normalizer = normalizer or project_normalizer()
     table = read_vocab(base_vocab)
     moved = id_mismatches(table)
     if moved:
@@ -182,7 +175,7 @@ def build_extended_vocab(
     moved = id_mismatches(table)
     if moved:  # a bug here, not a user mistake: never write a vocabulary that moves base ids
         raise RuntimeError(f"extended vocabulary would load with different ids: {', '.join(moved[:5])}")
-    vocab_path = out_dir / "vocab.json"
+    vocab_path = out_dir / VOCAB_FILE
     write_vocab(table, vocab_path)
 
     tok = load_tokenizer(vocab_path)

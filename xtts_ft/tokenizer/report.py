@@ -37,7 +37,7 @@ class TokenizerReport:
     requested_new_tokens: int = 0
     characters_added: int = 0
     merges_added: int = 0
-    min_frequency: int = 2
+    min_frequency: int = 0  # as given to build_extended_vocab (tokenizer.min_frequency)
     train_texts: int = 0
     train_characters: int = 0
     eval_texts: int = 0

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.tempfiles import atomic_write
 
 REQUIRED_SPECIALS = ("[STOP]", "[UNK]", "[SPACE]")
 
@@ -118,15 +118,7 @@ def write_vocab(table: VocabTable, out_path: Path) -> None:
 
 
 def write_json_atomic(out_path: Path, obj: Any, indent: int | None = 2) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=out_path.name, suffix=".tmp", dir=out_path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, ensure_ascii=False, indent=indent)
-            fh.write("\n")
-        os.replace(tmp, out_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(out_path, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
 
 
 def load_tokenizer(path: str | os.PathLike[str]):

@@ -34,16 +34,18 @@ class AmharicTokenizer(VoiceBpeTokenizer):
     """A VoiceBpeTokenizer that also encodes Amharic ('am' / 'amh') with the extended vocab.
 
     ``normalizer`` turns raw Amharic text into what the vocabulary was trained on; it must be the
-    one given to ``build_extended_vocab``. Default: the project's ``xtts_ft.text.normalize_text``
-    (imported on first Amharic use, so English-only use works without it).
+    one given to ``build_extended_vocab``. Default: the project's ``xtts_ft.text.normalize_text`` with
+    ``fold_homophones`` (imported on first Amharic use, so English-only use works without it).
+    ``char_limit`` and ``fold_homophones`` have no defaults here: build it with
+    ``xtts_ft.text_settings.make_tokenizer`` from the run's config or the export's settings.
     """
 
     def __init__(
         self,
         vocab_file: str | os.PathLike[Any] | None = None,
         *,
-        char_limit: int = 200,
-        fold_homophones: bool = False,
+        char_limit: int,
+        fold_homophones: bool,
         normalizer: Optional[Callable[[str], str]] = None,
     ):
         self.vocab_file = vocab_file
@@ -60,9 +62,9 @@ class AmharicTokenizer(VoiceBpeTokenizer):
     def preprocess_text(self, txt: str, lang: str) -> str:
         if lang in AMHARIC_CODES:
             if self._normalize is None:
-                from xtts_ft.tokenizer.extend import project_normalizer
+                from xtts_ft.text_settings import TextSettings, make_normalizer
 
-                self._normalize = project_normalizer(self._fold_homophones)
+                self._normalize = make_normalizer(TextSettings(self._fold_homophones, self.char_limits[LANGUAGE]))
             return self._normalize(txt)
         return super().preprocess_text(txt, lang)
 

@@ -29,60 +29,30 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.layout import CONFIG_FILE, META_FILE, STATE_FILE, VOCAB_FILE, RunLayout, step_dir_name, step_of
 from xtts_ft.safe_load import load_weights
+from xtts_ft.tempfiles import atomic_write, fsync_dir, replace_dir
+from xtts_ft.train.state_record import FORMAT, TrainingState
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
-STATE_FILE = "training_state.pt"
-META_FILE = "meta.json"
-FORMAT = 1
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 _verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, to hash each file once
 
 
 def checkpoint_root(run_dir: Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+    return RunLayout(run_dir).checkpoints
 
 
-def step_dir_name(step: int) -> str:
-    return f"step_{step:06d}"
-
-
-# --- atomic writing -------------------------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    """Write ``path`` through ``write(file)`` into a temp file beside it, fsync, rename, fsync the dir."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+# --- atomic writing: xtts_ft.tempfiles.atomic_write (durable=True for every checkpoint file) ------
 
 
 def write_state(state: dict, f) -> None:
@@ -103,37 +73,31 @@ def file_sha256(path: Path) -> str:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, state: dict, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None]
+    run_dir: Path, state: TrainingState, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None]
 ) -> Path:
     """Write ``checkpoints/step_<step>/`` atomically and return its path."""
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    step = state.step
     final = root / step_dir_name(step)
     stage = root / f".tmp_{final.name}_{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        atomic_write(stage / STATE_FILE, lambda f: write_state(state, f))
-        atomic_write(stage / "vocab.json", lambda f: f.write(Path(vocab_path).read_bytes()))
+        atomic_write(stage / STATE_FILE, lambda f: write_state(state.to_dict(), f), durable=True)
+        atomic_write(stage / VOCAB_FILE, Path(vocab_path).read_bytes(), durable=True)
         tmp_cfg = stage / ".config.yaml.tmp"
         write_config(tmp_cfg)
-        atomic_write(stage / "config.yaml", lambda f: f.write(tmp_cfg.read_bytes()))
+        atomic_write(stage / CONFIG_FILE, tmp_cfg.read_bytes(), durable=True)
         tmp_cfg.unlink()
         meta = {**meta, "format": FORMAT, "step": int(step), "training_state_sha256": file_sha256(stage / STATE_FILE),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        atomic_write(stage / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode("utf-8")))
-        _fsync_dir(stage)
+        atomic_write(stage / META_FILE, json.dumps(meta, indent=2), durable=True)
+        fsync_dir(stage)
     except BaseException:  # e.g. disk full: drop the partial folder now (frees its space), then report
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    if final.exists():  # the same step saved again (e.g. after a rollback): swap the folders
-        trash = root / f".trash_{final.name}_{os.getpid()}"
-        os.replace(final, trash)
-        os.replace(stage, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(stage, final)
-    _fsync_dir(root)
+    replace_dir(stage, final, durable=True)  # the same step saved again (e.g. after a rollback): swapped
     return final
 
 
@@ -142,7 +106,7 @@ def clean_staging(run_dir: Path) -> None:
     root = checkpoint_root(run_dir)
     if root.is_dir():
         for p in root.iterdir():
-            if p.name.startswith((".tmp_", ".trash_")):
+            if p.name.startswith((".tmp_", ".trash_")) or ".old-" in p.name:  # see tempfiles.replace_dir
                 shutil.rmtree(p, ignore_errors=True)
 
 
@@ -184,15 +148,12 @@ def verify_checkpoint(ckpt_dir: Path) -> dict:
     return meta
 
 
-def load_training_state(ckpt_dir: Path) -> dict:
-    """The verified training state (``weights_only=True``), with its meta.json under ``"meta"``."""
+def load_training_state(ckpt_dir: Path) -> TrainingState:
+    """The verified training state (checksum, then ``weights_only=True``); its meta.json: :func:`verify_checkpoint`."""
     ckpt_dir = Path(ckpt_dir)
-    meta = verify_checkpoint(ckpt_dir)
-    state = load_weights(ckpt_dir / STATE_FILE, CheckpointError)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt_dir / STATE_FILE}: not a training state of format {FORMAT}; start a new run dir")
-    state["meta"] = meta
-    return state
+    verify_checkpoint(ckpt_dir)
+    path = ckpt_dir / STATE_FILE
+    return TrainingState.from_dict(load_weights(path, CheckpointError), str(path))
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -202,9 +163,9 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / META_FILE).is_file():
-            found.append((int(m.group(1)), p))
+        step = step_of(p.name)
+        if step is not None and p.is_dir() and (p / META_FILE).is_file():
+            found.append((step, p))
     return sorted(found)
 
 

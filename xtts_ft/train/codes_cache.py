@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.data import Clip, read_segment
 
 log = logging.getLogger(__name__)
@@ -73,13 +73,6 @@ def _is_valid(path: Path, expected: int) -> bool:
     return arr.shape == (expected,)
 
 
-def _save_atomic(path: Path, codes: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, codes)
-    os.replace(tmp, path)
-
-
 def build_codes_cache(
     model,
     clips: Sequence[Clip],
@@ -117,5 +110,6 @@ def build_codes_cache(
         codes = codes_for_batch(model, wav.to(device)).to("cpu")
         for row, i in enumerate(batch):
             n = num_codes(clips[i].num_samples, stride)
-            _save_atomic(paths[i], codes[row, :n].numpy().astype(np.int16))
+            saved = codes[row, :n].numpy().astype(np.int16)
+            atomic_write(paths[i], lambda f, saved=saved: np.save(f, saved))
     return paths

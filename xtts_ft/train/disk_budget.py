@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from xtts_ft.config import Config
 from xtts_ft.errors import DiskSpaceError
+from xtts_ft.layout import RunLayout
 
 GB = 1e9
 _CODE_BYTES_PER_AUDIO_BYTE = 8 / (2 * 1024)  # int64 code per 1024 16-bit samples (code stride)
@@ -62,16 +63,17 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
         checkpoints = 2 * full + (ck.keep_last - 1 + best + 1) * weights
     else:
         checkpoints = (ck.keep_last + best + 1) * full  # the one being written before the oldest is pruned
-    checkpoints -= folder_bytes(run_dir / "checkpoints")
+    files = RunLayout(run_dir)
+    checkpoints -= folder_bytes(files.checkpoints)
     if evaluations is None:
         every = ev.every_steps or cfg.training.max_steps
         evaluations = cfg.training.max_steps // every + 2  # at the start and at the end too
     per_eval = (len(ev.sentences) * ev.max_speakers + ev.mcd_clips) * _SAMPLE_SECONDS * 24000 * 2
-    samples = evaluations * per_eval - folder_bytes(run_dir / "samples")
+    samples = evaluations * per_eval - folder_bytes(files.samples)
     export = base_model_pth.stat().st_size if base_model_pth and base_model_pth.is_file() else weights
     # one dataset: data/wavs; a dataset list: data/datasets/<i>_<name>/wavs (xtts_ft.data.multi)
-    wavs = sum(folder_bytes(p) for p in [run_dir / "data" / "wavs", *(run_dir / "data" / "datasets").glob("*/wavs")])
-    caches = int(wavs * _CODE_BYTES_PER_AUDIO_BYTE) - folder_bytes(run_dir / "cache")
+    wavs = sum(folder_bytes(p) for p in [files.data / "wavs", *files.listed_datasets.glob("*/wavs")])
+    caches = int(wavs * _CODE_BYTES_PER_AUDIO_BYTE) - folder_bytes(files.cache)
     return DiskEstimate(full, weights, max(0, checkpoints), max(0, samples), export, max(0, caches))
 
 

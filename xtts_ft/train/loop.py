@@ -33,40 +33,67 @@ import numpy as np
 import torch
 
 from xtts_ft.base_model import BaseModelFiles
-from xtts_ft.config import Config, dump_config
+from xtts_ft.config import Config, TrainingConfig, dump_config
 from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
 from xtts_ft.evaluate.best_metric import best_score
+from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
+from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
-from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.evaluation import eval_losses
-from xtts_ft.train.memory import (ddp_ignore, enable_gradient_checkpointing, modules_on, offload_plan, place_modules,
-                                   plan_accumulation, probe_batch_size, release_memory)
+from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
+from xtts_ft.train.memory import (
+    ddp_ignore,
+    enable_gradient_checkpointing,
+    modules_on,
+    offload_plan,
+    place_modules,
+    plan_accumulation,
+    probe_batch_size,
+    release_memory,
+)
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
-from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
+from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.train.slim import slim_older_checkpoints
-from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
 from xtts_ft.train.stability import (
-    Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, fetch_step_stats, gpt_state_dict, to_cpu,
+    Snapshot,
+    StabilityGuard,
+    StepStats,
+    diagnose_nonfinite,
+    fetch_step_stats,
+    gpt_state_dict,
+    to_cpu,
 )
+from xtts_ft.train.state_record import TrainingState
+from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
 
 log = logging.getLogger(__name__)
 
-EvalHook = Callable[[int, XttsTrainingModel], dict[str, float]]
-FaultInjector = Callable[[int], Optional[str]]  # tests only: step -> "loss_nan" | "grad_nan" | None
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What one optimizer step consumes: ``batch_size`` clips x ``grad_accum_steps`` micro-batches x ranks."""
+
+    batch_size: int
+    grad_accum_steps: int
+    world_size: int
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.batch_size * self.grad_accum_steps * self.world_size
 
 
 @dataclass
@@ -94,9 +121,9 @@ def train(cfg: Config, *, base: BaseModelFiles, vocab_path: Path, base_vocab_siz
 
 def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callable] = None,
                  fault_injector: Optional[FaultInjector] = None, **kwargs) -> TrainResult:
-    """``train`` plus test hooks: a ready tokenizer, a model factory, and a fault injector."""
-    recipe = FineTuneRecipe(cfg, tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector,
-                            **kwargs)
+    """``train`` plus test hooks: a ready tokenizer, a model factory, and a fault injector (:class:`TrainingHooks`)."""
+    hooks = TrainingHooks(tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector)
+    recipe = FineTuneRecipe(cfg, hooks=hooks, **kwargs)
     with StopSignals() as signals:
         recipe.signals = signals
         try:
@@ -111,17 +138,51 @@ def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callabl
 
 
 class FineTuneRecipe:
-    def __init__(self, cfg: Config, *, base, vocab_path, base_vocab_size, train_csv, eval_csv, run_dir, eval_hook=None,
-                 max_steps_override=None, tokenizer=None, model_factory=None, fault_injector=None, command_line=None):
+    """The fine-tuning loop. ``setup`` builds, in order: the model, the data (clips and DVAE codes), the
+    batch plan, the optimizer and the resume state; then ``train`` runs steps until max_steps or a stop.
+    Every attribute is declared here (None until setup builds it); ``self.cfg`` never changes after this."""
+
+    def __init__(self, cfg: Config, *, base: BaseModelFiles, vocab_path: Path, base_vocab_size: int, train_csv: Path,
+                 eval_csv: Path, run_dir: Path, eval_hook: Optional[EvalHook] = None,
+                 max_steps_override: Optional[int] = None, command_line: Optional[CommandLine] = None,
+                 hooks: Optional[TrainingHooks] = None):
         if max_steps_override is not None:
             training = dataclasses.replace(cfg.training, max_steps=int(max_steps_override))
             cfg = dataclasses.replace(cfg, training=training)
         self.cfg, self.tcfg = cfg, cfg.training
         self.base, self.vocab_path, self.base_vocab_size = base, Path(vocab_path), int(base_vocab_size)
         self.train_csv, self.eval_csv, self.run_dir = Path(train_csv), Path(eval_csv), Path(run_dir)
-        self.eval_hook, self.tokenizer, self.model_factory = eval_hook, tokenizer, model_factory
-        self.fault_injector = fault_injector
+        self.eval_hook = eval_hook
+        self.hooks = hooks or TrainingHooks()
+        self.tokenizer = self.hooks.tokenizer
         self.command_line = command_line
+        # built by setup(), in this order
+        self.device: Optional[torch.device] = None
+        self.is_main = True
+        self.cpu_plan = None
+        self.model: Optional[XttsTrainingModel] = None
+        self.vocab_fp = ""
+        self.limits: Optional[Limits] = None
+        self.policy = None
+        self.train_clips: list = []
+        self.eval_clips: list = []
+        self.data_reports: dict = {}
+        self.train_set: Optional[ClipDataset] = None
+        self.eval_set: Optional[ClipDataset] = None
+        self.offloaded: tuple = ()
+        self.plan: Optional[BatchPlan] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.trainable: list = []
+        self.save_time: Optional[SaveTimeCheck] = None
+        self.new_rows: Optional[NewTokenRows] = None
+        self.guard: Optional[StabilityGuard] = None
+        self.scaler = None
+        self.sampler: Optional[ResumableBatchSampler] = None
+        self.data_position: tuple[int, int] = (0, 0)
+        self.ddp_model = None
+        self.runner: Optional[MicroBatchRunner] = None
+        self.snapshot: Optional[Snapshot] = None
+        self.lr = 0.0
         self.stop_where: Optional[str] = None  # what the run was doing when it noticed a stop request
         self.run = None  # the run folder's RunRecord: whose checkpoints are ours
         self.max_steps = self.tcfg.max_steps
@@ -149,16 +210,7 @@ class FineTuneRecipe:
         # the pipeline claimed the folder already (with the run's fingerprint); direct callers are checked here
         record = claim_run_folder(self.run_dir, fingerprint=None, resume=cfg.checkpoint.resume) if self.is_main else None
         self.run = self.dist.broadcast_object(record)
-        if self.tokenizer is None:
-            from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
-
-            self.tokenizer = AmharicTokenizer(self.vocab_path, char_limit=cfg.tokenizer.char_limit,
-                                              fold_homophones=cfg.text.fold_homophones)
-        self.model = (self.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
-        self.model.to(self.device)
-        if tcfg.gradient_checkpointing:
-            enable_gradient_checkpointing(self.model.xtts.gpt)
-        self.model.train()
+        self.model = self._build_model()
         self.vocab_fp = vocab_fingerprint(self.vocab_path)
         self.limits = Limits(**model_limits(self.model.xtts))
         # every rank checks (same disk, same answer), before the data, the code cache and the first step
@@ -167,16 +219,16 @@ class FineTuneRecipe:
         self.policy = resolve_precision(cfg.precision.mode, self.device)
 
         # data: every clip checked up front; DVAE codes cached once
-        self._load_data()
-        self._prepare_codes()
+        self.train_clips, self.eval_clips, self.data_reports = self._load_data()
+        self.train_set, self.eval_set = self._prepare_codes()
         self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
         place_modules(self.model, self.offloaded, torch.device("cpu"))
         release_memory(self.device)
         chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir, self.run.owns) if self.is_main else None
         path = self.dist.broadcast_object(chosen)
         state = ckpt.load_training_state(path) if path is not None else None
-        batch_size = self._resolve_batch_size(state)
-        cfg, tcfg = self.cfg, self.tcfg  # grad_accum_steps may now be derived from effective_batch_size
+        self.plan = self._plan_batches(state)
+        batch_size = self.plan.batch_size
 
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
@@ -188,8 +240,8 @@ class FineTuneRecipe:
         self.guard = StabilityGuard(cfg.stability)
         position = self._restore(state, path) if state is not None else (0, 0)
         self.scaler = make_scaler(self.policy, cfg.precision)
-        if state is not None and self.policy.scaler_enabled and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
+        if state is not None and self.policy.scaler_enabled and state.scaler:
+            self.scaler.load_state_dict(state.scaler)
 
         self.sampler = ResumableBatchSampler([c.num_samples for c in self.train_clips], batch_size, cfg.run.seed,
                                              rank=self.dist.rank, world_size=self.dist.world_size,
@@ -212,32 +264,46 @@ class FineTuneRecipe:
                                      log_every=tcfg.log_every)
         if path is not None:
             self.metrics.event(self.step, "resume", checkpoint=str(path))
-        self.samples_per_step = batch_size * tcfg.grad_accum_steps * self.dist.world_size
         log.info("training %d clips on %s (%s): batch %d x accum %d x %d process(es) = effective batch %d; "
                  "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(self.train_clips), self.device,
-                 self.policy.name, batch_size, tcfg.grad_accum_steps, self.dist.world_size, self.samples_per_step,
+                 self.policy.name, batch_size, self.plan.grad_accum_steps, self.dist.world_size,
+                 self.plan.samples_per_step,
                  self.step, self.max_steps, "on" if tcfg.cache_dvae_codes else "off",
                  ", ".join(self.offloaded) or "nothing")
         self._seed_or_restore_rng()  # last: nothing after it may draw random numbers before step 1
 
-    def _load_data(self) -> None:
+    def _build_model(self) -> XttsTrainingModel:
+        """The training model on the device (the run's tokenizer first, unless a test hook gave one)."""
+        if self.tokenizer is None:
+            from xtts_ft.text_settings import TextSettings, make_tokenizer
+
+            self.tokenizer = make_tokenizer(self.vocab_path, TextSettings.from_config(self.cfg))
+        model = (self.hooks.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
+        model.to(self.device)
+        if self.tcfg.gradient_checkpointing:
+            enable_gradient_checkpointing(model.xtts.gpt)
+        model.train()
+        return model
+
+    def _load_data(self) -> tuple[list, list, dict]:
+        """(train clips, eval clips, per-split reports): every clip checked up front."""
         lang, show = self.cfg.run.language, self.is_main
-        self.train_clips, train_report = load_clips(self.train_csv, self.tokenizer, lang, self.limits, progress=show)
-        self.eval_clips, eval_report = load_clips(self.eval_csv, self.tokenizer, lang, self.limits, progress=show)
-        self.data_reports = {"train": train_report.to_dict(), "eval": eval_report.to_dict()}
+        train_clips, train_report = load_clips(self.train_csv, self.tokenizer, lang, self.limits, progress=show)
+        eval_clips, eval_report = load_clips(self.eval_csv, self.tokenizer, lang, self.limits, progress=show)
         for report in (train_report, eval_report):
             if self.is_main:
                 (log.warning if report.rejected else log.info)("data: %s", report.summary())
-        if not self.train_clips:
+        if not train_clips:
             raise DataError(f"{self.train_csv}: no usable training clip; {train_report.summary()}")
-        if not self.eval_clips and self.is_main:
+        if not eval_clips and self.is_main:
             log.warning("data: %s has no usable clip: eval losses are skipped", self.eval_csv)
+        return train_clips, eval_clips, {"train": train_report.to_dict(), "eval": eval_report.to_dict()}
 
-    def _prepare_codes(self) -> None:
-        """With the cache: codes of every clip on disk (rank 0 computes, the others reuse); datasets built."""
+    def _prepare_codes(self) -> tuple[ClipDataset, ClipDataset]:
+        """(train set, eval set); with the cache, codes of every clip on disk (rank 0 computes, the others reuse)."""
         paths = None
         if self.tcfg.cache_dvae_codes:
-            cache_dir = self.run_dir / "cache" / "dvae_codes"
+            cache_dir = RunLayout(self.run_dir).codes_cache
             clips = self.train_clips + self.eval_clips
             stop = lambda: self.signals.requested  # noqa: E731
             if self.is_main:
@@ -248,14 +314,14 @@ class FineTuneRecipe:
         n = len(self.train_clips)
         common = dict(sample_rate=self.limits.sample_rate, cond_min_s=self.tcfg.min_conditioning_s,
                       cond_max_s=self.tcfg.max_conditioning_s, seed=self.cfg.run.seed)
-        self.train_set = ClipDataset(self.train_clips, train=True, code_paths=paths[:n] if paths else None, **common)
-        self.eval_set = ClipDataset(self.eval_clips, train=False, code_paths=paths[n:] if paths else None, **common)
+        return (ClipDataset(self.train_clips, train=True, code_paths=paths[:n] if paths else None, **common),
+                ClipDataset(self.eval_clips, train=False, code_paths=paths[n:] if paths else None, **common))
 
-    def _resolve_batch_size(self, state: Optional[dict]) -> int:
-        """The micro-batch size (``auto``: reused from the checkpoint, else probed); sets grad_accum_steps."""
+    def _plan_batches(self, state: Optional[TrainingState]) -> BatchPlan:
+        """The micro-batch size (``auto``: reused from the checkpoint, else probed) and the accumulation."""
         tcfg, world = self.tcfg, self.dist.world_size
         auto = tcfg.batch_size == "auto"
-        saved = int(((state or {}).get("sampler") or {}).get("batch_size", -1))
+        saved = int(state.sampler.get("batch_size", -1)) if state is not None else -1
         if auto and saved > 0:  # the same batches as before the stop: exact resume
             size = saved
             log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again",
@@ -276,17 +342,20 @@ class FineTuneRecipe:
         if tcfg.effective_batch_size is not None:
             log.info("effective batch: %d x %d accumulation x %d process(es) = %d (training.effective_batch_size %d)",
                      size, accum, world, size * accum * world, tcfg.effective_batch_size)
-        if accum != tcfg.grad_accum_steps:
-            self.cfg = dataclasses.replace(self.cfg, training=dataclasses.replace(tcfg, grad_accum_steps=accum))
-            self.tcfg = self.cfg.training
-        self.batch_size = size
-        return size
+        return BatchPlan(batch_size=size, grad_accum_steps=accum, world_size=world)
 
-    def _restore(self, state: dict, path: Path) -> tuple[int, int]:
+    def effective_config(self) -> Config:
+        return dataclasses.replace(self.cfg, training=self.effective_training())
+
+    def effective_training(self) -> TrainingConfig:
+        """training config with the planned accumulation (what the checkpoint records and resume compares)."""
+        return dataclasses.replace(self.tcfg, grad_accum_steps=self.plan.grad_accum_steps)
+
+    def _restore(self, state: TrainingState, path: Path) -> tuple[int, int]:
         """Continue from a verified checkpoint; returns the sampler position."""
         check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt, cfg=self.cfg)
         point = apply_checkpoint(
-            state, path, gpt=self.model.gpt, optimizer=self.optimizer, guard=self.guard, tcfg=self.tcfg,
+            state, path, gpt=self.model.gpt, optimizer=self.optimizer, guard=self.guard, tcfg=self.effective_training(),
             policy=self.policy, device=self.device, rank=self.dist.rank, world_size=self.dist.world_size,
             sampler_key=self._sampler_key(),
         )
@@ -298,7 +367,7 @@ class FineTuneRecipe:
 
     def _sampler_key(self) -> dict:
         """What must not change for the saved data position to mean the same batches."""
-        return {"world_size": self.dist.world_size, "batch_size": self.batch_size, "num_clips": len(self.train_clips),
+        return {"world_size": self.dist.world_size, "batch_size": self.plan.batch_size, "num_clips": len(self.train_clips),
                 "seed": self.cfg.run.seed}
 
     def _seed_or_restore_rng(self) -> None:
@@ -391,10 +460,10 @@ class FineTuneRecipe:
 
     def train_step(self):
         """One optimizer step over ``grad_accum_steps`` micro-batches; returns the fetched StepStats."""
-        accum = self.tcfg.grad_accum_steps
+        accum = self.plan.grad_accum_steps
         lr = get_lr(self.step, self.tcfg) * self.lr_factor
         set_lr(self.optimizer, lr)
-        fault = self.fault_injector(self.step) if self.fault_injector else None
+        fault = self.hooks.fault_injector(self.step) if self.hooks.fault_injector else None
         rows, kept_inputs, kept_clips = [], [], []
 
         def forward(piece: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -476,7 +545,7 @@ class FineTuneRecipe:
             self._switch_precision(stats.loss_scale * pcfg.backoff_factor)
             outcome = "skip"
         self.metrics.train_step(self.step, stats, lr=self.lr, guard=self.guard, precision=self.policy.name,
-                                epoch=self.data_position[0], samples=self.samples_per_step, seconds=seconds)
+                                epoch=self.data_position[0], samples=self.plan.samples_per_step, seconds=seconds)
         if outcome == "rollback":
             failed_at = self.step
             self.step = self.snapshot.restore(self.model.gpt, self.optimizer)  # the loss scale stays as it is
@@ -590,15 +659,15 @@ class FineTuneRecipe:
         rngs = self.dist.all_gather_object(ckpt.capture_rng(self.device))
         error = None
         if self.is_main:
-            state = {
-                "format": ckpt.FORMAT, "step": self.step, "epoch": self.data_position[0],
-                "gpt": to_cpu(gpt_state_dict(self.model.gpt)), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(), "sampler": self._sampler_state(), "rng": rngs,
-                "stability": self.guard.state_dict(), "lr_factor": self.lr_factor, "precision": self.policy.name,
-                "first_eval_loss": self.first_eval_loss, "best_eval_loss": self.best_eval_loss,
-                "last_eval_loss": self.last_eval_loss, "training_config": dataclasses.asdict(self.tcfg),
-                "vocab_fingerprint": self.vocab_fp, "base_vocab_size": self.base_vocab_size,
-            }
+            state = TrainingState(
+                step=self.step, epoch=self.data_position[0], gpt=to_cpu(gpt_state_dict(self.model.gpt)),
+                optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
+                sampler=self._sampler_state(), rng=rngs, stability=self.guard.state_dict(),
+                lr_factor=self.lr_factor, precision=self.policy.name, first_eval_loss=self.first_eval_loss,
+                best_eval_loss=self.best_eval_loss, last_eval_loss=self.last_eval_loss,
+                training_config=dataclasses.asdict(self.effective_training()), vocab_fingerprint=self.vocab_fp,
+                base_vocab_size=self.base_vocab_size,
+            )
             meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
                     "base_model": str(self.base.root),
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
@@ -607,8 +676,8 @@ class FineTuneRecipe:
             try:
                 self._keep_foreign_checkpoint()
                 started = time.perf_counter()
-                path = ckpt.save_checkpoint(self.run_dir, self.step, state, meta, vocab_path=self.vocab_path,
-                                            write_config=lambda p: dump_config(self.cfg, p))
+                path = ckpt.save_checkpoint(self.run_dir, state, meta, vocab_path=self.vocab_path,
+                                            write_config=lambda p: dump_config(self.effective_config(), p))
                 self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
                                        owner=self.run.owns, metric=self.cfg.checkpoint.best_metric)

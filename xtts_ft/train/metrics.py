@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from tqdm import tqdm
 
-from xtts_ft.tempfiles import temp_sibling
+from xtts_ft.layout import RunLayout
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.stability import StabilityGuard, StepStats
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,7 @@ def _drop_lines_after(path: Path, step: int) -> int:
             else:
                 dropped += 1
     if dropped:
-        tmp = temp_sibling(path)
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, "".join(kept))
     return dropped
 
 
@@ -82,12 +80,13 @@ class MetricsLogger:
         run_dir.mkdir(parents=True, exist_ok=True)
         # A resumed run trains again the steps after its checkpoint: their old lines and curves go, so
         # metrics.jsonl and TensorBoard show each step once. events.jsonl keeps the history (it has the resume).
-        dropped = _drop_lines_after(run_dir / "metrics.jsonl", start_step)
+        files = RunLayout(run_dir)
+        dropped = _drop_lines_after(files.metrics, start_step)
         if dropped:
             log.info("metrics.jsonl: %d line(s) after step %d removed (those steps are trained again)", dropped, start_step)
-        self._jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
-        self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")
-        self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
+        self._jsonl = open(files.metrics, "a", encoding="utf-8")
+        self._events = open(files.events, "a", encoding="utf-8")
+        self._tb = SummaryWriter(str(files.tensorboard), purge_step=start_step + 1 if start_step else None)
         self._bar = tqdm(  # disable=None: a live bar on a terminal, none in redirected logs (the lines suffice)
             total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None,
             mininterval=1.0,

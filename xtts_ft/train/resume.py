@@ -27,9 +27,11 @@ import yaml
 
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
-from xtts_ft.train.checkpoint import META_FILE, Owner, find_latest_checkpoint, owned_checkpoints
+from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout
+from xtts_ft.train.checkpoint import Owner, find_latest_checkpoint, owned_checkpoints
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
+from xtts_ft.train.state_record import TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ def choose_checkpoint(resume: str, run_dir: Path, owner: Optional[Owner] = None)
     if resume == "auto":
         path = find_latest_checkpoint(run_dir, owner)
         if path is None and owned_checkpoints(run_dir, owner):
-            log.warning("no checkpoint in %s verifies; starting a new run", run_dir / "checkpoints")
+            log.warning("no checkpoint in %s verifies; starting a new run", RunLayout(run_dir).checkpoints)
         return path
     path = Path(resume)
     if not (path / META_FILE).is_file():
@@ -62,7 +64,7 @@ def tokenizer_setting_changes(ckpt_dir: Path, cfg: Config) -> list[str]:
     ``text.fold_homophones``, whose default became true). An unreadable config.yaml gives no hints.
     """
     try:
-        saved = yaml.safe_load((Path(ckpt_dir) / "config.yaml").read_text(encoding="utf-8"))
+        saved = yaml.safe_load(CheckpointLayout(ckpt_dir).config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return []
     if not isinstance(saved, dict):
@@ -93,12 +95,12 @@ def check_vocab(theirs: Optional[str], ckpt_dir: Path, vocab_fingerprint: str, c
 
 
 def check_compatible(
-    state: dict, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module, cfg: Optional[Config] = None
+    state: TrainingState, ckpt_dir: Path, *, vocab_fingerprint: str, gpt: nn.Module, cfg: Optional[Config] = None
 ) -> None:
     """Refuse a checkpoint of another vocabulary or model shape."""
-    check_vocab(state.get("vocab_fingerprint"), ckpt_dir, vocab_fingerprint, cfg)
+    check_vocab(state.vocab_fingerprint, ckpt_dir, vocab_fingerprint, cfg)
     ours = gpt_state_dict(gpt)
-    saved = state["gpt"]
+    saved = state.gpt
     for key in sorted(set(ours) | set(saved)):
         if key not in saved or key not in ours:
             where = "the current model" if key not in ours else "the checkpoint"
@@ -112,9 +114,9 @@ def check_compatible(
             )
 
 
-def log_config_changes(state: dict, current: TrainingConfig) -> list[str]:
+def log_config_changes(state: TrainingState, current: TrainingConfig) -> list[str]:
     """Log (and return) training settings that differ from the checkpoint's; the current ones win."""
-    saved = state.get("training_config") or {}
+    saved = state.training_config or {}
     changes = []
     for key in _LOGGED_CHANGES:
         if key in saved and saved[key] != getattr(current, key):
@@ -139,7 +141,7 @@ class ResumePoint:
 
 
 def apply_checkpoint(
-    state: dict, path: Path, *, gpt: nn.Module, optimizer: torch.optim.Optimizer, guard: StabilityGuard,
+    state: TrainingState, path: Path, *, gpt: nn.Module, optimizer: torch.optim.Optimizer, guard: StabilityGuard,
     tcfg: TrainingConfig, policy: PrecisionPolicy, device: torch.device, rank: int, world_size: int,
     sampler_key: dict,
 ) -> ResumePoint:
@@ -148,33 +150,33 @@ def apply_checkpoint(
     ``sampler_key`` (world_size, batch_size, num_clips, seed) must match the saved one for the data
     order to continue exactly; otherwise it restarts at the next epoch (logged).
     """
-    gpt.load_state_dict(state["gpt"], strict=False)  # keys and shapes were checked by check_compatible
-    if "optimizer" in state:
-        optimizer.load_state_dict(state["optimizer"])
+    gpt.load_state_dict(state.gpt, strict=False)  # keys and shapes were checked by check_compatible
+    if state.optimizer is not None:
+        optimizer.load_state_dict(state.optimizer)
     else:  # checkpoint.optimizer_state: latest keeps the moments only in the newest checkpoint
         log.warning("resume: %s keeps weights only; AdamW's moments start afresh (the newest checkpoint has them)",
                     path)
     for group in optimizer.param_groups:  # the config's hyper-parameters win over the saved ones
         group["betas"] = tuple(tcfg.betas)
         group["weight_decay"] = tcfg.weight_decay if group.get("name") == "decay" else 0.0
-    guard.load_state_dict(state["stability"])
-    saved = state.get("precision", policy.name)
+    guard.load_state_dict(state.stability)
+    saved = state.precision
     if policy.name == "fp16" and saved != "fp16" and saved == fallback_policy(policy, device).name:
         log.warning("resume: this run switched from fp16 to %s after its loss scale collapsed; it stays on %s",
                     saved, saved)
         policy = PrecisionPolicy(saved, device.type)
     log_config_changes(state, tcfg)
-    rngs = state.get("rng") or []
+    rngs = state.rng or []
     rng = rngs[rank] if len(rngs) == world_size else None
-    s = state["sampler"]
+    s = state.sampler
     same = all(s.get(k) == v for k, v in sampler_key.items())
     if rng is None or not same:
         log.warning("resume: world size, batch size, seed or training set changed since %s; the data order restarts "
                     "at the next epoch and random streams are reseeded (not bit-exact)", path)
-    log.info("resuming from %s at step %d", path, int(state["step"]))
+    log.info("resuming from %s at step %d", path, state.step)
     return ResumePoint(
-        step=int(state["step"]), lr_factor=float(state["lr_factor"]), policy=policy,
+        step=int(state.step), lr_factor=float(state.lr_factor), policy=policy,
         position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0), rng=rng,
-        first_eval_loss=state.get("first_eval_loss"), best_eval_loss=state.get("best_eval_loss"),
-        last_eval_loss=state.get("last_eval_loss"),
+        first_eval_loss=state.first_eval_loss, best_eval_loss=state.best_eval_loss,
+        last_eval_loss=state.last_eval_loss,
     )

@@ -34,7 +34,7 @@ class StopRequested(BaseException):
     of ordinary failures (``except Exception`` around the evaluation hook) do not swallow it."""
 
 
-_active: list["StopSignals"] = []  # entered StopSignals, innermost last (empty outside train())
+_active: list[StopSignals] = []  # entered StopSignals, innermost last (empty outside train())
 
 
 def stop_requested() -> bool:
@@ -72,7 +72,7 @@ class StopSignals:
         self.requested = True
         self.signal_name = name
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.layout import CheckpointLayout
 from xtts_ft.train import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -30,13 +31,12 @@ def is_slim(ckpt_dir: Path) -> bool:
 def strip_optimizer_state(ckpt_dir: Path) -> None:
     """Rewrite ``ckpt_dir`` without its optimizer state (atomically; the sha256 is recomputed)."""
     ckpt_dir = Path(ckpt_dir)
-    state = ckpt.load_training_state(ckpt_dir)
-    meta = {k: v for k, v in state.pop("meta").items() if k not in _RECOMPUTED}
-    state.pop("optimizer", None)
-    config = (ckpt_dir / "config.yaml").read_bytes()
-    vocab = ckpt_dir / "vocab.json"
+    state = ckpt.load_training_state(ckpt_dir).without_optimizer()
+    meta = {k: v for k, v in ckpt.verify_checkpoint(ckpt_dir).items() if k not in _RECOMPUTED}
+    config = CheckpointLayout(ckpt_dir).config.read_bytes()
+    vocab = CheckpointLayout(ckpt_dir).vocab
     # the vocab is read before the old folder is swapped out (save_checkpoint copies it into the new one)
-    ckpt.save_checkpoint(ckpt_dir.parent.parent, int(state["step"]), state, {**meta, SLIM_KEY: False},
+    ckpt.save_checkpoint(ckpt_dir.parent.parent, state, {**meta, SLIM_KEY: False},
                          vocab_path=vocab, write_config=lambda p: p.write_bytes(config))
 
 

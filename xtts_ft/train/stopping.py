@@ -104,7 +104,7 @@ class StepStart:
     cuda: Optional[torch.Tensor]
 
     @classmethod
-    def capture(cls, position: tuple[int, int], device: torch.device) -> "StepStart":
+    def capture(cls, position: tuple[int, int], device: torch.device) -> StepStart:
         # the CUDA generator's state (seed, offset) lives on the host: reading it does not sync the device
         cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
         return cls(position, random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
@@ -123,7 +123,9 @@ def write_stop_event(run_dir: Path, record: dict) -> None:
     import json
     import time
 
-    path = Path(run_dir) / "events.jsonl"
+    from xtts_ft.layout import RunLayout
+
+    path = RunLayout(run_dir).events
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps({**record, "time": time.time()}, default=str) + "\n")

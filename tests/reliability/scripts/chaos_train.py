@@ -21,9 +21,9 @@ HERE = Path(__file__).resolve().parent
 TRAIN_SCRIPTS = HERE.parents[1] / "train" / "scripts"
 sys.path[:0] = [str(HERE.parents[2]), str(TRAIN_SCRIPTS)]
 
+import run_small  # noqa: E402
 import torch  # noqa: E402
 
-import run_small  # noqa: E402
 from xtts_ft.train import checkpoint as ckpt  # noqa: E402
 
 

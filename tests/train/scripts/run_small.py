@@ -30,7 +30,7 @@ from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
 def main() -> int:
     args = json.loads(Path(sys.argv[1]).read_text())
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(levelname)s %(message)s")
-    tokenizer = AmharicTokenizer(args["vocab"], normalizer=lambda s: s)
+    tokenizer = AmharicTokenizer(args["vocab"], normalizer=lambda s: s, char_limit=200, fold_homophones=False)
     built = []
 
     def factory(base, vocab, tok):

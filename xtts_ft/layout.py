@@ -1,0 +1,113 @@
+"""Every name inside a run directory and a checkpoint folder, defined once.
+
+Readers and writers build paths through :class:`RunLayout` (``RunLayout(cfg.run_dir).metrics``)
+and :class:`CheckpointLayout` (``CheckpointLayout(folder).meta``); the names themselves are the
+module constants, for code that only needs a name (a glob, a list of outputs).
+
+::
+
+    <run.output_dir>/                 RunLayout
+      run.json  old_runs/  config.yaml  summary.json  report.html
+      data/  (metadata_train.csv, metadata_eval.csv, wavs/, report.json; a dataset list: datasets/<i>_<name>/)
+      tokenizer/vocab.json  cache/dvae_codes/
+      checkpoints/step_000500/        CheckpointLayout: training_state.pt, meta.json, vocab.json, config.yaml
+      samples/step_000500/*.wav  samples/index.jsonl
+      metrics.jsonl  events.jsonl  tensorboard/
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+# --- a checkpoint folder ---------------------------------------------------------------------
+STATE_FILE = "training_state.pt"
+META_FILE = "meta.json"
+VOCAB_FILE = "vocab.json"
+CONFIG_FILE = "config.yaml"
+STEP_DIR_PATTERN = re.compile(r"^step_(\d+)$")
+
+# --- a run directory -------------------------------------------------------------------------
+RUN_FILE = "run.json"
+OLD_RUNS = "old_runs"
+DATA_DIR = "data"
+TRAIN_CSV = "metadata_train.csv"
+EVAL_CSV = "metadata_eval.csv"
+DATASETS_SUBDIR = "datasets"  # data/datasets/<i>_<name>/: one prepared dataset of a dataset list
+TOKENIZER_DIR = "tokenizer"
+CACHE_DIR = "cache"
+CODES_CACHE = "dvae_codes"
+CHECKPOINTS_DIR = "checkpoints"
+SAMPLES_DIR = "samples"
+INDEX_FILE = "index.jsonl"  # samples/index.jsonl: one record per evaluation
+METRICS_FILE = "metrics.jsonl"
+EVENTS_FILE = "events.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+REPORT_FILE = "report.html"
+SUMMARY_FILE = "summary.json"
+
+#: What a training run writes at the top of its folder (moved aside together by --archive-old-run).
+RUN_OUTPUTS = (CHECKPOINTS_DIR, SAMPLES_DIR, TENSORBOARD_DIR, METRICS_FILE, EVENTS_FILE, REPORT_FILE,
+               SUMMARY_FILE, CONFIG_FILE, RUN_FILE)
+
+
+def step_dir_name(step: int) -> str:
+    """``step_000500``: the folder name of the checkpoint (and the samples) of one step."""
+    return f"step_{int(step):06d}"
+
+
+def step_of(name: str) -> Optional[int]:
+    """The step a ``step_NNNNNN`` folder name stands for; None for any other name."""
+    m = STEP_DIR_PATTERN.match(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class _Folder:
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+
+class CheckpointLayout(_Folder):
+    """The files of one checkpoint folder (``checkpoints/step_NNNNNN/``)."""
+
+    folder = property(lambda self: self.root)
+    state = property(lambda self: self.root / STATE_FILE)
+    meta = property(lambda self: self.root / META_FILE)
+    vocab = property(lambda self: self.root / VOCAB_FILE)
+    config = property(lambda self: self.root / CONFIG_FILE)
+    step = property(lambda self: step_of(self.root.name))
+
+
+class RunLayout(_Folder):
+    """The files and folders of one run directory (``run.output_dir``)."""
+
+    run_file = property(lambda self: self.root / RUN_FILE)
+    old_runs = property(lambda self: self.root / OLD_RUNS)
+    config = property(lambda self: self.root / CONFIG_FILE)
+    data = property(lambda self: self.root / DATA_DIR)
+    train_csv = property(lambda self: self.data / TRAIN_CSV)
+    eval_csv = property(lambda self: self.data / EVAL_CSV)
+    listed_datasets = property(lambda self: self.data / DATASETS_SUBDIR)
+    tokenizer = property(lambda self: self.root / TOKENIZER_DIR)
+    vocab = property(lambda self: self.tokenizer / VOCAB_FILE)
+    cache = property(lambda self: self.root / CACHE_DIR)
+    codes_cache = property(lambda self: self.cache / CODES_CACHE)
+    checkpoints = property(lambda self: self.root / CHECKPOINTS_DIR)
+    samples = property(lambda self: self.root / SAMPLES_DIR)
+    samples_index = property(lambda self: self.samples / INDEX_FILE)
+    metrics = property(lambda self: self.root / METRICS_FILE)
+    events = property(lambda self: self.root / EVENTS_FILE)
+    tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)
+    report = property(lambda self: self.root / REPORT_FILE)
+    summary = property(lambda self: self.root / SUMMARY_FILE)
+
+    def checkpoint(self, step: int) -> CheckpointLayout:
+        return CheckpointLayout(self.checkpoints / step_dir_name(step))
+
+    def samples_at(self, step: int) -> Path:
+        return self.samples / step_dir_name(step)
