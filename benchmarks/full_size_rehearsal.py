@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the repository's xtts_ft, also when it is not pip-installed
 MB = 1024 * 1024
 
 
