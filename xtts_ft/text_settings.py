@@ -2,7 +2,7 @@
 
 Training, evaluation, export and inference must turn the same text into the same token ids. The
 settings that decide that (``text.fold_homophones`` and ``tokenizer.char_limit``) have their
-defaults in the config schema (``xtts_ft/config.py``) only; everything else takes them from a
+defaults in the config schema (``xtts_ft/config/schema.py``) only; everything else takes them from a
 :class:`TextSettings` built from the config, or read back from what a run or an export recorded.
 """
 

@@ -1,27 +1,19 @@
-"""The run configuration: one YAML file, a typed schema, validated before any heavy work.
+"""The config schema: the dataclasses below *are* it.
 
-The dataclasses below *are* the schema: each field's default and ``help`` text is the one
-place a default lives (argparse, YAML and code all read it from here). ``load_config``
-reads YAML with ``yaml.safe_load``, applies ``--set key.sub=value`` overrides, checks
-every key and type, runs each section's own checks, and raises one :class:`ConfigError`
-listing every problem, one line each, naming the file and the key.
+Each field's default and ``help`` text is the one place a default lives (argparse, YAML and
+code all read it from here). Each section checks its own values (``check``); checks across
+sections and the YAML reading are in :mod:`xtts_ft.config.loading`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
-
-from xtts_ft.errors import ConfigError
 from xtts_ft.layout import CheckpointLayout
 
 
@@ -30,6 +22,16 @@ def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argp
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
     return field(default=default, metadata={"help": help}, **kw)
+
+
+def is_local_source(source: str) -> bool:
+    """A path on this machine (it exists, or is written as a path), not a Hugging Face id."""
+    return Path(source).exists() or source.startswith((".", "/", "~"))
+
+
+def is_hub_id(source: str) -> bool:
+    """'owner/name' (a Hugging Face dataset id), not a path that merely does not exist yet."""
+    return not is_local_source(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
 
 
 LANGUAGE_ALIASES = {"am": "am", "amh": "am"}
@@ -148,7 +150,7 @@ class DatasetConfig:
         if not self.path:
             problems.append("dataset.path: missing; set it to your dataset folder")
         elif self.format == "hf":
-            if not Path(self.path).exists() and not _is_hub_id(self.path):
+            if not Path(self.path).exists() and not is_hub_id(self.path):
                 problems.append(f"dataset.path: '{self.path}' is neither a local parquet/arrow file or folder nor a "
                                 f"Hugging Face dataset id (owner/name)")
         elif not Path(self.path).is_dir():
@@ -491,313 +493,6 @@ class Config:
 
     def dataset_language(self, ds: DatasetConfig) -> str:
         return ds.language or self.run.language
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading, type checking and overrides
-
-
-_YAML11_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(tp)[0])}"
-    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Return (ok, value) with value converted where YAML is looser than the schema (int -> float)."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return (value in typing.get_args(tp), value)
-    if origin in (Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, v = _coerce(value, arg)
-            if ok:
-                return True, v
-        return False, value
-    if origin is list:
-        if not isinstance(value, list):
-            return False, value
-        (item_tp,) = typing.get_args(tp)
-        out = []
-        for item in value:
-            ok, v = _coerce(item, item_tp)
-            if not ok:
-                return False, value
-            out.append(v)
-        return True, out
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
-        if isinstance(value, str) and _YAML11_FLOAT.match(value.strip()):
-            return True, float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
-        return False, value
-    if tp is str:
-        return isinstance(value, str), value
-    raise TypeError(f"schema type {tp!r} not supported")  # a bug in this file, not user input
-
-
-def _did_you_mean(key: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _build_section(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        problems.append(f"{where}: expected a mapping of keys, got {type(raw).__name__}")
-        return cls()
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    values = {}
-    for key, value in raw.items():
-        if key not in names:
-            problems.append(f"{where}.{key}: unknown key{_did_you_mean(str(key), names)}")
-            continue
-        ok, coerced = _coerce(value, hints[key])
-        if not ok:
-            problems.append(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
-            continue
-        values[key] = coerced
-    return cls(**values)
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``training.lr=1e-5`` -> (['training', 'lr'], 1e-05); the value is read as YAML."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text}: expected key.sub=value, e.g. --set training.lr=1e-5")
-    key, _, value = text.partition("=")
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    return key.strip().split("."), parsed
-
-
-# (section, key given, the setting it needs, test on the built config, what that setting is now)
-_NEEDS = [
-    ("training", "step_every", "training.lr_schedule: step", lambda c: c.training.lr_schedule == "step",
-     lambda c: f"training.lr_schedule is '{c.training.lr_schedule}'"),
-    ("training", "step_gamma", "training.lr_schedule: step", lambda c: c.training.lr_schedule == "step",
-     lambda c: f"training.lr_schedule is '{c.training.lr_schedule}'"),
-    ("training", "min_lr_ratio", "training.lr_schedule: cosine", lambda c: c.training.lr_schedule == "cosine",
-     lambda c: f"training.lr_schedule is '{c.training.lr_schedule}'"),
-    ("training", "grad_accum_steps", "training.effective_batch_size: null",
-     lambda c: c.training.effective_batch_size is None,
-     lambda c: f"training.effective_batch_size {c.training.effective_batch_size} derives it"),
-    ("base_model", "revision", "base_model.source as a Hugging Face repo id", lambda c: not _is_local(c.base_model.source),
-     lambda c: f"'{c.base_model.source}' is a local folder"),
-]
-
-
-def _is_local(source: str) -> bool:
-    return Path(source).exists() or source.startswith((".", "/", "~"))
-
-
-def _is_hub_id(source: str) -> bool:
-    """'owner/name' (a Hugging Face dataset id), not a path that merely does not exist yet."""
-    return not _is_local(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
-
-
-def _build_datasets(raw: Any, problems: list[str]) -> tuple[DatasetConfig, list[DatasetConfig]]:
-    """`dataset:` as one mapping (as always) or a list of them; each entry's problems name `dataset[i].key`."""
-    if not isinstance(raw, list):
-        return _build_section(DatasetConfig, raw, "dataset", problems), []
-    if not raw:
-        problems.append("dataset: the list is empty; give at least one dataset (path, format, language)")
-        return DatasetConfig(), []
-    built = []
-    for i, item in enumerate(raw):
-        found: list[str] = []
-        built.append(_build_section(DatasetConfig, item, f"dataset[{i}]", found))
-        built[-1].check(found)
-        problems.extend(re.sub(r"^dataset\.", f"dataset[{i}].", p) for p in found)
-    return built[0], built[1:]
-
-
-def _check_datasets(cfg: Config, listed: bool, problems: list[str]) -> None:
-    """Checks across datasets: one in the run's language, distinct paths."""
-    langs = [cfg.dataset_language(d) for d in cfg.datasets]
-    if cfg.run.language in LANGUAGE_ALIASES and LANGUAGE_ALIASES[cfg.run.language] not in langs:
-        where = "dataset[*].language" if listed else "dataset.language"
-        problems.append(f"{where}: no dataset is in run.language '{cfg.run.language}'; the run needs clips of the "
-                        f"language it learns (other languages only mix in)")
-    for i, d in enumerate(cfg.datasets):
-        if d.transcript_check is not None and cfg.dataset_language(d) != cfg.run.language:
-            where = f"dataset[{i}]" if listed else "dataset"
-            problems.append(f"{where}.transcript_check: the recogniser (asr.model) hears {cfg.run.language}, not "
-                            f"'{cfg.dataset_language(d)}'; set it to null for this dataset")
-    seen: dict[tuple, int] = {}
-    for i, d in enumerate(cfg.datasets):
-        key = (d.path, d.format, d.hf_split)
-        if listed and key in seen:
-            problems.append(f"dataset[{i}].path: '{d.path}' is already dataset[{seen[key]}]; list each dataset once")
-        seen.setdefault(key, i)
-
-
-def _unmet_needs(raw: dict, cfg: Config) -> list[str]:
-    """Options set in the file that nothing reads with the other settings as they are (never silently ignored)."""
-    out = []
-    for section, key, needs, met, now in _NEEDS:
-        # set to something other than its default: a resolved config.yaml lists every key and stays loadable
-        given = isinstance(raw.get(section), dict) and raw[section].get(key) is not None
-        default = next(f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == key).default
-        if given and getattr(getattr(cfg, section), key) != default and not met(cfg):
-            out.append(f"{section}.{key}: only used with {needs}, but {now(cfg)}; remove it or change that setting")
-    return out
-
-
-def config_from_dict(raw: Any, source: str = "<config>") -> Config:
-    problems: list[str] = []
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a YAML mapping with sections like 'run:' and 'dataset:'")
-    sections = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "more_datasets"}
-    hints = typing.get_type_hints(Config)
-    built = {}
-    for key, value in raw.items():
-        if key not in sections:
-            problems.append(f"{key}: unknown section{_did_you_mean(str(key), list(sections))}")
-            continue
-        if key == "dataset":
-            built["dataset"], built["more_datasets"] = _build_datasets(value, problems)
-            continue
-        built[key] = _build_section(hints[key], value, key, problems)
-    cfg = Config(**built)
-    listed = isinstance(raw.get("dataset"), list)
-    for name in sections:
-        section = getattr(cfg, name)
-        if hasattr(section, "check") and not (name == "dataset" and listed):  # list entries were checked above
-            section.check(problems)
-    _check_datasets(cfg, listed, problems)
-    if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
-        problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
-                        f"set evaluation.recognize: true or best_metric: eval_loss")
-    problems.extend(_unmet_needs(raw, cfg))
-    if problems:
-        raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
-    return cfg
-
-
-def _tag_of(exc: yaml.constructor.ConstructorError) -> str:
-    found = re.search(r"tag '([^']+)'", str(exc.problem))
-    tag = found.group(1) if found else "?"
-    return tag.replace("tag:yaml.org,2002:", "!!")
-
-
-def duplicate_keys(text: str) -> list[str]:
-    """``line N: key 'a.b' given twice (first on line M)`` for every key repeated in one mapping.
-
-    YAML loaders keep the last value silently; a second ``training:`` section would replace the first.
-    Reads the node tree only (``yaml.compose``): nothing is constructed.
-    """
-    found: list[str] = []
-
-    def walk(node, prefix: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            first: dict[str, int] = {}
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-                if key is not None and key != "<<":
-                    name = f"{prefix}{key}"
-                    line = key_node.start_mark.line + 1
-                    if name in first:
-                        found.append(f"line {line}: key '{name}' given twice (first on line {first[name]}); the "
-                                     f"second would silently replace the first: keep one")
-                    else:
-                        first[name] = line
-                walk(value_node, f"{prefix}{key}." if key is not None else prefix)
-        elif isinstance(node, yaml.SequenceNode):
-            for item in node.value:
-                walk(item, prefix)
-
-    walk(yaml.compose(text, Loader=yaml.SafeLoader), "")
-    return found
-
-
-def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> Config:
-    """Read, override, type-check and validate a run config; one ConfigError lists every problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found; pass --config with a YAML file (see configs/)")
-    try:
-        text = path.read_text(encoding="utf-8")
-        duplicates = [f"{path}: {d}" for d in duplicate_keys(text)]
-        raw = yaml.safe_load(text) or {}
-    except yaml.constructor.ConstructorError as exc:  # e.g. !!python/object: safe loading builds no objects
-        mark = exc.problem_mark
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        raise ConfigError(
-            f"{path}:{where} tag '{_tag_of(exc)}' is not allowed; configs are read with safe YAML loading (plain "
-            f"values only), remove the tag"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
-    if not isinstance(raw, dict):
-        return config_from_dict(raw, source=str(path))  # the one-line "expected a YAML mapping" error
-    for item in overrides or []:
-        keys, value = parse_override(item)
-        if keys[0] == "dataset" and isinstance(raw.get("dataset"), list):
-            keys = _dataset_list_keys(item, keys, len(raw["dataset"]))
-        node = raw
-        for k in keys[:-1]:
-            if isinstance(node, list):  # dataset.<i>.key: the i-th entry of a dataset list
-                node = node[int(k)]
-                continue
-            if not isinstance(node.get(k, {}), (dict, list)):
-                raise ConfigError(f"--set {item}: '{k}' is not a section")
-            node = node.setdefault(k, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {item}: '{keys[-2]}' is not a section")
-        node[keys[-1]] = value
-    try:
-        cfg = config_from_dict(raw, source=str(path))
-    except ConfigError as exc:
-        raise ConfigError("\n".join([*duplicates, str(exc)])) from None
-    if duplicates:
-        raise ConfigError("\n".join(duplicates))
-    return cfg
-
-
-def _dataset_list_keys(item: str, keys: list[str], count: int) -> list[str]:
-    """`dataset.<i>.key` for a dataset list; `dataset.key` is ambiguous there and refused."""
-    if len(keys) >= 3 and keys[1].isdigit() and int(keys[1]) < count:
-        return keys
-    raise ConfigError(
-        f"--set {item}: dataset is a list of {count} datasets in this config; name the entry by its position, "
-        f"e.g. --set dataset.0.{keys[-1]}=... (0 to {count - 1})"
-    )
-
-
-def config_to_dict(cfg: Config) -> dict:
-    """The config as plain data; several datasets are written back as the `dataset:` list they came from."""
-    d = dataclasses.asdict(cfg)
-    more = d.pop("more_datasets")
-    if more:
-        d["dataset"] = [d["dataset"], *more]
-    return d
-
-
-def dump_config(cfg: Config, path: str | os.PathLike) -> None:
-    """Write the resolved config (every default filled in) as YAML."""
-    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
 def field_help(section: type, name: str) -> str:

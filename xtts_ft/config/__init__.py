@@ -1,0 +1,46 @@
+"""The run configuration: one YAML file, a typed schema, validated before any heavy work.
+
+:mod:`.schema` holds the dataclasses (each default and its help text, once); :mod:`.loading`
+reads YAML, applies ``--set`` overrides and raises one :class:`ConfigError` listing every problem.
+Everything else imports from here.
+"""
+
+from xtts_ft.config.loading import (
+    config_from_dict,
+    config_to_dict,
+    dump_config,
+    duplicate_keys,
+    load_config,
+    parse_override,
+)
+from xtts_ft.config.schema import (
+    BASE_LANGUAGES,
+    DEFAULT_TEST_SENTENCES,
+    LANGUAGE_ALIASES,
+    AsrConfig,
+    BaseModelConfig,
+    CheckpointConfig,
+    Config,
+    DatasetConfig,
+    EvaluationConfig,
+    IngestConfig,
+    PrecisionConfig,
+    RunConfig,
+    StabilityConfig,
+    TextConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    field_help,
+    is_hub_id,
+    is_local_source,
+    opt,
+)
+from xtts_ft.errors import ConfigError
+
+__all__ = [
+    "BASE_LANGUAGES", "DEFAULT_TEST_SENTENCES", "LANGUAGE_ALIASES", "AsrConfig", "BaseModelConfig",
+    "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "EvaluationConfig", "IngestConfig",
+    "PrecisionConfig", "RunConfig", "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
+    "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_help", "is_hub_id",
+    "is_local_source", "load_config", "opt", "parse_override",
+]
