@@ -10,14 +10,12 @@ Clips are 16-bit mono WAV at the source file's rate (``prepare`` resamples them)
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import soundfile as sf
 
 from xtts_ft.data.audio import to_pcm16
@@ -88,12 +86,6 @@ def _clean(text: str) -> str:
     return " ".join(text.replace("|", " ").split())
 
 
-def _wav_bytes(audio: np.ndarray, rate: int) -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, to_pcm16(audio), rate, subtype="PCM_16", format="WAV")
-    return buf.getvalue()
-
-
 def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, speaker: str,
                   report: IngestReport) -> IngestReport:
     """Cut and write every kept clip, then metadata.csv, segments.tsv and the report; fills ``report``."""
@@ -117,8 +109,8 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
         number += 1
         name = f"wavs/clip_{number:06d}.wav"
         audio = read_range(source, clip.start, clip.end)
-        data = _wav_bytes(audio, source.sample_rate)
-        atomic_write(out_dir / name, data)
+        pcm, rate = to_pcm16(audio), source.sample_rate
+        atomic_write(out_dir / name, lambda f, pcm=pcm, rate=rate: sf.write(f, pcm, rate, subtype="PCM_16", format="WAV"))
         rows.append(f"{name}|{_clean(clip.text)}|{speaker}|{'machine' if clip.machine else 'given'}")
         segments.append("\t".join([name, str(source.path), f"{clip.start:.3f}", f"{clip.end:.3f}",
                                    f"{clip.score:.4f}", clip.method]))
