@@ -388,7 +388,8 @@ class FineTuneRecipe:
         vocab_rows = self.model.gpt.text_embedding.weight.shape[0]
         picked = pick_check_clips(tokens, self.base_vocab_size, vocab_rows, batch_size)
         inputs = self.model_inputs(self._items(self.train_set, picked), train=True)
-        check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device)
+        check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device,
+                               scaler=self.scaler)
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
