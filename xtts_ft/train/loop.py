@@ -60,7 +60,7 @@ from xtts_ft.train.memory import (
 )
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.oom import MicroBatchRunner
-from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
+from xtts_ft.train.precision import apply_tf32, fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
@@ -75,6 +75,7 @@ from xtts_ft.train.stability import (
     diagnose_nonfinite,
     fetch_step_stats,
     gpt_state_dict,
+    pin_snapshots,
     to_cpu,
 )
 from xtts_ft.train.state_record import TrainingState
@@ -217,6 +218,7 @@ class FineTuneRecipe:
         check_disk_budget(cfg, estimate_run_disk(cfg, self.model.gpt, run_dir=self.run_dir,
                                                  base_model_pth=self.base.model_pth), self.run_dir)
         self.policy = resolve_precision(cfg.precision.mode, self.device)
+        apply_tf32(cfg.precision.tf32, self.device)  # process-wide: set with the run's device, not at import
 
         # data: every clip checked up front; DVAE codes cached once
         self.train_clips, self.eval_clips, self.data_reports = self._load_data()
@@ -258,7 +260,7 @@ class FineTuneRecipe:
                              pin_memory=self.device.type == "cuda",
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
-        self.snapshot = Snapshot()
+        self.snapshot = Snapshot(pinned=pin_snapshots(self.device))  # page-locked host memory on a GPU
         self.snapshot.take(self.step, self.model.gpt, self.optimizer)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps, start_step=self.step,
                                      log_every=tcfg.log_every)
