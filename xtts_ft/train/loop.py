@@ -45,7 +45,7 @@ from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
-from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed, wrap_model
 from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import (
@@ -308,11 +308,14 @@ class FineTuneRecipe:
             cache_dir = RunLayout(self.run_dir).codes_cache
             clips = self.train_clips + self.eval_clips
             stop = lambda: self.signals.requested  # noqa: E731
-            if self.is_main:
-                paths = build_codes_cache(self.model, clips, cache_dir, self.device, should_stop=stop)
-            self.dist.barrier()
-            if not self.is_main:  # on a shared run dir everything is cached; otherwise compute locally
-                paths = build_codes_cache(self.model, clips, cache_dir, self.device, progress=False, should_stop=stop)
+
+            def build() -> list[Path]:  # on a shared run dir the other ranks find every code cached
+                return build_codes_cache(self.model, clips, cache_dir, self.device, progress=self.is_main,
+                                         should_stop=stop)
+
+            # rank 0 first; the others wait on MainFirst's long-timeout gloo group, not on the default (NCCL)
+            # group, whose watchdog would abort them after COLLECTIVE_TIMEOUT on a large dataset or slow disk
+            paths = MainFirst(self.dist).run("the DVAE code cache", build)
         n = len(self.train_clips)
         common = dict(sample_rate=self.limits.sample_rate, cond_min_s=self.tcfg.min_conditioning_s,
                       cond_max_s=self.tcfg.max_conditioning_s, seed=self.cfg.run.seed)
