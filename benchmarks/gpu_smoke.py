@@ -359,10 +359,12 @@ def memory_options_section(args, device, state):
     run_dir = args.out / "memory_options"
     shutil.rmtree(run_dir, ignore_errors=True)
     seed_codes(args.out / "train", run_dir)
-    steps = min(args.steps, 2)
+    steps = 1 if args.quick else min(args.steps, 2)  # the split is in step 1, the evaluation after the last
     cfg = smoke_config(args, run_dir, **{"training.batch_size": str(max(2, state["size"])), "training.max_steps":
                                          str(steps), "checkpoint.every_steps": str(steps),
                                          "training.offload_frozen": "true", "training.gradient_checkpointing": "true"})
+    if args.quick:  # the paths, not the samples, are under test here: two short samples are enough
+        cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:2], 30
     prep, at = state["prep"], {"step": None, "injected": 0}
 
     def note_step(step: int):
