@@ -105,18 +105,21 @@ class _HeadOutput:
 
 
 def _head_rows_connected(logits: Optional[torch.Tensor], weight: torch.Tensor, first: int) -> torch.Tensor:
-    """Per new row of the text head: whether d(sum of its logits)/d(row) is non-zero.
+    """Per new row of the text head: whether d(mean of its logits over the positions)/d(row) is non-zero.
 
-    A unit gradient on the logits, so no loss-sized factor can underflow it: this is the graph's
-    connectivity, which a frozen (requires_grad off) or detached row fails.
+    A gradient of 1/positions on every logit, so no loss-sized factor (probability / tokens) can
+    underflow it: this is the graph's connectivity, which a frozen (requires_grad off) or detached
+    row fails.
     """
     rows = weight.shape[0] - first
     if logits is None or not weight.requires_grad or not logits.requires_grad or logits.shape[-1] != weight.shape[0]:
         return torch.zeros(rows, dtype=torch.bool, device=weight.device)
-    (grad,) = torch.autograd.grad(logits[..., first:].float().sum(), weight, retain_graph=True, allow_unused=True)
+    new = logits[..., first:].float()
+    positions = max(1, new[..., 0].numel())  # a mean over the token positions: an fp16 sum of them could overflow
+    (grad,) = torch.autograd.grad(new.sum() / positions, weight, retain_graph=True, allow_unused=True)
     if grad is None:
         return torch.zeros(rows, dtype=torch.bool, device=weight.device)
-    return grad[first:].abs().sum(dim=-1).gt(0)
+    return grad[first:].ne(0).any(dim=-1)  # NaN != 0 too: a gradient did arrive
 
 
 def check_forward_backward(
