@@ -24,8 +24,10 @@ run goes on to the next section):
 5. evaluation inputs: the DVAE codes evaluation feeds the model equal a fresh fp32 DVAE pass over each
    clip alone, and its conditioning mels equal an fp32 computation outside autocast;
 6. memory options: ``offload_frozen`` + gradient checkpointing + an evaluation with sample synthesis,
-   speaker similarity and the recogniser (the HiFiGAN decoder moved to the device and back), and an
-   injected out-of-memory error in step 1 that the micro-batch split absorbs;
+   speaker similarity and the recogniser (the HiFiGAN decoder moved to the device and back), an
+   injected out-of-memory error in step 1 that the micro-batch split absorbs, and (fp16 runs) an
+   injected overflow that collapses the loss scale below ``precision.min_scale``: the run must switch
+   to bf16 (compute capability >= 8.0) or fp32 and evaluate in it;
 7. stop: SIGTERM to a running ``headless_train.py``: seconds to a saved checkpoint against torchrun's 30 s,
    and the estimated save time of a full-size XTTS-v2 checkpoint on this disk;
 8. two GPUs: ``torchrun --nproc_per_node=2 headless_train.py`` when two are visible;
@@ -247,6 +249,7 @@ def eval_inputs_section(args, device, state):
           and codes_equal == rows and mels_equal == len(seen))
 def memory_options_section(args, device, state):
     from xtts_ft.pipeline import make_eval_hook_for
+    from xtts_ft.train.precision import PrecisionPolicy, fallback_policy, resolve_precision
 
     needs(state, "prep", "size")
     run_dir = args.out / "memory_options"
@@ -259,10 +262,13 @@ def memory_options_section(args, device, state):
     if args.quick:  # the paths, not the samples, are under test here: two short samples are enough
         cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:2], 30
     prep, at = state["prep"], {"step": None, "injected": 0}
+    fp16 = resolve_precision(args.precision, device).name == "fp16"
+    if fp16:  # one overflow in step 1 then drops the scale below min_scale: the fp16 fallback fires
+        cfg.precision.min_scale = cfg.precision.init_scale
 
     def note_step(step: int):
         at["step"] = step
-        return None
+        return "grad_nan" if fp16 and step == 0 else None  # an overflowing gradient, as fp16 produces them
 
     def inject_oom(model):
         def before_forward(_module, inputs):  # step 1's first forward of more than one clip runs out of memory
@@ -292,6 +298,16 @@ def memory_options_section(args, device, state):
           and not off_device, f"modules left on the device: {off_device}" if off_device else "")
     check("an out-of-memory error in step 1 is absorbed by the micro-batch split", at["injected"] == 1 and split >= 1
           and bool(lines) and isinstance(lines[0]["loss"], float) and math.isfinite(lines[0]["loss"]))
+    switches = [e for e in read_jsonl(RunLayout(run_dir).events) if e.get("event") == "precision_switch"]
+    if not fp16:
+        print(f"precision {args.precision} ({resolve_precision(args.precision, device).name}): no loss scaler, so the "
+              f"fp16 fallback is not exercised (run with --precision fp16 for it)")
+        return
+    expected = fallback_policy(PrecisionPolicy("fp16", device.type), device).name
+    print(f"fp16 loss scale collapse in step 1: switched to {[e.get('new') for e in switches]} (expected {expected}); "
+          f"evaluation ran in {lines[-1]['precision'] if lines else None}")
+    check(f"a collapsing fp16 loss scale switches the run to {expected}", len(switches) == 1
+          and switches[0].get("new") == expected and bool(evals))
 
 
 def stop_section(args, state):
@@ -405,7 +421,7 @@ def main() -> int:
     run_section(3, "batch-size probe vs real peak", probe_section, args, device, state)
     run_section(4, "resume equality", resume_section, args, device, state)
     run_section(5, "evaluation inputs vs training inputs", eval_inputs_section, args, device, state)
-    run_section(6, "offload_frozen, gradient checkpointing, evaluation and the out-of-memory split",
+    run_section(6, "offload_frozen, gradient checkpointing, evaluation, out-of-memory split, fp16 fallback",
                 memory_options_section, args, device, state)
     state.pop("model", None)  # the in-process models go before the child processes start
     state.pop("start", None)
