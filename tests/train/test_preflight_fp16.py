@@ -9,6 +9,7 @@ the fix the pre-flight stopped such an fp16 run with "no gradient reaches the ne
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
@@ -21,8 +22,9 @@ from xtts_ft.errors import TrainingStopped
 def _sharpened(model_factory, edit=None):
     def factory(*args):
         model = model_factory(*args)
-        with torch.no_grad():
+        with torch.no_grad():  # both heads peaked, as a trained model's are (NOTES: every fp16 test)
             model.gpt.text_head.weight.mul_(30.0)
+            model.gpt.mel_head.weight.mul_(30.0)
         if edit is not None:
             edit(model)
         return model
@@ -35,7 +37,9 @@ def test_fp16_preflight_passes_a_peaked_head_whose_new_rows_underflow(trainer, m
     cfg = small_config(run, training={"max_steps": 1}, precision={"mode": "fp16"})
     with caplog.at_level(logging.INFO, logger="xtts_ft.train.preflight"):
         result = trainer(cfg, model_factory=_sharpened(model_factory))
-    assert result.step == 1 and train_lines(run)[0]["precision"] == "fp16"
+    line = train_lines(run)[0]
+    assert result.step == 1 and line["precision"] == "fp16" and line["skipped_steps"] == 0
+    assert math.isfinite(line["loss"]) and line["loss_scale"] == 1024.0
     # the case of the issue really occurred: some new rows got exactly 0 from the scaled loss
     underflow = [r.getMessage() for r in caplog.records if "get a gradient of exactly 0" in r.getMessage()]
     assert underflow and "at loss scale 1024" in underflow[0], [r.getMessage() for r in caplog.records]
