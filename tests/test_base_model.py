@@ -1,26 +1,22 @@
 """Base-model resolution: a local folder, the explicit tiny model, and the Hugging Face download path.
 
 The download path runs the real huggingface_hub client against a local HTTP server that speaks
-the hub's file protocol (HEAD + GET on /<repo>/resolve/<revision>/<file>), never the network.
+the hub's file protocol (tests/standin_hub.py), never the network.
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
+from tests.standin_hub import StandInHub, serve_hub
 from xtts_ft.base_model import OPTIONAL_FILES, REQUIRED_FILES, hf_fetcher, is_repo_id, resolve_base_model
 from xtts_ft.config import BaseModelConfig
 from xtts_ft.errors import ModelError
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def test_repo_id_or_local_path():
@@ -56,56 +52,12 @@ def test_create_tiny_writes_the_real_layout(tmp_path):
         assert (files.root / name).is_file()
 
 
-class _HubHandler(http.server.BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    requests: list[str] = []
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-    def _lookup(self):
-        # /<owner>/<name>/resolve/<revision>/<filename>
-        parts = self.path.split("?")[0].strip("/").split("/")
-        if len(parts) != 5 or parts[2] != "resolve":
-            return None
-        return self.files.get(parts[4])
-
-    def _headers(self, body: bytes | None):
-        if body is None:
-            self.send_response(404)
-            self.send_header("X-Error-Code", "EntryNotFound")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return False
-        self.send_response(200)
-        self.send_header("X-Repo-Commit", COMMIT)
-        self.send_header("ETag", '"' + hashlib.sha256(body).hexdigest() + '"')
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        return True
-
-    def do_HEAD(self):
-        self.requests.append("HEAD " + self.path)
-        self._headers(self._lookup())
-
-    def do_GET(self):
-        self.requests.append("GET " + self.path)
-        body = self._lookup()
-        if self._headers(body):
-            self.wfile.write(body)
-
-
 @pytest.fixture
 def hub(tiny_base_dir):
-    _HubHandler.files = {name: (tiny_base_dir / name).read_bytes() for name in REQUIRED_FILES}
-    _HubHandler.files["unrelated_big_file.bin"] = b"x" * 1000
-    _HubHandler.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    files = {name: (tiny_base_dir / name).read_bytes() for name in REQUIRED_FILES}
+    files["unrelated_big_file.bin"] = b"x" * 1000
+    with serve_hub(files) as url:
+        yield url
 
 
 def test_download_through_huggingface_hub_fetches_only_needed_files(hub, tmp_path, tiny_base_dir):
@@ -113,9 +65,9 @@ def test_download_through_huggingface_hub_fetches_only_needed_files(hub, tmp_pat
     files = resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=hub))
     assert files.model_pth.read_bytes() == (tiny_base_dir / "model.pth").read_bytes()
     assert files.speakers_pth is None  # optional file absent on the "hub": skipped, not an error
-    fetched = {r.split("/")[-1] for r in _HubHandler.requests if r.startswith("GET")}
+    fetched = {r.split("/")[-1] for r in StandInHub.requests if r.startswith("GET")}
     assert fetched == set(REQUIRED_FILES)
-    assert all("unrelated" not in r for r in _HubHandler.requests)
+    assert all("unrelated" not in r for r in StandInHub.requests)
     assert str(tmp_path / "hf") in str(files.root)  # in the hub cache, under a snapshot folder
 
 
@@ -124,11 +76,11 @@ def test_second_resolution_uses_the_cache_in_offline_mode(hub, tmp_path, monkeyp
 
     cache = str(tmp_path / "hf")
     resolve_base_model(BaseModelConfig(source="coqui/XTTS-v2", cache_dir=cache), fetcher=hf_fetcher(endpoint=hub))
-    n_requests = len(_HubHandler.requests)
+    n_requests = len(StandInHub.requests)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # what HF_HUB_OFFLINE=1 sets
     files = resolve_base_model(BaseModelConfig(source="coqui/XTTS-v2", cache_dir=cache), fetcher=hf_fetcher(endpoint=hub))
     assert files.model_pth.is_file()
-    assert len(_HubHandler.requests) == n_requests  # served from the cache, no request made
+    assert len(StandInHub.requests) == n_requests  # served from the cache, no request made
 
 
 def test_no_network_without_cache_says_what_to_do(tmp_path, dead_endpoint):

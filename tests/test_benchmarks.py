@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO_ROOT
+from tests.standin_hub import StandInHub, serve_hub
+from xtts_ft.base_model import REQUIRED_FILES
 
 
 def test_gpu_throughput_benchmark_runs_small_on_cpu(tmp_path):
@@ -67,18 +71,39 @@ def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
     assert result["sizes"]["checkpoint_mb"] > 0 and result["sizes"]["export_mb"] > 0 and result["synthesis_rtf"]
 
 
-def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path):
+@pytest.fixture
+def hub(tiny_base_dir):
+    with serve_hub({name: (tiny_base_dir / name).read_bytes() for name in REQUIRED_FILES}) as url:
+        yield url
+
+
+def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
+    """With a repo id served by the stand-in Hub: every section, the stop section's child process too, trains
+    the downloaded model; nothing is written under the repo id's name (it is not taken as a folder)."""
+    repo_id = "smoke-standin/XTTS-v2"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
     out = subprocess.run(
         [sys.executable, "benchmarks/gpu_smoke.py", "--cpu", "--quick", "--precision", "fp16", "--out",
-         str(tmp_path / "smoke")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+         str(tmp_path / "smoke"), "--base-model", repo_id],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=env,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     titles = ["device and precision", "short training run", "batch-size probe vs real peak", "resume equality",
-              "evaluation inputs vs training inputs", "stop (SIGTERM) and checkpoint save time",
-              "two GPUs (torchrun)", "throughput"]
+              "evaluation inputs vs training inputs",
+              "offload_frozen, gradient checkpointing, evaluation, out-of-memory split, fp16 fallback",
+              "stop (SIGTERM) and checkpoint save time", "two GPUs (torchrun)", "throughput"]
     positions = [out.stdout.find(f"## {n}. {t}") for n, t in enumerate(titles, 1)]
     assert -1 not in positions and positions == sorted(positions), positions
     assert "loss_scale 1024.0  precision fp16" in out.stdout  # the fp16 scaler trace, per step
+    assert "bit-identical True" in out.stdout and "codes equal to a fresh DVAE pass for 4 of 4 clips" in out.stdout
+    assert "injected out-of-memory errors 1, micro-batches split 1" in out.stdout
+    assert "switched to ['fp32'] (expected fp32)" in out.stdout  # a CPU has no bf16 to fall back to
     assert "SIGTERM -> exit 0" in out.stdout and "full-size XTTS-v2 checkpoint: 5.5 GB" in out.stdout
-    assert "## summary: 5 of 5 checks passed" in out.stdout and "FAIL" not in out.stdout
+    assert "## summary: 9 of 9 checks passed" in out.stdout and "FAIL" not in out.stdout
+    assert not (REPO_ROOT / "smoke-standin").exists() and not (tmp_path / "smoke" / "tiny_base").exists()
+    assert any(r.startswith("GET") and r.endswith("/model.pth") for r in StandInHub.requests)
+    cache = str(tmp_path / "hf")
+    for run in ("train", "resume", "memory_options", "stop"):  # in-process runs and the child process
+        metas = list((tmp_path / "smoke" / run / "checkpoints").glob("step_*/meta.json"))
+        assert metas and all(json.loads(m.read_text())["base_model"].startswith(cache) for m in metas), run

@@ -64,3 +64,25 @@ def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
     for key in ranks[0]:
         assert torch.equal(ranks[0][key], ranks[1][key]), key
     assert (run / "train.log").read_text().count("xtts-ft run:") == 1  # one writer of the log and the header
+
+
+SLOW_CODES = SCRIPT.parent / "slow_codes_ranks.py"
+
+
+def test_ranks_wait_for_a_slow_code_cache_on_the_long_timeout_group(script_args, tmp_path):
+    """Rank 0 builds the DVAE code cache for longer than the default group's timeout (60 min in a real run,
+    5 s here); rank 1 waits on MainFirst's long-timeout gloo group instead, and the run finishes."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    path = script_args(run, sections={"training": {"max_steps": 1}}, weights_out=out)
+    args = json.loads(path.read_text())
+    args.update(collective_timeout_s=5, slow_codes_s=8)
+    path.write_text(json.dumps(args))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SLOW_CODES),
+           str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    waited = json.loads((out / "codes_rank1.json").read_text())["seconds"]
+    assert waited >= 8 > 5, waited  # rank 1 sat through rank 0's build, past the default group's timeout
+    assert (run / "checkpoints" / "step_000001" / "meta.json").is_file()
+    assert all((out / f"rank{r}.pt").is_file() for r in range(2))

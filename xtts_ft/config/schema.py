@@ -306,6 +306,12 @@ class PrecisionConfig:
     growth_interval: int = opt(100, "GradScaler: clean steps before the scale doubles.")
     backoff_factor: float = opt(0.5, "GradScaler: factor applied to the scale after an overflow.")
     min_scale: float = opt(1.0, "If the scale falls below this, warn and switch the run to bf16 or fp32.")
+    tf32: bool = opt(
+        True,
+        "On GPUs of compute capability 8.0+ (A100, L4, H100), fp32 matmuls and convolutions use TF32 tensor "
+        "cores (10-bit mantissa, fp32 range; several times faster for precision.mode fp32). false: full fp32 "
+        "math. No effect on the CPU or older GPUs.",
+    )
 
     def check(self, problems: list[str]) -> None:
         if self.init_scale <= 0 or self.min_scale <= 0 or self.growth_interval < 1:

@@ -138,6 +138,8 @@ class MainFirst:
     does not share, ``fn`` finds nothing current and runs there: first on that node's local rank 0, then
     on its other ranks, so no two processes of one node write the same files at once. A failure on
     rank 0 is sent to the others, which stop with :class:`StageFailedOnMain` instead of waiting.
+    The training loop's DVAE code cache is built the same way (a first build can outlast
+    ``COLLECTIVE_TIMEOUT``; the waits here use the gloo group's ``STAGE_TIMEOUT``).
     """
 
     def __init__(self, ctx: DistContext) -> None:

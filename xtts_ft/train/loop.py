@@ -45,7 +45,7 @@ from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
-from xtts_ft.train.distributed import cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed, wrap_model
 from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import (
@@ -60,7 +60,7 @@ from xtts_ft.train.memory import (
 )
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.oom import MicroBatchRunner
-from xtts_ft.train.precision import fallback_policy, make_scaler, resolve_precision, scale_tensor
+from xtts_ft.train.precision import apply_tf32, fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
@@ -75,6 +75,7 @@ from xtts_ft.train.stability import (
     diagnose_nonfinite,
     fetch_step_stats,
     gpt_state_dict,
+    pin_snapshots,
     to_cpu,
 )
 from xtts_ft.train.state_record import TrainingState
@@ -217,6 +218,7 @@ class FineTuneRecipe:
         check_disk_budget(cfg, estimate_run_disk(cfg, self.model.gpt, run_dir=self.run_dir,
                                                  base_model_pth=self.base.model_pth), self.run_dir)
         self.policy = resolve_precision(cfg.precision.mode, self.device)
+        apply_tf32(cfg.precision.tf32, self.device)  # process-wide: set with the run's device, not at import
 
         # data: every clip checked up front; DVAE codes cached once
         self.train_clips, self.eval_clips, self.data_reports = self._load_data()
@@ -258,7 +260,7 @@ class FineTuneRecipe:
                              pin_memory=self.device.type == "cuda",
                              base_seed=(cfg.run.seed * 1_000_003 + self.step * 101 + self.dist.rank) % 2**31)
         self.train_iter = iter(loader)
-        self.snapshot = Snapshot()
+        self.snapshot = Snapshot(pinned=pin_snapshots(self.device))  # page-locked host memory on a GPU
         self.snapshot.take(self.step, self.model.gpt, self.optimizer)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps, start_step=self.step,
                                      log_every=tcfg.log_every)
@@ -306,11 +308,14 @@ class FineTuneRecipe:
             cache_dir = RunLayout(self.run_dir).codes_cache
             clips = self.train_clips + self.eval_clips
             stop = lambda: self.signals.requested  # noqa: E731
-            if self.is_main:
-                paths = build_codes_cache(self.model, clips, cache_dir, self.device, should_stop=stop)
-            self.dist.barrier()
-            if not self.is_main:  # on a shared run dir everything is cached; otherwise compute locally
-                paths = build_codes_cache(self.model, clips, cache_dir, self.device, progress=False, should_stop=stop)
+
+            def build() -> list[Path]:  # on a shared run dir the other ranks find every code cached
+                return build_codes_cache(self.model, clips, cache_dir, self.device, progress=self.is_main,
+                                         should_stop=stop)
+
+            # rank 0 first; the others wait on MainFirst's long-timeout gloo group, not on the default (NCCL)
+            # group, whose watchdog would abort them after COLLECTIVE_TIMEOUT on a large dataset or slow disk
+            paths = MainFirst(self.dist).run("the DVAE code cache", build)
         n = len(self.train_clips)
         common = dict(sample_rate=self.limits.sample_rate, cond_min_s=self.tcfg.min_conditioning_s,
                       cond_max_s=self.tcfg.max_conditioning_s, seed=self.cfg.run.seed)
@@ -388,7 +393,8 @@ class FineTuneRecipe:
         vocab_rows = self.model.gpt.text_embedding.weight.shape[0]
         picked = pick_check_clips(tokens, self.base_vocab_size, vocab_rows, batch_size)
         inputs = self.model_inputs(self._items(self.train_set, picked), train=True)
-        check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device)
+        check_forward_backward(self.model, inputs, self.policy.autocast, self.base_vocab_size, self.device,
+                               scaler=self.scaler)
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:

@@ -23,6 +23,13 @@ trainable embeddings, so they require grad anyway) and the alias is dropped.
 HiFiGAN decoder (and the speaker encoder inside it) never runs in a training step, and the DVAE
 does not either once its codes are cached; they stay on the CPU and move to the device only
 around the evaluation hook (synthesis needs them). The mel extractors are tiny and stay.
+
+Out of memory (:func:`is_out_of_memory`) is more than ``torch.OutOfMemoryError``: a library that
+cannot allocate its workspace raises a plain RuntimeError, e.g. cuDNN's "unable to find an engine"
+(no algorithm fits the free memory), cuFFT's ``CUFFT_ALLOC_FAILED`` (the mel STFTs) and cuBLAS's
+``CUBLAS_STATUS_ALLOC_FAILED`` (handle or workspace). The batch-size probe (which runs to the
+limit on purpose) and the out-of-memory split (``oom.py``) both ask this one classifier; any other
+RuntimeError is a bug and is raised.
 """
 
 from __future__ import annotations
@@ -90,6 +97,28 @@ class BatchChoice:
                 f"{self.peak_bytes / 2**30:.2f} GiB of {self.total_bytes / 2**30:.2f} GiB at the longest clip)")
 
 
+# Messages of RuntimeErrors that mean "no memory for this" although they are not torch.OutOfMemoryError
+OUT_OF_MEMORY_MARKERS = (
+    "CUDA error: out of memory",  # cudaErrorMemoryAllocation outside the caching allocator (e.g. a library)
+    "HIP error: out of memory",
+    "unable to find an engine",  # cuDNN v8/v9 frontend: no engine whose workspace fits
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUSOLVER_STATUS_ALLOC_FAILED",
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for torch.OutOfMemoryError and the RuntimeErrors of libraries that could not allocate a workspace."""
+    if isinstance(exc, torch.OutOfMemoryError):  # torch.cuda.OutOfMemoryError is the same class (torch >= 2.5)
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    message = str(exc)
+    return any(marker.lower() in message.lower() for marker in OUT_OF_MEMORY_MARKERS)
+
+
 def release_memory(device: torch.device) -> None:
     """Hand cached blocks back after an out-of-memory error (call it outside the ``except`` block)."""
     gc.collect()
@@ -103,7 +132,9 @@ def _fits(try_batch: Callable[[int], None], n: int, device: torch.device) -> tup
     ok = True
     try:
         try_batch(n)
-    except torch.OutOfMemoryError:  # torch.cuda.OutOfMemoryError is the same class (torch >= 2.5)
+    except RuntimeError as exc:  # torch.OutOfMemoryError is one
+        if not is_out_of_memory(exc):
+            raise
         ok = False
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     if not ok:
@@ -119,8 +150,9 @@ def find_batch_size(try_batch: Callable[[int], None], device: torch.device, limi
                     probe: Optional[bool] = None, margin: float = AUTO_BATCH_MARGIN) -> BatchChoice:
     """The batch size for ``training.batch_size: auto`` (see the module doc).
 
-    ``try_batch(n)`` runs one real step on ``n`` clips and raises ``torch.OutOfMemoryError`` when it
-    does not fit. ``probe`` None: probe on a GPU only; True forces probing (tests inject the error).
+    ``try_batch(n)`` runs one real step on ``n`` clips and raises an out-of-memory error
+    (:func:`is_out_of_memory`) when it does not fit. ``probe`` None: probe on a GPU only; True forces
+    probing (tests inject the error).
     """
     limit = max(1, int(limit))
     if not _will_probe(probe, device):
@@ -262,7 +294,9 @@ def reserve_memory(nbytes: int, device: torch.device) -> Iterator[None]:
     if device.type == "cuda" and nbytes > 0:
         try:
             block = torch.empty(int(nbytes), dtype=torch.uint8, device=device)
-        except torch.OutOfMemoryError:
+        except RuntimeError as exc:
+            if not is_out_of_memory(exc):
+                raise
             fits = False
     if not fits:
         release_memory(device)

@@ -2,7 +2,8 @@
 
 A long outlier batch (or allocator fragmentation) can run out of memory although the batch size fit
 at the start. Instead of losing the run, :class:`MicroBatchRunner` runs each micro-batch of an
-optimizer step through a ``forward`` and a ``backward`` callable and, on ``torch.OutOfMemoryError``:
+optimizer step through a ``forward`` and a ``backward`` callable and, on an out-of-memory error
+(``torch.OutOfMemoryError`` or a cuDNN/cuFFT/cuBLAS workspace failure: ``memory.is_out_of_memory``):
 
 - in the forward: nothing of this micro-batch has reached the gradients; memory is released and the
   micro-batch is split in halves, each run on its own with its loss weighted by its share of the
@@ -35,7 +36,7 @@ from typing import Callable, Optional
 import torch
 
 from xtts_ft.errors import TrainingStopped
-from xtts_ft.train.memory import release_memory
+from xtts_ft.train.memory import is_out_of_memory, release_memory
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,9 @@ class MicroBatchRunner:
             loss, row = forward(piece)
             phase = "backward"
             backward(loss * weight)
-        except torch.OutOfMemoryError:
+        except RuntimeError as exc:  # torch.OutOfMemoryError is one; any other error is raised
+            if not is_out_of_memory(exc):
+                raise
             return phase
         rows.append((row, batch_len(piece)))
         return None

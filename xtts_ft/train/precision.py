@@ -18,10 +18,17 @@ The scaler starts at ``precision.init_scale`` (1024, not torch's 65536, which ov
 XTTS) and grows every ``growth_interval`` clean steps. When the scale collapses below
 ``precision.min_scale`` the run switches to :func:`fallback_policy` instead of skipping step after
 step: see ``loop.py``.
+
+TF32 (:func:`apply_tf32`, ``precision.tf32``): on compute capability 8.0+ the fp32 matmuls and
+convolutions run on TF32 tensor cores (fp32's range, a 10-bit mantissa), which is what makes an
+fp32 run (explicit ``precision.mode: fp32``) fast on an A100/H100; torch leaves it off for matmuls
+by default. It is a process-wide switch, so it is set where the run's device is set up, never at
+import. Under bf16 autocast it only touches the few ops autocast keeps in fp32.
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Optional
@@ -30,6 +37,8 @@ import torch
 
 from xtts_ft.config import PrecisionConfig
 from xtts_ft.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
@@ -124,3 +133,27 @@ def scale_tensor(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Te
             return scale.detach().reshape(()).float()
         return torch.tensor(float(scaler.get_scale()), device=device)
     return torch.ones((), device=device)
+
+
+TF32_CAPABILITY = (8, 0)  # Ampere: the first NVIDIA generation with TF32 tensor cores
+
+
+def apply_tf32(enabled: bool, device: torch.device) -> bool:
+    """Switch TF32 matmuls and convolutions on for a GPU of capability >= 8.0 when ``enabled`` (else off).
+
+    Returns whether TF32 is on. The CPU (and an older GPU, where TF32 does not exist) is left as it is.
+    """
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    capable = not torch.version.hip and tuple(torch.cuda.get_device_capability(device)) >= TF32_CAPABILITY
+    if not capable:
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = bool(enabled)
+    torch.backends.cudnn.allow_tf32 = bool(enabled)
+    if enabled:
+        log.info("TF32 on for fp32 matmuls and convolutions (%s; precision.tf32: false turns it off)",
+                 describe_cuda(device))
+    else:
+        log.info("TF32 off (precision.tf32: false): fp32 matmuls and convolutions in full fp32 on %s",
+                 describe_cuda(device))
+    return bool(enabled)

@@ -10,6 +10,14 @@
    ``gpt.text_head``: the rows Amharic depends on. The check batch is built from clips that use
    new tokens; if no training text uses any, the tokenizer is not the extended one (or the
    language code is wrong) and training would never touch the new rows.
+   The backward runs under the run's loss scale (``scaler.scale(loss)``), as a training step does.
+   Under fp16 the loss gradient reaching a new ``text_head`` row that is not a target is about
+   text-loss weight x p / tokens; with a trained model's peaked logits that is below fp16's
+   smallest subnormal (~6e-8), often even at the scaler's scale, so those rows get exactly 0 from
+   this batch although nothing is wrong (an unscaled, value-only check stopped every fp16 run on
+   a T4/V100). So the head is checked in two parts: the loss gradient must reach the head at all,
+   and every new row must be *connected*: the gradient of the sum of its logits (a unit gradient,
+   which cannot underflow) must be non-zero. A frozen or detached row fails that at any precision.
 
 The forward/backward runs inside ``torch.random.fork_rng`` and its gradients are cleared, so it
 changes neither the model, the optimizer nor any random stream (exact resume depends on that).
@@ -18,7 +26,7 @@ changes neither the model, the optimizer nor any random stream (exact resume dep
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -75,43 +83,105 @@ def pick_check_clips(
     return chosen + [i for i in range(len(token_lists)) if i not in taken][: batch_size - len(chosen)]
 
 
+def _no_gradient(base_vocab_size: int, name: str) -> TrainingStopped:
+    return TrainingStopped(
+        f"pre-flight: no gradient reaches the new token rows (ids >= {base_vocab_size}) of xtts.gpt.{name}; "
+        f"they would never train (are they frozen or detached?)"
+    )
+
+
+class _HeadOutput:
+    """Keeps the output of ``gpt.text_head`` (the text logits, vocabulary last) of one forward pass."""
+
+    def __init__(self, head: nn.Module) -> None:
+        self.logits: Optional[torch.Tensor] = None
+        self._handle = head.register_forward_hook(self._keep)
+
+    def _keep(self, _module, _args, output) -> None:
+        self.logits = output
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def _head_rows_connected(logits: Optional[torch.Tensor], weight: torch.Tensor, first: int) -> torch.Tensor:
+    """Per new row of the text head: whether d(mean of its logits over the positions)/d(row) is non-zero.
+
+    A gradient of 1/positions on every logit, so no loss-sized factor (probability / tokens) can
+    underflow it: this is the graph's connectivity, which a frozen (requires_grad off) or detached
+    row fails.
+    """
+    rows = weight.shape[0] - first
+    if logits is None or not weight.requires_grad or not logits.requires_grad or logits.shape[-1] != weight.shape[0]:
+        return torch.zeros(rows, dtype=torch.bool, device=weight.device)
+    new = logits[..., first:].float()
+    positions = max(1, new[..., 0].numel())  # a mean over the token positions: an fp16 sum of them could overflow
+    (grad,) = torch.autograd.grad(new.sum() / positions, weight, retain_graph=True, allow_unused=True)
+    if grad is None:
+        return torch.zeros(rows, dtype=torch.bool, device=weight.device)
+    return grad[first:].ne(0).any(dim=-1)  # NaN != 0 too: a gradient did arrive
+
+
 def check_forward_backward(
     model: nn.Module,
     inputs: dict,
     autocast: Callable,
     base_vocab_size: int,
     device: torch.device,
+    scaler: Optional[torch.amp.GradScaler] = None,
 ) -> float:
-    """Checks 3 and 4 on one prepared batch; returns the loss."""
+    """Checks 3 and 4 on one prepared batch; returns the loss.
+
+    ``scaler``: the run's GradScaler (a disabled one, or None, for bf16/fp32); only its ``scale`` is
+    used, so its state is unchanged.
+    """
     gpt = model.xtts.gpt
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        gpt.zero_grad(set_to_none=True)
-        args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-        with autocast():
-            loss = model(**args)["loss"]
-        if not torch.isfinite(loss):
-            where = diagnose_nonfinite(model, [inputs], autocast)
-            raise TrainingStopped(f"pre-flight: the first training batch gives a non-finite loss; {where}")
-        loss.backward()
-        value = float(loss.detach())
-        rows = gpt.text_embedding.weight.shape[0]
-        if rows > base_vocab_size:
-            used = torch.unique(inputs["text_inputs"].long())
-            used = used[used >= base_vocab_size]
-            emb_grad = gpt.text_embedding.weight.grad
-            head_grad = gpt.text_head.weight.grad
-            all_new = torch.arange(base_vocab_size, rows, device=device)
-            for name, grad, idx in (("text_embedding", emb_grad, used), ("text_head", head_grad, all_new)):
-                if grad is None or not bool(grad[idx].abs().sum(dim=-1).gt(0).all()):
-                    gpt.zero_grad(set_to_none=True)
-                    raise TrainingStopped(
-                        f"pre-flight: no gradient reaches the new token rows (ids >= {base_vocab_size}) of "
-                        f"xtts.gpt.{name}; "
-                        f"they would never train (are they frozen or detached?)"
-                    )
-            log.info("pre-flight: gradients reach the %d new token rows (%d used by the check batch)",
-                     rows - base_vocab_size, used.numel())
-        gpt.zero_grad(set_to_none=True)
+    head = _HeadOutput(gpt.text_head)
+    try:
+        with torch.random.fork_rng(devices=devices):
+            gpt.zero_grad(set_to_none=True)
+            args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+            with autocast():
+                loss = model(**args)["loss"]
+            if not torch.isfinite(loss):
+                where = diagnose_nonfinite(model, [inputs], autocast)
+                raise TrainingStopped(f"pre-flight: the first training batch gives a non-finite loss; {where}")
+            try:
+                _check_new_rows(gpt, inputs, head.logits, loss, base_vocab_size, device, scaler)
+            finally:
+                gpt.zero_grad(set_to_none=True)
+            value = float(loss.detach())
+    finally:
+        head.remove()
     log.info("pre-flight: first batch loss %.4f (finite)", value)
     return value
+
+
+def _check_new_rows(gpt: nn.Module, inputs: dict, logits: Optional[torch.Tensor], loss: torch.Tensor,
+                    base_vocab_size: int, device: torch.device, scaler: Optional[torch.amp.GradScaler]) -> None:
+    """Check 4 (see the module doc); runs the scaled backward whether or not the vocabulary grew."""
+    rows = gpt.text_embedding.weight.shape[0]
+    grew = rows > base_vocab_size
+    connected = _head_rows_connected(logits, gpt.text_head.weight, base_vocab_size) if grew else None
+    scale = float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+    if not grew:
+        return
+    used = torch.unique(inputs["text_inputs"].long())
+    used = used[used >= base_vocab_size]
+    emb_grad = gpt.text_embedding.weight.grad
+    if emb_grad is None or not bool(emb_grad[used].abs().sum(dim=-1).gt(0).all()):
+        raise _no_gradient(base_vocab_size, "text_embedding")
+    head_grad = gpt.text_head.weight.grad
+    # the loss must reach the head at all (a text loss weight of 0 would not), and every new row must be
+    # connected to it; a connected row whose loss gradient is exactly 0 is below fp16's range for this batch
+    if head_grad is None or not bool(head_grad.abs().sum().gt(0)) or not bool(connected.all()):
+        raise _no_gradient(base_vocab_size, "text_head")
+    underflowed = int((~head_grad[base_vocab_size:].abs().sum(dim=-1).gt(0)).sum())
+    if underflowed:
+        log.info("pre-flight: %d of %d new text_head rows get a gradient of exactly 0 from this batch at loss scale "
+                 "%g (below the autocast dtype's range: their logits are far below the targets'); all are "
+                 "connected to the loss", underflowed, rows - base_vocab_size, scale)
+    log.info("pre-flight: gradients reach the %d new token rows (%d used by the check batch)",
+             rows - base_vocab_size, used.numel())

@@ -1,0 +1,50 @@
+"""run_small.py under torchrun with a short default-group timeout and a slow DVAE code cache on rank 0.
+
+Usage: torchrun --nproc_per_node=2 slow_codes_ranks.py ARGS.json. Besides run_small's keys, ARGS.json
+holds ``collective_timeout_s`` (the default process group's timeout, which is 60 min in a real run)
+and ``slow_codes_s`` (how long rank 0's cache build sleeps first: a large dataset on a slow disk).
+Every rank writes how long it spent preparing the codes to ``weights_out``/codes_rank<N>.json.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[2]), str(HERE.parent), str(HERE)]
+
+import run_small  # noqa: E402
+
+from xtts_ft.train import distributed, loop  # noqa: E402
+
+
+def main() -> int:
+    args = json.loads(Path(sys.argv[1]).read_text())
+    rank = int(os.environ["RANK"])
+    distributed.COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=args["collective_timeout_s"])
+    build, prepare = loop.build_codes_cache, loop.FineTuneRecipe._prepare_codes
+
+    def slow_build(*a, **kw):
+        if rank == 0:
+            time.sleep(args["slow_codes_s"])
+        return build(*a, **kw)
+
+    def timed_prepare(recipe):
+        started = time.perf_counter()
+        out = prepare(recipe)
+        seconds = time.perf_counter() - started
+        Path(args["weights_out"], f"codes_rank{rank}.json").write_text(json.dumps({"seconds": seconds}))
+        return out
+
+    loop.build_codes_cache = slow_build
+    loop.FineTuneRecipe._prepare_codes = timed_prepare
+    return run_small.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
