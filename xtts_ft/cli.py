@@ -20,7 +20,7 @@ from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
 
-_NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx")
+_NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx", "httpx2")
 
 
 def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None:
@@ -332,6 +332,18 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from xtts_ft.publish.hub import publish
+
+    setup_logging(None, args.verbose)
+    out = Path(args.out or Path("hub_upload") / args.repo_id.split("/")[-1])
+    result = publish(Path(args.model), args.repo_id, out=out, private=args.private, dry_run=args.dry_run,
+                     base_model=args.base_model)
+    print(f"wrote {len(result.files)} files to {result.folder}" + (" (dry run: nothing uploaded)" if args.dry_run
+                                                                  else f"; uploaded to {result.url}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -411,6 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(its dataset.path is not used); default: the schema's defaults.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
     p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
+
+    p = add("publish", _cmd_publish, "Share the model on the Hugging Face Hub: export, model card, samples.")
+    p.add_argument("--model", required=True, help="An export folder, a checkpoint folder or a run folder (its best checkpoint).")
+    p.add_argument("--repo-id", required=True, help="OWNER/NAME of the Hub model repo (created if absent).")
+    p.add_argument("--private", action="store_true", help="Create the repo private (an existing repo keeps its setting).")
+    p.add_argument("--dry-run", action="store_true", help="Write the folder with the card, upload nothing.")
+    p.add_argument("--out", help="The folder to write and upload (default: hub_upload/NAME).")
+    p.add_argument("--base-model", help="Base model folder or repo id (a checkpoint or run; default: the run's).")
 
     p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--size", choices=["tiny", "full"], default="tiny",
