@@ -102,7 +102,10 @@ def _recognizer(config: dict) -> Optional[str]:
     evaluation = config.get("evaluation") if isinstance(config.get("evaluation"), dict) else {}
     if not asr.get("model") or evaluation.get("recognize") is False:
         return None
-    return f"{asr['model']}@{asr['revision']}" if asr.get("revision") else str(asr["model"])
+    model = str(asr["model"])
+    if Path(model).is_absolute() or Path(model).is_dir():  # a local folder: its name, never this machine's path
+        return f"{Path(model).name} (a local recogniser folder, not on the Hub)"
+    return f"{model}@{asr['revision']}" if asr.get("revision") else model
 
 
 def _pick_samples(record: dict) -> list[dict]:
@@ -129,6 +132,9 @@ def _data_facts(run_dir: Path) -> dict:
 
 def gather_facts(source: ModelSource, export_meta: dict, repo_id: str) -> CardFacts:
     step = export_meta.get("step")
+    if "XTTS-v2" not in str(export_meta.get("base_model")):
+        log.warning("publish: the base model was %s, not %s; the card's base_model metadata says %s",
+                    Path(str(export_meta.get("base_model"))).name, BASE_MODEL, BASE_MODEL)
     facts = CardFacts(repo_id=repo_id, language=str(export_meta.get("language") or "am"), step=step,
                       export_meta=export_meta)
     record = _eval_record(source.run_dir, step) if source.run_dir is not None and step is not None else None
@@ -220,8 +226,7 @@ def _limits_section(f: CardFacts) -> str:
     return f"""## Known limits
 
 - **Short texts** (a word or two) are where fine-tuned XTTS models most often babble past the end or
-  cut the last word. {short_line} Pad very short inputs into a sentence, or use the `serve` command, which
-  applies its own guard.
+  cut the last word. {short_line} Listen to short inputs before relying on them.
 - **Length**: the model reads at most {text.get('char_limit', 'the configured')} characters of normalised
   text at a time; longer text must be split at sentence punctuation (`serve` does this).
 - **Text front-end**: Amharic text must go through the project's normaliser (numbers as words,
