@@ -102,6 +102,8 @@ class SpeechEngine:
         self.settings = settings
         self.temperature = temperature
         self.language: str = meta.get("language") or "am"
+        known = [code for code in xtts.config.languages if tokenizer.tokenizer.token_to_id(f"[{code}]") is not None]
+        self.languages: tuple[str, ...] = tuple(dict.fromkeys([self.language, *known]))  # the run's language first
         self.sample_rate: int = int(xtts.args.output_sample_rate)
         self.char_limit: int = int(tokenizer.char_limits.get(self.language, 250))
         self.max_text_tokens: int = int(xtts.args.gpt_max_text_tokens)
