@@ -20,11 +20,10 @@ from typing import Optional
 
 import yaml
 
-from xtts_ft.evaluate.export import EXPORT_META
+from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.readme import tokenizer_lines
 from xtts_ft.layout import CheckpointLayout, RunLayout
-from xtts_ft.publish.source import ModelSource, read_json
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +57,17 @@ class CardFacts:
                                                    "speaker_similarity", "duration_s")} for s in self.samples]}
 
 
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``; {} when absent or not an object (the card then says "not recorded")."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path}: not valid JSON ({exc}); restore it or publish another folder") from None
+    return data if isinstance(data, dict) else {}
+
+
 def _eval_record(run_dir: Path, step: int) -> Optional[dict]:
     """The last evaluation of ``step`` in samples/index.jsonl (a resumed run may have evaluated it twice)."""
     index = RunLayout(run_dir).samples_index
@@ -75,16 +85,15 @@ def _eval_record(run_dir: Path, step: int) -> Optional[dict]:
     return found
 
 
-def _run_config(source: ModelSource) -> dict:
+def _run_config(resolved, export_meta: dict) -> dict:
     """The config the checkpoint was trained with (its own copy first, the run's otherwise)."""
     candidates = []
-    if source.checkpoint_dir is not None:
-        candidates.append(CheckpointLayout(source.checkpoint_dir).config)
-    origin = source.export_dir and read_json(source.export_dir / EXPORT_META).get("source_checkpoint")
-    if origin:
-        candidates.append(CheckpointLayout(Path(origin)).config)
-    if source.run_dir is not None:
-        candidates.append(RunLayout(source.run_dir).config)
+    if resolved.loads_as == "checkpoint":
+        candidates.append(CheckpointLayout(resolved.model_dir).config)
+    if export_meta.get("source_checkpoint"):
+        candidates.append(CheckpointLayout(Path(export_meta["source_checkpoint"])).config)
+    if resolved.run_dir is not None:
+        candidates.append(RunLayout(resolved.run_dir).config)
     for path in candidates:
         if path.is_file():
             try:
@@ -130,14 +139,17 @@ def _data_facts(run_dir: Path) -> dict:
                          for d in report.get("datasets") or [] if isinstance(d, dict)]}
 
 
-def gather_facts(source: ModelSource, export_meta: dict, repo_id: str) -> CardFacts:
+def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
+    """The card's facts for ``resolved`` (:class:`xtts_ft.serve.model_source.ResolvedModel`), whose export
+    (in the folder being published) wrote ``export_meta``."""
     step = export_meta.get("step")
     if "XTTS-v2" not in str(export_meta.get("base_model")):
         log.warning("publish: the base model was %s, not %s; the card's base_model metadata says %s",
                     Path(str(export_meta.get("base_model"))).name, BASE_MODEL, BASE_MODEL)
     facts = CardFacts(repo_id=repo_id, language=str(export_meta.get("language") or "am"), step=step,
                       export_meta=export_meta)
-    record = _eval_record(source.run_dir, step) if source.run_dir is not None and step is not None else None
+    run_dir = resolved.run_dir
+    record = _eval_record(run_dir, step) if run_dir is not None and step is not None else None
     if record is not None:
         facts.metrics = dict(record.get("metrics") or {})
         facts.metrics_source = f"the run's samples/index.jsonl (the evaluation of step {step})"
@@ -150,9 +162,9 @@ def gather_facts(source: ModelSource, export_meta: dict, repo_id: str) -> CardFa
     if "eval_loss" not in facts.metrics and (export_meta.get("checkpoint_meta") or {}).get("eval_loss") is not None:
         facts.metrics["eval_loss"] = export_meta["checkpoint_meta"]["eval_loss"]
     if "sample_cer" in facts.metrics:
-        facts.recognizer = _recognizer(_run_config(source))
-    if source.run_dir is not None:
-        facts.data = _data_facts(source.run_dir)
+        facts.recognizer = _recognizer(_run_config(resolved, export_meta))
+    if run_dir is not None:
+        facts.data = _data_facts(run_dir)
     return facts
 
 
@@ -226,7 +238,9 @@ def _limits_section(f: CardFacts) -> str:
     return f"""## Known limits
 
 - **Short texts** (a word or two) are where fine-tuned XTTS models most often babble past the end or
-  cut the last word. {short_line} Listen to short inputs before relying on them.
+  cut the last word. {short_line} `python -m xtts_ft serve` guards against it (a fixed seed per request,
+  a length cap per character, short pieces that miss the stop token generated again); the plain coqui
+  lines below do not.
 - **Length**: the model reads at most {text.get('char_limit', 'the configured')} characters of normalised
   text at a time; longer text must be split at sentence punctuation (`serve` does this).
 - **Text front-end**: Amharic text must go through the project's normaliser (numbers as words,

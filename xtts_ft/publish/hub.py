@@ -25,8 +25,7 @@ from typing import Optional
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate.export import EXPORT_META
-from xtts_ft.publish.card import gather_facts, render_card
-from xtts_ft.publish.source import ModelSource, read_json, resolve_source
+from xtts_ft.publish.card import gather_facts, read_json, render_card
 from xtts_ft.tempfiles import atomic_write, replace_dir
 
 log = logging.getLogger(__name__)
@@ -119,18 +118,18 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def _stage_model(source: ModelSource, stage: Path, base_model: Optional[str]) -> None:
-    """The export files into ``stage``: exported from the checkpoint, or linked from the export folder."""
-    if source.export_dir is not None:
+def _stage_model(resolved, stage: Path) -> None:
+    """The export files into ``stage``: linked from an export folder, or exported from the checkpoint."""
+    if resolved.loads_as == "export":
         stage.mkdir()
-        for f in sorted(source.export_dir.iterdir()):
+        for f in sorted(resolved.model_dir.iterdir()):
             if f.is_file() and f.name != CARD_FILE:  # its README (local paths) is replaced by the card
                 _link_or_copy(f, stage / f.name)
         return
     from xtts_ft.evaluate.export import export_from_checkpoint
     from xtts_ft.evaluate.standalone import base_for_checkpoint
 
-    export_from_checkpoint(source.checkpoint_dir, stage, base_for_checkpoint(source.checkpoint_dir, base_model))
+    export_from_checkpoint(resolved.model_dir, stage, base_for_checkpoint(resolved.model_dir, resolved.base_model))
     (stage / CARD_FILE).unlink(missing_ok=True)
 
 
@@ -151,23 +150,24 @@ def _stage_samples(facts, run_dir: Optional[Path], stage: Path) -> None:
 def write_publish_folder(model: Path, repo_id: str, out: Path, *, endpoint: str,
                          base_model: Optional[str] = None) -> tuple[Path, dict]:
     """Build ``out``: the export, ``README.md`` (the card), ``samples/``, :data:`PUBLISH_RECORD`."""
-    source = resolve_source(Path(model))
-    given = source.export_dir or source.checkpoint_dir
-    _check_out(out, given)
+    from xtts_ft.serve.model_source import resolve_model
+
+    resolved = resolve_model(Path(model), base_model)  # the same reading of --model as `serve`
+    _check_out(out, resolved.given)
+    _check_out(out, resolved.model_dir)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.with_name(f".{out.name}.publish-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(stage, ignore_errors=True)
     try:
-        _stage_model(source, stage, base_model)
+        _stage_model(resolved, stage)
         export_meta = read_json(stage / EXPORT_META)
-        facts = gather_facts(source, export_meta, repo_id)
-        _stage_samples(facts, source.run_dir, stage)
+        facts = gather_facts(resolved, export_meta, repo_id)
+        _stage_samples(facts, resolved.run_dir, stage)
         card = render_card(facts, endpoint)
         atomic_write(stage / CARD_FILE, str(card))
-        kind = "export" if source.export_dir is not None else "checkpoint"
         record = {"xtts_ft_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "published_from": kind, **facts.to_json()}  # no local paths: this file goes public
+                  "published_from": resolved.describe().split(" ")[0], **facts.to_json()}  # no local paths: this file goes public
         atomic_write(stage / PUBLISH_RECORD, json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n")
         replace_dir(stage, out)  # an earlier publish folder there is swapped out whole
     finally:
