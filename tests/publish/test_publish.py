@@ -35,6 +35,16 @@ def dry_run(run_folder, tmp_path_factory):
     return rc, stdout, out
 
 
+@pytest.fixture(scope="module")
+def export_folder(run_folder, tiny_base_dir, tmp_path_factory):
+    """What `python -m xtts_ft export` writes for the run's step 2: it names its checkpoint, so its run is found."""
+    from xtts_ft.base_model import BaseModelFiles
+    from xtts_ft.evaluate.export import export_from_checkpoint
+
+    out = tmp_path_factory.mktemp("exports") / "amharic"
+    return export_from_checkpoint(run_folder / "checkpoints" / "step_000002", out, BaseModelFiles.from_dir(tiny_base_dir))
+
+
 @pytest.fixture
 def export_only(dry_run):
     """An export folder to publish (the dry run's folder is one)."""
@@ -51,7 +61,7 @@ def _files(folder) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
-def test_dry_run_writes_the_folder_with_the_card_of_the_best_checkpoint(dry_run, run_folder):
+def test_dry_run_writes_the_folder_with_the_card_of_the_best_checkpoint(dry_run, run_folder, tiny_base_dir):
     from huggingface_hub import metadata_load
 
     rc, stdout, out = dry_run
@@ -69,7 +79,10 @@ def test_dry_run_writes_the_folder_with_the_card_of_the_best_checkpoint(dry_run,
     assert "1.25 hours" in card and "120 clips" in card and "2 speaker(s)" in card  # data/report.json
     assert "| 3 |" not in card  # nothing of step 4's evaluation
     assert "hf download alice/xtts-amharic" in card and "python -m xtts_ft serve --model" in card
-    assert str(run_folder) not in card  # a public card names no local paths
+    assert str(run_folder) not in card  # a public card names no local paths, nor its metadata files
+    for name in ("xtts_ft_meta.json", PUBLISH_RECORD):
+        text = (out / name).read_text(encoding="utf-8")
+        assert str(run_folder) not in text and str(tiny_base_dir) not in text
     record = json.loads((out / PUBLISH_RECORD).read_text(encoding="utf-8"))
     assert record["step"] == 2 and record["metrics"]["sample_cer_short"] == 2.5
     assert [s["text"] for s in record["samples"]][0] == "ሰላም"  # the short text is shown, not hidden
@@ -85,11 +98,12 @@ def test_an_existing_folder_it_did_not_write_is_never_replaced(run_folder, tmp_p
     assert _files(out) == {"notes.txt"}
 
 
-def test_upload_to_the_hub_then_the_card_loads_from_it(dry_run, tmp_path, monkeypatch):
+def test_upload_to_the_hub_then_the_card_loads_from_it(export_folder, run_folder, tmp_path, monkeypatch):
     import huggingface_hub.constants
     from huggingface_hub import ModelCard, hf_hub_download
 
-    export = dry_run[2]  # the folder just written is itself an export folder: publish it again, for real
+    export = export_folder
+    export_meta = (export / "xtts_ft_meta.json").read_text(encoding="utf-8")
     with running_hub({}, tokens={"hf_write": "write"}) as url:
         with monkeypatch.context() as patch:  # HF_ENDPOINT's effect; the downloads below name the endpoint
             patch.setattr(huggingface_hub.constants, "ENDPOINT", url)
@@ -107,6 +121,9 @@ def test_upload_to_the_hub_then_the_card_loads_from_it(dry_run, tmp_path, monkey
         assert f'src="{url}/{REPO}/resolve/main/{first}"' in card.text  # the player's link resolves on the hub
         audio, sr = sf.read(hf_hub_download(REPO, first, endpoint=url, cache_dir=str(tmp_path / "cache")))
         assert sr == 24000 and len(audio) == 12000
+    assert "| CER, short texts (≤ 20 characters) | 2.5 |" in card.text  # found the run through the export's record
+    assert (export / "xtts_ft_meta.json").read_text(encoding="utf-8") == export_meta  # the export is untouched
+    assert (tmp_path / "up" / "model.pth").stat().st_ino == (export / "model.pth").stat().st_ino  # linked, not copied
 
 
 @pytest.mark.parametrize("token, code", [("hf_wrong", "401"), ("hf_read", "403")])

@@ -25,7 +25,7 @@ from typing import Optional
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate.export import EXPORT_META
-from xtts_ft.publish.card import gather_facts, read_json, render_card
+from xtts_ft.publish.card import BASE_MODEL, gather_facts, read_json, render_card
 from xtts_ft.tempfiles import atomic_write, replace_dir
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,25 @@ def _stage_model(resolved, stage: Path) -> None:
     (stage / CARD_FILE).unlink(missing_ok=True)
 
 
+def _public_name(path) -> Optional[str]:
+    """A local path as it may appear in public: the Hub id for XTTS-v2's cache, else its last two parts."""
+    if not path:
+        return path
+    parts = Path(str(path)).parts
+    return BASE_MODEL if "models--coqui--XTTS-v2" in parts else "/".join(parts[-2:])
+
+
+def _without_local_paths(meta: dict) -> dict:
+    """The export's metadata with this machine's paths (user and folder names) cut to names; nothing
+    reads them from a downloaded copy (serve uses source_checkpoint only to find a run on this disk)."""
+    out = {**meta, "source_checkpoint": _public_name(meta.get("source_checkpoint")),
+           "base_model": _public_name(meta.get("base_model"))}
+    if isinstance(meta.get("checkpoint_meta"), dict):
+        out["checkpoint_meta"] = {**meta["checkpoint_meta"],
+                                  "base_model": _public_name(meta["checkpoint_meta"].get("base_model"))}
+    return out
+
+
 def _stage_samples(facts, run_dir: Optional[Path], stage: Path) -> None:
     kept = []
     for s in facts.samples:
@@ -164,6 +183,8 @@ def write_publish_folder(model: Path, repo_id: str, out: Path, *, endpoint: str,
         export_meta = read_json(stage / EXPORT_META)
         facts = gather_facts(resolved, export_meta, repo_id)
         _stage_samples(facts, resolved.run_dir, stage)
+        # a new file, not a write into the hard link: the export it came from keeps its own metadata
+        atomic_write(stage / EXPORT_META, json.dumps(_without_local_paths(export_meta), indent=2, ensure_ascii=False))
         card = render_card(facts, endpoint)
         atomic_write(stage / CARD_FILE, str(card))
         record = {"xtts_ft_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
