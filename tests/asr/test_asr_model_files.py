@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_base_model import _HubHandler
+from test_base_model import _HubHandler, running_hub
 
 from xtts_ft.asr.model_files import resolve_asr_model
 from xtts_ft.asr.recognizer import Recognizer
@@ -19,18 +19,10 @@ from xtts_ft.errors import ModelError
 
 @pytest.fixture
 def asr_hub(tiny_ctc_dir):
-    import http.server
-    import threading
-
-    _HubHandler.files = {p.name: p.read_bytes() for p in tiny_ctc_dir.iterdir() if p.is_file()}
-    _HubHandler.files["unrelated_big_file.bin"] = b"x" * 1000
-    _HubHandler.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    files = {p.name: p.read_bytes() for p in tiny_ctc_dir.iterdir() if p.is_file()}
+    files["unrelated_big_file.bin"] = b"x" * 1000
+    with running_hub(files) as url:
+        yield url
 
 
 def test_local_folder_loads_and_transcribes(tiny_ctc_dir):
