@@ -126,6 +126,23 @@ def test_upload_to_the_hub_then_the_card_loads_from_it(export_folder, run_folder
     assert (tmp_path / "up" / "model.pth").stat().st_ino == (export / "model.pth").stat().st_ino  # linked, not copied
 
 
+def test_an_export_away_from_its_run_says_what_is_missing(export_folder, tmp_path):
+    moved = tmp_path / "moved_export"  # as if copied to another machine: its checkpoint and run are not here
+    moved.mkdir()
+    for f in export_folder.iterdir():
+        (moved / f.name).hardlink_to(f)
+    meta = json.loads((export_folder / "xtts_ft_meta.json").read_text(encoding="utf-8"))
+    (moved / "xtts_ft_meta.json").unlink()
+    (moved / "xtts_ft_meta.json").write_text(json.dumps({**meta, "source_checkpoint": "/elsewhere/step_000002"}))
+    rc, _, err = _cli("--model", str(moved), "--repo-id", REPO, "--dry-run", "--out", str(tmp_path / "out"))
+    assert rc == 0, err
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "a speech recogniser that the records found here do not name" in card  # not guessed
+    assert "read from the checkpoint's meta.json" in card and "| CER, short texts (≤ 20 characters) | 2.5 |" in card
+    assert "Not recorded here (the run's data/report.json was not found)" in card and "## Samples" not in card
+    assert not (tmp_path / "out" / "samples").exists()
+
+
 @pytest.mark.parametrize("token, code", [("hf_wrong", "401"), ("hf_read", "403")])
 def test_a_refused_token_is_one_line_naming_the_login(export_only, tmp_path, monkeypatch, token, code):
     import huggingface_hub.constants

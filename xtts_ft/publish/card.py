@@ -112,7 +112,8 @@ def _recognizer(config: dict) -> Optional[str]:
     if not asr.get("model") or evaluation.get("recognize") is False:
         return None
     model = str(asr["model"])
-    if Path(model).is_absolute() or Path(model).is_dir():  # a local folder: its name, never this machine's path
+    if model.count("/") > 1 or model.startswith(".") or Path(model).is_absolute() or Path(model).is_dir():
+        # a local folder (a Hub id is OWNER/NAME): its name, never this machine's path
         return f"{Path(model).name} (a local recogniser folder, not on the Hub)"
     return f"{model}@{asr['revision']}" if asr.get("revision") else model
 
@@ -180,8 +181,12 @@ def _quality_section(f: CardFacts) -> str:
     if not m:
         return ("## Measured quality\n\nNo evaluation of this checkpoint was found (the run folder was not "
                 "beside the export, or the step was never evaluated): nothing was measured for this card.\n")
-    heard = (f"transcribed by the speech recogniser `{f.recognizer}`" if f.recognizer
-             else "no recogniser transcribed them, so there is no CER")
+    if "sample_cer" not in m:
+        heard = "not transcribed by a recogniser (evaluation.recognize was off), so there is no CER"
+    elif f.recognizer:
+        heard = f"transcribed by the speech recogniser `{f.recognizer}`"
+    else:  # the run's config is not on this disk any more
+        heard = "transcribed by a speech recogniser that the records found here do not name"
     rows = [("CER (character error rate, all samples)", m.get("sample_cer")),
             ("CER, short texts (≤ 20 characters)", m.get("sample_cer_short")),
             ("speaker similarity (XTTS speaker encoder, sample vs. reference)", m.get("sample_speaker_similarity")),

@@ -187,8 +187,9 @@ def write_publish_folder(model: Path, repo_id: str, out: Path, *, endpoint: str,
         atomic_write(stage / EXPORT_META, json.dumps(_without_local_paths(export_meta), indent=2, ensure_ascii=False))
         card = render_card(facts, endpoint)
         atomic_write(stage / CARD_FILE, str(card))
+        # no local paths in the record: it is uploaded too
         record = {"xtts_ft_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "published_from": resolved.describe().split(" ")[0], **facts.to_json()}  # no local paths: this file goes public
+                  "published_from": resolved.kind, **facts.to_json()}
         atomic_write(stage / PUBLISH_RECORD, json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n")
         replace_dir(stage, out)  # an earlier publish folder there is swapped out whole
     finally:
