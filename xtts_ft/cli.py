@@ -15,12 +15,12 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from xtts_ft.config import TextConfig, TokenizerConfig, field_help
+from xtts_ft.config import ServeConfig, TextConfig, TokenizerConfig, field_help
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
 
-_NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx")
+_NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx", "httpx2")
 
 
 def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None:
@@ -332,6 +332,29 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from xtts_ft.serve.command import ServeOptions, serve_command
+
+    setup_logging(None, args.verbose)
+    return serve_command(ServeOptions(
+        model=Path(args.model), host=args.host, port=args.port, api_key=args.api_key,
+        voices=Path(args.voices) if args.voices else None, device=args.device, wyoming=args.wyoming,
+        base_model=args.base_model, max_codes=args.max_codes,
+    ))
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from xtts_ft.publish.hub import publish
+
+    setup_logging(None, args.verbose)
+    out = Path(args.out or Path("hub_upload") / args.repo_id.split("/")[-1])
+    result = publish(Path(args.model), args.repo_id, out=out, private=args.private, dry_run=args.dry_run,
+                     base_model=args.base_model)
+    print(f"wrote {len(result.files)} files to {result.folder}" + (" (dry run: nothing uploaded)" if args.dry_run
+                                                                  else f"; uploaded to {result.url}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -411,6 +434,29 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(its dataset.path is not used); default: the schema's defaults.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
     p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
+
+    p = add("serve", _cmd_serve, "Serve a model over HTTP (OpenAI's /v1/audio/speech) and optionally Wyoming.")
+    p.add_argument("--model", required=True, help="An export folder, a checkpoint folder, or a run folder (its best "
+                                                  "checkpoint, else its latest).")
+    p.add_argument("--host", default=ServeConfig.host, help=field_help(ServeConfig, "host") + " (default: %(default)s)")
+    p.add_argument("--port", type=int, default=ServeConfig.port, help=field_help(ServeConfig, "port"))
+    p.add_argument("--api-key", help="Require 'Authorization: Bearer KEY' on /v1/ (default: $XTTS_FT_API_KEY; none).")
+    p.add_argument("--voices", help="Folder of reference clips (WAV/FLAC/MP3), one voice per file named after it; "
+                                    "uploads are saved there too. The run's own speakers are offered as well.")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available).")
+    p.add_argument("--wyoming", metavar="tcp://HOST:PORT", help="Also speak the Wyoming protocol (Home Assistant).")
+    p.add_argument("--base-model", help="Base model folder or repo id (checkpoint or run folder; default: the one "
+                                        "its meta.json names).")
+    p.add_argument("--max-codes", type=int, help="Cap audio codes per piece below the model's limit (~21.5 per "
+                                                 "second; random test models never stop).")
+
+    p = add("publish", _cmd_publish, "Share the model on the Hugging Face Hub: export, model card, samples.")
+    p.add_argument("--model", required=True, help="An export folder, a checkpoint folder or a run folder (its best checkpoint).")
+    p.add_argument("--repo-id", required=True, help="OWNER/NAME of the Hub model repo (created if absent).")
+    p.add_argument("--private", action="store_true", help="Create the repo private (an existing repo keeps its setting).")
+    p.add_argument("--dry-run", action="store_true", help="Write the folder with the card, upload nothing.")
+    p.add_argument("--out", help="The folder to write and upload (default: hub_upload/NAME).")
+    p.add_argument("--base-model", help="Base model folder or repo id (a checkpoint or run; default: the run's).")
 
     p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--size", choices=["tiny", "full"], default="tiny",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_base_model import _HubHandler
 
+from tests.standin_hub import StandInHub, serve_hub
 from xtts_ft.asr.model_files import resolve_asr_model
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.base_model import hf_fetcher
@@ -19,18 +19,10 @@ from xtts_ft.errors import ModelError
 
 @pytest.fixture
 def asr_hub(tiny_ctc_dir):
-    import http.server
-    import threading
-
-    _HubHandler.files = {p.name: p.read_bytes() for p in tiny_ctc_dir.iterdir() if p.is_file()}
-    _HubHandler.files["unrelated_big_file.bin"] = b"x" * 1000
-    _HubHandler.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    files = {p.name: p.read_bytes() for p in tiny_ctc_dir.iterdir() if p.is_file()}
+    files["unrelated_big_file.bin"] = b"x" * 1000
+    with serve_hub(files) as url:
+        yield url
 
 
 def test_local_folder_loads_and_transcribes(tiny_ctc_dir):
@@ -60,12 +52,12 @@ def test_download_through_huggingface_hub_then_offline_cache(asr_hub, tmp_path, 
     root = resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=asr_hub))
     assert str(tmp_path / "hf") in str(root)
     assert (root / "model.safetensors").read_bytes() == (tiny_ctc_dir / "model.safetensors").read_bytes()
-    assert all("unrelated" not in r for r in _HubHandler.requests)
-    assert not any(r.endswith("pytorch_model.bin") and r.startswith("GET") for r in _HubHandler.requests)
-    n_requests = len(_HubHandler.requests)
+    assert all("unrelated" not in r for r in StandInHub.requests)
+    assert not any(r.endswith("pytorch_model.bin") and r.startswith("GET") for r in StandInHub.requests)
+    n_requests = len(StandInHub.requests)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # what HF_HUB_OFFLINE=1 sets
     again = resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=asr_hub))
-    assert again == root and len(_HubHandler.requests) == n_requests
+    assert again == root and len(StandInHub.requests) == n_requests
     Recognizer(again, device="cpu")  # the cached snapshot is a loadable model
 
 

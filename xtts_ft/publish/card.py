@@ -1,0 +1,308 @@
+"""The model card of a published voice: Hub metadata plus what was measured, from the run's own records.
+
+Every number on the card is read from what the run wrote, never typed in: the evaluation record of
+the published step in ``samples/index.jsonl`` (CER, speaker similarity, stop rate, per length
+bucket, and the samples themselves), else the ``eval_metrics`` the trainer kept in the checkpoint's
+``meta.json``; the recogniser that heard the samples from the checkpoint's (or run's) ``config.yaml``;
+hours and speakers from ``data/report.json``. What is missing is said to be missing.
+
+The YAML front matter is written by huggingface_hub (:class:`ModelCardData`), so it is exactly
+what the Hub parses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from xtts_ft.errors import ModelError
+from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
+from xtts_ft.evaluate.readme import tokenizer_lines
+from xtts_ft.layout import CheckpointLayout, RunLayout
+
+log = logging.getLogger(__name__)
+
+BASE_MODEL = "coqui/XTTS-v2"
+LICENSE_NAME = "coqui-public-model-license"
+LICENSE_LINK = "https://coqui.ai/cpml"
+DATA_REPORT = "report.json"  # data/report.json, written by xtts_ft/data/report.py
+MAX_SAMPLES = 3  # audio clips on the card: one per length bucket where the evaluation has one
+LOCAL_DIR = "xtts_voice"  # the folder name the card's download line uses
+CARD_TEMPLATE = "---\n{{ card_data }}\n---\n\n{{ body }}"  # huggingface_hub fills the front matter
+
+
+@dataclass
+class CardFacts:
+    """Everything the card states, gathered once (also written to the folder as JSON)."""
+
+    repo_id: str
+    language: str
+    step: Optional[int]
+    export_meta: dict
+    metrics: dict = field(default_factory=dict)  # summarize() keys: sample_cer, sample_stop_rate_short, ...
+    metrics_source: Optional[str] = None  # where the metrics were read
+    recognizer: Optional[str] = None  # asr.model (@revision) that transcribed the samples
+    samples: list = field(default_factory=list)  # index.jsonl sample records picked for the card
+    data: dict = field(default_factory=dict)  # hours, speakers, clips (data/report.json)
+
+    def to_json(self) -> dict:
+        return {"repo_id": self.repo_id, "language": self.language, "step": self.step, "metrics": self.metrics,
+                "metrics_source": self.metrics_source, "recognizer": self.recognizer, "data": self.data,
+                "samples": [{k: s.get(k) for k in ("file", "text", "cer", "recognized_text", "ended_with_stop",
+                                                   "speaker_similarity", "duration_s")} for s in self.samples]}
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``; {} when absent or not an object (the card then says "not recorded")."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path}: not valid JSON ({exc}); restore it or publish another folder") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _eval_record(run_dir: Path, step: int) -> Optional[dict]:
+    """The last evaluation of ``step`` in samples/index.jsonl (a resumed run may have evaluated it twice)."""
+    index = RunLayout(run_dir).samples_index
+    if not index.is_file():
+        return None
+    found = None
+    for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("%s line %d: not JSON, skipped", index, n)
+            continue
+        if isinstance(record, dict) and record.get("step") == step:
+            found = record
+    return found
+
+
+def _run_config(resolved, export_meta: dict) -> dict:
+    """The config the checkpoint was trained with (its own copy first, the run's otherwise)."""
+    candidates = []
+    if resolved.loads_as == "checkpoint":
+        candidates.append(CheckpointLayout(resolved.model_dir).config)
+    if export_meta.get("source_checkpoint"):
+        candidates.append(CheckpointLayout(Path(export_meta["source_checkpoint"])).config)
+    if resolved.run_dir is not None:
+        candidates.append(RunLayout(resolved.run_dir).config)
+    for path in candidates:
+        if path.is_file():
+            try:
+                raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except yaml.YAMLError:
+                log.warning("%s: not valid YAML; the card cannot name the recogniser from it", path)
+                continue
+            if isinstance(raw, dict):
+                return raw
+    return {}
+
+
+def _recognizer(config: dict) -> Optional[str]:
+    asr = config.get("asr") if isinstance(config.get("asr"), dict) else {}
+    evaluation = config.get("evaluation") if isinstance(config.get("evaluation"), dict) else {}
+    if not asr.get("model") or evaluation.get("recognize") is False:
+        return None
+    model = str(asr["model"])
+    if model.count("/") > 1 or model.startswith(".") or Path(model).is_absolute() or Path(model).is_dir():
+        # a local folder (a Hub id is OWNER/NAME): its name, never this machine's path
+        return f"{Path(model).name} (a local recogniser folder, not on the Hub)"
+    return f"{model}@{asr['revision']}" if asr.get("revision") else model
+
+
+def _pick_samples(record: dict) -> list[dict]:
+    """One sample per length bucket (short texts first: that is where XTTS fine-tunes fail)."""
+    picked = []
+    for bucket, _ in LENGTH_BUCKETS:
+        for s in record.get("samples") or []:
+            if isinstance(s, dict) and s.get("path") and length_bucket(s.get("normalized_text") or "") == bucket:
+                picked.append(s)
+                break
+    return picked[:MAX_SAMPLES]
+
+
+def _data_facts(run_dir: Path) -> dict:
+    report = read_json(RunLayout(run_dir).data / DATA_REPORT)
+    if not report:
+        return {}
+    speakers = report.get("speakers") or {}
+    return {"hours": report.get("hours"), "speakers": len(speakers), "clips": report.get("kept"),
+            "train_clips": report.get("kept_train"), "eval_clips": report.get("kept_eval"),
+            "datasets": [{k: d.get(k) for k in ("name", "language", "hours", "kept")}
+                         for d in report.get("datasets") or [] if isinstance(d, dict)]}
+
+
+def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
+    """The card's facts for ``resolved`` (:class:`xtts_ft.serve.model_source.ResolvedModel`), whose export
+    (in the folder being published) wrote ``export_meta``."""
+    step = export_meta.get("step")
+    if "XTTS-v2" not in str(export_meta.get("base_model")):
+        log.warning("publish: the base model was %s, not %s; the card's base_model metadata says %s",
+                    Path(str(export_meta.get("base_model"))).name, BASE_MODEL, BASE_MODEL)
+    facts = CardFacts(repo_id=repo_id, language=str(export_meta.get("language") or "am"), step=step,
+                      export_meta=export_meta)
+    run_dir = resolved.run_dir
+    record = _eval_record(run_dir, step) if run_dir is not None and step is not None else None
+    if record is not None:
+        facts.metrics = dict(record.get("metrics") or {})
+        facts.metrics_source = f"the run's samples/index.jsonl (the evaluation of step {step})"
+        facts.samples = _pick_samples(record)
+    else:  # the run folder is gone or never evaluated this step: the trainer's copy in meta.json, if any
+        meta = export_meta.get("checkpoint_meta") or {}
+        if meta.get("eval_metrics"):
+            facts.metrics = dict(meta["eval_metrics"])
+            facts.metrics_source = "the checkpoint's meta.json"
+    if "eval_loss" not in facts.metrics and (export_meta.get("checkpoint_meta") or {}).get("eval_loss") is not None:
+        facts.metrics["eval_loss"] = export_meta["checkpoint_meta"]["eval_loss"]
+    if "sample_cer" in facts.metrics:
+        facts.recognizer = _recognizer(_run_config(resolved, export_meta))
+    if run_dir is not None:
+        facts.data = _data_facts(run_dir)
+    return facts
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def _num(value, digits: int = 3) -> str:
+    return "not measured" if value is None else f"{float(value):.{digits}g}"
+
+
+def _quality_section(f: CardFacts) -> str:
+    m = f.metrics
+    if not m:
+        return ("## Measured quality\n\nNo evaluation of this checkpoint was found (the run folder was not "
+                "beside the export, or the step was never evaluated): nothing was measured for this card.\n")
+    if "sample_cer" not in m:
+        heard = "not transcribed by a recogniser (evaluation.recognize was off), so there is no CER"
+    elif f.recognizer:
+        heard = f"transcribed by the speech recogniser `{f.recognizer}`"
+    else:  # the run's config is not on this disk any more
+        heard = "transcribed by a speech recogniser that the records found here do not name"
+    rows = [("CER (character error rate, all samples)", m.get("sample_cer")),
+            ("CER, short texts (≤ 20 characters)", m.get("sample_cer_short")),
+            ("speaker similarity (XTTS speaker encoder, sample vs. reference)", m.get("sample_speaker_similarity")),
+            ("stop rate (samples that ended by themselves)", m.get("sample_stop_rate")),
+            ("stop rate, short texts", m.get("sample_stop_rate_short")),
+            ("eval loss (teacher-forced, held-out clips)", m.get("eval_loss"))]
+    table = "\n".join(f"| {name} | {_num(value)} |" for name, value in rows)
+    return f"""## Measured quality (step {f.step})
+
+The evaluation samples of this checkpoint were {heard}; read from {f.metrics_source}.
+
+| measure | value |
+|---|---|
+{table}
+
+CER is scored after the project's normaliser on both sides (numbers read out, homophone letters folded,
+punctuation dropped). It includes the recogniser's own error, so it is a ceiling on the model's error,
+and it is comparable only between models scored by the same recogniser. A stop rate below 1 means
+some samples ran to the length limit instead of ending (babbling).
+"""
+
+
+def _data_section(f: CardFacts) -> str:
+    d = f.data
+    if not d:
+        return "## Training data\n\nNot recorded here (the run's data/report.json was not found).\n"
+    lines = [f"- {_num(d.get('hours'))} hours of audio kept after the data checks, {d.get('clips')} clips "
+             f"({d.get('train_clips')} training, {d.get('eval_clips')} held out), {d.get('speakers')} speaker(s)."]
+    for ds in d.get("datasets") or []:
+        lines.append(f"- dataset `{ds.get('name')}` ({ds.get('language')}): {_num(ds.get('hours'))} hours, "
+                     f"{ds.get('kept')} clips")
+    return "## Training data\n\n" + "\n".join(lines) + "\n"
+
+
+def _samples_section(f: CardFacts, endpoint: str) -> str:
+    if not f.samples:
+        return ""
+    out = ["## Samples\n", f"From the evaluation at step {f.step} (voice: a held-out clip of the training data).\n"]
+    for s in f.samples:
+        url = f"{endpoint.rstrip('/')}/{f.repo_id}/resolve/main/{s['file']}"
+        stop = "ended by itself" if s.get("ended_with_stop") else "ran to the length limit"
+        heard = f"; heard: “{s['recognized_text']}” (CER {_num(s.get('cer'))})" if s.get("recognized_text") else ""
+        out.append(f"- “{s.get('text')}” — {stop}{heard}\n\n  <audio controls src=\"{url}\"></audio> "
+                   f"([{s['file']}]({s['file']}))\n")
+    return "\n".join(out)
+
+
+def _limits_section(f: CardFacts) -> str:
+    text = f.export_meta.get("text") or {}
+    short = f.metrics.get("sample_stop_rate_short")
+    short_line = (f"On this checkpoint's short evaluation texts the stop rate was {_num(short)}"
+                  f" and the CER {_num(f.metrics.get('sample_cer_short'))}." if short is not None
+                  else "This checkpoint's short texts were not measured separately.")
+    return f"""## Known limits
+
+- **Short texts** (a word or two) are where fine-tuned XTTS models most often babble past the end or
+  cut the last word. {short_line} `python -m xtts_ft serve` guards against it (a fixed seed per request,
+  a length cap per character, short pieces that miss the stop token generated again); the plain coqui
+  lines below do not.
+- **Length**: the model reads at most {text.get('char_limit', 'the configured')} characters of normalised
+  text at a time; longer text must be split at sentence punctuation (`serve` does this).
+- **Text front-end**: Amharic text must go through the project's normaliser (numbers as words,
+  homophone folding {'on' if text.get('fold_homophones') else 'off'}), as in training; stock coqui-tts
+  refuses language `{f.language}` and cannot normalise it, so plug in the tokenizer shown below.
+- **Voice cloning** needs a clean 3-10 s reference clip; quality follows the training data's
+  speakers and recording conditions.
+- **Licence**: the weights derive from XTTS-v2 and carry the Coqui Public Model License:
+  non-commercial use only.
+"""
+
+
+def _usage_section(f: CardFacts) -> str:
+    lines = "\n".join(tokenizer_lines(Path(LOCAL_DIR), f.export_meta))
+    return f"""## How to use
+
+Download the folder, then serve it to any app that speaks OpenAI's `/v1/audio/speech`, or load it in Python:
+
+```bash
+hf download {f.repo_id} --local-dir {LOCAL_DIR}
+# in a clone of the xtts-ft project: pip install -r requirements.txt && pip install --no-deps -e .
+python -m xtts_ft serve --model {LOCAL_DIR}
+python -m xtts_ft synthesize --model {LOCAL_DIR} --text "ሰላም፣ እንዴት ነህ?" --speaker-wav voice.wav --out hello.wav
+```
+
+Stock coqui-tts loads the folder; only the text front-end is the project's:
+
+```python
+from TTS.tts.configs.xtts_config import XttsConfig
+from TTS.tts.models.xtts import Xtts
+
+config = XttsConfig()
+config.load_json("{LOCAL_DIR}/config.json")
+model = Xtts.init_from_config(config)
+model.load_checkpoint(config, checkpoint_dir="{LOCAL_DIR}", eval=True)
+{lines}
+```
+
+`out["wav"]` is 24 kHz audio.
+"""
+
+
+def render_card(f: CardFacts, endpoint: str):
+    """The :class:`huggingface_hub.ModelCard` (front matter from :class:`ModelCardData`)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    data = ModelCardData(
+        language=f.language, license="other", license_name=LICENSE_NAME, license_link=LICENSE_LINK,
+        base_model=BASE_MODEL, pipeline_tag="text-to-speech", library_name="coqui",
+        tags=["xtts", "xtts-v2", "voice-cloning", "xtts-ft"],
+    )
+    meta = f.export_meta
+    step = f" at training step {f.step}" if f.step is not None else ""
+    intro = (f"# {f.repo_id.split('/')[-1]}\n\n[{BASE_MODEL}](https://huggingface.co/{BASE_MODEL}) fine-tuned for "
+             f"language `{f.language}` with xtts-ft{step}: the GPT retrained with an extended vocabulary of "
+             f"{meta.get('text_tokens')} text tokens (fingerprint `{meta.get('vocab_fingerprint')}`); the "
+             f"speaker encoder and HiFi-GAN decoder are XTTS-v2's.\n")
+    body = "\n".join([intro, _quality_section(f), _data_section(f), _samples_section(f, endpoint),
+                      _limits_section(f), _usage_section(f)])
+    return ModelCard.from_template(data, template_str=CARD_TEMPLATE, body=body)
