@@ -3,6 +3,10 @@
 User mistakes (``UserError``) are printed as ``error: <message>`` lines and exit non-zero with
 no traceback; anything else is a bug and keeps its traceback. Heavy imports happen inside the
 command handlers so ``--help`` is instant.
+
+The long commands (``headless_train.py``, ``train``, ``evaluate``, ``prepare``) run inside one
+``StopSignals`` (xtts_ft/train/signals.py): a SIGINT/SIGTERM anywhere in them is a requested stop,
+which ends with the command that continues and exit code 0.
 """
 
 from __future__ import annotations
@@ -47,9 +51,19 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
 
 
-def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, stoppable: bool = False) -> int:
+    """Run a command handler; ``stoppable``: the whole command honours SIGINT/SIGTERM as a clean stop."""
+    import contextlib
+
+    from xtts_ft.train.signals import StopRequested, StopSignals
+
+    signals = StopSignals() if stoppable else contextlib.nullcontext()
     try:
-        return handler(args)
+        with signals:
+            return handler(args)
+    except StopRequested as stop:  # a stage without a run folder of its own to report it (prepare, evaluate)
+        _report_rerun(str(stop), signals.signal_name, getattr(args, "command_line", None))
+        return 0
     except UserError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)
@@ -57,6 +71,18 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _report_rerun(where: str, signal_name: Optional[str], command_line) -> None:
+    """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again."""
+    import shlex
+
+    from xtts_ft.train.stopping import python_command, report_stop
+
+    hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
+    if not logging.getLogger().handlers:
+        setup_logging(None)
+    report_stop(where, signal_name, hint)
 
 
 def _load(args: argparse.Namespace):
@@ -161,7 +187,7 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("headless_train.py") else "headless_train.py"
     args.command_line = ([script], list(sys.argv[1:] if argv is None else argv))  # for the resume command
     default_allocator_settings()
-    return _run(_headless, args)
+    return _run(_headless, args, stoppable=True)
 
 
 def _headless(args: argparse.Namespace) -> int:
@@ -428,4 +454,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = (["-m", "xtts_ft"], list(sys.argv[1:] if argv is None else argv))
     default_allocator_settings()
-    return _run(args.handler, args)
+    return _run(args.handler, args, stoppable=args.handler in (_cmd_train, _cmd_evaluate, _cmd_prepare))

@@ -124,7 +124,7 @@ def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callabl
     """``train`` plus test hooks: a ready tokenizer, a model factory, and a fault injector (:class:`TrainingHooks`)."""
     hooks = TrainingHooks(tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector)
     recipe = FineTuneRecipe(cfg, hooks=hooks, **kwargs)
-    with StopSignals() as signals:
+    with StopSignals.shared() as signals:  # the command's own (the pipeline entered it), or one for this call
         recipe.signals = signals
         try:
             try:
@@ -221,6 +221,8 @@ class FineTuneRecipe:
         # data: every clip checked up front; DVAE codes cached once
         self.train_clips, self.eval_clips, self.data_reports = self._load_data()
         self.train_set, self.eval_set = self._prepare_codes()
+        if not self.dist.all_true(not self.signals.requested):  # a cache cut short: the pre-flight would miss codes
+            raise StopRequested("the DVAE code cache")
         self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
         place_modules(self.model, self.offloaded, torch.device("cpu"))
         release_memory(self.device)
@@ -393,7 +395,7 @@ class FineTuneRecipe:
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
         if not self.dist.all_true(not self.signals.requested):  # stopped while caching codes: nothing trained yet
-            self.stop_where = "setup (DVAE codes)"
+            self.stop_where = "setup"
             return self.finish_stop()
         if self.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)

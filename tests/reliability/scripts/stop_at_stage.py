@@ -1,0 +1,141 @@
+"""Stop ``headless_train.py`` at a chosen stage before training, then run the printed resume command.
+
+Usage: python stop_at_stage.py CASES.json RESULTS.json  (start it in a session of its own: the
+``prepare`` case sends SIGINT to the whole process group, as Ctrl-C in a terminal does)
+
+CASES.json is a list of ``{"id", "stage", "argv"}``; ``stage`` is one of
+
+- ``none``:      the command runs uninterrupted (the reference weights);
+- ``prepare``:   Ctrl-C (SIGINT to the process group: the prepare workers get it too) once the
+                 first clip's audio is back from a worker;
+- ``tokenizer``: SIGTERM just after the tokenizer wrote the vocabulary;
+- ``codes``:     SIGTERM as the DVAE code cache starts (the cache is cut short);
+- ``probe``:     SIGTERM inside the batch-size probe (probing forced on the CPU for this run only).
+
+For a stopped case the script then runs the ``Resume with:`` command it printed (its arguments
+after ``headless_train.py``) in the same way. Each run calls ``headless_main``, what
+``headless_train.py`` does, with stderr captured; an escaping exception is printed as the
+interpreter would (``Traceback``) and recorded with rc 1. The package knows nothing of these
+patches: they are applied here, around one case, and removed after it.
+
+RESULTS.json: a list of ``{"id", "rc", "stderr", "resume_rc", "resume_stderr", "resume_argv"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from xtts_ft.cli import headless_main  # noqa: E402
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, replacement):
+    original = getattr(owner, name)
+    setattr(owner, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def sigterm() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def stop_at(stage: str) -> contextlib.AbstractContextManager:
+    """The patch that makes the command receive its stop signal at ``stage``."""
+    if stage == "none":
+        return contextlib.nullcontext()
+    if stage == "prepare":
+        from xtts_ft.data import runner
+
+        def ctrl_c_after_first(wait):
+            def wrapped(*args, **kwargs):
+                result = wait(*args, **kwargs)
+                if not getattr(wrapped, "sent", False):
+                    wrapped.sent = True
+                    os.killpg(os.getpgrp(), signal.SIGINT)  # every process of the group, as a terminal does
+                return result
+            return wrapped
+
+        return patched(runner, "wait", ctrl_c_after_first)
+    if stage == "tokenizer":
+        import xtts_ft.tokenizer as tokenizer
+
+        def then_sigterm(build):
+            def wrapped(*args, **kwargs):
+                report = build(*args, **kwargs)
+                sigterm()
+                return report
+            return wrapped
+
+        return patched(tokenizer, "build_extended_vocab", then_sigterm)
+    if stage == "codes":
+        from xtts_ft.train import loop
+
+        def sigterm_first(build):
+            def wrapped(*args, **kwargs):
+                sigterm()
+                return build(*args, **kwargs)
+            return wrapped
+
+        return patched(loop, "build_codes_cache", sigterm_first)
+    if stage == "probe":
+        from xtts_ft.train import memory
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(patched(memory, "_will_probe", lambda _original: lambda probe, device: True))
+
+        def sigterm_in_first_try(_probe_step):
+            return lambda *args, **kwargs: sigterm()  # the first try "fits"; the stop ends the probe before the next
+
+        stack.enter_context(patched(memory, "probe_step", sigterm_in_first_try))
+        return stack
+    raise SystemExit(f"unknown stage {stage!r}")
+
+
+def run_headless(argv: list[str], stage: str) -> tuple[int, str]:
+    root = logging.getLogger()
+    for handler in list(root.handlers):  # a fresh process per command line has none
+        root.removeHandler(handler)
+        handler.close()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), stop_at(stage):
+        try:
+            rc = headless_main(argv)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001 - recorded as the interpreter would show it, then judged by the test
+            traceback.print_exc(file=err)
+            rc = 1
+    return rc, err.getvalue()
+
+
+def run_case(case: dict) -> dict:
+    rc, stderr = run_headless(case["argv"], case["stage"])
+    out = {"id": case["id"], "rc": rc, "stderr": stderr, "resume_rc": None, "resume_stderr": "", "resume_argv": None}
+    printed = [line.split("Resume with: ", 1)[1] for line in stderr.splitlines() if "Resume with: " in line]
+    if case["stage"] != "none" and printed:
+        words = shlex.split(printed[-1])
+        argv = words[words.index("headless_train.py") + 1:] if "headless_train.py" in words else None
+        out["resume_argv"] = argv
+        if argv is not None:
+            out["resume_rc"], out["resume_stderr"] = run_headless(argv, "none")
+    return out
+
+
+if __name__ == "__main__":
+    cases = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    results = [run_case(case) for case in cases]
+    Path(sys.argv[2]).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")

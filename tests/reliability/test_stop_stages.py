@@ -1,0 +1,106 @@
+"""A stop in any stage before training ends cleanly, and its resume command finishes the same run.
+
+One process (``scripts/stop_at_stage.py``, in a session of its own) runs ``headless_train.py`` on 8
+demo clips: once uninterrupted, then once per stage with a stop aimed at that stage (Ctrl-C to the
+whole process group while prepare's two workers run; SIGTERM just after the tokenizer, as the DVAE
+code cache starts, inside the batch-size probe), each followed by the ``Resume with:`` command it
+printed. Seen before: SIGTERM in the code cache ended in a FileNotFoundError traceback (exit 1),
+SIGTERM in prepare or after the tokenizer killed the process silently (exit 143), and Ctrl-C in
+prepare printed a KeyboardInterrupt traceback from every worker.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from relhelpers import REPO, SCRIPTS, read_events
+
+from xtts_ft.train import checkpoint as ckpt
+
+DEMO = REPO / "datasets" / "amharic_demo"
+STAGES = {"prepare": "prepare", "tokenizer": "the tokenizer", "codes": "the DVAE code cache",
+          "probe": "the batch-size probe"}
+MAX_STEPS = 2
+
+
+def write_config(ws, tiny_base):
+    rows = (DEMO / "metadata.csv").read_text(encoding="utf-8").splitlines()
+    (ws / "data" / "wavs").mkdir(parents=True)
+    for row in rows[1:9]:
+        shutil.copyfile(DEMO / row.split("|")[0], ws / "data" / row.split("|")[0])
+    (ws / "data" / "metadata.csv").write_text("\n".join(rows[:9]) + "\n", encoding="utf-8")
+    config = {
+        "run": {"output_dir": str(ws / "unused"), "device": "cpu"},
+        "base_model": {"source": str(tiny_base.root)},
+        "dataset": {"path": str(ws / "data"), "format": "coqui", "eval_fraction": 0.25, "num_workers": 1},
+        "tokenizer": {"new_tokens": 600},
+        "training": {"batch_size": "auto", "num_workers": 0, "warmup_steps": 1, "log_every": 1, "lr": 2e-3,
+                     "max_steps": MAX_STEPS, "min_conditioning_s": 0.5, "max_conditioning_s": 1.5},
+        "checkpoint": {"every_steps": 100},
+        "precision": {"mode": "fp32"},
+        "evaluation": {"every_steps": 0, "eval_at_start": False, "sentences": ["ሰላም"], "max_new_tokens": 2,
+                       "mcd_clips": 0, "max_speakers": 1},
+        "asr": {"model": str(REPO / "xtts_ft" / "asr" / "small_model")},  # the committed recogniser: no download
+    }
+    path = ws / "c.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def stage_stops(tmp_path_factory, tiny_base):
+    ws = tmp_path_factory.mktemp("stages")
+    config = write_config(ws, tiny_base)
+    cases = []
+    for stage in ("none", *STAGES):
+        argv = ["--config", str(config), "--set", f"run.output_dir={ws / stage}", "--set", "training.cpu_threads=1"]
+        if stage == "prepare":
+            argv += ["--set", "dataset.num_workers=2"]  # worker processes that a Ctrl-C reaches too
+        cases.append({"id": stage, "stage": stage, "argv": argv})
+    (ws / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "stop_at_stage.py"), str(ws / "cases.json"),
+                           str(ws / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=900,
+                          start_new_session=True)  # the Ctrl-C of the prepare case goes to its own group only
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = {r["id"]: r for r in json.loads((ws / "results.json").read_text(encoding="utf-8"))}
+    return ws, results, proc.stderr
+
+
+def final_weights(run):
+    latest = ckpt.find_latest_checkpoint(run)
+    assert latest is not None and latest.name == f"step_{MAX_STEPS:06d}", latest
+    return ckpt.load_training_state(latest).gpt
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_stop_in_each_stage_is_clean_and_its_resume_finishes_the_same_run(stage_stops, stage):
+    ws, results, process_stderr = stage_stops
+    case = results[stage]
+    err = case["stderr"]
+    assert case["rc"] == 0, err[-4000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
+    signal_name = "SIGINT" if stage == "prepare" else "SIGTERM"
+    assert f"stopped by {signal_name} during {STAGES[stage]}; nothing new to save. Resume with: " in err, err[-3000:]
+    run = ws / stage
+    stops = [e for e in read_events(run) if e["event"] == "stop"]
+    assert len(stops) == 1 and stops[0]["during"] == STAGES[stage] and stops[0]["signal"] == signal_name
+    assert stops[0]["resume_command"].endswith(" ".join(case["resume_argv"][-2:]))
+
+    assert case["resume_rc"] == 0, case["resume_stderr"][-4000:]
+    assert "Traceback" not in case["resume_stderr"]
+    want, got = final_weights(ws / "none"), final_weights(run)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+
+
+def test_prepare_workers_print_no_traceback_on_ctrl_c(stage_stops):
+    """Worker processes write to the process's own stderr (not captured per case): nothing of theirs shows."""
+    _ws, _results, process_stderr = stage_stops
+    assert "Traceback" not in process_stderr and "KeyboardInterrupt" not in process_stderr, process_stderr[-4000:]
