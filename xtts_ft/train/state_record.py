@@ -40,6 +40,9 @@ class TrainingState:
     first_eval_loss: Optional[float] = None
     best_eval_loss: Optional[float] = None
     last_eval_loss: Optional[float] = None
+    # added without a format change (older files lack them, and read as the defaults):
+    log_interval: Optional[dict[str, Any]] = None  # the loss running average since the last logged row (metrics.py)
+    eval_pending: bool = False  # the evaluation of this step was cut short by a stop: the resume redoes it
 
     def to_dict(self) -> dict[str, Any]:
         """The dict written to training_state.pt (no optimizer key for a weights-only checkpoint)."""
