@@ -18,6 +18,8 @@ from xtts_ft.errors import CheckpointError
 
 FORMAT = 1  # raise it, and teach from_dict the older one, when the record changes meaning
 READABLE_FORMATS = (1,)
+# Fields added later without changing the meaning of the others: absent in older files, written only when set.
+ADDED_FIELDS = ("log_interval", "eval_pending")
 
 
 @dataclass
@@ -50,6 +52,8 @@ class TrainingState:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "optimizer" and value is None:
+                continue
+            if f.name in ADDED_FIELDS and value == f.default:  # an older record read and written again stays as it was
                 continue
             out[f.name] = value
         return out
