@@ -97,6 +97,11 @@ def _load(args: argparse.Namespace):
                         f"or use --resume {args.checkpoint} to continue training from it")
     if getattr(args, "archive_old_run", False) and getattr(args, "evaluate", False):
         problems.append("--archive-old-run: only used when training; --evaluate never moves a run aside")
+    if getattr(args, "continue_with_new_data", False) and getattr(args, "evaluate", False):
+        problems.append("--continue-with-new-data: only used when training; --evaluate trains nothing")
+    if getattr(args, "continue_with_new_data", False) and getattr(args, "archive_old_run", False):
+        problems.append("--continue-with-new-data and --archive-old-run: choose one (continue the run on the new "
+                        "data, or move it aside and start a new one)")
     if problems:
         raise ConfigError("\n".join(problems))
     overrides = list(args.set or [])
@@ -123,6 +128,10 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="If the run folder holds another run's checkpoints (other data or settings, or --resume never), "
                         "move that run into <run.output_dir>/old_runs/<date>_<run id>/ and start this one (nothing is "
                         "deleted). Without it such a command is refused.")
+    p.add_argument("--continue-with-new-data", action="store_true",
+                   help="If the run folder's run was trained on other data (the dataset's transcripts or audio "
+                        "changed, nothing else), continue that run on the new data with its checkpoints and "
+                        "vocabulary. Without it such a command is refused.")
     p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
 
 
@@ -205,7 +214,8 @@ def _headless(args: argparse.Namespace) -> int:
 
     started_as = getattr(args, "command_line", None)
     command_line = ([python_command(), *started_as[0]], started_as[1]) if started_as else None
-    result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line)
+    result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line,
+                          new_data=args.continue_with_new_data)
     log.info("done.")
     log.info("  last checkpoint  %s", result.last_checkpoint)
     if result.best_checkpoint:

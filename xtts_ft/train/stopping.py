@@ -123,16 +123,10 @@ def write_stop_event(run_dir: Path, record: dict) -> None:
 
     Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
     """
-    import json
-    import time
+    from xtts_ft.run_folder import append_event
 
-    from xtts_ft.layout import RunLayout
-
-    if not Path(run_dir).is_dir():
-        return
-    path = RunLayout(run_dir).events
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({**record, "time": time.time()}, default=str) + "\n")
+    if Path(run_dir).is_dir():
+        append_event(run_dir, record)
 
 
 def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: Optional[Path] = None,
