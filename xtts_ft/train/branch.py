@@ -8,6 +8,9 @@ and copies of ``metrics.jsonl`` and ``samples/index.jsonl`` as they were go to
 then holds the new branch only: "latest", "best", retention and the report see one history, and the
 old branch stays whole beside it, to be exported or resumed from by path. The console and
 ``events.jsonl`` (a ``branch`` event) say where it went.
+
+Only a checkpoint named by ``checkpoint.resume`` (``--resume PATH``) starts a branch: ``auto`` takes the
+newest good checkpoint, so all it may pass over is a damaged one, which stays where it is for inspection.
 """
 
 from __future__ import annotations

@@ -233,7 +233,8 @@ class FineTuneRecipe:
         chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir, self.run.owns) if self.is_main else None
         path = self.dist.broadcast_object(chosen)
         state = ckpt.load_training_state(path) if path is not None else None
-        if state is not None and self.is_main:  # later steps of this run are kept, never overwritten (branch.py)
+        if state is not None and self.is_main and cfg.checkpoint.resume not in ("auto", "never"):
+            # resume from a named (older) checkpoint: this run's later steps are kept, never overwritten (branch.py)
             self.branch = set_aside_later_steps(self.run_dir, int(state.step), self.run.owns)
         self.plan = self._plan_batches(state)
         batch_size = self.plan.batch_size
