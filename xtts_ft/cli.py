@@ -216,7 +216,7 @@ def _headless(args: argparse.Namespace) -> int:
     command_line = ([python_command(), *started_as[0]], started_as[1]) if started_as else None
     result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line,
                           new_data=args.continue_with_new_data)
-    log.info("done.")
+    log.info("stopped." if result.stopped_by_signal else "done.")
     log.info("  last checkpoint  %s", result.last_checkpoint)
     if result.best_checkpoint:
         log.info("  best checkpoint  %s", result.best_checkpoint)
