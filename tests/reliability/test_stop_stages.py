@@ -1,12 +1,12 @@
 """A stop in any stage before training ends cleanly, and its resume command finishes the same run.
 
 One process (``scripts/stop_at_stage.py``, in a session of its own) runs ``headless_train.py`` on 8
-demo clips: once uninterrupted, then once per stage with a stop aimed at that stage (Ctrl-C to the
-whole process group while prepare's two workers run; SIGTERM just after the tokenizer, as the DVAE
-code cache starts, inside the batch-size probe), each followed by the ``Resume with:`` command it
-printed. Seen before: SIGTERM in the code cache ended in a FileNotFoundError traceback (exit 1),
-SIGTERM in prepare or after the tokenizer killed the process silently (exit 143), and Ctrl-C in
-prepare printed a KeyboardInterrupt traceback from every worker.
+demo clips once uninterrupted, and once as a chain: stopped in prepare (Ctrl-C to the whole process
+group while prepare's two workers run), its printed ``Resume with:`` command stopped just after the
+tokenizer, that one's stopped as the DVAE code cache starts, that one's inside the batch-size probe,
+and the last resume command run to the end. Seen before: SIGTERM in the code cache ended in a
+FileNotFoundError traceback (exit 1), SIGTERM in prepare or after the tokenizer killed the process
+silently (exit 143), and Ctrl-C in prepare printed a KeyboardInterrupt traceback from every worker.
 """
 
 from __future__ import annotations
@@ -57,18 +57,17 @@ def write_config(ws, tiny_base):
 def stage_stops(tmp_path_factory, tiny_base):
     ws = tmp_path_factory.mktemp("stages")
     config = write_config(ws, tiny_base)
-    cases = []
-    for stage in ("none", *STAGES):
-        argv = ["--config", str(config), "--set", f"run.output_dir={ws / stage}", "--set", "training.cpu_threads=1"]
-        if stage == "prepare":
-            argv += ["--set", "dataset.num_workers=2"]  # worker processes that a Ctrl-C reaches too
-        cases.append({"id": stage, "stage": stage, "argv": argv})
+    common = ["--config", str(config), "--set", "training.cpu_threads=1"]
+    workers = ["--set", "dataset.num_workers=2"]  # prepare worker processes that a Ctrl-C reaches too
+    cases = [{"id": "straight", "stops": [], "argv": [*common, "--set", f"run.output_dir={ws / 'straight'}"]},
+             {"id": "chain", "stops": list(STAGES),
+              "argv": [*common, *workers, "--set", f"run.output_dir={ws / 'chain'}"]}]
     (ws / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
     proc = subprocess.run([sys.executable, str(SCRIPTS / "stop_at_stage.py"), str(ws / "cases.json"),
                            str(ws / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=900,
-                          start_new_session=True)  # the Ctrl-C of the prepare case goes to its own group only
+                          start_new_session=True)  # the Ctrl-C of the prepare stop goes to its own group only
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = {r["id"]: r for r in json.loads((ws / "results.json").read_text(encoding="utf-8"))}
+    results = {r["id"]: r["runs"] for r in json.loads((ws / "results.json").read_text(encoding="utf-8"))}
     return ws, results, proc.stderr
 
 
@@ -78,29 +77,39 @@ def final_weights(run):
     return ckpt.load_training_state(latest).gpt
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
-def test_a_stop_in_each_stage_is_clean_and_its_resume_finishes_the_same_run(stage_stops, stage):
-    ws, results, process_stderr = stage_stops
-    case = results[stage]
-    err = case["stderr"]
-    assert case["rc"] == 0, err[-4000:]
+@pytest.mark.parametrize("index,stage", list(enumerate(STAGES)))
+def test_a_stop_in_each_stage_is_clean_and_prints_the_command_that_continues(stage_stops, index, stage):
+    ws, results, _ = stage_stops
+    runs = results["chain"]
+    assert len(runs) == len(STAGES) + 1, [r["stop"] for r in runs]
+    run, resumed = runs[index], runs[index + 1]
+    assert run["stop"] == stage
+    err = run["stderr"]
+    assert run["rc"] == 0, err[-4000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
     signal_name = "SIGINT" if stage == "prepare" else "SIGTERM"
     assert f"stopped by {signal_name} during {STAGES[stage]}; nothing new to save. Resume with: " in err, err[-3000:]
-    run = ws / stage
-    stops = [e for e in read_events(run) if e["event"] == "stop"]
-    assert len(stops) == 1 and stops[0]["during"] == STAGES[stage] and stops[0]["signal"] == signal_name
-    assert stops[0]["resume_command"].endswith(" ".join(case["resume_argv"][-2:]))
+    assert "stopped early; resume with: " in err  # the closing line says the same
+    # the printed command is the one started with (nothing in it starts another run)
+    assert resumed["argv"] == runs[0]["argv"]
+    stops = [e for e in read_events(ws / "chain") if e["event"] == "stop"]
+    assert stops[index]["during"] == STAGES[stage] and stops[index]["signal"] == signal_name
+    assert stops[index]["checkpoint"] is None
 
-    assert case["resume_rc"] == 0, case["resume_stderr"][-4000:]
-    assert "Traceback" not in case["resume_stderr"]
-    want, got = final_weights(ws / "none"), final_weights(run)
+
+def test_the_resumed_run_finishes_with_the_weights_of_an_uninterrupted_one(stage_stops):
+    ws, results, _ = stage_stops
+    (straight,), last = results["straight"], results["chain"][-1]
+    assert straight["rc"] == 0 and last["stop"] == "none" and last["rc"] == 0, last["stderr"][-4000:]
+    assert "Traceback" not in last["stderr"]
+    assert len([e for e in read_events(ws / "chain") if e["event"] == "stop"]) == len(STAGES)
+    want, got = final_weights(ws / "straight"), final_weights(ws / "chain")
     assert sorted(got) == sorted(want)
     for key in want:
         assert torch.equal(got[key], want[key]), key
 
 
 def test_prepare_workers_print_no_traceback_on_ctrl_c(stage_stops):
-    """Worker processes write to the process's own stderr (not captured per case): nothing of theirs shows."""
+    """Worker processes write to the process's own stderr (not captured per run): nothing of theirs shows."""
     _ws, _results, process_stderr = stage_stops
     assert "Traceback" not in process_stderr and "KeyboardInterrupt" not in process_stderr, process_stderr[-4000:]

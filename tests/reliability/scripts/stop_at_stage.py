@@ -1,24 +1,25 @@
-"""Stop ``headless_train.py`` at a chosen stage before training, then run the printed resume command.
+"""Stop ``headless_train.py`` at chosen stages before training, each time running the printed resume command.
 
 Usage: python stop_at_stage.py CASES.json RESULTS.json  (start it in a session of its own: the
-``prepare`` case sends SIGINT to the whole process group, as Ctrl-C in a terminal does)
+``prepare`` stop sends SIGINT to the whole process group, as Ctrl-C in a terminal does)
 
-CASES.json is a list of ``{"id", "stage", "argv"}``; ``stage`` is one of
+CASES.json is a list of ``{"id", "stops", "argv"}``. The command runs with a stop aimed at
+``stops[0]``; then the ``Resume with:`` command it printed (its arguments after
+``headless_train.py``) runs with a stop aimed at ``stops[1]``, and so on; the last resume runs
+uninterrupted. ``stops: []`` is one uninterrupted run (the reference weights). The stops:
 
-- ``none``:      the command runs uninterrupted (the reference weights);
 - ``prepare``:   Ctrl-C (SIGINT to the process group: the prepare workers get it too) once the
                  first clip's audio is back from a worker;
 - ``tokenizer``: SIGTERM just after the tokenizer wrote the vocabulary;
 - ``codes``:     SIGTERM as the DVAE code cache starts (the cache is cut short);
-- ``probe``:     SIGTERM inside the batch-size probe (probing forced on the CPU for this run only).
+- ``probe``:     SIGTERM inside the batch-size probe's first try (probing forced on the CPU for that
+                 run only; the next runs pick the CPU's batch size as an uninterrupted run does).
 
-For a stopped case the script then runs the ``Resume with:`` command it printed (its arguments
-after ``headless_train.py``) in the same way. Each run calls ``headless_main``, what
-``headless_train.py`` does, with stderr captured; an escaping exception is printed as the
-interpreter would (``Traceback``) and recorded with rc 1. The package knows nothing of these
-patches: they are applied here, around one case, and removed after it.
+Each run calls ``headless_main``, what ``headless_train.py`` does, with stderr captured; an escaping
+exception is printed as the interpreter would (``Traceback``) and recorded with rc 1. The package
+knows nothing of these patches: they are applied here, around one run, and removed after it.
 
-RESULTS.json: a list of ``{"id", "rc", "stderr", "resume_rc", "resume_stderr", "resume_argv"}``.
+RESULTS.json: a list of ``{"id", "runs": [{"stop", "argv", "rc", "stderr"}, ...]}``, one entry per run.
 """
 
 from __future__ import annotations
@@ -123,16 +124,18 @@ def run_headless(argv: list[str], stage: str) -> tuple[int, str]:
 
 
 def run_case(case: dict) -> dict:
-    rc, stderr = run_headless(case["argv"], case["stage"])
-    out = {"id": case["id"], "rc": rc, "stderr": stderr, "resume_rc": None, "resume_stderr": "", "resume_argv": None}
-    printed = [line.split("Resume with: ", 1)[1] for line in stderr.splitlines() if "Resume with: " in line]
-    if case["stage"] != "none" and printed:
+    runs, argv = [], case["argv"]
+    for stop in [*case["stops"], "none"]:
+        rc, stderr = run_headless(argv, stop)
+        runs.append({"stop": stop, "argv": argv, "rc": rc, "stderr": stderr})
+        printed = [line.split("Resume with: ", 1)[1] for line in stderr.splitlines() if "Resume with: " in line]
+        if stop == "none" or not printed:
+            break
         words = shlex.split(printed[-1])
-        argv = words[words.index("headless_train.py") + 1:] if "headless_train.py" in words else None
-        out["resume_argv"] = argv
-        if argv is not None:
-            out["resume_rc"], out["resume_stderr"] = run_headless(argv, "none")
-    return out
+        if "headless_train.py" not in words:
+            break
+        argv = words[words.index("headless_train.py") + 1:]
+    return {"id": case["id"], "runs": runs}
 
 
 if __name__ == "__main__":
