@@ -82,7 +82,7 @@ def _report_rerun(where: str, signal_name: Optional[str], command_line) -> None:
     hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
     if not logging.getLogger().handlers:
         setup_logging(None)
-    report_stop(where, signal_name, hint)
+    report_stop(where, signal_name, hint, saved="what it finished is kept")
 
 
 def _load(args: argparse.Namespace):
