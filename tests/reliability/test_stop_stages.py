@@ -61,7 +61,9 @@ def stage_stops(tmp_path_factory, tiny_base):
     workers = ["--set", "dataset.num_workers=2"]  # prepare worker processes that a Ctrl-C reaches too
     cases = [{"id": "straight", "stops": [], "argv": [*common, "--set", f"run.output_dir={ws / 'straight'}"]},
              {"id": "chain", "stops": list(STAGES),
-              "argv": [*common, *workers, "--set", f"run.output_dir={ws / 'chain'}"]}]
+              "argv": [*common, *workers, "--set", f"run.output_dir={ws / 'chain'}"]},
+             {"id": "prepare_command", "command": "xtts_ft", "stops": ["prepare"],  # two workers: every core
+              "argv": ["prepare", "--input", str(ws / "data"), "--out", str(ws / "prepared")]}]
     (ws / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
     proc = subprocess.run([sys.executable, str(SCRIPTS / "stop_at_stage.py"), str(ws / "cases.json"),
                            str(ws / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=900,
@@ -113,3 +115,14 @@ def test_prepare_workers_print_no_traceback_on_ctrl_c(stage_stops):
     """Worker processes write to the process's own stderr (not captured per run): nothing of theirs shows."""
     _ws, _results, process_stderr = stage_stops
     assert "Traceback" not in process_stderr and "KeyboardInterrupt" not in process_stderr, process_stderr[-4000:]
+
+
+def test_the_prepare_command_stops_the_same_way(stage_stops):
+    """``python -m xtts_ft prepare`` honours Ctrl-C too; its resume command is itself, and it finishes."""
+    ws, results, _ = stage_stops
+    stopped, again = results["prepare_command"]
+    assert stopped["rc"] == 0 and "Traceback" not in stopped["stderr"], stopped["stderr"][-3000:]
+    assert "stopped by SIGINT during prepare; what it finished is kept. Resume with: " in stopped["stderr"]
+    assert again["argv"] == stopped["argv"]
+    assert again["rc"] == 0, again["stderr"][-3000:]
+    assert len((ws / "prepared" / "metadata_train.csv").read_text(encoding="utf-8").splitlines()) >= 2

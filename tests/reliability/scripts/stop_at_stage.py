@@ -3,10 +3,11 @@
 Usage: python stop_at_stage.py CASES.json RESULTS.json  (start it in a session of its own: the
 ``prepare`` stop sends SIGINT to the whole process group, as Ctrl-C in a terminal does)
 
-CASES.json is a list of ``{"id", "stops", "argv"}``. The command runs with a stop aimed at
-``stops[0]``; then the ``Resume with:`` command it printed (its arguments after
-``headless_train.py``) runs with a stop aimed at ``stops[1]``, and so on; the last resume runs
-uninterrupted. ``stops: []`` is one uninterrupted run (the reference weights). The stops:
+CASES.json is a list of ``{"id", "stops", "argv"}`` (and ``"command": "xtts_ft"`` for a
+``python -m xtts_ft`` command line; default ``headless_train.py``). The command runs with a stop
+aimed at ``stops[0]``; then the ``Resume with:`` command it printed (its arguments after
+``headless_train.py`` or ``xtts_ft``) runs with a stop aimed at ``stops[1]``, and so on; the last
+resume runs uninterrupted. ``stops: []`` is one uninterrupted run (the reference weights). The stops:
 
 - ``prepare``:   Ctrl-C (SIGINT to the process group: the prepare workers get it too) once the
                  first clip's audio is back from a worker;
@@ -15,7 +16,8 @@ uninterrupted. ``stops: []`` is one uninterrupted run (the reference weights). T
 - ``probe``:     SIGTERM inside the batch-size probe's first try (probing forced on the CPU for that
                  run only; the next runs pick the CPU's batch size as an uninterrupted run does).
 
-Each run calls ``headless_main``, what ``headless_train.py`` does, with stderr captured; an escaping
+Each run calls ``headless_main`` (what ``headless_train.py`` does) or ``main`` (``python -m
+xtts_ft``), with stderr captured; an escaping
 exception is printed as the interpreter would (``Traceback``) and recorded with rc 1. The package
 knows nothing of these patches: they are applied here, around one run, and removed after it.
 
@@ -37,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from xtts_ft.cli import headless_main  # noqa: E402
+from xtts_ft.cli import headless_main, main  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -106,7 +108,7 @@ def stop_at(stage: str) -> contextlib.AbstractContextManager:
     raise SystemExit(f"unknown stage {stage!r}")
 
 
-def run_headless(argv: list[str], stage: str) -> tuple[int, str]:
+def run_command(entry, argv: list[str], stage: str) -> tuple[int, str]:
     root = logging.getLogger()
     for handler in list(root.handlers):  # a fresh process per command line has none
         root.removeHandler(handler)
@@ -114,7 +116,7 @@ def run_headless(argv: list[str], stage: str) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), stop_at(stage):
         try:
-            rc = headless_main(argv)
+            rc = entry(argv)
         except SystemExit as exc:
             rc = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001 - recorded as the interpreter would show it, then judged by the test
@@ -125,16 +127,17 @@ def run_headless(argv: list[str], stage: str) -> tuple[int, str]:
 
 def run_case(case: dict) -> dict:
     runs, argv = [], case["argv"]
+    entry, script = (main, "xtts_ft") if case.get("command") == "xtts_ft" else (headless_main, "headless_train.py")
     for stop in [*case["stops"], "none"]:
-        rc, stderr = run_headless(argv, stop)
+        rc, stderr = run_command(entry, argv, stop)
         runs.append({"stop": stop, "argv": argv, "rc": rc, "stderr": stderr})
         printed = [line.split("Resume with: ", 1)[1] for line in stderr.splitlines() if "Resume with: " in line]
         if stop == "none" or not printed:
             break
         words = shlex.split(printed[-1])
-        if "headless_train.py" not in words:
+        if script not in words:
             break
-        argv = words[words.index("headless_train.py") + 1:]
+        argv = words[words.index(script) + 1:]
     return {"id": case["id"], "runs": runs}
 
 
