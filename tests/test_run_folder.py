@@ -234,3 +234,31 @@ def test_continue_with_new_data_does_not_cover_other_settings(setup, tmp_path):
     with pytest.raises(RunFolderError) as err:
         claim_run_folder(other.run_dir, fingerprint=run_fingerprint(other), resume="auto", new_data=True)
     assert "tokenizer.new_tokens: 2000 -> 600" in str(err.value) and "--continue-with-new-data" not in str(err.value)
+
+
+def test_continuing_on_new_data_keeps_the_runs_vocabulary(tmp_path, tiny_base_dir):
+    """The tokenizer stage with --continue-with-new-data: the checkpoints' token ids keep their meaning."""
+    from xtts_ft.base_model import BaseModelFiles
+    from xtts_ft.pipeline import tokenizer_stage
+    from xtts_ft.tokenizer import vocab_fingerprint
+
+    cfg = make_cfg(tmp_path, tmp_path, new_tokens=600, min_frequency=1)
+    data = cfg.run_dir / "data"
+    (data / "wavs").mkdir(parents=True)
+    for i in range(6):
+        (data / "wavs" / f"a{i}.wav").write_bytes(b"RIFF")  # the tokenizer reads the transcripts only
+
+    def write_data(words: str) -> None:
+        for name in ("metadata_train.csv", "metadata_eval.csv"):
+            rows = [f"wavs/a{i}.wav|{words} {i}|s" for i in range(6)]
+            (data / name).write_text("audio_file|text|speaker_name\n" + "\n".join(rows) + "\n", encoding="utf-8")
+
+    base = BaseModelFiles.from_dir(tiny_base_dir)
+    write_data("ሰላም ለዓለም")
+    first = vocab_fingerprint(tokenizer_stage(cfg, base, data))
+    write_data("መልካም ቀን ነው")  # the data changed
+    kept = tokenizer_stage(cfg, base, data, keep_existing=True)
+    assert vocab_fingerprint(kept) == first
+    assert vocab_fingerprint(tokenizer_stage(cfg, base, data)) == first  # recorded: reused without the option too
+    write_data("ሌላ ጽሑፍ እዚህ")
+    assert vocab_fingerprint(tokenizer_stage(cfg, base, data)) != first  # without it, changed data builds anew
