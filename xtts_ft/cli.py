@@ -73,7 +73,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace,
         return 130
 
 
-def _report_rerun(where: str, signal_name: Optional[str], command_line) -> None:
+def _report_rerun(where: str, signal_name: Optional[str], command_line, run_dir: Optional[Path] = None) -> None:
     """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again."""
     import shlex
 
@@ -82,7 +82,7 @@ def _report_rerun(where: str, signal_name: Optional[str], command_line) -> None:
     hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
     if not logging.getLogger().handlers:
         setup_logging(None)
-    report_stop(where, signal_name, hint, saved="what it finished is kept")
+    report_stop(where, signal_name, hint, saved="what it finished is kept", run_dir=run_dir)
 
 
 def _load(args: argparse.Namespace):
@@ -205,8 +205,15 @@ def _headless(args: argparse.Namespace) -> int:
     print_header(cfg)
     if args.evaluate:
         from xtts_ft.evaluate.standalone import evaluate_run
+        from xtts_ft.train.signals import StopRequested, active_signals
 
-        report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
+        try:
+            report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
+        except StopRequested as stop:  # the half-done samples are gone; the run folder records the stop
+            signals = active_signals()
+            _report_rerun(str(stop), signals.signal_name if signals else None, getattr(args, "command_line", None),
+                          run_dir=cfg.run_dir if cfg.run_dir.is_dir() else None)
+            return 0
         log.info("report: %s", report)
         return 0
     from xtts_ft.pipeline import run_pipeline
