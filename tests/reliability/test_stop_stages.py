@@ -126,3 +126,23 @@ def test_the_prepare_command_stops_the_same_way(stage_stops):
     assert again["argv"] == stopped["argv"]
     assert again["rc"] == 0, again["stderr"][-3000:]
     assert len((ws / "prepared" / "metadata_train.csv").read_text(encoding="utf-8").splitlines()) >= 2
+
+
+def test_one_handler_for_the_whole_command():
+    """train() inside a command enters the command's StopSignals again: the handlers stay until the command ends."""
+    import os
+    import signal
+
+    from xtts_ft.train.signals import StopSignals, held_while_starting_workers, stop_requested
+
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as command:
+        handler = signal.getsignal(signal.SIGTERM)
+        with StopSignals.shared() as inner:
+            assert inner is command
+        assert signal.getsignal(signal.SIGTERM) is handler  # still the command's after train() returned
+        with held_while_starting_workers():  # a worker started here would inherit the signal held back
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert not stop_requested()
+        assert stop_requested() and command.signal_name == "SIGTERM"  # delivered once the workers were started
+    assert signal.getsignal(signal.SIGTERM) is before and not stop_requested()
