@@ -84,9 +84,13 @@ def test_other_settings_are_named(setup, tmp_path):
     other = make_cfg(tmp_path, dataset, new_tokens=600)
     other.text.fold_homophones = False
     before = run_fingerprint(cfg)
-    (dataset / "wavs" / "a9.wav").write_bytes(b"RIFF")
+    (dataset / "wavs" / "a9.wav").write_bytes(b"RIFF")  # a clip's audio only once the metadata names it
+    assert describe_differences(before, run_fingerprint(cfg)) == []
+    with open(dataset / "metadata.csv", "a", encoding="utf-8") as f:
+        f.write("wavs/a9.wav|ሌላ|s\n")
     diffs = describe_differences(before, run_fingerprint(other))
-    assert diffs == ["the dataset's audio files changed: 1 added (wavs/a9.wav)",
+    assert diffs == ["the dataset's transcripts changed: 1 edited (metadata.csv)",
+                     "the dataset's audio files changed: 1 added (wavs/a9.wav)",
                      "text.fold_homophones: true -> false", "tokenizer.new_tokens: 2000 -> 600"]
 
 
@@ -175,3 +179,86 @@ def test_fingerprint_of_hf_sources(tmp_path):
     assert hub["hub"] == "google/fleurs/am_et:test@None"
     assert describe_differences({"dataset": hub}, {"dataset": other}) == [
         "the Hub dataset changed: google/fleurs/am_et:test@None -> google/fleurs/am_et:train@None"]
+
+
+def test_reports_and_stray_files_do_not_define_the_data(setup):
+    """A second identical ingest changes only its report's timing; notes and unnamed files are not clips."""
+    cfg, dataset, first = setup
+    (dataset / "ingest_report.json").write_text('{"seconds": 12.5}', encoding="utf-8")
+    (dataset / "ingest_report.md").write_text("took 12.5 s", encoding="utf-8")
+    (dataset / "segments.tsv").write_text("a\t0.0\t1.0\n", encoding="utf-8")
+    assert claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto").run_id == first.run_id
+    (dataset / "ingest_report.json").write_text('{"seconds": 13.1}', encoding="utf-8")  # the same ingest, again
+    (dataset / "notes.txt").write_text("recorded on Tuesday", encoding="utf-8")
+    (dataset / "wavs" / "unused.wav").write_bytes(b"RIFF")
+    assert claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto").run_id == first.run_id
+
+
+def test_a_record_listing_every_file_is_compared_on_the_clips_and_upgraded(setup):
+    """run.json written before the fingerprint knew clips listed every file: reports there refuse nothing."""
+    cfg, dataset, first = setup
+    record = json.loads((cfg.run_dir / "run.json").read_text(encoding="utf-8"))
+    legacy = record["fingerprint"]["dataset"]
+    del legacy["defining_only"]
+    legacy["transcripts"]["ingest_report.json"] = "0" * 16  # the timing of an earlier ingest
+    legacy["audio"]["wavs/a2.wav"] = 102  # on disk, named by no clip
+    (cfg.run_dir / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto").run_id == first.run_id
+    assert read_record(cfg.run_dir).fingerprint["dataset"] == run_fingerprint(cfg)["dataset"]  # precise from now on
+
+
+def test_changed_data_can_continue_the_same_run_when_asked(setup):
+    cfg, dataset, first = setup
+    with open(dataset / "metadata.csv", "a", encoding="utf-8") as f:
+        f.write("wavs/a2.wav|ሌላ ቃል|s\n")
+    with pytest.raises(RunFolderError) as err:
+        claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto")
+    msg = str(err.value)
+    assert "the dataset's transcripts changed: 1 edited (metadata.csv)" in msg
+    assert "the dataset's audio files changed: 1 added (wavs/a2.wav)" in msg
+    assert f"or add --continue-with-new-data to continue run {first.run_id} on the changed data" in msg
+    again = claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto", new_data=True)
+    assert again.run_id == first.run_id and not (cfg.run_dir / OLD_RUNS).exists()
+    assert sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir()) == ["step_000010", "step_000020"]
+    events = [json.loads(line) for line in (cfg.run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [e["event"] for e in events] == ["data_changed"] and "metadata.csv" in events[0]["changes"][0]
+    # recorded: the next command without the option continues too
+    assert claim_run_folder(cfg.run_dir, fingerprint=run_fingerprint(cfg), resume="auto").run_id == first.run_id
+
+
+def test_continue_with_new_data_does_not_cover_other_settings(setup, tmp_path):
+    cfg, dataset, _ = setup
+    with open(dataset / "metadata.csv", "a", encoding="utf-8") as f:
+        f.write("wavs/a2.wav|ሌላ ቃል|s\n")
+    other = make_cfg(tmp_path, dataset, new_tokens=600)
+    with pytest.raises(RunFolderError) as err:
+        claim_run_folder(other.run_dir, fingerprint=run_fingerprint(other), resume="auto", new_data=True)
+    assert "tokenizer.new_tokens: 2000 -> 600" in str(err.value) and "--continue-with-new-data" not in str(err.value)
+
+
+def test_continuing_on_new_data_keeps_the_runs_vocabulary(tmp_path, tiny_base_dir):
+    """The tokenizer stage with --continue-with-new-data: the checkpoints' token ids keep their meaning."""
+    from xtts_ft.base_model import BaseModelFiles
+    from xtts_ft.pipeline import tokenizer_stage
+    from xtts_ft.tokenizer import vocab_fingerprint
+
+    cfg = make_cfg(tmp_path, tmp_path, new_tokens=600, min_frequency=1)
+    data = cfg.run_dir / "data"
+    (data / "wavs").mkdir(parents=True)
+    for i in range(6):
+        (data / "wavs" / f"a{i}.wav").write_bytes(b"RIFF")  # the tokenizer reads the transcripts only
+
+    def write_data(words: str) -> None:
+        for name in ("metadata_train.csv", "metadata_eval.csv"):
+            rows = [f"wavs/a{i}.wav|{words} {i}|s" for i in range(6)]
+            (data / name).write_text("audio_file|text|speaker_name\n" + "\n".join(rows) + "\n", encoding="utf-8")
+
+    base = BaseModelFiles.from_dir(tiny_base_dir)
+    write_data("ሰላም ለዓለም")
+    first = vocab_fingerprint(tokenizer_stage(cfg, base, data))
+    write_data("መልካም ቀን ነው")  # the data changed
+    kept = tokenizer_stage(cfg, base, data, keep_existing=True)
+    assert vocab_fingerprint(kept) == first
+    assert vocab_fingerprint(tokenizer_stage(cfg, base, data)) == first  # recorded: reused without the option too
+    write_data("ሌላ ጽሑፍ እዚህ")
+    assert vocab_fingerprint(tokenizer_stage(cfg, base, data)) != first  # without it, changed data builds anew

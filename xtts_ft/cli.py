@@ -3,6 +3,10 @@
 User mistakes (``UserError``) are printed as ``error: <message>`` lines and exit non-zero with
 no traceback; anything else is a bug and keeps its traceback. Heavy imports happen inside the
 command handlers so ``--help`` is instant.
+
+The long commands (``headless_train.py``, ``train``, ``evaluate``, ``prepare``) run inside one
+``StopSignals`` (xtts_ft/train/signals.py): a SIGINT/SIGTERM anywhere in them is a requested stop,
+which ends with the command that continues and exit code 0.
 """
 
 from __future__ import annotations
@@ -47,9 +51,19 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
 
 
-def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, stoppable: bool = False) -> int:
+    """Run a command handler; ``stoppable``: the whole command honours SIGINT/SIGTERM as a clean stop."""
+    import contextlib
+
+    from xtts_ft.train.signals import StopRequested, StopSignals
+
+    signals = StopSignals() if stoppable else contextlib.nullcontext()
     try:
-        return handler(args)
+        with signals:
+            return handler(args)
+    except StopRequested as stop:  # a stage without a run folder of its own to report it (prepare, evaluate)
+        _report_rerun(str(stop), signals.signal_name, getattr(args, "command_line", None))
+        return 0
     except UserError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)
@@ -57,6 +71,18 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _report_rerun(where: str, signal_name: Optional[str], command_line, run_dir: Optional[Path] = None) -> None:
+    """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again."""
+    import shlex
+
+    from xtts_ft.train.stopping import python_command, report_stop
+
+    hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
+    if not logging.getLogger().handlers:
+        setup_logging(None)
+    report_stop(where, signal_name, hint, saved="what it finished is kept", run_dir=run_dir)
 
 
 def _load(args: argparse.Namespace):
@@ -71,6 +97,11 @@ def _load(args: argparse.Namespace):
                         f"or use --resume {args.checkpoint} to continue training from it")
     if getattr(args, "archive_old_run", False) and getattr(args, "evaluate", False):
         problems.append("--archive-old-run: only used when training; --evaluate never moves a run aside")
+    if getattr(args, "continue_with_new_data", False) and getattr(args, "evaluate", False):
+        problems.append("--continue-with-new-data: only used when training; --evaluate trains nothing")
+    if getattr(args, "continue_with_new_data", False) and getattr(args, "archive_old_run", False):
+        problems.append("--continue-with-new-data and --archive-old-run: choose one (continue the run on the new "
+                        "data, or move it aside and start a new one)")
     if problems:
         raise ConfigError("\n".join(problems))
     overrides = list(args.set or [])
@@ -97,6 +128,10 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="If the run folder holds another run's checkpoints (other data or settings, or --resume never), "
                         "move that run into <run.output_dir>/old_runs/<date>_<run id>/ and start this one (nothing is "
                         "deleted). Without it such a command is refused.")
+    p.add_argument("--continue-with-new-data", action="store_true",
+                   help="If the run folder's run was trained on other data (the dataset's transcripts or audio "
+                        "changed, nothing else), continue that run on the new data with its checkpoints and "
+                        "vocabulary. Without it such a command is refused.")
     p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
 
 
@@ -161,7 +196,7 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("headless_train.py") else "headless_train.py"
     args.command_line = ([script], list(sys.argv[1:] if argv is None else argv))  # for the resume command
     default_allocator_settings()
-    return _run(_headless, args)
+    return _run(_headless, args, stoppable=True)
 
 
 def _headless(args: argparse.Namespace) -> int:
@@ -170,8 +205,15 @@ def _headless(args: argparse.Namespace) -> int:
     print_header(cfg)
     if args.evaluate:
         from xtts_ft.evaluate.standalone import evaluate_run
+        from xtts_ft.train.signals import StopRequested, active_signals
 
-        report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
+        try:
+            report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
+        except StopRequested as stop:  # the half-done samples are gone; the run folder records the stop
+            signals = active_signals()
+            _report_rerun(str(stop), signals.signal_name if signals else None, getattr(args, "command_line", None),
+                          run_dir=cfg.run_dir if cfg.run_dir.is_dir() else None)
+            return 0
         log.info("report: %s", report)
         return 0
     from xtts_ft.pipeline import run_pipeline
@@ -179,8 +221,9 @@ def _headless(args: argparse.Namespace) -> int:
 
     started_as = getattr(args, "command_line", None)
     command_line = ([python_command(), *started_as[0]], started_as[1]) if started_as else None
-    result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line)
-    log.info("done.")
+    result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line,
+                          new_data=args.continue_with_new_data)
+    log.info("stopped." if result.stopped_by_signal else "done.")
     log.info("  last checkpoint  %s", result.last_checkpoint)
     if result.best_checkpoint:
         log.info("  best checkpoint  %s", result.best_checkpoint)
@@ -474,4 +517,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = (["-m", "xtts_ft"], list(sys.argv[1:] if argv is None else argv))
     default_allocator_settings()
-    return _run(args.handler, args)
+    return _run(args.handler, args, stoppable=args.handler in (_cmd_train, _cmd_evaluate, _cmd_prepare))

@@ -32,6 +32,7 @@ STEP_DIR_PATTERN = re.compile(r"^step_(\d+)$")
 # --- a run directory -------------------------------------------------------------------------
 RUN_FILE = "run.json"
 OLD_RUNS = "old_runs"
+BRANCHES_DIR = "branches"  # branches/<date>_after_step_NNNNNN/: later steps set aside by a resume from an older one
 DATA_DIR = "data"
 TRAIN_CSV = "metadata_train.csv"
 EVAL_CSV = "metadata_eval.csv"
@@ -50,7 +51,7 @@ SUMMARY_FILE = "summary.json"
 
 #: What a training run writes at the top of its folder (moved aside together by --archive-old-run).
 RUN_OUTPUTS = (CHECKPOINTS_DIR, SAMPLES_DIR, TENSORBOARD_DIR, METRICS_FILE, EVENTS_FILE, REPORT_FILE,
-               SUMMARY_FILE, CONFIG_FILE, RUN_FILE)
+               SUMMARY_FILE, CONFIG_FILE, RUN_FILE, BRANCHES_DIR)
 
 
 def step_dir_name(step: int) -> str:
@@ -88,6 +89,7 @@ class RunLayout(_Folder):
 
     run_file = property(lambda self: self.root / RUN_FILE)
     old_runs = property(lambda self: self.root / OLD_RUNS)
+    branches = property(lambda self: self.root / BRANCHES_DIR)
     config = property(lambda self: self.root / CONFIG_FILE)
     data = property(lambda self: self.root / DATA_DIR)
     train_csv = property(lambda self: self.data / TRAIN_CSV)

@@ -5,6 +5,11 @@ its own folder of the run directory and is skipped on a re-run when its inputs d
 (see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself. Before any of it,
 the run folder is claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
 is refused there, before data, vocabulary or codes of the earlier run are touched.
+
+The whole run notices a stop request (SIGINT/SIGTERM, ``xtts_ft.train.signals``): prepare between
+clips, every other stage when it ends, training and evaluation within seconds. A stop outside the
+training loop abandons what is left (each stage's finished work is kept: prepare's per-clip results,
+a finished stage's folder), prints the command that continues and returns ``stopped_by_signal``.
 """
 
 from __future__ import annotations
@@ -86,8 +91,12 @@ def _source_stats(ds) -> list:
     return stages.file_stats([path]) if path.is_file() else stages.tree_stats(path)
 
 
-def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
-    """Base vocab + training transcripts (+ extra text) -> run_dir/tokenizer/vocab.json."""
+def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path, keep_existing: bool = False) -> Path:
+    """Base vocab + training transcripts (+ extra text) -> run_dir/tokenizer/vocab.json.
+
+    ``keep_existing`` (``--continue-with-new-data``): the run's vocabulary stays as it is, whatever the data now
+    says; its checkpoints' token ids keep their meaning.
+    """
     from xtts_ft.data import read_metadata
     from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
     from xtts_ft.tokenizer.command import read_text_lines, text_files_in
@@ -105,6 +114,11 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Path:
     )
     if stages.is_current(tok_dir, key, [VOCAB_FILE, "report.json"]):
         log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / VOCAB_FILE)
+        return tok_dir / VOCAB_FILE
+    if keep_existing and (tok_dir / VOCAB_FILE).is_file():
+        log.warning("tokenizer: keeping the run's vocabulary %s for the changed data (--continue-with-new-data); "
+                    "clips with text it cannot encode are reported when training loads them", tok_dir / VOCAB_FILE)
+        stages.mark_done(tok_dir, key, fingerprint=vocab_fingerprint(tok_dir / VOCAB_FILE))
         return tok_dir / VOCAB_FILE
     # the new tokens are learnt from the run's own language only (replay clips of base languages keep their tokens)
     own = cfg.run.language
@@ -137,28 +151,50 @@ def base_vocab_size(base: BaseModelFiles) -> int:
 
 
 def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool = False,
-                 command_line=None) -> PipelineResult:
+                 command_line=None, new_data: bool = False) -> PipelineResult:
     """Run every stage for ``cfg``; returns where the outputs are.
 
     ``archive_old_run``: move another run's outputs in the folder aside instead of refusing (``--archive-old-run``);
-    ``command_line`` (prefix, arguments): how this run was started, for the resume command printed after a stop.
+    ``command_line`` (prefix, arguments): how this run was started, for the resume command printed after a stop;
+    ``new_data``: when only the dataset changed, continue the run on it with its vocabulary (``--continue-with-new-data``).
     Under ``torchrun`` every stage that writes files (run folder claim, base model, prepare, tokenizer, report)
     runs on rank 0 while the other ranks wait, then reads rank 0's outputs (``MainFirst``).
     """
     from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
+    from xtts_ft.train.signals import StopRequested, StopSignals
 
     ctx = setup_distributed(cfg.run.device)
     try:
-        return _run_stages(cfg, MainFirst(ctx), train_model=train_model, archive_old_run=archive_old_run,
-                           command_line=command_line)
+        with StopSignals.shared() as signals:
+            try:
+                return _run_stages(cfg, MainFirst(ctx), train_model=train_model, archive_old_run=archive_old_run,
+                                   command_line=command_line, new_data=new_data)
+            except StopRequested as stop:  # noticed outside the training loop (which handles its own)
+                return _stopped_before_training(cfg, str(stop), signals.signal_name, command_line, ctx.is_main)
     finally:
         cleanup_distributed(ctx)
 
 
-def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: bool, command_line) -> PipelineResult:
+def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str], command_line,
+                             is_main: bool) -> PipelineResult:
+    """A stop in prepare, the tokenizer or another stage before training: say so, and how to continue."""
+    from xtts_ft.train.stopping import continue_command, report_stop
+
+    run_dir, layout = cfg.run_dir, RunLayout(cfg.run_dir)
+    if is_main:
+        hint = continue_command(command_line, cfg.checkpoint.resume, run_dir, None)
+        claimed = layout.run_file.is_file()  # before the claim the folder may be another run's
+        report_stop(where, signal_name, hint, run_dir=run_dir if claimed else None)
+    return PipelineResult(run_dir=run_dir, data_dir=layout.data, vocab_path=layout.tokenizer / VOCAB_FILE,
+                          stopped_by_signal=True)
+
+
+def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: bool, command_line,
+                new_data: bool = False) -> PipelineResult:
     from xtts_ft.evaluate import write_report
     from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
     from xtts_ft.train import train
+    from xtts_ft.train.signals import raise_if_stopped
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
@@ -166,13 +202,17 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     if is_main:
         # only rank 0 claims (and may archive); a refusal there stops every rank (MainFirst)
         main_first.run("run folder", lambda: claim_run_folder(
-            run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run))
+            run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run, new_data=new_data))
         dump_config(cfg, RunLayout(run_dir).config)
     else:
         main_first.run("run folder", lambda: None)
+    raise_if_stopped("the run folder check")
     base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
+    raise_if_stopped("the base model check")
     data_dir = main_first.run("prepare", lambda: prepare_stage(cfg, base))
-    vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir))
+    raise_if_stopped("prepare")  # its work is kept: the next run reuses every finished clip
+    vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir, keep_existing=new_data))
+    raise_if_stopped("the tokenizer")
     if resume_from is not None:
         from xtts_ft.tokenizer import vocab_fingerprint
         from xtts_ft.train.resume import check_vocab

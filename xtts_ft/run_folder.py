@@ -1,8 +1,9 @@
 """A run folder belongs to one run: ``<run_dir>/run.json`` says which, and nothing mixes two.
 
-``run.json`` holds a run id and the fingerprint of what defines the run: the dataset's content
-(every transcript file's bytes, every audio file's size), the text and tokenizer settings (with the
-extra text's content and the normaliser version) and the base model. Every checkpoint records the
+``run.json`` holds a run id and the fingerprint of what defines the run: the dataset's clips (the
+bytes of every transcript file the dataset reader takes a clip from, the size of every audio file a
+clip names - not reports, notes or other stray files beside them), the text and tokenizer settings
+(with the extra text's content and the normaliser version) and the base model. Every checkpoint records the
 run id in its ``meta.json``; resuming, retention and "latest"/"best" only ever look at the current
 run's checkpoints.
 
@@ -11,7 +12,9 @@ that would start another run in a folder holding checkpoints - another dataset, 
 tokenizer settings, another base model, ``checkpoint.resume: never``, or ``--resume`` with a
 checkpoint of another run - is refused in one line naming what differs, unless the user asks for
 ``--archive-old-run``: then the old run's checkpoints, samples and logs are moved (never deleted)
-into ``<run_dir>/old_runs/<date>_<run id>/`` and the new run starts in the folder.
+into ``<run_dir>/old_runs/<date>_<run id>/`` and the new run starts in the folder. When only the
+data changed, ``--continue-with-new-data`` continues the same run on it instead (its checkpoints and
+vocabulary kept; the change is an event in events.jsonl).
 
 A folder whose checkpoints predate ``run.json`` is adopted by the first command that resumes it.
 """
@@ -35,9 +38,6 @@ from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
-TRANSCRIPT_SUFFIXES = (".csv", ".txt", ".tsv", ".json", ".jsonl", ".list")
-# hf datasets: audio and text in one (often large) table file; by size, like audio
-TABLE_SUFFIXES = (".parquet", ".arrow")
 # What belongs to one run (moved aside together: RUN_OUTPUTS); data/ and tokenizer/ too when the inputs changed.
 DERIVED_INPUTS = (DATA_DIR, TOKENIZER_DIR)
 
@@ -72,6 +72,14 @@ def read_record(run_dir: Path) -> Optional[RunRecord]:
                              f"aside and start a new run.output_dir") from None
 
 
+def append_event(run_dir: Path, record: dict) -> None:
+    """One line of ``<run_dir>/events.jsonl`` written outside the training loop (which has its own writer)."""
+    from xtts_ft.layout import RunLayout
+
+    with RunLayout(run_dir).events.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**record, "time": time.time()}, default=str, ensure_ascii=False) + "\n")
+
+
 def write_record(run_dir: Path, record: RunRecord) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -90,28 +98,28 @@ def _sha(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def dataset_fingerprint(root: Path) -> dict:
-    """Transcript files by content, audio files by size (reading hours of audio would be heavy work); other files
-    (a README, pictures) do not define the run."""
-    from xtts_ft.data.readers import AUDIO_EXTENSIONS
+def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metadata_files=()) -> dict:
+    """What defines a dataset folder's clips, as the dataset reader sees them (``data/readers.py``): every transcript
+    file a clip's text comes from, by content, and every audio file a clip names, by size (reading hours of audio
+    would be heavy work). Reports (an ingest's ingest_report.json, whose timing changes on every run), notes and
+    files no clip names do not define the run. ``defining_only`` marks this kind of fingerprint: records written
+    before it listed every file of the folder (see :func:`describe_differences`)."""
+    from xtts_ft.data.readers import read_entries
 
+    root = Path(root).resolve()
+    _layout, entries = read_entries(root, fmt, speaker, list(metadata_files))
     transcripts, audio = {}, {}
-    root = Path(root)
-    for dirpath, dirnames, names in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(names):
-            if name.startswith("."):
-                continue
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            try:
-                if name.lower().endswith(TRANSCRIPT_SUFFIXES):
-                    transcripts[rel] = _sha(path)
-                elif name.lower().endswith(AUDIO_EXTENSIONS + TABLE_SUFFIXES):
-                    audio[rel] = path.stat().st_size
-            except OSError:  # unreadable files are the data stage's business (it reports them)
-                continue
-    return {"transcripts": transcripts, "audio": audio}
+    for e in entries:
+        if e.audio is None:  # rejected by the reader (reported by prepare): not part of the data
+            continue
+        source = e.where.rsplit(":", 1)[0] if ":" in e.where else Path(e.where).with_suffix(".txt").as_posix()
+        try:
+            if source not in transcripts:
+                transcripts[source] = _sha(root / source)
+            audio[e.audio.relative_to(root).as_posix()] = e.audio.stat().st_size
+        except (OSError, ValueError):  # unreadable or moved files are the data stage's business (it reports them)
+            continue
+    return {"transcripts": transcripts, "audio": audio, "defining_only": True}
 
 
 def source_fingerprint(ds) -> dict:
@@ -121,7 +129,7 @@ def source_fingerprint(ds) -> dict:
         return {"transcripts": {}, "audio": {path.name: path.stat().st_size}}
     if ds.format == "hf" and not path.exists():
         return {"transcripts": {}, "audio": {}, "hub": f"{ds.path}/{ds.hf_name or ''}:{ds.hf_split}@{ds.hf_revision}"}
-    return dataset_fingerprint(path)
+    return dataset_fingerprint(path, ds.format, ds.speaker_name, ds.metadata_files)
 
 
 def run_fingerprint(cfg) -> dict:
@@ -146,9 +154,11 @@ def run_fingerprint(cfg) -> dict:
     }
 
 
-def _files_changed(what: str, old: dict, new: dict) -> Optional[str]:
+def _files_changed(what: str, old: dict, new: dict, *, legacy: bool = False) -> Optional[str]:
+    """``legacy``: ``old`` lists every file of the folder (a record from before ``defining_only``), so a file it has
+    and ``new`` lacks may be a report or a note, not a removed clip: only added and edited files count."""
     added = sorted(set(new) - set(old))
-    removed = sorted(set(old) - set(new))
+    removed = [] if legacy else sorted(set(old) - set(new))
     edited = sorted(k for k in set(old) & set(new) if old[k] != new[k])
     if not (added or removed or edited):
         return None
@@ -157,18 +167,34 @@ def _files_changed(what: str, old: dict, new: dict) -> Optional[str]:
     return f"{what} changed: " + ", ".join(parts)
 
 
-def describe_differences(old: dict, new: dict) -> list[str]:
-    """One phrase per thing that differs between two fingerprints (transcripts first: the usual reason)."""
+def _dataset_changes(od: dict, nd: dict) -> list[str]:
+    """What differs between two fingerprints of one dataset entry (files named)."""
     out = []
-    od, nd = old.get("dataset") or {}, new.get("dataset") or {}
+    legacy = not od.get("defining_only") and bool(nd.get("defining_only"))
     for what, key in (("the dataset's transcripts", "transcripts"), ("the dataset's audio files", "audio")):
-        change = _files_changed(what, od.get(key) or {}, nd.get(key) or {})
+        change = _files_changed(what, od.get(key) or {}, nd.get(key) or {}, legacy=legacy)
         if change:
             out.append(change)
     if od.get("hub") != nd.get("hub"):
         out.append(f"the Hub dataset changed: {od.get('hub')} -> {nd.get('hub')}")
-    others = [(f.get("more_datasets"), f.get("dataset_language")) for f in (old, new)]
-    if others[0] != others[1]:
+    return out
+
+
+DATA_SECTIONS = ("dataset", "more_datasets", "dataset_language")  # what --continue-with-new-data accepts changing
+
+
+def data_only_differences(old: dict, new: dict) -> bool:
+    """Whether two fingerprints differ in their data alone (settings, vocabulary inputs and base model equal)."""
+    settings = [{k: v for k, v in f.items() if k not in DATA_SECTIONS} for f in (old, new)]
+    return bool(describe_differences(old, new)) and not describe_differences(*settings)
+
+
+def describe_differences(old: dict, new: dict) -> list[str]:
+    """One phrase per thing that differs between two fingerprints (transcripts first: the usual reason)."""
+    out = _dataset_changes(old.get("dataset") or {}, new.get("dataset") or {})
+    om, nm = old.get("more_datasets") or [], new.get("more_datasets") or []
+    if len(om) != len(nm) or old.get("dataset_language") != new.get("dataset_language") or any(
+            _dataset_changes(o, n) or o.get("language") != n.get("language") for o, n in zip(om, nm)):
         counts = [len(f.get("more_datasets") or []) + 1 for f in (old, new)]
         out.append(f"the datasets after the first (dataset[1:]) changed: their files, languages or number "
                    f"({counts[0]} -> {counts[1]} datasets)")
@@ -215,11 +241,13 @@ def _named_run_id(resume: str) -> Optional[str]:
     return meta.get("run_id") if isinstance(meta, dict) else None
 
 
-def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str, archive: bool = False) -> RunRecord:
+def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str, archive: bool = False,
+                     new_data: bool = False) -> RunRecord:
     """The run this command continues or starts in ``run_dir`` (run.json written); refuses to mix two runs.
 
     ``fingerprint``: :func:`run_fingerprint` of the config (None: not compared, for direct trainer calls).
     ``archive``: move another run's outputs aside instead of refusing (``--archive-old-run``).
+    ``new_data``: when only the data differs, continue this run on it (``--continue-with-new-data``).
     """
     run_dir = Path(run_dir)
     record = read_record(run_dir)
@@ -251,9 +279,22 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
     elif named and named != record.run_id:
         reasons.append(f"checkpoint.resume names a checkpoint of run {named}")
     if not reasons:
+        if fingerprint and record.fingerprint and record.fingerprint != fingerprint:  # e.g. a record from before
+            record.fingerprint = fingerprint  # defining_only: compared precisely from now on
+            write_record(run_dir, record)
+        return record
+    if new_data and differences and len(reasons) == len(differences) and \
+            data_only_differences(record.fingerprint, fingerprint):
+        log.warning("run folder %s: continuing run %s on changed data (--continue-with-new-data): %s; its "
+                    "checkpoints and vocabulary are kept", run_dir, record.run_id, "; ".join(differences))
+        record.fingerprint = fingerprint
+        write_record(run_dir, record)
+        append_event(run_dir, {"step": None, "event": "data_changed", "changes": differences})
         return record
     if checkpoints:
-        _refuse_or_archive(run_dir, record, checkpoints, reasons, archive, move_inputs=bool(differences))
+        data_only = len(reasons) == len(differences) and data_only_differences(record.fingerprint, fingerprint)
+        _refuse_or_archive(run_dir, record, checkpoints, reasons, archive, move_inputs=bool(differences),
+                           data_only=data_only)
     else:
         log.warning("run folder %s: run %s saved no checkpoint; a new run starts here (%s)", run_dir, record.run_id,
                     "; ".join(reasons))
@@ -273,15 +314,17 @@ def record_fingerprint(run_dir: Path, fingerprint: dict) -> None:
 
 
 def _refuse_or_archive(run_dir: Path, record: Optional[RunRecord], checkpoints: list, reasons: list[str],
-                       archive: bool, *, move_inputs: bool) -> None:
+                       archive: bool, *, move_inputs: bool, data_only: bool = False) -> None:
     old_id = record.run_id if record else "without a run id"
     if not archive:
         latest = checkpoints[-1][1].name
+        keep = (f", or add --continue-with-new-data to continue run {old_id} on the changed data (its checkpoints "
+                f"and vocabulary kept)" if data_only else "")
         raise RunFolderError(
             f"{run_dir}: holds run {old_id} ({len(checkpoints)} checkpoint(s), latest {latest}) and this command "
             f"would start another run there: {'; '.join(reasons)}. Give the new run its own run.output_dir, or add "
             f"--archive-old-run to move run {old_id} (checkpoints, samples, logs) into "
-            f"{run_dir / OLD_RUNS}/<date>_{old_id.replace(' ', '_')}/ first (nothing is deleted)"
+            f"{run_dir / OLD_RUNS}/<date>_{old_id.replace(' ', '_')}/ first (nothing is deleted){keep}"
         )
     dest = archive_run(run_dir, record, move_inputs=move_inputs)
     log.warning("run folder %s: moved run %s (%d checkpoint(s)) to %s; a new run starts here (%s)", run_dir, old_id,

@@ -166,7 +166,8 @@ CASES = [
      ["{ws}/owned: holds run " + OWNED + " (1 checkpoint(s), latest step_000004) and this command would start another "
       "run there: the dataset's transcripts changed: 1 edited (metadata.csv). Give the new run its own "
       "run.output_dir, or add --archive-old-run to move run " + OWNED + " (checkpoints, samples, logs) into "
-      "{ws}/owned/old_runs/<date>_" + OWNED + "/ first (nothing is deleted)"]),
+      "{ws}/owned/old_runs/<date>_" + OWNED + "/ first (nothing is deleted), or add --continue-with-new-data to "
+      "continue run " + OWNED + " on the changed data (its checkpoints and vocabulary kept)"]),
     ("run-resume-never-over-checkpoints", H, ["--config", "{ws}/owned_same.yaml", "--resume", "never"], {}, 2,
      ["{ws}/owned_same: holds run " + OWNED_SAME + " (1 checkpoint(s), latest step_000004) and this command would "
       "start another run there: checkpoint.resume: never starts a new run. Give the new run its own run.output_dir, "

@@ -3,6 +3,11 @@
 Jobs are submitted a few per worker at a time (not all at once), so memory stays bounded by
 the clips in flight whatever the dataset size. Workers are started with the ``spawn`` method:
 nothing of the caller's state (threads, CUDA, open files) is inherited.
+
+A stop request (``xtts_ft.train.signals``) is checked after every finished clip: the clips in
+flight finish (their results are kept by the caller's manifest), nothing new starts, and
+:class:`StopRequested` says "prepare" to the command. Workers ignore SIGINT/SIGTERM themselves
+(a Ctrl-C reaches the whole process group), so they print no KeyboardInterrupt tracebacks.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from xtts_ft.data.audio import AudioJob, AudioResult, process_audio
+from xtts_ft.train.signals import held_while_starting_workers, ignore_stop_signals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +51,25 @@ def run_jobs(
             for job in jobs:
                 on_result(process_audio(job))
                 bar.update()
+                raise_if_stopped("prepare")
             return
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=ignore_stop_signals)
         try:
             todo = iter(jobs)
             pending: set[Future] = set()
-            for job in todo:
-                pending.add(pool.submit(process_audio, job))
-                if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
-                    break
+            with held_while_starting_workers():  # the first submits start the workers
+                for job in todo:
+                    pending.add(pool.submit(process_audio, job))
+                    if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
+                        break
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     on_result(future.result())
                     bar.update()
+                for _ in done:
+                    raise_if_stopped("prepare")  # after every finished result is stored: none is lost
                     job = next(todo, None)
                     if job is not None:
                         pending.add(pool.submit(process_audio, job))

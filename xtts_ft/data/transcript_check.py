@@ -23,6 +23,7 @@ from pathlib import Path
 
 from xtts_ft.asr.error_rates import error_rates
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.train.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -81,4 +82,5 @@ def check_transcripts(
             out.transcribed += 1
         atomic_write(cache_path, json.dumps(cache, ensure_ascii=False))
         log.info("transcript check: %d/%d clips transcribed", min(start + batch, len(todo)), len(todo))
+        raise_if_stopped("prepare (the transcript check)")  # after the save: the next run reuses this batch
     return out

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from xtts_ft.errors import DataError
 from xtts_ft.train.sampler import ItemKey
-from xtts_ft.train.signals import ignore_stop_signals
+from xtts_ft.train.signals import ignore_stop_signals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,7 @@ def load_clips(
     report = DataReport(csv=str(csv_path), total=len(rows))
     clips: list[Clip] = []
     for row in tqdm(rows, desc=f"checking {csv_path.name}", disable=None if progress else True, leave=False):
+        raise_if_stopped("the clip checks")  # reading every clip's header takes minutes on a large dataset
         rel = (row.get("audio_file") or "").strip()
         text = (row.get("text") or "").strip()
         path = (root / rel) if rel else root

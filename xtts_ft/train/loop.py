@@ -41,6 +41,7 @@ from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.train.branch import set_aside_later_steps
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
@@ -125,7 +126,7 @@ def run_training(cfg: Config, *, tokenizer=None, model_factory: Optional[Callabl
     """``train`` plus test hooks: a ready tokenizer, a model factory, and a fault injector (:class:`TrainingHooks`)."""
     hooks = TrainingHooks(tokenizer=tokenizer, model_factory=model_factory, fault_injector=fault_injector)
     recipe = FineTuneRecipe(cfg, hooks=hooks, **kwargs)
-    with StopSignals() as signals:
+    with StopSignals.shared() as signals:  # the command's own (the pipeline entered it), or one for this call
         recipe.signals = signals
         try:
             try:
@@ -186,6 +187,7 @@ class FineTuneRecipe:
         self.lr = 0.0
         self.stop_where: Optional[str] = None  # what the run was doing when it noticed a stop request
         self.run = None  # the run folder's RunRecord: whose checkpoints are ours
+        self.branch = None  # later steps set aside by a resume from an older checkpoint (branch.py)
         self.max_steps = self.tcfg.max_steps
         self.signals = StopSignals()
         self.dist = self.metrics = self.train_iter = None
@@ -194,6 +196,8 @@ class FineTuneRecipe:
         self.last_eval_metrics: dict = {}
         self.best_score: Optional[float] = None  # under checkpoint.best_metric when it is not eval_loss
         self.last_eval_step = self.saved_step = -1
+        self.eval_cut_short = -1  # the step whose evaluation a stop abandoned (saved as eval_pending, redone on resume)
+        self.redo_eval = False  # resumed from a checkpoint whose evaluation a stop abandoned
         self.last_step_seconds = 0.0
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
@@ -223,12 +227,17 @@ class FineTuneRecipe:
         # data: every clip checked up front; DVAE codes cached once
         self.train_clips, self.eval_clips, self.data_reports = self._load_data()
         self.train_set, self.eval_set = self._prepare_codes()
+        if not self.dist.all_true(not self.signals.requested):  # a cache cut short: the pre-flight would miss codes
+            raise StopRequested("the DVAE code cache")
         self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
         place_modules(self.model, self.offloaded, torch.device("cpu"))
         release_memory(self.device)
         chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir, self.run.owns) if self.is_main else None
         path = self.dist.broadcast_object(chosen)
         state = ckpt.load_training_state(path) if path is not None else None
+        if state is not None and self.is_main and cfg.checkpoint.resume not in ("auto", "never"):
+            # resume from a named (older) checkpoint: this run's later steps are kept, never overwritten (branch.py)
+            self.branch = set_aside_later_steps(self.run_dir, int(state.step), self.run.owns)
         self.plan = self._plan_batches(state)
         batch_size = self.plan.batch_size
 
@@ -266,6 +275,9 @@ class FineTuneRecipe:
                                      log_every=tcfg.log_every)
         if path is not None:
             self.metrics.event(self.step, "resume", checkpoint=str(path))
+            self.metrics.load_interval_state(state.log_interval)
+        if self.branch is not None:
+            self.metrics.event(self.step, "branch", **self.branch.event())
         log.info("training %d clips on %s (%s): batch %d x accum %d x %d process(es) = effective batch %d; "
                  "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(self.train_clips), self.device,
                  self.policy.name, batch_size, self.plan.grad_accum_steps, self.dist.world_size,
@@ -365,6 +377,7 @@ class FineTuneRecipe:
             sampler_key=self._sampler_key(),
         )
         self.step, self.fresh, self.saved_step, self.last_checkpoint = point.step, False, point.step, path
+        self.redo_eval = bool(state.eval_pending)
         self.lr_factor, self.policy, self._rng_state = point.lr_factor, point.policy, point.rng
         self.first_eval_loss, self.best_eval_loss, self.last_eval_loss = (
             point.first_eval_loss, point.best_eval_loss, point.last_eval_loss)
@@ -399,7 +412,9 @@ class FineTuneRecipe:
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
         if not self.dist.all_true(not self.signals.requested):  # stopped while caching codes: nothing trained yet
-            self.stop_where = "setup (DVAE codes)"
+            self.stop_where = "setup"
+            return self.finish_stop()
+        if self.redo_eval and not self._redo_cut_short_evaluation():
             return self.finish_stop()
         if self.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)
@@ -441,6 +456,20 @@ class FineTuneRecipe:
             if self.saved_step != self.step and self.step > 0:  # step 0 of a new run: nothing trained to save
                 self.save_checkpoint(final=True)
         return self.finish_stop() if stopped else self._result(stopped=False)
+
+    def _redo_cut_short_evaluation(self) -> bool:
+        """The evaluation a stop abandoned at the checkpoint's step, run now; its results are saved into that
+        checkpoint (so ``best_metric`` can pick it). False when a stop cuts it short again."""
+        log.info("resume: the evaluation at step %d was cut short by a stop; running it now", self.step)
+        self.metrics.event(self.step, "eval_redone")
+        self.redo_eval = False
+        new_best = self.evaluate()
+        if self._stop_agreed():
+            return False  # the checkpoint still says eval_pending: the next resume tries again
+        if self.last_eval_step == self.step:
+            log.info("resume: saving step %d again with its evaluation%s", self.step, " (a new best)" if new_best else "")
+            self.save_checkpoint()
+        return True
 
     def _stop_agreed(self) -> bool:
         """Whether any process was asked to stop (a collective call: every rank makes it at the same point)."""
@@ -605,8 +634,9 @@ class FineTuneRecipe:
                 extra = {}
                 if self.eval_hook is not None:
                     extra = self._run_eval_hook()
-            except StopRequested:  # the stop comes first: the step is saved, this evaluation is dropped
+            except StopRequested:  # the stop comes first: the step is saved, this evaluation is redone on resume
                 abandoned = True
+                self.eval_cut_short = self.step
                 self.stop_where = f"the evaluation at step {self.step}"
                 log.warning("stop requested: the evaluation at step %d is abandoned", self.step)
             finally:
@@ -672,13 +702,15 @@ class FineTuneRecipe:
                 lr_factor=self.lr_factor, precision=self.policy.name, first_eval_loss=self.first_eval_loss,
                 best_eval_loss=self.best_eval_loss, last_eval_loss=self.last_eval_loss,
                 training_config=dataclasses.asdict(self.effective_training()), vocab_fingerprint=self.vocab_fp,
-                base_vocab_size=self.base_vocab_size,
+                base_vocab_size=self.base_vocab_size, log_interval=self.metrics.interval_state(),
+                eval_pending=self.eval_cut_short == self.step,
             )
             meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
                     "base_model": str(self.base.root),
                     "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
                     "eval_metrics": self.last_eval_metrics if self.last_eval_step == self.step else None,
-                    "precision": self.policy.name, "base_vocab_size": self.base_vocab_size, "run_id": self.run.run_id}
+                    "precision": self.policy.name, "base_vocab_size": self.base_vocab_size, "run_id": self.run.run_id,
+                    "eval_pending": self.eval_cut_short == self.step}
             try:
                 self._keep_foreign_checkpoint()
                 started = time.perf_counter()

@@ -41,7 +41,7 @@ def _fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def _drop_lines_after(path: Path, step: int) -> int:
+def drop_lines_after(path: Path, step: int) -> int:
     """Keep the lines of ``path`` with ``"step" <= step`` (rewritten atomically); return how many went.
 
     A line cut short by a kill, or one that is not a JSON object with a step, goes too.
@@ -81,7 +81,7 @@ class MetricsLogger:
         # A resumed run trains again the steps after its checkpoint: their old lines and curves go, so
         # metrics.jsonl and TensorBoard show each step once. events.jsonl keeps the history (it has the resume).
         files = RunLayout(run_dir)
-        dropped = _drop_lines_after(files.metrics, start_step)
+        dropped = drop_lines_after(files.metrics, start_step)
         if dropped:
             log.info("metrics.jsonl: %d line(s) after step %d removed (those steps are trained again)", dropped, start_step)
         self._jsonl = open(files.metrics, "a", encoding="utf-8")
@@ -91,6 +91,20 @@ class MetricsLogger:
             total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None,
             mininterval=1.0,
         )
+
+    def interval_state(self) -> dict:
+        """The running average of the steps since the last logged row, for the checkpoint: a resumed run's first
+        row then averages the same steps as an uninterrupted run's."""
+        return {"n": self._n, "finite": self._finite, "sums": list(self._sums), "samples": self._samples,
+                "seconds": self._seconds}
+
+    def load_interval_state(self, state: Optional[dict]) -> None:
+        """Continue the running average saved by :meth:`interval_state` (None: an older checkpoint, start afresh)."""
+        if not state:
+            return
+        self._n, self._finite = int(state["n"]), int(state["finite"])
+        self._sums = [float(v) for v in state["sums"]]
+        self._samples, self._seconds = int(state["samples"]), float(state["seconds"])
 
     def _reset_interval(self) -> None:
         self._n = 0

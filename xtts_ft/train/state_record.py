@@ -18,6 +18,8 @@ from xtts_ft.errors import CheckpointError
 
 FORMAT = 1  # raise it, and teach from_dict the older one, when the record changes meaning
 READABLE_FORMATS = (1,)
+# Fields added later without changing the meaning of the others: absent in older files, written only when set.
+ADDED_FIELDS = ("log_interval", "eval_pending")
 
 
 @dataclass
@@ -40,6 +42,9 @@ class TrainingState:
     first_eval_loss: Optional[float] = None
     best_eval_loss: Optional[float] = None
     last_eval_loss: Optional[float] = None
+    # added without a format change (older files lack them, and read as the defaults):
+    log_interval: Optional[dict[str, Any]] = None  # the loss running average since the last logged row (metrics.py)
+    eval_pending: bool = False  # the evaluation of this step was cut short by a stop: the resume redoes it
 
     def to_dict(self) -> dict[str, Any]:
         """The dict written to training_state.pt (no optimizer key for a weights-only checkpoint)."""
@@ -47,6 +52,8 @@ class TrainingState:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "optimizer" and value is None:
+                continue
+            if f.name in ADDED_FIELDS and value == f.default:  # an older record read and written again stays as it was
                 continue
             out[f.name] = value
         return out

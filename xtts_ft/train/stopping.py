@@ -119,13 +119,24 @@ class StepStart:
 
 
 def write_stop_event(run_dir: Path, record: dict) -> None:
-    """events.jsonl line for a stop before the metrics logger exists (during setup)."""
-    import json
-    import time
+    """events.jsonl line for a stop before the metrics logger exists (setup, or a stage before training).
 
-    from xtts_ft.layout import RunLayout
+    Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
+    """
+    from xtts_ft.run_folder import append_event
 
-    path = RunLayout(run_dir).events
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({**record, "time": time.time()}, default=str) + "\n")
+    if Path(run_dir).is_dir():
+        append_event(run_dir, record)
+
+
+def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: Optional[Path] = None,
+                step: int = 0, saved: str = "nothing new to save", checkpoint: Optional[Path] = None) -> None:
+    """The one console line (and events.jsonl record) of a stop noticed outside the training loop."""
+    import logging
+
+    logging.getLogger(__name__).warning("stopped by %s during %s; %s. Resume with: %s", signal_name, where, saved,
+                                        hint)
+    if run_dir is not None:
+        write_stop_event(run_dir, {"step": step, "event": "stop", "signal": signal_name, "during": where,
+                                   "checkpoint": str(checkpoint) if checkpoint is not None else None,
+                                   "resume_command": hint})

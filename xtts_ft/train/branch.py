@@ -1,0 +1,79 @@
+"""Resuming from an older checkpoint starts a branch: the later steps are moved aside, never overwritten.
+
+``--resume RUN/checkpoints/step_000002`` in a run that already saved steps 4 and 6 trains a new
+step 4 and 6 from step 2. Those would land in the folders of the old ones (step 6 may be the only
+one with optimizer state), so before the first step the old later checkpoints, their sample folders,
+and copies of ``metrics.jsonl`` and ``samples/index.jsonl`` as they were go to
+``<run_dir>/branches/<date>_after_step_000002/`` (the same layout as the run folder). The run folder
+then holds the new branch only: "latest", "best", retention and the report see one history, and the
+old branch stays whole beside it, to be exported or resumed from by path. The console and
+``events.jsonl`` (a ``branch`` event) say where it went.
+
+Only a checkpoint named by ``checkpoint.resume`` (``--resume PATH``) starts a branch: ``auto`` takes the
+newest good checkpoint, so all it may pass over is a damaged one, which stays where it is for inspection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, METRICS_FILE, SAMPLES_DIR, RunLayout, step_dir_name, step_of
+from xtts_ft.tempfiles import atomic_write
+from xtts_ft.train.checkpoint import Owner, owned_checkpoints
+from xtts_ft.train.metrics import drop_lines_after
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Later steps of the run, set aside by a resume from ``step``."""
+
+    step: int
+    folder: Path  # branches/<date>_after_step_NNNNNN/
+    steps: tuple[int, ...]  # the checkpoints moved there
+
+    def event(self) -> dict:
+        return {"from_step": self.step, "old_branch": str(self.folder), "moved_steps": list(self.steps)}
+
+
+def _later_samples(run_dir: Path, step: int) -> list[Path]:
+    samples = RunLayout(run_dir).samples
+    if not samples.is_dir():
+        return []
+    return sorted(p for p in samples.iterdir() if p.is_dir() and (step_of(p.name) or -1) > step)
+
+
+def set_aside_later_steps(run_dir: Path, step: int, owner: Optional[Owner]) -> Optional[Branch]:
+    """Move this run's checkpoints (and sample folders) after ``step`` into a new branch folder; None if there are none."""
+    layout = RunLayout(run_dir)
+    later = [(s, p) for s, p in owned_checkpoints(run_dir, owner) if s > step]
+    samples = _later_samples(run_dir, step)
+    if not later and not samples:
+        return None
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}_after_{step_dir_name(step)}"
+    folder, n = layout.branches / name, 1
+    while folder.exists():  # two branches within a second: never mix them
+        n += 1
+        folder = layout.branches / f"{name}-{n}"
+    (folder / CHECKPOINTS_DIR).mkdir(parents=True)
+    (folder / SAMPLES_DIR).mkdir()
+    # copies of the history as it was (the run's own files keep only the steps up to the branch point)
+    for source, target in ((layout.metrics, folder / METRICS_FILE), (layout.samples_index, folder / SAMPLES_DIR / INDEX_FILE)):
+        if source.is_file():
+            atomic_write(target, source.read_bytes())
+    for _, path in later:
+        os.replace(path, folder / CHECKPOINTS_DIR / path.name)
+    for path in samples:
+        os.replace(path, folder / SAMPLES_DIR / path.name)
+    drop_lines_after(layout.samples_index, step)  # the report lists what the folder holds
+    branch = Branch(step=step, folder=folder, steps=tuple(s for s, _ in later))
+    log.warning("resume from step %d while this run has later checkpoints (%s): they are kept, moved with their "
+                "samples to %s; training continues from step %d as a new branch", step,
+                ", ".join(str(s) for s in branch.steps) or "none, only samples", folder, step)
+    return branch
