@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -84,6 +85,17 @@ def _load(args: argparse.Namespace):
 def _add_fold_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
                    help=field_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
+
+
+def _add_old_content_args(p: argparse.ArgumentParser, add: bool = False) -> None:
+    """What happens to what --out already holds (xtts_ft/output_folder.py); without an option: refused."""
+    from xtts_ft.output_folder import ADD_HELP, ADD_OPTION, MOVE_ASIDE_HELP, MOVE_ASIDE_OPTION
+
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(MOVE_ASIDE_OPTION, dest="on_existing", action="store_const", const="move-aside",
+                       default="refuse", help=MOVE_ASIDE_HELP)
+    if add:
+        group.add_argument(ADD_OPTION, dest="on_existing", action="store_const", const="add", help=ADD_HELP)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -236,13 +248,26 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from xtts_ft.config import TokenizerConfig
-    from xtts_ft.data import prepare_command
+    from xtts_ft.output_folder import claim_in_place
     from xtts_ft.text_settings import TextSettings, make_normalizer
 
     setup_logging(None, args.verbose)
     normalizer = make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit))
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
+
+    source, out = Path(args.input).resolve(), Path(args.out).resolve()
+    if out == source or out in source.parents:  # never move the input aside: prepare explains the mistake
+        return _prepare_into(args, normalizer, hf)
+    moved = claim_in_place(Path(args.out), "prepare", args.on_existing)
+    if moved is not None:
+        print(f"moved the earlier content of {args.out} to {moved}")
+    return _prepare_into(args, normalizer, hf)
+
+
+def _prepare_into(args: argparse.Namespace, normalizer, hf: dict) -> int:
+    from xtts_ft.data import prepare_command
+
     report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, **hf)
     for line in report.summary_lines():
         print(line)
@@ -277,22 +302,30 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate import export_from_checkpoint
+    from xtts_ft.evaluate.export import EXPORT_META
     from xtts_ft.evaluate.standalone import base_for_checkpoint
+    from xtts_ft.output_folder import check_output
 
     setup_logging(None, args.verbose)
     ckpt = Path(args.checkpoint)
+    check_output(Path(args.out), "export", args.on_existing, legacy=EXPORT_META)  # before the base model is read
     base = base_for_checkpoint(ckpt, args.base_model)
-    out = export_from_checkpoint(ckpt, Path(args.out), base)
+    out = export_from_checkpoint(ckpt, Path(args.out), base, on_existing=args.on_existing)
     print(f"exported to {out}")
     return 0
 
 
 def _cmd_make_random_model(args: argparse.Namespace) -> int:
+    from xtts_ft.output_folder import staged_output
     from xtts_ft.random_model import write_random_model
 
     setup_logging(None, args.verbose)
     size = getattr(args, "size", "tiny")  # make-tiny-model has no --size
-    out = write_random_model(Path(args.out), size=size, seed=args.seed)
+    out = Path(args.out)
+    with staged_output(out, "make-random-model", args.on_existing, marker_extra={"size": size}) as staged:
+        write_random_model(staged.path, size=size, seed=args.seed)
+    if staged.moved_to is not None:
+        print(f"moved the earlier content of {out} to {staged.moved_to}")
     print(f"wrote a {size} RANDOM XTTS (for demos, tests and rehearsals, it cannot speak) to {out}")
     return 0
 
@@ -325,8 +358,18 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         raise ConfigError("--set: only used with --config; name the config whose values it overrides")
     else:
         cfg = Config()  # the schema's defaults: dataset durations, ingest.*, asr.model
-    report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
-                    subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker)
+    from xtts_ft.train.signals import StopRequested
+
+    try:
+        report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
+                        subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker,
+                        on_existing=args.on_existing)
+    except StopRequested as stop:
+        from xtts_ft.train.stopping import python_command
+
+        again = " ".join(shlex.quote(a) for a in [python_command(), *args.command_line[0], *args.command_line[1]])
+        print(f"ingest stopped ({stop}): nothing was written, {args.out} is as it was. Run it again with: {again}")
+        return 0
     for line in report.summary_lines():
         print(line)
     return 0
@@ -353,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speaker-column", help="hf: a speaker column (default: none).")
     p.add_argument("--split", help="hf: the split to read (default: train).")
     _add_fold_arg(p)
+    _add_old_content_args(p)
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")
@@ -386,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="Checkpoint folder (runs/<name>/checkpoints/step_XXXXXX).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--base-model", help="Base model folder or repo id (default: the one the run used).")
+    _add_old_content_args(p)
 
     p = add("transcribe", _cmd_transcribe, "Print path<TAB>recognised text for each audio file (asr.model).")
     p.add_argument("--config", required=True, help="Run config (YAML) whose asr section names the recogniser.")
@@ -411,16 +456,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(its dataset.path is not used); default: the schema's defaults.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
     p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
+    _add_old_content_args(p, add=True)
 
     p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--size", choices=["tiny", "full"], default="tiny",
                    help="tiny: trains in seconds (demo, tests); full: the real XTTS-v2 dimensions (~2.1 GB on disk).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+    _add_old_content_args(p)
 
     p = add("make-tiny-model", _cmd_make_random_model, "Write a tiny random XTTS (same as make-random-model --size tiny).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+    _add_old_content_args(p)
     return parser
 
 

@@ -17,6 +17,7 @@ the modes that use them); everything after it works on those arrays, never on th
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -30,6 +31,8 @@ from xtts_ft.ingest.source_audio import IngestError, open_sources
 from xtts_ft.ingest.subtitles import fit_offset, read_cues
 from xtts_ft.ingest.text_units import Speller, split_sentences
 from xtts_ft.ingest.vad import pauses, snap_to_pause, speech_regions, transcribe_frames
+from xtts_ft.output_folder import ADD, REFUSE, check_output, staged_output
+from xtts_ft.train.signals import StopSignals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +155,33 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
     return clips
 
 
+class IngestStopSignals(StopSignals):
+    """The project's stop handler, with what a stop means for ingest in its log line."""
+
+    def _handle(self, signum: int, frame) -> None:
+        if not self.requested:
+            log.warning("%s received: stopping ingest; the --out folder is left as it was (send it again to stop "
+                        "at once)", signal.Signals(signum).name)
+            self.requested, self.signal_name = True, signal.Signals(signum).name
+            return
+        super()._handle(signum, frame)
+
+
 def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optional[Path] = None,
-           subtitles: Optional[Path] = None, speaker: Optional[str] = None, recognizer=None) -> IngestReport:
-    """Turn long recordings into a coqui-layout dataset in ``out_dir``; return the report."""
+           subtitles: Optional[Path] = None, speaker: Optional[str] = None, recognizer=None,
+           on_existing: str = REFUSE) -> IngestReport:
+    """Turn long recordings into a coqui-layout dataset in ``out_dir``; return the report.
+
+    ``out_dir`` is written through :func:`xtts_ft.output_folder.staged_output` (``on_existing``: refuse,
+    move-aside or add). SIGINT/SIGTERM raise :class:`StopRequested` within seconds, with ``out_dir``
+    unchanged. No clip made: :class:`IngestError` (nothing written), with the reasons.
+    """
+    with IngestStopSignals():
+        return _ingest(cfg, audio, Path(out_dir), text, subtitles, speaker, recognizer, on_existing)
+
+
+def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optional[Path],
+            subtitles: Optional[Path], speaker: Optional[str], recognizer, on_existing: str) -> IngestReport:
     started = time.monotonic()
     if text is not None and subtitles is not None:
         raise IngestError("--text and --subtitles: give one of them (the text the audio reads, or its subtitles)")
@@ -163,6 +190,7 @@ def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Option
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise IngestError(f"--out '{out_dir}' exists and is not a folder; choose another --out folder")
+    check_output(out_dir, "ingest", on_existing, replace_own=False)  # before the long pass: a used --out fails now
     sources = open_sources(audio)
     mode = "text" if text is not None else "subtitles" if subtitles is not None else "vad"
     text_body = _read_text(Path(text)) if text is not None else None
@@ -186,8 +214,27 @@ def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Option
     else:
         clips = _subtitle_clips(cfg, analysis, recognizer, Path(subtitles), report)
     clips.sort(key=lambda c: (c.file, c.start))
-    report.seconds = round(time.monotonic() - started, 2)
-    return write_dataset(clips, sources, out_dir, speaker or cfg.dataset.speaker_name, report)
+    kept = sum(c.rejection is None for c in clips)
+    if kept == 0:
+        raise IngestError(_no_clips_message(clips, report, out_dir))
+    with staged_output(out_dir, "ingest", on_existing, replace_own=False) as staged:
+        adding = on_existing == ADD and staged.state.kind in ("ours", "foreign")
+        report.added_to_existing = adding
+        report.seconds = round(time.monotonic() - started, 2)
+        write_dataset(clips, sources, staged.path, speaker or cfg.dataset.speaker_name, report, adding=adding)
+    report.moved_aside = str(staged.moved_to) if staged.moved_to else None
+    return report
+
+
+def _no_clips_message(clips: list[Clip], report: IngestReport, out_dir: Path) -> str:
+    reasons: dict[str, int] = {}
+    for c in clips:
+        reasons[c.rejection[0]] = reasons.get(c.rejection[0], 0) + 1
+    why = ", ".join(f"{n} rejected as {r}" for r, n in sorted(reasons.items())) or "no speech was found"
+    if report.text_without_audio:
+        why += f"; {len(report.text_without_audio)} sentence(s) of the text not found in the audio"
+    return (f"no clips made ({why}); nothing was written to {out_dir}. Check that the audio is the reading of "
+            f"the text (or lower ingest.min_score)")
 
 
 def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
@@ -195,4 +242,9 @@ def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
 
     total = sum(s.duration_s for s in sources)
     with tqdm(total=round(total, 1), unit="s audio", desc="ingest: listening", leave=False) as bar:
-        return analyse(sources, recognizer, block_s, vad_model, progress=lambda s: bar.update(min(s, bar.total - bar.n)))
+
+        def progress(seconds: float) -> None:
+            raise_if_stopped("ingest: listening")
+            bar.update(min(seconds, bar.total - bar.n))
+
+        return analyse(sources, recognizer, block_s, vad_model, progress=progress)
