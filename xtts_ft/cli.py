@@ -353,7 +353,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     setup_logging(None, args.verbose)
     if args.config:
         # ingest writes the dataset, it does not read one: dataset.path (often not made yet) is not checked
-        cfg = _load(argparse.Namespace(**{**vars(args), "set": [*(args.set or []), "dataset.path=."]}))
+        given = [item for item in args.set or [] if not item.replace(" ", "").startswith("dataset.path=")]
+        cfg = _load(argparse.Namespace(**{**vars(args), "set": [*given, "dataset.path=."]}))
     elif args.set:
         raise ConfigError("--set: only used with --config; name the config whose values it overrides")
     else:
