@@ -341,7 +341,16 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate.score import score_command
 
     setup_logging(None, args.verbose)
-    score_command(_load(args), Path(args.model), Path(args.out), args.speaker_wav or (), args.base_model)
+    cfg = _load(args)
+    if args.out is not None:
+        score_command(cfg, Path(args.model), Path(args.out), args.speaker_wav or (), args.base_model)
+        print(f"samples kept in {args.out}")
+        return 0
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="xtts_ft_score_") as tmp:  # nothing left in the current folder unasked
+        score_command(cfg, Path(args.model), Path(tmp), args.speaker_wav or (), args.base_model)
+    print(f"samples were written to the temporary folder {tmp} and removed; pass --out DIR to keep them")
     return 0
 
 
@@ -437,14 +446,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Run config (YAML) whose asr section names the recogniser.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
     p.add_argument("--model", help="Recogniser repo id or folder instead of the config's asr.model.")
-    p.add_argument("audio", nargs="+", help="Audio files to recognise.")
+    p.add_argument("audio", nargs="+", help="Audio files to recognise, or folders of them (the audio files directly "
+                                            "in each folder, by name).")
 
     p = add("score", _cmd_score, "Say the evaluation sentences; print CER, speaker similarity and stop rate.")
     p.add_argument("--model", required=True, help="An export folder, or a checkpoint folder.")
     p.add_argument("--config", required=True, help="Run config (YAML): evaluation.sentences and asr.model.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
     p.add_argument("--speaker-wav", action="append", help="Reference clip of the voice (default: evaluation.speaker_wavs).")
-    p.add_argument("--out", default="score_samples", help="Folder for the samples (default: %(default)s).")
+    p.add_argument("--out", help="Folder to keep the samples in (default: a temporary folder, removed at the end).")
     p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
 
     p = add("ingest", _cmd_ingest, "Cut long recordings into a dataset (metadata.csv, wavs/, segments.tsv, report).")

@@ -28,7 +28,7 @@ from xtts_ft.ingest.analysis import Analysis, analyse
 from xtts_ft.ingest.clips import Clip, Piece, plan_clips, split_long
 from xtts_ft.ingest.output import IngestReport, write_dataset
 from xtts_ft.ingest.source_audio import IngestError, open_sources
-from xtts_ft.ingest.subtitles import fit_offset, read_cues
+from xtts_ft.ingest.subtitles import UnreadCue, fit_offset, read_cues
 from xtts_ft.ingest.text_units import Speller, split_sentences
 from xtts_ft.ingest.vad import pauses, snap_to_pause, speech_regions, transcribe_frames
 from xtts_ft.output_folder import ADD, REFUSE, check_output, staged_output
@@ -110,7 +110,11 @@ def _vad_clips(cfg: Config, analysis: Analysis, recognizer) -> list[Clip]:
 
 def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, report: IngestReport) -> list[Clip]:
     d, ing = cfg.dataset, cfg.ingest
-    cues = read_cues(path)
+    unread: list[UnreadCue] = []
+    cues = read_cues(path, unread)
+    report.unread_cues = [{"line": u.line, "timing": u.timing, "text": u.text} for u in unread]
+    for u in unread:
+        log.warning("%s:%d: cue timing cannot be read (%s); its text is left out: %s", path, u.line, u.timing, u.text)
     speller = Speller.for_recognizer(recognizer)
     units = [speller.unit(i, c.text, (c.start, c.end)) for i, c in enumerate(cues)]
     aligned = align_units(units, analysis, recognizer.blank_id, ing.window_s, ing.min_score)
@@ -231,6 +235,8 @@ def _no_clips_message(clips: list[Clip], report: IngestReport, out_dir: Path) ->
     for c in clips:
         reasons[c.rejection[0]] = reasons.get(c.rejection[0], 0) + 1
     why = ", ".join(f"{n} rejected as {r}" for r, n in sorted(reasons.items())) or "no speech was found"
+    if clips:
+        why += f"; the first: {clips[0].rejection[1]}"
     if report.text_without_audio:
         why += f"; {len(report.text_without_audio)} sentence(s) of the text not found in the audio"
     return (f"no clips made ({why}); nothing was written to {out_dir}. Check that the audio is the reading of "

@@ -41,6 +41,7 @@ class IngestReport:
     sources: list = field(default_factory=list)  # per file: path, hours, clips, rejected, hours_kept
     rejected_clips: list = field(default_factory=list)  # every rejected clip: source, start, end, reason, detail
     text_without_audio: list = field(default_factory=list)  # sentences/cues with no audio found
+    unread_cues: list = field(default_factory=list)  # subtitle cues whose timing line cannot be read: line, text
     unknown_letters: dict = field(default_factory=dict)  # letters of the text the recogniser has no id for
     subtitle_offset: Optional[dict] = None
     blocks_read: int = 0
@@ -56,6 +57,10 @@ class IngestReport:
         if self.text_without_audio:
             lines.append(f"  text without audio: {len(self.text_without_audio)} sentence(s), first: "
                          f"#{self.text_without_audio[0]['sentence']} {self.text_without_audio[0]['text'][:50]}")
+        if self.unread_cues:
+            first = self.unread_cues[0]
+            lines.append(f"  subtitle cues with a timing that cannot be read (left out, fix them): "
+                         f"{len(self.unread_cues)}, first: line {first['line']} '{first['timing']}' {first['text'][:50]}")
         if self.machine_transcripts:
             lines.append("  transcripts are MACHINE transcripts (the recogniser's): check them before training")
         if self.subtitle_offset:
@@ -84,6 +89,9 @@ class IngestReport:
         if self.text_without_audio:
             out += ["", "## Text with no audio found (not used)", ""]
             out += [f"- sentence {t['sentence']}: {t['text']} ({t['why']})" for t in self.text_without_audio]
+        if self.unread_cues:
+            out += ["", "## Subtitle cues whose timing cannot be read (not used; fix the timing line)", ""]
+            out += [f"- line {u['line']}: `{u['timing']}` {u['text']}" for u in self.unread_cues]
         if self.rejected_clips:
             out += ["", "## Rejected clips", "", "| source | start s | end s | reason | detail |", "|---|---|---|---|---|"]
             out += [f"| {r['source']} | {r['start_s']:.2f} | {r['end_s']:.2f} | {r['reason']} | {r['detail']} |"
