@@ -26,6 +26,7 @@ from xtts_ft.config import Config
 from xtts_ft.ingest.align import AlignedUnit, align_units
 from xtts_ft.ingest.analysis import Analysis, analyse
 from xtts_ft.ingest.clips import Clip, Piece, plan_clips, split_long
+from xtts_ft.ingest.gaps import guard_unclaimed_speech, reject_overfull
 from xtts_ft.ingest.output import IngestReport, write_dataset
 from xtts_ft.ingest.source_audio import IngestError, open_sources
 from xtts_ft.ingest.subtitles import UnreadCue, fit_offset, read_cues
@@ -90,9 +91,12 @@ def _text_clips(cfg: Config, analysis: Analysis, recognizer, text: str, report: 
     aligned = align_units(units, analysis, recognizer.blank_id, cfg.ingest.window_s, cfg.ingest.min_score)
     pieces, rejected, lost = pieces_from_alignment(aligned, analysis)
     report.text_without_audio = lost
+    rejected += guard_unclaimed_speech(pieces, analysis, recognizer, "alignment")
     d = cfg.dataset
-    return rejected + plan_clips(pieces, [s.duration_s for s in analysis.sources], d.min_duration_s,
-                                 d.max_duration_s, cfg.ingest.max_pad_s, cfg.ingest.min_score)
+    clips = plan_clips(pieces, [s.duration_s for s in analysis.sources], d.min_duration_s, d.max_duration_s,
+                       cfg.ingest.max_pad_s, cfg.ingest.min_score)
+    reject_overfull(clips, analysis, recognizer)
+    return rejected + clips
 
 
 def _vad_clips(cfg: Config, analysis: Analysis, recognizer) -> list[Clip]:
@@ -141,22 +145,27 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
         t0, t1 = c0 + shift, c1 + shift
         if not a.found:
             lost.append({"sentence": a.unit.index + 1, "text": a.unit.text, "why": a.missing})
+        if a.found and usable and a.score >= ing.min_score:  # where the speech is, not where a (clipped) cue says
+            t0, t1 = analysis.time_of(a.start), analysis.time_of(a.end)
         file = analysis.file_of(analysis.frame_of(t0))
         offset = analysis.sources[file].offset_s
         score = a.score if a.found else 0.0
         pieces.append(Piece(file, max(0.0, t0 - offset), t1 - offset, a.unit.text, score, "subtitle", [a.unit.index]))
     report.text_without_audio = lost
+    misplaced = fit is not None and not usable  # every clip is rejected below: no fences from misplaced cues
+    unclaimed = [] if misplaced else guard_unclaimed_speech(pieces, analysis, recognizer, "subtitle")
     clips = plan_clips(pieces, [s.duration_s for s in analysis.sources], d.min_duration_s, d.max_duration_s,
                        ing.max_pad_s, ing.min_score, greedy=True)
     file_pauses = [pauses(p, ing.vad_threshold) for p in analysis.vad_probs]
     for clip in clips:
-        start = round(snap_to_pause(clip.start, file_pauses[clip.file], ing.max_pad_s, True), 3)
-        end = round(snap_to_pause(clip.end, file_pauses[clip.file], ing.max_pad_s, False), 3)
+        start = round(max(clip.not_before, snap_to_pause(clip.start, file_pauses[clip.file], ing.max_pad_s, True)), 3)
+        end = round(min(clip.not_after, snap_to_pause(clip.end, file_pauses[clip.file], ing.max_pad_s, False)), 3)
         if end - start <= d.max_duration_s or clip.duration > d.max_duration_s:  # snapping never makes it too long
             clip.start, clip.end = start, end
         if fit is not None and not usable and clip.rejection is None:
             clip.rejection = ("subtitle_offset", summary)
-    return clips
+    reject_overfull(clips, analysis, recognizer)
+    return unclaimed + clips
 
 
 class IngestStopSignals(StopSignals):
@@ -236,7 +245,8 @@ def _no_clips_message(clips: list[Clip], report: IngestReport, out_dir: Path) ->
         reasons[c.rejection[0]] = reasons.get(c.rejection[0], 0) + 1
     why = ", ".join(f"{n} rejected as {r}" for r, n in sorted(reasons.items())) or "no speech was found"
     if clips:
-        why += f"; the first: {clips[0].rejection[1]}"
+        most = max(reasons, key=reasons.get)
+        why += f"; the first {most}: {next(c.rejection[1] for c in clips if c.rejection[0] == most)}"
     if report.text_without_audio:
         why += f"; {len(report.text_without_audio)} sentence(s) of the text not found in the audio"
     return (f"no clips made ({why}); nothing was written to {out_dir}. Check that the audio is the reading of "
