@@ -31,10 +31,28 @@ def audio_files(given: Sequence[str]) -> list[str]:
     return files
 
 
+def refuse_too_short(path: str) -> None:
+    """One line for a file whose header says it is shorter than the recogniser can hear (read fully later)."""
+    import soundfile as sf
+
+    from xtts_ft.asr.recognizer import MIN_AUDIO_S
+
+    try:
+        info = sf.info(path)
+    except (sf.LibsndfileError, RuntimeError):
+        return  # not a format soundfile reads: the decoder (ffmpeg) decides later
+    seconds = info.frames / info.samplerate if info.samplerate > 0 else 0.0
+    if seconds < MIN_AUDIO_S:
+        what = "no audio in it" if info.frames == 0 else f"only {seconds * 1000:.0f} ms of audio"
+        raise DataError(f"{path}: {what}; the recogniser needs at least {MIN_AUDIO_S:g} s of speech")
+
+
 def transcribe_command(cfg: Config, audio: Sequence[str], model: Optional[str] = None) -> int:
     from xtts_ft.asr.recognizer import Recognizer
 
     audio = audio_files(audio)
+    for path in audio:  # before the recogniser loads: a clip too short to hear fails at once
+        refuse_too_short(path)
     recognizer = Recognizer.from_config(cfg.asr, model)
     for path, text in zip(audio, recognizer.transcribe_files(audio)):
         print(f"{path}\t{text}", flush=True)

@@ -140,8 +140,8 @@ class Recognizer:
                 raise DataError(f"{path}: cannot read the audio: {exc}") from None
             seconds = len(data) / rate if rate > 0 else 0.0
             if seconds < MIN_AUDIO_S:  # the recogniser's first convolutions need more samples than that
-                raise DataError(f"{path}: {'no audio in it' if len(data) == 0 else f'only {seconds * 1000:.0f} ms of audio'}"
-                                f"; the recogniser needs at least {MIN_AUDIO_S:g} s of speech")
+                what = "no audio in it" if len(data) == 0 else f"only {seconds * 1000:.0f} ms of audio"
+                raise DataError(f"{path}: {what}; the recogniser needs at least {MIN_AUDIO_S:g} s of speech")
             clips.append(data)
             rates.append(rate)
         return self.transcribe(clips, rates)

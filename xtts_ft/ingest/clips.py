@@ -33,6 +33,7 @@ class Piece:
     joinable: bool = True  # False: something was lost right before it, never merge it with the previous one
     not_before: float = 0.0  # its clip may not start earlier (unclaimed speech before it, see gaps.py)
     not_after: float = float("inf")  # nor end later
+    rejection: Optional[tuple[str, str]] = None  # set before planning (gaps.py): its clip is rejected, never merged
 
 
 @dataclass
@@ -63,10 +64,10 @@ def split_long(piece: Piece, max_s: float) -> list[Piece]:
     words = piece.words if len(piece.words) == len(piece.inner_pauses) + 1 else None
     left = Piece(piece.file, piece.start, p0, " ".join(words[: k + 1]) if words else piece.text, piece.score,
                  piece.method, piece.units, piece.inner_pauses[:k], words[: k + 1] if words else [], piece.joinable,
-                 not_before=piece.not_before)
+                 not_before=piece.not_before, rejection=piece.rejection)
     right = Piece(piece.file, p1, piece.end, " ".join(words[k + 1:]) if words else piece.text, piece.score,
                   piece.method, piece.units, piece.inner_pauses[k + 1:], words[k + 1:] if words else [], False,
-                  not_after=piece.not_after)
+                  not_after=piece.not_after, rejection=piece.rejection)
     return split_long(left, max_s) + split_long(right, max_s)
 
 
@@ -76,6 +77,7 @@ def merge_short(pieces: list[Piece], min_s: float, max_s: float, greedy: bool = 
     for p in pieces:
         last = out[-1] if out else None
         if (last is not None and p.joinable and last.file == p.file and p.end - last.start <= max_s
+                and last.rejection is None and p.rejection is None
                 and (greedy or last.end - last.start < min_s)):
             out[-1] = Piece(last.file, last.start, p.end, f"{last.text} {p.text}", min(last.score, p.score),
                             last.method, last.units + p.units, last.inner_pauses + [(last.end, p.start)],
@@ -111,7 +113,9 @@ def plan_clips(pieces: list[Piece], file_durations: list[float], min_s: float, m
             start, end = max(start, p.start - extra, p.not_before), min(end, p.end + extra, p.not_after)
         clip = Clip(p.file, round(start, 3), round(end, 3), " ".join(p.text.split()), round(p.score, 4), p.method,
                     p.units, machine, not_before=p.not_before, not_after=p.not_after)
-        if not clip.text:
+        if p.rejection is not None:
+            clip.rejection = p.rejection
+        elif not clip.text:
             clip.rejection = ("no_text", "the recogniser heard no letters in this speech" if machine
                               else "no text for this speech")
         elif clip.duration > max_s:

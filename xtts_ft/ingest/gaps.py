@@ -9,8 +9,9 @@ The recogniser's frames already say where something was said: a frame whose best
 the parts of it that no piece covers (beyond ``EDGE_S`` of slack at a piece's ends, where alignments
 are approximate) and that last ``MIN_UNCLAIMED_S`` or more are unclaimed speech. Each becomes a
 rejected clip (``speech_without_text``, with what the recogniser heard), the pieces beside it may not
-be cut into it (``not_before`` / ``not_after``) and the piece after it is never merged with the one
-before it.
+be cut into it (``not_before`` / ``not_after``), the piece after it is never merged with the one
+before it, and a piece that shares an unbroken stretch of speech with it is rejected (its alignment
+stretched over speech its text does not have).
 """
 
 from __future__ import annotations
@@ -56,9 +57,13 @@ def guard_unclaimed_speech(pieces: list[Piece], analysis: Analysis, recognizer, 
         mine = sorted((p for p in pieces if p.file == file), key=lambda p: p.start)
         covered = [(p.start - EDGE_S, p.end + EDGE_S) for p in mine]
         for span in heard_speech(analysis, file, recognizer.blank_id):
-            for u0, u1 in _uncovered(span, covered):
-                if u1 - u0 < MIN_UNCLAIMED_S:
-                    continue
+            unclaimed = [(u0, u1) for u0, u1 in _uncovered(span, covered) if u1 - u0 >= MIN_UNCLAIMED_S]
+            for p in mine:  # one unbroken stretch of speech, partly without text: a piece in it took some of that
+                if unclaimed and p.rejection is None and min(p.end, span[1]) - max(p.start, span[0]) > EDGE_S:
+                    p.rejection = (REASON, f"its speech runs on without a break into {unclaimed[0][1] - unclaimed[0][0]:.1f} "
+                                           f"s that no text covers (at {unclaimed[0][0]:.1f} s): its alignment took in "
+                                           f"speech its text does not have")
+            for u0, u1 in unclaimed:
                 before = [p for p in mine if p.end <= u0]
                 after = [p for p in mine if p.start >= u1]
                 if before:
