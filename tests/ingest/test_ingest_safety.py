@@ -127,7 +127,7 @@ def test_sigterm_at_a_random_moment_of_a_240_clip_ingest_leaves_the_old_dataset_
     seed = random.SystemRandom().randrange(10**6)
     rng = random.Random(seed)
     old = build_recording(tmp_path / "old.wav", 6, pause_s=0.5, start=1)
-    new = build_recording(tmp_path / "new.wav", 240, pause_s=0.3, lead_s=0.3)
+    new = build_recording(tmp_path / "new.wav", 240, pause_s=0.3, lead_s=0.3, shortest=12)  # 13 min of audio
     config = tmp_path / "ingest.yaml"
     config.write_text(f"dataset:\n  path: .\n  min_duration_s: 1.0\nasr:\n  model: {SMALL_MODEL_DIR}\n  device: cpu\n",
                       encoding="utf-8")

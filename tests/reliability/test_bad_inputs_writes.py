@@ -65,8 +65,8 @@ def test_ingest_into_a_dataset_it_did_not_write_is_refused(tmp_path, capsys):
     code, lines = run(capsys, ["ingest", str(tmp_path / "take2.wav"), "--out", str(ds)])
     count = len(before)
     assert code == 2 and lines == [
-        f"--out {ds}: holds {count} file(s) not written by this tool: README.md, metadata.csv, wavs/spk1_001.flac "
-        f"and {count - 3} more; choose another --out, or pass --add-to-existing to add the new clips to it, or "
+        f"--out {ds}: holds {count} file(s) not written by this tool: README.md, extra_text.txt, "
+        f"metadata.csv and {count - 3} more; choose another --out, or pass --add-to-existing to add the new clips to it, or "
         f"--move-old-aside to move it to demo.old-<date> and write a new one"]
     assert digest(ds) == before
 
@@ -190,7 +190,7 @@ def test_a_key_given_twice_is_refused(tmp_path, capsys):
 
 def test_the_disk_budget_refusal_adds_up_and_offers_the_budget_it_was_given(tmp_path):
     cfg = Config()
-    cfg.checkpoint.disk_budget_gb, cfg.checkpoint.keep_last = 12.0, 3
+    cfg.checkpoint.disk_budget_gb, cfg.checkpoint.keep_last, cfg.checkpoint.optimizer_state = 12.0, 3, "latest"
     gb = 10**9
     estimate = DiskEstimate(full_checkpoint=int(5.3 * gb), weights_checkpoint=int(1.8 * gb),
                             checkpoints=2 * int(5.3 * gb) + 3 * int(1.8 * gb), samples=int(0.2 * gb),
