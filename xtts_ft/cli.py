@@ -257,8 +257,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
 
     source, out = Path(args.input).resolve(), Path(args.out).resolve()
-    if out == source or out in source.parents:  # never move the input aside: prepare explains the mistake
-        return _prepare_into(args, normalizer, hf)
+    if out == source or out in source.parents or (args.format != "hf" and not source.is_dir()):
+        return _prepare_into(args, normalizer, hf)  # a wrong --input: prepare explains it, --out is left alone
     moved = claim_in_place(Path(args.out), "prepare", args.on_existing)
     if moved is not None:
         print(f"moved the earlier content of {args.out} to {moved}")
