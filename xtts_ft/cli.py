@@ -72,6 +72,11 @@ def _load(args: argparse.Namespace):
                         f"or use --resume {args.checkpoint} to continue training from it")
     if getattr(args, "archive_old_run", False) and getattr(args, "evaluate", False):
         problems.append("--archive-old-run: only used when training; --evaluate never moves a run aside")
+    for option, key in (("resume", "checkpoint.resume"), ("max_steps", "training.max_steps")):
+        given = [item for item in args.set or [] if item.partition("=")[0].strip() == key]
+        if getattr(args, option, None) is not None and given:
+            problems.append(f"--{option.replace('_', '-')} {getattr(args, option)} and --set {given[0]} both set {key}; "
+                            f"give it once")
     if problems:
         raise ConfigError("\n".join(problems))
     overrides = list(args.set or [])

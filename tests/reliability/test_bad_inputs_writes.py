@@ -263,3 +263,10 @@ def test_a_stopped_ingest_prints_the_command_to_run_again_from_a_real_process(tm
     assert f"nothing was written, {tmp_path / 'out'} is as it was. Run it again with: " in out, out + err[-2000:]
     assert os.listdir(tmp_path / "out") == [] and sorted(os.listdir(tmp_path)) == ["c.yaml", "long.wav", "out",
                                                                                   "stderr.txt"]
+
+
+def test_a_shortcut_and_a_set_of_the_same_key_are_refused_by_their_own_names(tmp_path, capsys):
+    config = tmp_path / "one.yaml"
+    config.write_text(f"dataset: {{path: {DEMO}}}\n", encoding="utf-8")
+    code, lines = run(capsys, ["train", "--config", str(config), "--max-steps", "5", "--set", "training.max_steps=3"])
+    assert code == 2 and lines == ["--max-steps 5 and --set training.max_steps=3 both set training.max_steps; give it once"]
