@@ -21,6 +21,7 @@ import numpy as np
 from xtts_ft.ingest.analysis import Analysis
 from xtts_ft.ingest.clips import Clip, Piece
 from xtts_ft.ingest.vad import transcribe_frames
+from xtts_ft.text import normalize_text
 
 JOIN_S = 0.25  # letters closer than this belong to one stretch of speech (breaks inside a word or phrase)
 EDGE_S = 0.2  # an alignment's edges may be this far off the speech they found
@@ -97,7 +98,7 @@ def reject_overfull(clips: list[Clip], analysis: Analysis, recognizer) -> None:
         if clip.rejection is not None or not clip.text:
             continue
         heard, _ = transcribe_frames(analysis, clip.file, clip.start, clip.end, recognizer)
-        said, expected = letters(heard), letters(clip.text)
+        said, expected = letters(heard), letters(normalize_text(clip.text, fold_homophones=True).text)  # 1888: words
         if said > HEARD_RATIO * expected + HEARD_SLACK:
             clip.rejection = (REASON, f"the recogniser hears {said} letters in this clip, its text has {expected}: "
                                       f"speech with no text is inside it (heard: {heard[:60]!r})")
