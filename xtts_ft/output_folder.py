@@ -38,9 +38,9 @@ MOVE_ASIDE = "move-aside"
 ADD = "add"
 MOVE_ASIDE_OPTION = "--move-old-aside"
 ADD_OPTION = "--add-to-existing"
-MOVE_ASIDE_HELP = ("If --out already holds something this command did not write, move it aside to "
-                   "<out>.old-<date> beside it (nothing is deleted) and write a fresh folder. Without it "
-                   "such a command is refused.")
+MOVE_ASIDE_HELP = ("If --out already holds something this command may not write over (anything it did not write; "
+                   "for ingest, anything), move that folder aside to <out>.old-<date> beside it (nothing is "
+                   "deleted) and write a fresh one. Without it such a command is refused.")
 ADD_HELP = ("If --out already holds a dataset (an earlier ingest, or any metadata.csv dataset), add the new "
             "clips to it: every old file and row is kept, new clip names follow the highest existing one.")
 
