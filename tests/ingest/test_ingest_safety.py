@@ -168,3 +168,30 @@ def test_sigterm_at_a_random_moment_of_a_240_clip_ingest_leaves_the_old_dataset_
         assert "ingest (text): 240 clips" in out, why
         assert len(read_metadata(ds)) == 240, why
         _clips_say_their_rows(ds, small_recognizer)
+
+
+def test_adding_to_a_dataset_made_by_hand_keeps_its_columns_and_rows(tmp_path):
+    """The demo dataset (3 columns, its own file names): rows appended in its layout, no name reused."""
+    import shutil
+
+    from ingesthelpers import DEMO
+
+    from xtts_ft.ingest.clips import Clip
+    from xtts_ft.ingest.output import IngestReport, write_dataset
+    from xtts_ft.ingest.source_audio import open_sources
+    from xtts_ft.output_folder import staged_output
+
+    recording = build_recording(tmp_path / "take.wav", 2)
+    ds = shutil.copytree(DEMO, tmp_path / "demo")
+    (ds / "wavs" / "clip_000007.wav").write_bytes(b"a stray file of the user's")  # listed nowhere, still never reused
+    old_lines = (ds / "metadata.csv").read_text(encoding="utf-8").splitlines()
+    clips = [Clip(0, a - 0.2, b + 0.2, text, 0.9, "alignment", [k]) for k, ((a, b), text)
+             in enumerate(zip(recording.spans, recording.sentences))]
+    with staged_output(ds, "ingest", ADD, replace_own=False) as staged:
+        write_dataset(clips, open_sources([recording.path]), staged.path, "reader",
+                      IngestReport(mode="text", out_dir=str(ds)), adding=True)
+    lines = (ds / "metadata.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[:len(old_lines)] == old_lines and len(lines) == len(old_lines) + 2
+    assert lines[-2:] == [f"wavs/clip_000008.wav|{recording.sentences[0]}|reader",
+                          f"wavs/clip_000009.wav|{recording.sentences[1]}|reader"]
+    assert (ds / "wavs" / "clip_000007.wav").read_bytes() == b"a stray file of the user's"
