@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -102,6 +103,11 @@ def _load(args: argparse.Namespace):
     if getattr(args, "continue_with_new_data", False) and getattr(args, "archive_old_run", False):
         problems.append("--continue-with-new-data and --archive-old-run: choose one (continue the run on the new "
                         "data, or move it aside and start a new one)")
+    for option, key in (("resume", "checkpoint.resume"), ("max_steps", "training.max_steps")):
+        given = [item for item in args.set or [] if item.partition("=")[0].strip() == key]
+        if getattr(args, option, None) is not None and given:
+            problems.append(f"--{option.replace('_', '-')} {getattr(args, option)} and --set {given[0]} both set {key}; "
+                            f"give it once")
     if problems:
         raise ConfigError("\n".join(problems))
     overrides = list(args.set or [])
@@ -115,6 +121,17 @@ def _load(args: argparse.Namespace):
 def _add_fold_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
                    help=field_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
+
+
+def _add_old_content_args(p: argparse.ArgumentParser, add: bool = False) -> None:
+    """What happens to what --out already holds (xtts_ft/output_folder.py); without an option: refused."""
+    from xtts_ft.output_folder import ADD_HELP, ADD_OPTION, MOVE_ASIDE_HELP, MOVE_ASIDE_OPTION
+
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(MOVE_ASIDE_OPTION, dest="on_existing", action="store_const", const="move-aside",
+                       default="refuse", help=MOVE_ASIDE_HELP)
+    if add:
+        group.add_argument(ADD_OPTION, dest="on_existing", action="store_const", const="add", help=ADD_HELP)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -279,13 +296,26 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from xtts_ft.config import TokenizerConfig
-    from xtts_ft.data import prepare_command
+    from xtts_ft.output_folder import claim_in_place
     from xtts_ft.text_settings import TextSettings, make_normalizer
 
     setup_logging(None, args.verbose)
     normalizer = make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit))
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
+
+    source, out = Path(args.input).resolve(), Path(args.out).resolve()
+    if out == source or out in source.parents or (args.format != "hf" and not source.is_dir()):
+        return _prepare_into(args, normalizer, hf)  # a wrong --input: prepare explains it, --out is left alone
+    moved = claim_in_place(Path(args.out), "prepare", args.on_existing)
+    if moved is not None:
+        print(f"moved the earlier content of {args.out} to {moved}")
+    return _prepare_into(args, normalizer, hf)
+
+
+def _prepare_into(args: argparse.Namespace, normalizer, hf: dict) -> int:
+    from xtts_ft.data import prepare_command
+
     report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, **hf)
     for line in report.summary_lines():
         print(line)
@@ -320,22 +350,30 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate import export_from_checkpoint
+    from xtts_ft.evaluate.export import EXPORT_META
     from xtts_ft.evaluate.standalone import base_for_checkpoint
+    from xtts_ft.output_folder import check_output
 
     setup_logging(None, args.verbose)
     ckpt = Path(args.checkpoint)
+    check_output(Path(args.out), "export", args.on_existing, legacy=EXPORT_META)  # before the base model is read
     base = base_for_checkpoint(ckpt, args.base_model)
-    out = export_from_checkpoint(ckpt, Path(args.out), base)
+    out = export_from_checkpoint(ckpt, Path(args.out), base, on_existing=args.on_existing)
     print(f"exported to {out}")
     return 0
 
 
 def _cmd_make_random_model(args: argparse.Namespace) -> int:
+    from xtts_ft.output_folder import staged_output
     from xtts_ft.random_model import write_random_model
 
     setup_logging(None, args.verbose)
     size = getattr(args, "size", "tiny")  # make-tiny-model has no --size
-    out = write_random_model(Path(args.out), size=size, seed=args.seed)
+    out = Path(args.out)
+    with staged_output(out, "make-random-model", args.on_existing, marker_extra={"size": size}) as staged:
+        write_random_model(staged.path, size=size, seed=args.seed)
+    if staged.moved_to is not None:
+        print(f"moved the earlier content of {out} to {staged.moved_to}")
     print(f"wrote a {size} RANDOM XTTS (for demos, tests and rehearsals, it cannot speak) to {out}")
     return 0
 
@@ -351,7 +389,16 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate.score import score_command
 
     setup_logging(None, args.verbose)
-    score_command(_load(args), Path(args.model), Path(args.out), args.speaker_wav or (), args.base_model)
+    cfg = _load(args)
+    if args.out is not None:
+        score_command(cfg, Path(args.model), Path(args.out), args.speaker_wav or (), args.base_model)
+        print(f"samples kept in {args.out}")
+        return 0
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="xtts_ft_score_") as tmp:  # nothing left in the current folder unasked
+        score_command(cfg, Path(args.model), Path(tmp), args.speaker_wav or (), args.base_model)
+    print(f"samples were written to the temporary folder {tmp} and removed; pass --out DIR to keep them")
     return 0
 
 
@@ -363,13 +410,24 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     setup_logging(None, args.verbose)
     if args.config:
         # ingest writes the dataset, it does not read one: dataset.path (often not made yet) is not checked
-        cfg = _load(argparse.Namespace(**{**vars(args), "set": [*(args.set or []), "dataset.path=."]}))
+        given = [item for item in args.set or [] if not item.replace(" ", "").startswith("dataset.path=")]
+        cfg = _load(argparse.Namespace(**{**vars(args), "set": [*given, "dataset.path=."]}))
     elif args.set:
         raise ConfigError("--set: only used with --config; name the config whose values it overrides")
     else:
         cfg = Config()  # the schema's defaults: dataset durations, ingest.*, asr.model
-    report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
-                    subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker)
+    from xtts_ft.train.signals import StopRequested
+
+    try:
+        report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
+                        subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker,
+                        on_existing=args.on_existing)
+    except StopRequested as stop:
+        from xtts_ft.train.stopping import python_command
+
+        again = " ".join(shlex.quote(a) for a in [python_command(), *args.command_line[0], *args.command_line[1]])
+        print(f"ingest stopped ({stop}): nothing was written, {args.out} is as it was. Run it again with: {again}")
+        return 0
     for line in report.summary_lines():
         print(line)
     return 0
@@ -419,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speaker-column", help="hf: a speaker column (default: none).")
     p.add_argument("--split", help="hf: the split to read (default: train).")
     _add_fold_arg(p)
+    _add_old_content_args(p)
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")
     p.add_argument("--base-vocab", required=True, help="The base model's vocab.json.")
@@ -452,19 +511,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="Checkpoint folder (runs/<name>/checkpoints/step_XXXXXX).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--base-model", help="Base model folder or repo id (default: the one the run used).")
+    _add_old_content_args(p)
 
     p = add("transcribe", _cmd_transcribe, "Print path<TAB>recognised text for each audio file (asr.model).")
     p.add_argument("--config", required=True, help="Run config (YAML) whose asr section names the recogniser.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
     p.add_argument("--model", help="Recogniser repo id or folder instead of the config's asr.model.")
-    p.add_argument("audio", nargs="+", help="Audio files to recognise.")
+    p.add_argument("audio", nargs="+", help="Audio files to recognise, or folders of them (the audio files directly "
+                                            "in each folder, by name).")
 
     p = add("score", _cmd_score, "Say the evaluation sentences; print CER, speaker similarity and stop rate.")
     p.add_argument("--model", required=True, help="An export folder, or a checkpoint folder.")
     p.add_argument("--config", required=True, help="Run config (YAML): evaluation.sentences and asr.model.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
     p.add_argument("--speaker-wav", action="append", help="Reference clip of the voice (default: evaluation.speaker_wavs).")
-    p.add_argument("--out", default="score_samples", help="Folder for the samples (default: %(default)s).")
+    p.add_argument("--out", help="Folder to keep the samples in (default: a temporary folder, removed at the end).")
     p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
 
     p = add("ingest", _cmd_ingest, "Cut long recordings into a dataset (metadata.csv, wavs/, segments.tsv, report).")
@@ -477,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(its dataset.path is not used); default: the schema's defaults.")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
     p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
+    _add_old_content_args(p, add=True)
 
     p = add("serve", _cmd_serve, "Serve a model over HTTP (OpenAI's /v1/audio/speech) and optionally Wyoming.")
     p.add_argument("--model", required=True, help="An export folder, a checkpoint folder, or a run folder (its best "
@@ -506,10 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tiny: trains in seconds (demo, tests); full: the real XTTS-v2 dimensions (~2.1 GB on disk).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+    _add_old_content_args(p)
 
     p = add("make-tiny-model", _cmd_make_random_model, "Write a tiny random XTTS (same as make-random-model --size tiny).")
     p.add_argument("--out", required=True, help="Output folder.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random weights.")
+    _add_old_content_args(p)
     return parser
 
 

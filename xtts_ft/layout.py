@@ -49,6 +49,10 @@ TENSORBOARD_DIR = "tensorboard"
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.json"
 
+# --- a folder a command writes outside the run directory (xtts_ft/output_folder.py) ------------
+OUTPUT_MARKER = ".xtts_ft_output.json"  # which command wrote the folder, when, and which files
+EARLIER_INGESTS = "earlier_ingests"  # ingest --add-to-existing: the reports of the sessions before
+
 #: What a training run writes at the top of its folder (moved aside together by --archive-old-run).
 RUN_OUTPUTS = (CHECKPOINTS_DIR, SAMPLES_DIR, TENSORBOARD_DIR, METRICS_FILE, EVENTS_FILE, REPORT_FILE,
                SUMMARY_FILE, CONFIG_FILE, RUN_FILE, BRANCHES_DIR)

@@ -81,7 +81,7 @@ def write_full_model(out_dir: str | Path, seed: int = 0) -> Path:
         torch.save(new_dvae(cfg.model_args.gpt_num_audio_tokens).state_dict(), out / "dvae.pth")
     torch.save(mel_stats, out / "mel_stats.pth")
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
-    log.info("full-size random XTTS written to %s", out)
+    log.debug("full-size random XTTS written to %s", out)
     return out
 
 

@@ -89,5 +89,5 @@ def write_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     torch.save(mel_stats, out / "mel_stats.pth")
     cfg_dict = cfg.to_dict()
     (out / "config.json").write_text(json.dumps(cfg_dict, indent=2), encoding="utf-8")
-    log.info("tiny random XTTS written to %s", out)
+    log.debug("tiny random XTTS written to %s", out)
     return out

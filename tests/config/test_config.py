@@ -189,7 +189,7 @@ def test_set_overrides_with_a_dataset_list(tmp_path, dataset_dir):
     assert cfg.datasets[1].path == str(other) and cfg.dataset.eval_fraction == 0.2
     with pytest.raises(ConfigError, match=r"--set dataset.path=/x: dataset is a list of 2 datasets .*dataset.0.path"):
         load_config(path, ["dataset.path=/x"])
-    with pytest.raises(ConfigError, match=r"dataset is a list of 2"):
+    with pytest.raises(ConfigError, match=r"dataset 2 is out of range: this config lists 2 datasets, numbered 0-1"):
         load_config(path, ["dataset.2.path=/x"])
 
 

@@ -13,7 +13,9 @@ from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.export import EXPORT_META, export_from_checkpoint, export_model
 from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.evaluate.readme import TOKENIZER_IMPORT
+from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.model import base_state_dict, describe_vocab
+from xtts_ft.output_folder import OutputFolderError
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 
@@ -55,7 +57,8 @@ def _checkpoint(tmp_path, am_vocab, gpt_state, *, prefix="", fingerprint=None, e
 
 def test_export_folder_contents(export_dir, tiny_base, am_vocab, trained_gpt_state):
     names = sorted(p.name for p in export_dir.iterdir())
-    assert names == sorted(["model.pth", "config.json", "vocab.json", "mel_stats.pth", EXPORT_META, "README.md"])
+    assert names == sorted(["model.pth", "config.json", "vocab.json", "mel_stats.pth", EXPORT_META, "README.md",
+                            OUTPUT_MARKER])  # the marker: export wrote this folder (xtts_ft/output_folder.py)
     assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
     ckpt = torch.load(export_dir / "model.pth", map_location="cpu", weights_only=True)
     assert list(ckpt) == ["model"]
@@ -132,7 +135,7 @@ def test_export_refuses_mismatches(tmp_path, tiny_base, am_vocab, trained_gpt_st
                      out_dir=tmp_path / "d", text=TEXT)
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine", encoding="utf-8")
-    with pytest.raises(ModelError, match="not an earlier export"):
+    with pytest.raises(OutputFolderError, match="1 file\\(s\\) not written by this tool: notes.txt"):
         export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=tmp_path / "taken",
                      text=TEXT)
     assert (tmp_path / "taken" / "notes.txt").is_file()

@@ -35,10 +35,13 @@ class Recording:
 
 
 def build_recording(path: Path, count: int, pause_s: float = 0.8, lead_s: float = 0.5, skip: int = -1,
-                    seed: int = 0, start: int = 0, channels: int = 1) -> Recording:
-    """``count`` trimmed demo sentences of spk1 joined by ``pause_s`` of faint noise (sentence ``skip`` left out)."""
+                    seed: int = 0, start: int = 0, channels: int = 1, shortest: int = 0) -> Recording:
+    """``count`` trimmed demo sentences of spk1 joined by ``pause_s`` of faint noise (sentence ``skip`` left out);
+    ``shortest``: only that many of the shortest sentences (by text length), for long recordings made quickly."""
     rng = np.random.default_rng(seed)
     pool = demo_sentences()
+    if shortest:
+        pool = sorted(pool, key=lambda item: len(item[1]))[:shortest]
     parts, spans, texts, t = [], [], [], 0.0
     rate = 22050
 

@@ -69,9 +69,11 @@ def test_an_offset_beyond_the_limit_is_reported_and_its_clips_rejected(tmp_path,
     srt = tmp_path / "video.srt"
     write_srt(srt, recording, 1.5)
     ingest_cfg.ingest.max_subtitle_offset_s = 1.0
-    report = ingest(ingest_cfg, [recording.path], tmp_path / "out", subtitles=srt, recognizer=small_recognizer)
-    assert not report.subtitle_offset["corrected"] and "NOT corrected" in report.subtitle_offset["summary"]
-    assert report.clips == 0 and report.rejected.get("subtitle_offset", 0) >= 1
+    with pytest.raises(IngestError) as no_clips:  # every clip rejected: an error that says why, nothing written
+        ingest(ingest_cfg, [recording.path], tmp_path / "out", subtitles=srt, recognizer=small_recognizer)
+    message = str(no_clips.value)
+    assert message.startswith("no clips made (") and "rejected as subtitle_offset" in message
+    assert "NOT corrected (over ingest.max_subtitle_offset_s)" in message and not (tmp_path / "out").exists()
 
 
 def test_vtt_cues_and_a_drift_are_read():
@@ -92,3 +94,30 @@ def test_vtt_file_and_bad_subtitle_files(tmp_path):
     (tmp_path / "b.srt").write_text("no cues here\n", encoding="utf-8")
     with pytest.raises(IngestError, match="no subtitle cues found"):
         read_cues(tmp_path / "b.srt")
+
+
+def test_a_cue_whose_timing_cannot_be_read_is_reported_by_line_and_its_audio_given_to_no_clip(
+        tmp_path, ingest_cfg, small_recognizer):
+    recording = build_recording(tmp_path / "video.wav", 6, pause_s=0.8)
+    srt = tmp_path / "video.srt"
+    write_srt(srt, recording, 0.0)
+    lines = srt.read_text(encoding="utf-8").splitlines()
+    timing = [k for k, line in enumerate(lines) if "-->" in line]
+    lines[timing[2]] = lines[timing[2]].replace(",", ";", 1)  # 00:00:11;661: a typo in the third cue
+    lines[timing[4]] = lines[timing[4]][:-3] + "1000"  # ,1000 ms in the fifth
+    srt.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    unread = []
+    assert len(read_cues(srt, unread)) == 4
+    assert [(u.line, u.text) for u in unread] == [(timing[2] + 1, recording.sentences[2]),
+                                                  (timing[4] + 1, recording.sentences[4])]
+    report = ingest(ingest_cfg, [recording.path], tmp_path / "out", subtitles=srt, recognizer=small_recognizer)
+    assert [u["line"] for u in report.unread_cues] == [timing[2] + 1, timing[4] + 1]
+    assert any(f"line {timing[2] + 1} " in line for line in report.summary_lines())
+    assert f"line {timing[4] + 1}: `{lines[timing[4]].strip()}`" in (tmp_path / "out" / "ingest_report.md").read_text(
+        encoding="utf-8")
+    for seg, row in zip(read_segments(tmp_path / "out"), read_metadata(tmp_path / "out")):
+        for k in (2, 4):  # the sentences with no readable cue: their speech is in no clip
+            a, b = recording.spans[k]
+            inside = min(b, float(seg["end_s"])) - max(a, float(seg["start_s"]))
+            assert inside < 0.3, (k, seg, row["text"])

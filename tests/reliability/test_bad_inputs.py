@@ -251,7 +251,9 @@ CASES = [
      ["{ck}/flipped/training_state.pt: checksum mismatch (file truncated or corrupted); delete {ck}/flipped or resume "
       "from an earlier checkpoint"]),
     ("export-into-other-folder", X, ["export", "--checkpoint", "{ck}/good", "--out", "{ws}/data"], {}, 2,
-     ["--out {ws}/data: exists and is not an earlier export; choose a new or empty folder"]),
+     ["--out {ws}/data: holds 9 file(s) not written by this tool: metadata.csv, wavs/spk1_001.flac, "
+      "wavs/spk1_002.flac and 6 more; choose another --out, or pass --move-old-aside to move it to data.old-<date> "
+      "and write a new one"]),
     ("export-state-runs-code", X, ["export", "--checkpoint", "{ck}/evil", "--out", "{ws}/e6"], {}, 2,
      ["{ck}/evil/training_state.pt: refused to load: it would import and call 'posix.system'; " + NO_CODE]),
     # --- checkpoints: synthesize ------------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 from trainhelpers import small_config
 
 from xtts_ft.errors import DiskSpaceError
-from xtts_ft.train.disk_budget import GB, check_disk_budget, estimate_run_disk
+from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 
 
 def _gpt_bytes(gpt):
@@ -34,15 +34,44 @@ def test_a_budget_smaller_than_the_estimate_is_refused_in_one_line(built_model, 
     with pytest.raises(DiskSpaceError) as info:
         check_disk_budget(cfg, estimate, tmp_path, free_bytes=estimate.total - 1)
     message = str(info.value)
-    assert "\n" not in message and message.startswith(f"{tmp_path}: the run needs about {estimate.total / GB:.1f} GB")
+    assert "\n" not in message and message.startswith(f"{tmp_path}: the run needs about ")
     for setting in ("checkpoint.keep_last: 1", "checkpoint.keep_best: false", "checkpoint.optimizer_state: latest",
-                    "run.output_dir on a larger disk"):
+                    "or free space on that disk"):
         assert setting in message
+    assert_numbers_add_up(message)
+
+
+def assert_numbers_add_up(message: str) -> None:
+    """The shown parts (a x b for checkpoints, then each part) add up to the shown total, twice over."""
+    import re
+
+    about = float(re.search(r"needs about ([\d.]+) ([MG]B)", message).group(1))
+    sums = re.search(r"checkpoints ([\d.]+) [MG]B \((.*?)\) \+ export ([\d.]+) [MG]B \+ samples ([\d.]+) [MG]B "
+                     r"\+ caches ([\d.]+) [MG]B = ([\d.]+) [MG]B", message)
+    assert sums, message
+    checkpoints, kinds, export, samples, caches, total = sums.groups()
+    products = sum(int(n) * float(size) for n, size in re.findall(r"(\d+) x ([\d.]+)", kinds))
+    already = re.search(r"- ([\d.]+) [MG]B already written", kinds)
+    assert abs(products - (float(already.group(1)) if already else 0) - float(checkpoints)) < 0.011, message
+    assert abs(float(checkpoints) + float(export) + float(samples) + float(caches) - float(total)) < 0.011, message
+    assert float(total) == about, message
+
+
+def test_a_given_budget_is_what_the_refusal_offers_to_raise(built_model, tmp_path):
+    cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 2, "disk_budget_gb": 0.01})
+    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    with pytest.raises(DiskSpaceError) as info:
+        check_disk_budget(cfg, estimate, tmp_path)
+    message = str(info.value)
+    assert "the budget checkpoint.disk_budget_gb is 0.01 GB" in message and "larger disk" not in message
+    assert "checkpoint.keep_last: 1" in message and "or raise checkpoint.disk_budget_gb to at least" in message
+    assert_numbers_add_up(message)
 
 
 def test_training_stops_before_the_first_step_when_the_budget_is_too_small(trainer, tmp_path):
     run = tmp_path / "run"
     cfg = small_config(run, checkpoint={"disk_budget_gb": 0.001})
-    with pytest.raises(DiskSpaceError, match=r"GB is checkpoint.disk_budget_gb .*lower it with checkpoint.keep_last"):
+    with pytest.raises(DiskSpaceError, match=r"the budget checkpoint.disk_budget_gb is 0.001 GB.*lower it with "
+                                             r"checkpoint.keep_last"):
         trainer(cfg)
     assert not (run / "checkpoints").exists() and not (run / "metrics.jsonl").exists()

@@ -54,6 +54,9 @@ def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     return audio
 
 
+MIN_AUDIO_S = 0.1  # shorter clips hold no word; wav2vec2's feature encoder fails below 25 ms
+
+
 class Recognizer:
     """A loaded CTC recogniser; build it with :meth:`from_config` or from a model folder."""
 
@@ -135,6 +138,10 @@ class Recognizer:
                 data, rate, _ = decode(str(path))
             except DecodeError as exc:
                 raise DataError(f"{path}: cannot read the audio: {exc}") from None
+            seconds = len(data) / rate if rate > 0 else 0.0
+            if seconds < MIN_AUDIO_S:  # the recogniser's first convolutions need more samples than that
+                what = "no audio in it" if len(data) == 0 else f"only {seconds * 1000:.0f} ms of audio"
+                raise DataError(f"{path}: {what}; the recogniser needs at least {MIN_AUDIO_S:g} s of speech")
             clips.append(data)
             rates.append(rate)
         return self.transcribe(clips, rates)

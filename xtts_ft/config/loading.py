@@ -269,6 +269,7 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
     if not isinstance(raw, dict):
         return config_from_dict(raw, source=str(path))  # the one-line "expected a YAML mapping" error
+    _refuse_repeated_overrides(overrides or [])
     for item in overrides or []:
         keys, value = parse_override(item)
         if keys[0] == "dataset" and isinstance(raw.get("dataset"), list):
@@ -293,10 +294,24 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
     return cfg
 
 
+def _refuse_repeated_overrides(overrides: list[str]) -> None:
+    """``--set training.lr=1e-4 --set training.lr=2e-4``: which one was meant is not ours to guess."""
+    given: dict[str, list[str]] = {}
+    for item in overrides:
+        given.setdefault(".".join(parse_override(item)[0]), []).append(item)
+    repeated = [f"--set {key} is given {len(items)} times ({', '.join(items)}); give it once"
+                for key, items in given.items() if len(items) > 1]
+    if repeated:
+        raise ConfigError("\n".join(repeated))
+
+
 def _dataset_list_keys(item: str, keys: list[str], count: int) -> list[str]:
     """`dataset.<i>.key` for a dataset list; `dataset.key` is ambiguous there and refused."""
     if len(keys) >= 3 and keys[1].isdigit() and int(keys[1]) < count:
         return keys
+    if len(keys) >= 3 and keys[1].isdigit():
+        raise ConfigError(f"--set {item}: dataset {keys[1]} is out of range: this config lists {count} datasets, "
+                          f"numbered 0-{count - 1}")
     raise ConfigError(
         f"--set {item}: dataset is a list of {count} datasets in this config; name the entry by its position, "
         f"e.g. --set dataset.0.{keys[-1]}=... (0 to {count - 1})"

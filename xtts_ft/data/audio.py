@@ -9,10 +9,14 @@ by ffmpeg into a temporary float WAV instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +27,8 @@ import soundfile as sf
 import soxr
 
 from xtts_ft.tempfiles import atomic_write
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from xtts_ft.config import DatasetConfig
@@ -99,16 +105,40 @@ def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int, f
     Longer than limit_s: TooLongToDecode; not decodable by soundfile nor ffmpeg: DecodeError.
     """
     try:
-        with sf.SoundFile(path) as f:
+        with _quiet_decoder(path), sf.SoundFile(path) as f:
             if f.samplerate > 0 and f.frames / f.samplerate > limit_s:
                 raise TooLongToDecode(f"{f.frames / f.samplerate:.0f} s long")
             full_scale = FULL_SCALE_8BIT if f.subtype in ("PCM_U8", "PCM_S8") else FULL_SCALE
             return f.read(dtype="float32", always_2d=True), f.samplerate, full_scale
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
         why = _short(str(exc), path)
+        if os.path.isfile(path) and "does not exist" in why:  # libsndfile's word for any file it cannot parse
+            why = "not a format it reads, or damaged data"
         if shutil.which("ffmpeg") is None:
             raise DecodeError(f"cannot decode ({why}); ffmpeg is not installed to try it") from None
         return _decode_ffmpeg(path, why)
+
+
+@contextlib.contextmanager
+def _quiet_decoder(path: str):
+    """MP3s only: libsndfile's mpg123 prints notes ("Trying to resync...") on the process's stderr (fd 2), where
+    they would land between our progress lines. They go to a temp file instead, logged at debug level."""
+    if not str(path).lower().endswith(".mp3"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            notes = sink.read().decode("utf-8", "replace").strip()
+            if notes:
+                log.debug("%s: decoder notes: %s", path, " / ".join(notes.splitlines()[:5]))
 
 
 def _short(message: str, path: str) -> str:
@@ -125,8 +155,9 @@ def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int, float]:
         except subprocess.TimeoutExpired:
             raise DecodeError("ffmpeg took over 300 s to decode it") from None
         if done.returncode != 0 or not os.path.isfile(out):
-            msg = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise DecodeError(f"soundfile: {why}; ffmpeg: {_short(msg[-1], path) if msg else 'failed'}")
+            msg = [re.sub(r"^\[[^]]*\] ", "", line) for line in done.stderr.decode("utf-8", "replace").strip().splitlines()]
+            said = "; ".join(_short(line, path) for line in msg[-2:]) if msg else "failed"  # the cause, then the verdict
+            raise DecodeError(f"cannot decode (soundfile: {why}; ffmpeg: {said})")
         try:
             data, rate = sf.read(out, dtype="float32", always_2d=True)
         except (sf.LibsndfileError, RuntimeError) as exc:

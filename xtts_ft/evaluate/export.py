@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -31,8 +30,8 @@ from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
 from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
+from xtts_ft.output_folder import REFUSE, check_output, staged_output
 from xtts_ft.safe_load import load_weights
-from xtts_ft.tempfiles import replace_dir
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
@@ -106,11 +105,11 @@ def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, langua
     return raw
 
 
-def _check_out_dir(out_dir: Path) -> None:
+def _check_out_dir(out_dir: Path, on_existing: str) -> None:
+    """An earlier export there is replaced; anything else only with ``--move-old-aside`` (output_folder.py)."""
     if out_dir.is_file():
         raise ModelError(f"--out {out_dir}: is a file; give a folder for the export")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / EXPORT_META).is_file():
-        raise ModelError(f"--out {out_dir}: exists and is not an earlier export; choose a new or empty folder")
+    check_output(out_dir, "export", on_existing, legacy=EXPORT_META)
 
 
 def export_model(
@@ -122,6 +121,7 @@ def export_model(
     text: TextSettings,
     language: str = "am",
     extra_meta: Optional[dict] = None,
+    on_existing: str = REFUSE,
 ) -> Path:
     """Write the export folder (atomically) and return its path.
 
@@ -129,7 +129,7 @@ def export_model(
     exactly as training did.
     """
     vocab_path, out_dir = Path(vocab_path), Path(out_dir)
-    _check_out_dir(out_dir)
+    _check_out_dir(out_dir, on_existing)
     if not vocab_path.is_file():
         raise TokenizerError(f"{vocab_path}: vocab.json not found; export needs the run's extended vocabulary")
     gpt_state = gpt_relative_state(gpt_state_dict, "fine-tuned GPT state")
@@ -161,12 +161,8 @@ def export_model(
     }
     meta.update(extra_meta or {})
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with staged_output(out_dir, "export", on_existing, legacy=EXPORT_META) as staged:
+        tmp = staged.path
         torch.save({"model": model_state}, tmp / "model.pth")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
         shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
@@ -175,10 +171,8 @@ def export_model(
             shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
         (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
         (tmp / "README.md").write_text(export_readme(out_dir.resolve(), meta), encoding="utf-8")
-        replace_dir(tmp, out_dir)  # an earlier export there is replaced
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    if staged.moved_to is not None:
+        log.info("moved the earlier content of %s to %s", out_dir, staged.moved_to)
     log.info("exported %d text tokens, language '%s' to %s", n_tokens, language, out_dir)
     return out_dir
 
@@ -238,12 +232,15 @@ def checkpoint_settings(ckpt_dir: Path) -> dict:
     }
 
 
-def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) -> Path:
+def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, on_existing: str = REFUSE) -> Path:
     """``python -m xtts_ft export --checkpoint CKPT --out DIR``: a checkpoint folder -> an export folder."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
-    _check_out_dir(Path(out_dir))  # before the weights are read: a wrong --out fails at once
+    _check_out_dir(Path(out_dir), on_existing)  # before the weights are read: a wrong --out fails at once
+    from xtts_ft.evaluate.standalone import refuse_folder_of_checkpoints
+
+    refuse_folder_of_checkpoints(ckpt_dir)
     if not (ckpt_dir / TRAINING_STATE).is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
     vocab = CheckpointLayout(ckpt_dir).vocab
@@ -261,5 +258,5 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles) 
     }
     return export_model(
         base=base, vocab_path=vocab, gpt_state_dict=gpt_state, out_dir=out_dir,
-        text=settings["text"], language=settings["language"], extra_meta=extra,
+        text=settings["text"], language=settings["language"], extra_meta=extra, on_existing=on_existing,
     )

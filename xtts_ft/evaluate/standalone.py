@@ -10,15 +10,31 @@ from typing import Optional
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.config import BaseModelConfig, Config
 from xtts_ft.errors import CheckpointError
-from xtts_ft.layout import CheckpointLayout, RunLayout
+from xtts_ft.layout import CheckpointLayout, RunLayout, step_of
 
 log = logging.getLogger(__name__)
+
+
+def refuse_folder_of_checkpoints(ckpt_dir: Path) -> None:
+    """``--checkpoint RUN/checkpoints`` (or the run folder): name the step folders it holds, the newest as the example."""
+    ckpt_dir = Path(ckpt_dir)
+    if CheckpointLayout(ckpt_dir).meta.is_file() or CheckpointLayout(ckpt_dir).state.is_file():
+        return
+    for parent in (ckpt_dir, RunLayout(ckpt_dir).checkpoints):
+        steps = sorted((p for p in parent.iterdir() if p.is_dir() and step_of(p.name) is not None),
+                       key=lambda p: step_of(p.name)) if parent.is_dir() else []
+        if steps:
+            shown = ", ".join(p.name for p in steps[-5:])
+            more = f"{len(steps) - 5} more, " if len(steps) > 5 else ""
+            raise CheckpointError(f"--checkpoint {ckpt_dir}: holds checkpoints, it is not one ({more}{shown}); pass "
+                                  f"one of them, e.g. --checkpoint {steps[-1]}")
 
 
 def base_for_checkpoint(ckpt_dir: Path, source: Optional[str] = None) -> BaseModelFiles:
     """The base model a checkpoint was trained from (its meta.json), unless ``source`` names another."""
     if not Path(ckpt_dir).is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
+    refuse_folder_of_checkpoints(ckpt_dir)
     if source is None:
         meta_path = CheckpointLayout(ckpt_dir).meta
         if not meta_path.is_file():

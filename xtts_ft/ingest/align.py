@@ -27,6 +27,7 @@ import numpy as np
 
 from xtts_ft.ingest.analysis import Analysis
 from xtts_ft.ingest.text_units import TextUnit
+from xtts_ft.train.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s:
     rate = FIRST_FRAMES_PER_LETTER
     cursor, i, limit = 0, 0, None
     while i < len(todo):
+        raise_if_stopped("ingest: aligning the text")
         group = [todo[i]]
         while (i + len(group) < len(todo) and (limit is None or len(group) < limit)
                and sum(len(g.unit.targets) for g in group) * rate < window / 2):

@@ -31,6 +31,9 @@ class Piece:
     inner_pauses: list[tuple[float, float]] = field(default_factory=list)  # silences inside it (start, end)
     words: list[str] = field(default_factory=list)  # text split at inner_pauses: len(inner_pauses) + 1 parts
     joinable: bool = True  # False: something was lost right before it, never merge it with the previous one
+    not_before: float = 0.0  # its clip may not start earlier (unclaimed speech before it, see gaps.py)
+    not_after: float = float("inf")  # nor end later
+    rejection: Optional[tuple[str, str]] = None  # set before planning (gaps.py): its clip is rejected, never merged
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Clip:
     units: list[int]
     machine: bool = False
     rejection: Optional[tuple[str, str]] = None  # (reason, detail)
+    not_before: float = 0.0  # limits of its piece (see Piece): later snapping keeps to them
+    not_after: float = float("inf")
 
     @property
     def duration(self) -> float:
@@ -58,9 +63,11 @@ def split_long(piece: Piece, max_s: float) -> list[Piece]:
     p0, p1 = piece.inner_pauses[k]
     words = piece.words if len(piece.words) == len(piece.inner_pauses) + 1 else None
     left = Piece(piece.file, piece.start, p0, " ".join(words[: k + 1]) if words else piece.text, piece.score,
-                 piece.method, piece.units, piece.inner_pauses[:k], words[: k + 1] if words else [], piece.joinable)
+                 piece.method, piece.units, piece.inner_pauses[:k], words[: k + 1] if words else [], piece.joinable,
+                 not_before=piece.not_before, rejection=piece.rejection)
     right = Piece(piece.file, p1, piece.end, " ".join(words[k + 1:]) if words else piece.text, piece.score,
-                  piece.method, piece.units, piece.inner_pauses[k + 1:], words[k + 1:] if words else [], False)
+                  piece.method, piece.units, piece.inner_pauses[k + 1:], words[k + 1:] if words else [], False,
+                  not_after=piece.not_after, rejection=piece.rejection)
     return split_long(left, max_s) + split_long(right, max_s)
 
 
@@ -70,10 +77,11 @@ def merge_short(pieces: list[Piece], min_s: float, max_s: float, greedy: bool = 
     for p in pieces:
         last = out[-1] if out else None
         if (last is not None and p.joinable and last.file == p.file and p.end - last.start <= max_s
+                and last.rejection is None and p.rejection is None
                 and (greedy or last.end - last.start < min_s)):
             out[-1] = Piece(last.file, last.start, p.end, f"{last.text} {p.text}", min(last.score, p.score),
                             last.method, last.units + p.units, last.inner_pauses + [(last.end, p.start)],
-                            [], last.joinable)
+                            [], last.joinable, last.not_before, p.not_after)
         else:
             out.append(p)
     return out
@@ -86,8 +94,8 @@ def cut_points(pieces: list[Piece], file_durations: list[float], max_pad: float)
         prev_end = pieces[k - 1].end if k > 0 and pieces[k - 1].file == p.file else 0.0
         next_start = pieces[k + 1].start if k + 1 < len(pieces) and pieces[k + 1].file == p.file \
             else file_durations[p.file]
-        start = max((prev_end + p.start) / 2, p.start - max_pad, 0.0)
-        end = min((p.end + next_start) / 2, p.end + max_pad, file_durations[p.file])
+        start = max((prev_end + p.start) / 2, p.start - max_pad, 0.0, p.not_before)
+        end = min((p.end + next_start) / 2, p.end + max_pad, file_durations[p.file], p.not_after)
         cuts.append((start, end))
     return cuts
 
@@ -102,10 +110,12 @@ def plan_clips(pieces: list[Piece], file_durations: list[float], min_s: float, m
     for p, (start, end) in zip(merged, cut_points(merged, file_durations, max_pad)):
         if end - start > max_s >= p.end - p.start:  # the speech fits: keep less silence around it
             extra = (max_s - (p.end - p.start)) / 2
-            start, end = max(start, p.start - extra), min(end, p.end + extra)
+            start, end = max(start, p.start - extra, p.not_before), min(end, p.end + extra, p.not_after)
         clip = Clip(p.file, round(start, 3), round(end, 3), " ".join(p.text.split()), round(p.score, 4), p.method,
-                    p.units, machine)
-        if not clip.text:
+                    p.units, machine, not_before=p.not_before, not_after=p.not_after)
+        if p.rejection is not None:
+            clip.rejection = p.rejection
+        elif not clip.text:
             clip.rejection = ("no_text", "the recogniser heard no letters in this speech" if machine
                               else "no text for this speech")
         elif clip.duration > max_s:

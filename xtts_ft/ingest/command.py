@@ -17,6 +17,7 @@ the modes that use them); everything after it works on those arrays, never on th
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -25,11 +26,14 @@ from xtts_ft.config import Config
 from xtts_ft.ingest.align import AlignedUnit, align_units
 from xtts_ft.ingest.analysis import Analysis, analyse
 from xtts_ft.ingest.clips import Clip, Piece, plan_clips, split_long
+from xtts_ft.ingest.gaps import guard_unclaimed_speech, reject_overfull
 from xtts_ft.ingest.output import IngestReport, write_dataset
 from xtts_ft.ingest.source_audio import IngestError, open_sources
-from xtts_ft.ingest.subtitles import fit_offset, read_cues
+from xtts_ft.ingest.subtitles import UnreadCue, fit_offset, read_cues
 from xtts_ft.ingest.text_units import Speller, split_sentences
 from xtts_ft.ingest.vad import pauses, snap_to_pause, speech_regions, transcribe_frames
+from xtts_ft.output_folder import ADD, REFUSE, check_output, staged_output
+from xtts_ft.train.signals import StopSignals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +91,12 @@ def _text_clips(cfg: Config, analysis: Analysis, recognizer, text: str, report: 
     aligned = align_units(units, analysis, recognizer.blank_id, cfg.ingest.window_s, cfg.ingest.min_score)
     pieces, rejected, lost = pieces_from_alignment(aligned, analysis)
     report.text_without_audio = lost
+    rejected += guard_unclaimed_speech(pieces, analysis, recognizer, "alignment")
     d = cfg.dataset
-    return rejected + plan_clips(pieces, [s.duration_s for s in analysis.sources], d.min_duration_s,
-                                 d.max_duration_s, cfg.ingest.max_pad_s, cfg.ingest.min_score)
+    clips = plan_clips(pieces, [s.duration_s for s in analysis.sources], d.min_duration_s, d.max_duration_s,
+                       cfg.ingest.max_pad_s, cfg.ingest.min_score)
+    reject_overfull(clips, analysis, recognizer)
+    return rejected + clips
 
 
 def _vad_clips(cfg: Config, analysis: Analysis, recognizer) -> list[Clip]:
@@ -107,7 +114,11 @@ def _vad_clips(cfg: Config, analysis: Analysis, recognizer) -> list[Clip]:
 
 def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, report: IngestReport) -> list[Clip]:
     d, ing = cfg.dataset, cfg.ingest
-    cues = read_cues(path)
+    unread: list[UnreadCue] = []
+    cues = read_cues(path, unread)
+    report.unread_cues = [{"line": u.line, "timing": u.timing, "text": u.text} for u in unread]
+    for u in unread:
+        log.warning("%s:%d: cue timing cannot be read (%s); its text is left out: %s", path, u.line, u.timing, u.text)
     speller = Speller.for_recognizer(recognizer)
     units = [speller.unit(i, c.text, (c.start, c.end)) for i, c in enumerate(cues)]
     aligned = align_units(units, analysis, recognizer.blank_id, ing.window_s, ing.min_score)
@@ -134,27 +145,56 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
         t0, t1 = c0 + shift, c1 + shift
         if not a.found:
             lost.append({"sentence": a.unit.index + 1, "text": a.unit.text, "why": a.missing})
+        if a.found and usable and a.score >= ing.min_score:  # where the speech is, not where a (clipped) cue says
+            t0, t1 = analysis.time_of(a.start), analysis.time_of(a.end)
         file = analysis.file_of(analysis.frame_of(t0))
         offset = analysis.sources[file].offset_s
         score = a.score if a.found else 0.0
         pieces.append(Piece(file, max(0.0, t0 - offset), t1 - offset, a.unit.text, score, "subtitle", [a.unit.index]))
     report.text_without_audio = lost
+    misplaced = fit is not None and not usable  # every clip is rejected below: no fences from misplaced cues
+    unclaimed = [] if misplaced else guard_unclaimed_speech(pieces, analysis, recognizer, "subtitle")
     clips = plan_clips(pieces, [s.duration_s for s in analysis.sources], d.min_duration_s, d.max_duration_s,
                        ing.max_pad_s, ing.min_score, greedy=True)
     file_pauses = [pauses(p, ing.vad_threshold) for p in analysis.vad_probs]
     for clip in clips:
-        start = round(snap_to_pause(clip.start, file_pauses[clip.file], ing.max_pad_s, True), 3)
-        end = round(snap_to_pause(clip.end, file_pauses[clip.file], ing.max_pad_s, False), 3)
+        start = round(max(clip.not_before, snap_to_pause(clip.start, file_pauses[clip.file], ing.max_pad_s, True)), 3)
+        end = round(min(clip.not_after, snap_to_pause(clip.end, file_pauses[clip.file], ing.max_pad_s, False)), 3)
         if end - start <= d.max_duration_s or clip.duration > d.max_duration_s:  # snapping never makes it too long
             clip.start, clip.end = start, end
         if fit is not None and not usable and clip.rejection is None:
             clip.rejection = ("subtitle_offset", summary)
-    return clips
+    reject_overfull(clips, analysis, recognizer)
+    return unclaimed + clips
+
+
+class IngestStopSignals(StopSignals):
+    """The project's stop handler, with what a stop means for ingest in its log line."""
+
+    def _handle(self, signum: int, frame) -> None:
+        if not self.requested:
+            log.warning("%s received: stopping ingest; the --out folder is left as it was (send it again to stop "
+                        "at once)", signal.Signals(signum).name)
+            self.requested, self.signal_name = True, signal.Signals(signum).name
+            return
+        super()._handle(signum, frame)
 
 
 def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optional[Path] = None,
-           subtitles: Optional[Path] = None, speaker: Optional[str] = None, recognizer=None) -> IngestReport:
-    """Turn long recordings into a coqui-layout dataset in ``out_dir``; return the report."""
+           subtitles: Optional[Path] = None, speaker: Optional[str] = None, recognizer=None,
+           on_existing: str = REFUSE) -> IngestReport:
+    """Turn long recordings into a coqui-layout dataset in ``out_dir``; return the report.
+
+    ``out_dir`` is written through :func:`xtts_ft.output_folder.staged_output` (``on_existing``: refuse,
+    move-aside or add). SIGINT/SIGTERM raise :class:`StopRequested` within seconds, with ``out_dir``
+    unchanged. No clip made: :class:`IngestError` (nothing written), with the reasons.
+    """
+    with IngestStopSignals():
+        return _ingest(cfg, audio, Path(out_dir), text, subtitles, speaker, recognizer, on_existing)
+
+
+def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optional[Path],
+            subtitles: Optional[Path], speaker: Optional[str], recognizer, on_existing: str) -> IngestReport:
     started = time.monotonic()
     if text is not None and subtitles is not None:
         raise IngestError("--text and --subtitles: give one of them (the text the audio reads, or its subtitles)")
@@ -163,6 +203,7 @@ def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Option
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise IngestError(f"--out '{out_dir}' exists and is not a folder; choose another --out folder")
+    check_output(out_dir, "ingest", on_existing, replace_own=False)  # before the long pass: a used --out fails now
     sources = open_sources(audio)
     mode = "text" if text is not None else "subtitles" if subtitles is not None else "vad"
     text_body = _read_text(Path(text)) if text is not None else None
@@ -186,8 +227,30 @@ def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Option
     else:
         clips = _subtitle_clips(cfg, analysis, recognizer, Path(subtitles), report)
     clips.sort(key=lambda c: (c.file, c.start))
-    report.seconds = round(time.monotonic() - started, 2)
-    return write_dataset(clips, sources, out_dir, speaker or cfg.dataset.speaker_name, report)
+    kept = sum(c.rejection is None for c in clips)
+    if kept == 0:
+        raise IngestError(_no_clips_message(clips, report, out_dir))
+    with staged_output(out_dir, "ingest", on_existing, replace_own=False) as staged:
+        adding = on_existing == ADD and staged.state.kind in ("ours", "foreign")
+        report.added_to_existing = adding
+        report.seconds = round(time.monotonic() - started, 2)
+        write_dataset(clips, sources, staged.path, speaker or cfg.dataset.speaker_name, report, adding=adding)
+    report.moved_aside = str(staged.moved_to) if staged.moved_to else None
+    return report
+
+
+def _no_clips_message(clips: list[Clip], report: IngestReport, out_dir: Path) -> str:
+    reasons: dict[str, int] = {}
+    for c in clips:
+        reasons[c.rejection[0]] = reasons.get(c.rejection[0], 0) + 1
+    why = ", ".join(f"{n} rejected as {r}" for r, n in sorted(reasons.items())) or "no speech was found"
+    if clips:
+        most = max(reasons, key=reasons.get)
+        why += f"; the first {most}: {next(c.rejection[1] for c in clips if c.rejection[0] == most)}"
+    if report.text_without_audio:
+        why += f"; {len(report.text_without_audio)} sentence(s) of the text not found in the audio"
+    return (f"no clips made ({why}); nothing was written to {out_dir}. Check that the audio is the reading of "
+            f"the text (or lower ingest.min_score)")
 
 
 def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
@@ -195,4 +258,9 @@ def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
 
     total = sum(s.duration_s for s in sources)
     with tqdm(total=round(total, 1), unit="s audio", desc="ingest: listening", leave=False) as bar:
-        return analyse(sources, recognizer, block_s, vad_model, progress=lambda s: bar.update(min(s, bar.total - bar.n)))
+
+        def progress(seconds: float) -> None:
+            raise_if_stopped("ingest: listening")
+            bar.update(min(seconds, bar.total - bar.n))
+
+        return analyse(sources, recognizer, block_s, vad_model, progress=progress)

@@ -11,6 +11,7 @@ Clips are 16-bit mono WAV at the source file's rate (``prepare`` resamples them)
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,9 @@ import soundfile as sf
 from xtts_ft.data.audio import to_pcm16
 from xtts_ft.ingest.clips import Clip
 from xtts_ft.ingest.source_audio import SourceFile, read_range
+from xtts_ft.layout import EARLIER_INGESTS
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.train.signals import raise_if_stopped
 
 SEGMENTS_HEADER = ["clip_file", "source_file", "start_s", "end_s", "score", "method"]
 
@@ -38,10 +41,13 @@ class IngestReport:
     sources: list = field(default_factory=list)  # per file: path, hours, clips, rejected, hours_kept
     rejected_clips: list = field(default_factory=list)  # every rejected clip: source, start, end, reason, detail
     text_without_audio: list = field(default_factory=list)  # sentences/cues with no audio found
+    unread_cues: list = field(default_factory=list)  # subtitle cues whose timing line cannot be read: line, text
     unknown_letters: dict = field(default_factory=dict)  # letters of the text the recogniser has no id for
     subtitle_offset: Optional[dict] = None
     blocks_read: int = 0
     seconds: float = 0.0
+    added_to_existing: bool = False  # --add-to-existing: the clips were added after an earlier dataset's
+    moved_aside: Optional[str] = None  # --move-old-aside: where the folder's earlier content went
 
     def summary_lines(self) -> list[str]:
         rejected = ", ".join(f"{r} {n}" for r, n in sorted(self.rejected.items())) or "none"
@@ -51,10 +57,18 @@ class IngestReport:
         if self.text_without_audio:
             lines.append(f"  text without audio: {len(self.text_without_audio)} sentence(s), first: "
                          f"#{self.text_without_audio[0]['sentence']} {self.text_without_audio[0]['text'][:50]}")
+        if self.unread_cues:
+            first = self.unread_cues[0]
+            lines.append(f"  subtitle cues with a timing that cannot be read (left out, fix them): "
+                         f"{len(self.unread_cues)}, first: line {first['line']} '{first['timing']}' {first['text'][:50]}")
         if self.machine_transcripts:
             lines.append("  transcripts are MACHINE transcripts (the recogniser's): check them before training")
         if self.subtitle_offset:
             lines.append(f"  subtitles: {self.subtitle_offset['summary']}")
+        if self.added_to_existing:
+            lines.append(f"  added to the dataset already in {self.out_dir}: its rows and files are kept")
+        if self.moved_aside:
+            lines.append(f"  the folder's earlier content was moved to {self.moved_aside}")
         lines.append(f"  report: {Path(self.out_dir) / 'ingest_report.md'}")
         return lines
 
@@ -75,6 +89,9 @@ class IngestReport:
         if self.text_without_audio:
             out += ["", "## Text with no audio found (not used)", ""]
             out += [f"- sentence {t['sentence']}: {t['text']} ({t['why']})" for t in self.text_without_audio]
+        if self.unread_cues:
+            out += ["", "## Subtitle cues whose timing cannot be read (not used; fix the timing line)", ""]
+            out += [f"- line {u['line']}: `{u['timing']}` {u['text']}" for u in self.unread_cues]
         if self.rejected_clips:
             out += ["", "## Rejected clips", "", "| source | start s | end s | reason | detail |", "|---|---|---|---|---|"]
             out += [f"| {r['source']} | {r['start_s']:.2f} | {r['end_s']:.2f} | {r['reason']} | {r['detail']} |"
@@ -86,18 +103,55 @@ def _clean(text: str) -> str:
     return " ".join(text.replace("|", " ").split())
 
 
+def _existing_clips(out_dir: Path) -> tuple[list[str], int]:
+    """The header of an existing metadata.csv (or []) and the highest ``clip_N`` number already used."""
+    header: list[str] = []
+    highest = 0
+    metadata = out_dir / "metadata.csv"
+    names = [p.name for p in (out_dir / "wavs").glob("clip_*")] if (out_dir / "wavs").is_dir() else []
+    if metadata.is_file():
+        lines = metadata.read_text(encoding="utf-8-sig").splitlines()
+        header = lines[0].split("|") if lines else []
+        names += [Path(line.split("|", 1)[0]).name for line in lines[1:]]
+    for name in names:
+        stem = Path(name).stem
+        if stem.startswith("clip_") and stem[5:].isdigit():
+            highest = max(highest, int(stem[5:]))
+    return header, highest
+
+
+def _keep_earlier_report(out_dir: Path) -> None:
+    """Adding to a dataset: the earlier session's report moves into earlier_ingests/ (never overwritten)."""
+    earlier = [p for p in (out_dir / "ingest_report.json", out_dir / "ingest_report.md") if p.is_file()]
+    if not earlier:
+        return
+    folder = out_dir / EARLIER_INGESTS
+    folder.mkdir(exist_ok=True)
+    session = 1 + len({p.name.split("_", 1)[0] for p in folder.iterdir()})
+    for p in earlier:
+        os.replace(p, folder / f"{session:03d}_{p.name}")
+
+
 def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, speaker: str,
-                  report: IngestReport) -> IngestReport:
-    """Cut and write every kept clip, then metadata.csv, segments.tsv and the report; fills ``report``."""
+                  report: IngestReport, adding: bool = False) -> IngestReport:
+    """Cut and write every kept clip, then metadata.csv, segments.tsv and the report; fills ``report``.
+
+    ``out_dir`` is the staging folder (see :func:`xtts_ft.output_folder.staged_output`). With
+    ``adding`` it already holds an earlier dataset: its rows stay first and untouched, the new clips
+    are numbered after the highest clip there, and the earlier report moves to ``earlier_ingests/``.
+    """
     wavs = out_dir / "wavs"
     wavs.mkdir(parents=True, exist_ok=True)
-    rows, segments = ["audio_file|text|speaker_name|transcript_source"], ["\t".join(SEGMENTS_HEADER)]
+    header, number = _existing_clips(out_dir) if adding else ([], 0)
+    columns = header or ["audio_file", "text", "speaker_name", "transcript_source"]
+    rows, segments = [], []
     per_file = [{"path": str(s.path), "hours": round(s.duration_s / 3600, 4), "clips": 0, "rejected": 0,
                  "hours_kept": 0.0} for s in sources]
     reasons: Counter = Counter()
     kept_s = 0.0
-    number = 0
+    made = 0
     for clip in clips:
+        raise_if_stopped("ingest: writing clips")
         source = sources[clip.file]
         if clip.rejection is not None:
             reasons[clip.rejection[0]] += 1
@@ -107,11 +161,13 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
                                           "text": clip.text})
             continue
         number += 1
+        made += 1
         name = f"wavs/clip_{number:06d}.wav"
         audio = read_range(source, clip.start, clip.end)
         pcm, rate = to_pcm16(audio), source.sample_rate
         atomic_write(out_dir / name, lambda f, pcm=pcm, rate=rate: sf.write(f, pcm, rate, subtype="PCM_16", format="WAV"))
-        rows.append(f"{name}|{_clean(clip.text)}|{speaker}|{'machine' if clip.machine else 'given'}")
+        fields = [name, _clean(clip.text), speaker, "machine" if clip.machine else "given"]
+        rows.append("|".join(fields[:len(columns)] + [""] * (len(columns) - len(fields))))
         segments.append("\t".join([name, str(source.path), f"{clip.start:.3f}", f"{clip.end:.3f}",
                                    f"{clip.score:.4f}", clip.method]))
         per_file[clip.file]["clips"] += 1
@@ -119,16 +175,20 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
         kept_s += clip.duration
     for f in per_file:
         f["hours_kept"] = round(f["hours_kept"], 4)
-    report.clips, report.rejected, report.sources = number, dict(reasons), per_file
+    report.clips, report.rejected, report.sources = made, dict(reasons), per_file
     report.hours = round(kept_s / 3600, 4)
     report.source_hours = round(sum(s.duration_s for s in sources) / 3600, 4)
     report.machine_transcripts = any(c.machine for c in clips)
-    made = {row.split("|", 1)[0] for row in rows[1:]}
-    for stale in wavs.glob("clip_*.wav"):  # clips of an earlier ingest into this folder: not in metadata.csv
-        if f"wavs/{stale.name}" not in made:
-            stale.unlink()
-    atomic_write(out_dir / "metadata.csv", "\n".join(rows) + "\n")
-    atomic_write(out_dir / "segments.tsv", "\n".join(segments) + "\n")
+    _append_lines(out_dir / "metadata.csv", "|".join(columns), rows)
+    _append_lines(out_dir / "segments.tsv", "\t".join(SEGMENTS_HEADER), segments)
+    if adding:
+        _keep_earlier_report(out_dir)
     atomic_write(out_dir / "ingest_report.json", json.dumps(report.__dict__, indent=2, ensure_ascii=False))
     atomic_write(out_dir / "ingest_report.md", report.markdown())
     return report
+
+
+def _append_lines(path: Path, header: str, lines: list[str]) -> None:
+    """``path`` with ``lines`` after its existing rows (a new file gets ``header`` first); written atomically."""
+    old = path.read_text(encoding="utf-8-sig").splitlines() if path.is_file() else [header]
+    atomic_write(path, "\n".join(old + lines) + "\n")

@@ -21,7 +21,7 @@ import numpy as np
 from xtts_ft.ingest.source_audio import IngestError
 
 _TIME = r"(?:(\d+):)?(\d{1,2}):(\d{2})[,.](\d{1,3})"
-_TIMING_RE = re.compile(rf"^\s*{_TIME}\s*-->\s*{_TIME}")
+_TIMING_RE = re.compile(rf"^\s*{_TIME}\s*-->\s*{_TIME}(?=\s|$)")  # `,1000` ms is no timing: not read as 100
 _TAG_RE = re.compile(r"<[^>]*>|\{\\[^}]*\}")
 OUTLIER_S = 0.5
 MIN_CUES_FOR_DRIFT = 4
@@ -39,8 +39,30 @@ def _seconds(h: Optional[str], m: str, s: str, ms: str) -> float:
     return int(h or 0) * 3600 + int(m) * 60 + int(s) + int(ms.ljust(3, "0")) / 1000
 
 
-def read_cues(path: Path) -> list[Cue]:
-    """The cues of an .srt or .vtt file in time order; IngestError for an unknown format or no cues."""
+@dataclass(frozen=True)
+class UnreadCue:
+    """A cue whose timing line cannot be read (``00:00:11;661``, ``,1000`` ms): reported, never silently lost."""
+
+    line: int
+    timing: str
+    text: str
+
+
+def _cue_text(lines: list[str], k: int) -> tuple[str, int]:
+    """The text of the cue whose lines start at ``k`` (tags dropped), and the index after its last line."""
+    text_lines = []
+    while k < len(lines) and lines[k].strip():
+        text_lines.append(_TAG_RE.sub("", lines[k]).strip())
+        k += 1
+    return " ".join(t for t in text_lines if t), k
+
+
+def read_cues(path: Path, unread: Optional[list[UnreadCue]] = None) -> list[Cue]:
+    """The cues of an .srt or .vtt file in time order; IngestError for an unknown format or no cues.
+
+    A cue whose timing line has ``-->`` but cannot be read is appended to ``unread`` (line number,
+    timing line, text) and left out.
+    """
     if path.suffix.lower() not in (".srt", ".vtt"):
         raise IngestError(f"{path}: unknown subtitle format '{path.suffix or '(none)'}'; use an .srt or .vtt file")
     if not path.is_file():
@@ -54,16 +76,17 @@ def read_cues(path: Path) -> list[Cue]:
     while k < len(lines):
         m = _TIMING_RE.match(lines[k])
         if not m:
+            if "-->" in lines[k]:
+                text, after = _cue_text(lines, k + 1)
+                if unread is not None:
+                    unread.append(UnreadCue(k + 1, lines[k].strip(), text))
+                k = after
+                continue
             k += 1
             continue
         g = m.groups()
         start, end, at = _seconds(*g[:4]), _seconds(*g[4:]), k + 1
-        text_lines = []
-        k += 1
-        while k < len(lines) and lines[k].strip():
-            text_lines.append(_TAG_RE.sub("", lines[k]).strip())
-            k += 1
-        text = " ".join(t for t in text_lines if t)
+        text, k = _cue_text(lines, k + 1)
         if end <= start:
             raise IngestError(f"{path}:{at}: cue ends ({end:.3f} s) before it starts ({start:.3f} s); fix its timing")
         cues.append(Cue(start, end, text, at))

@@ -9,6 +9,7 @@ adds up what the run will write and compares it with the free space of the run d
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,9 @@ class DiskEstimate:
     samples: int
     export: int
     caches: int
+    full_count: int = 0  # checkpoints with optimizer state on disk at the worst moment
+    weights_count: int = 0  # weights-only checkpoints on disk then
+    existing: int = 0  # bytes of checkpoints already in the run (replaced, so counted as freed)
 
     @property
     def total(self) -> int:
@@ -60,11 +64,12 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
     if ck.optimizer_state == "latest":
         # the new latest (full) is written while the previous latest is still full; then the previous one is
         # rewritten weights-only (its new copy staged beside it)
-        checkpoints = 2 * full + (ck.keep_last - 1 + best + 1) * weights
+        counts = (2, ck.keep_last - 1 + best + 1)
     else:
-        checkpoints = (ck.keep_last + best + 1) * full  # the one being written before the oldest is pruned
+        counts = (ck.keep_last + best + 1, 0)  # the one being written before the oldest is pruned
     files = RunLayout(run_dir)
-    checkpoints -= folder_bytes(files.checkpoints)
+    existing = folder_bytes(files.checkpoints)
+    checkpoints = counts[0] * full + counts[1] * weights - existing
     if evaluations is None:
         every = ev.every_steps or cfg.training.max_steps
         evaluations = cfg.training.max_steps // every + 2  # at the start and at the end too
@@ -74,7 +79,29 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
     # one dataset: data/wavs; a dataset list: data/datasets/<i>_<name>/wavs (xtts_ft.data.multi)
     wavs = sum(folder_bytes(p) for p in [files.data / "wavs", *files.listed_datasets.glob("*/wavs")])
     caches = int(wavs * _CODE_BYTES_PER_AUDIO_BYTE) - folder_bytes(files.cache)
-    return DiskEstimate(full, weights, max(0, checkpoints), max(0, samples), export, max(0, caches))
+    return DiskEstimate(full, weights, max(0, checkpoints), max(0, samples), export, max(0, caches), *counts, existing)
+
+
+def _sizes(values: list[int], total: int) -> tuple[list[float], str]:
+    """``values`` in one unit (GB, or MB for small runs), rounded so that the shown parts are what is added."""
+    unit, scale, digits = ("GB", GB, 2) if total >= GB else ("MB", 1e6, 1)
+    return [round(v / scale, digits) for v in values], unit
+
+
+def _explain(estimate: DiskEstimate) -> tuple[str, float, str]:
+    """The parts of the estimate as an addition whose shown numbers add up; (text, shown total, unit)."""
+    e = estimate
+    (full, weights, existing, export, samples, caches), unit = _sizes(
+        [e.full_checkpoint, e.weights_checkpoint, e.existing, e.export, e.samples, e.caches], e.total)
+    checkpoints = max(0.0, round(e.full_count * full + e.weights_count * weights - existing, 2))
+    kinds = [f"{e.full_count} x {full:g} {unit} with optimizer state"]
+    if e.weights_count:
+        kinds.append(f"{e.weights_count} x {weights:g} {unit} weights only")
+    already = f" - {existing:g} {unit} already written" if existing else ""
+    total = round(checkpoints + export + samples + caches, 2)
+    text = (f"checkpoints {checkpoints:g} {unit} ({' + '.join(kinds)}{already}) + export {export:g} {unit} + samples "
+            f"{samples:g} {unit} + caches {caches:g} {unit} = {total:g} {unit}")
+    return text, total, unit
 
 
 def check_disk_budget(cfg: Config, estimate: DiskEstimate, run_dir: Path, free_bytes: Optional[int] = None) -> None:
@@ -92,12 +119,17 @@ def check_disk_budget(cfg: Config, estimate: DiskEstimate, run_dir: Path, free_b
         lower.append("checkpoint.keep_best: false")
     if ck.optimizer_state != "latest":
         lower.append("checkpoint.optimizer_state: latest (older checkpoints keep weights only)")
-    lower.append("run.output_dir on a larger disk")
-    where = "checkpoint.disk_budget_gb" if ck.disk_budget_gb is not None else "free"
+    parts, total, unit = _explain(estimate)
+    (have,), _ = _sizes([free_bytes], estimate.total)
+    if ck.disk_budget_gb is not None:
+        limit = f"the budget checkpoint.disk_budget_gb is {ck.disk_budget_gb:g} GB"
+        way = f"raise checkpoint.disk_budget_gb to at least {math.ceil(estimate.total / GB * 100) / 100:g}"
+    else:
+        limit = f"{have:g} {unit} is free there"
+        way = "free space on that disk"
+    lower.append(way)
     raise DiskSpaceError(
-        f"{run_dir}: the run needs about {estimate.total / GB:.1f} GB of disk but {free_bytes / GB:.1f} GB is "
-        f"{where} (checkpoints {estimate.checkpoints / GB:.1f} GB: {estimate.full_checkpoint / GB:.2f} GB each with "
-        f"optimizer state, {estimate.weights_checkpoint / GB:.2f} GB weights only; export {estimate.export / GB:.1f} "
-        f"GB; samples and caches {(estimate.samples + estimate.caches) / GB:.2f} GB); lower it with "
-        f"{', '.join(lower)}"
+        f"{run_dir}: the run needs about {total:g} {unit} of disk but {limit}: {parts}; lower it with "
+        f"{', '.join(lower[:-1])}, or {lower[-1]}" if len(lower) > 1 else
+        f"{run_dir}: the run needs about {total:g} {unit} of disk but {limit}: {parts}; {lower[-1]}"
     )
