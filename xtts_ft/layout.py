@@ -13,6 +13,7 @@ module constants, for code that only needs a name (a glob, a list of outputs).
       checkpoints/step_000500/        CheckpointLayout: training_state.pt, meta.json, vocab.json, config.yaml
       samples/step_000500/*.wav  samples/index.jsonl
       metrics.jsonl  events.jsonl  tensorboard/
+      exports/step_000500/  app_process.json  app_console.log   (written by the web app, xtts_ft/webapp/)
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ EVENTS_FILE = "events.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.json"
+EXPORTS_DIR = "exports"  # exports/step_000500/: exports made from the web app's Listen tab
+# The web app's record of the training process it started for this folder (pid, command), and that
+# process's console output: how a restarted app finds a run that is still going.
+APP_PROCESS_FILE = "app_process.json"
+APP_CONSOLE_LOG = "app_console.log"
 
 #: What a training run writes at the top of its folder (moved aside together by --archive-old-run).
 RUN_OUTPUTS = (CHECKPOINTS_DIR, SAMPLES_DIR, TENSORBOARD_DIR, METRICS_FILE, EVENTS_FILE, REPORT_FILE,
@@ -105,6 +111,9 @@ class RunLayout(_Folder):
     tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)
     report = property(lambda self: self.root / REPORT_FILE)
     summary = property(lambda self: self.root / SUMMARY_FILE)
+    exports = property(lambda self: self.root / EXPORTS_DIR)
+    app_process = property(lambda self: self.root / APP_PROCESS_FILE)
+    app_console = property(lambda self: self.root / APP_CONSOLE_LOG)
 
     def checkpoint(self, step: int) -> CheckpointLayout:
         return CheckpointLayout(self.checkpoints / step_dir_name(step))
