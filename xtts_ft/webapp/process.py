@@ -126,7 +126,7 @@ class RunController:
             return RunState(False, None, "stopped", f"stopped at step {stop.get('step')} by {stop.get('signal')}; "
                             f"saved {stop.get('checkpoint')}", self._resume_command(stop))
         if summary.is_file() and summary.stat().st_mtime >= since:
-            return RunState(False, None, "finished", "finished: " + self._summary_line(), self._resume_command(None))
+            return RunState(False, None, "finished", self._summary_line(), self._resume_command(None))
         if record is None:
             return RunState(False, None, "not started", "no run started from the app in this folder", None)
         return RunState(False, None, "exited", f"the process (pid {record.pid}) ended without a stop or a summary; "

@@ -1,0 +1,77 @@
+"""The pieces of the app that need no browser: the schema-built form, its loader check, text and dataset checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from xtts_ft.config import TrainingConfig
+from xtts_ft.config.schema import field_help
+from xtts_ft.errors import ConfigError, DataError
+from xtts_ft.text_settings import TextSettings
+from xtts_ft.webapp import dataset_view
+from xtts_ft.webapp.speak import reading
+from xtts_ft.webapp.train_form import check_form, config_values, form_fields, overrides_from_form
+
+DEMO = REPO_ROOT / "configs" / "demo.yaml"
+
+
+def test_form_is_built_from_the_schema():
+    fields = {f.key: f for f in form_fields()}
+    assert fields["training.lr"].help == field_help(TrainingConfig, "lr")
+    assert fields["precision.mode"].choices == ("auto", "bf16", "fp16", "fp32")
+    assert fields["training.lr"].choices is None
+
+
+def test_form_values_come_from_the_config_and_only_changes_become_overrides(monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    fields = form_fields()
+    values = config_values(DEMO, fields)
+    assert values["training.lr"] == "0.001" and values["training.max_steps"] == "200"
+    assert values["evaluation.every_steps"] == "100"
+    assert overrides_from_form(values, DEMO, fields) == []
+    changed = dict(values, **{"training.lr": "-1e-3"})
+    assert overrides_from_form(changed, DEMO, fields) == ["training.lr=-1e-3"]
+
+
+def test_form_check_gives_the_loaders_one_line_messages(monkeypatch, tmp_path: Path):
+    monkeypatch.chdir(REPO_ROOT)
+    run = tmp_path / "run"
+    assert check_form(DEMO, run, []) is None
+    msg = check_form(DEMO, run, ["training.lr=-0.001"])
+    assert "training.lr: -0.001 is not a plausible learning rate" in msg and "Traceback" not in msg
+    msg = check_form(DEMO, run, [f"dataset.path={tmp_path / 'nowhere'}"])
+    assert f"dataset.path: folder '{tmp_path / 'nowhere'}' does not exist" in msg
+    assert len(msg.splitlines()) == 1
+
+
+def test_text_in_another_script_is_refused_in_one_line():
+    settings = TextSettings(fold_homophones=True, char_limit=200)
+    assert reading("በ2015 ሰላም።", settings) == "በሁለት ሺህ አስራ አምስት ሰላም."
+    with pytest.raises(DataError, match=r"text: letters in a script the model does not read \(Cyrillic"):
+        reading("Привет мир", settings)
+    with pytest.raises(DataError, match="empty"):
+        reading("   ", settings)
+
+
+def test_dataset_folder_check_is_the_loaders(tmp_path: Path):
+    dataset_view.check_dataset(str(REPO_ROOT / "datasets" / "amharic_demo"), "coqui")
+    with pytest.raises(ConfigError, match=r"dataset.path: folder '.*nowhere' does not exist"):
+        dataset_view.check_dataset(str(tmp_path / "nowhere"), "auto")
+
+
+def test_dataset_report_of_a_prepared_folder(tmp_path: Path):
+    (tmp_path / "report.json").write_text(
+        '{"kept": 3, "kept_train": 2, "kept_eval": 1, "hours": 0.01, "rejected_total": 1, '
+        '"rejected": {"too_short": 1, "silent": 0}, "speaker_detail": {"a": {"kept": 3, "train": 2, "eval": 1, '
+        '"hours": 0.01}}, "duration_stats": {"min": 1.0, "max": 3.0}, "dataset": "' + str(tmp_path) + '"}')
+    (tmp_path / "metadata_train.csv").write_text("audio_file|text|speaker_name\nwavs/x.wav|ሰላም|a\n")
+    (tmp_path / "rejected.tsv").write_text("clip_id\treason\twhere\tdetail\nshort.wav\ttoo_short\tshort.wav\t0.2 s\n")
+    (tmp_path / "short.wav").write_bytes(b"RIFF")
+    text = dataset_view.report_markdown(tmp_path)
+    assert "**3 clips kept**" in text and "| too_short | 1 |" in text and "silent" not in text and "| a | 3 |" in text
+    assert dataset_view.random_kept_clip(tmp_path) == (tmp_path / "wavs" / "x.wav", "ሰላም")
+    rows = dataset_view.rejected_clips(tmp_path)
+    assert rows[0]["reason"] == "too_short" and dataset_view.rejected_audio(tmp_path, rows[0]) == tmp_path / "short.wav"
