@@ -63,7 +63,8 @@ def demo_config(tmp_path_factory, tiny_base_dir) -> Path:
     # app's restart on any machine, and the test shortens it (as a person would) before resuming it.
     raw["training"].update(max_steps=100_000, batch_size=2, warmup_steps=2, log_every=2, num_workers=0)
     raw["checkpoint"].update(every_steps=100)  # saved at the stop and at the end
-    raw["evaluation"].update(every_steps=0, eval_at_start=False, sentences=["ሰላም ለዓለም።"], max_new_tokens=20)
+    raw["evaluation"].update(every_steps=0, eval_at_start=False, sentences=["ሰላም ለዓለም።"], max_new_tokens=20,
+                              mcd_clips=0)
     path = tmp_path_factory.mktemp("webapp_config") / "demo_short.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
     return path

@@ -169,7 +169,8 @@ def test_speak_refuses_a_wrong_script_and_gives_audio(browser, app_server, scree
     browser.save_screenshot(str(screenshots / "data.png"))
     open_tab(browser, "Speak")
     click(browser, "speak-refresh")
-    wait_until(lambda: "step_" in text_of(browser, "speak-model"), 30, "the checkpoints in Speak")
+    wait_until(lambda: "step_" in browser.find_element(By.CSS_SELECTOR, "#speak-model input").get_attribute("value"),
+               30, "the checkpoints in Speak")
     type_into(browser, "speak-text", "Привет мир")
     wait_until(lambda: "script the model does not read (Cyrillic" in browser.find_element(
         By.CSS_SELECTOR, "#speak-normalized textarea").get_attribute("value"), 30, "the script message")
