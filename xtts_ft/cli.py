@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from xtts_ft.config import RunConfig, TextConfig, TokenizerConfig, field_help
+from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_help
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
@@ -340,6 +340,16 @@ def _cmd_ui(args: argparse.Namespace) -> int:
           config=Path(args.config) if args.config else None)
     return 0
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from xtts_ft.serve.command import ServeOptions, serve_command
+
+    setup_logging(None, args.verbose)
+    return serve_command(ServeOptions(
+        model=Path(args.model), host=args.host, port=args.port, api_key=args.api_key,
+        voices=Path(args.voices) if args.voices else None, device=args.device, wyoming=args.wyoming,
+        base_model=args.base_model, max_codes=args.max_codes,
+    ))
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtts-ft", description="XTTS-v2 fine-tuning, one stage at a time.")
@@ -430,6 +440,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root-path", help="The URL path the app is served under behind a proxy, e.g. /proxy/7860 "
                                        "(default: Gradio's GRADIO_ROOT_PATH, else none).")
     p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
+
+    p = add("serve", _cmd_serve, "Serve a model over HTTP (OpenAI's /v1/audio/speech) and optionally Wyoming.")
+    p.add_argument("--model", required=True, help="An export folder, a checkpoint folder, or a run folder (its best "
+                                                  "checkpoint, else its latest).")
+    p.add_argument("--host", default=ServeConfig.host, help=field_help(ServeConfig, "host") + " (default: %(default)s)")
+    p.add_argument("--port", type=int, default=ServeConfig.port, help=field_help(ServeConfig, "port"))
+    p.add_argument("--api-key", help="Require 'Authorization: Bearer KEY' on /v1/ (default: $XTTS_FT_API_KEY; none).")
+    p.add_argument("--voices", help="Folder of reference clips (WAV/FLAC/MP3), one voice per file named after it; "
+                                    "uploads are saved there too. The run's own speakers are offered as well.")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available).")
+    p.add_argument("--wyoming", metavar="tcp://HOST:PORT", help="Also speak the Wyoming protocol (Home Assistant).")
+    p.add_argument("--base-model", help="Base model folder or repo id (checkpoint or run folder; default: the one "
+                                        "its meta.json names).")
+    p.add_argument("--max-codes", type=int, help="Cap audio codes per piece below the model's limit (~21.5 per "
+                                                 "second; random test models never stop).")
 
     p = add("make-random-model", _cmd_make_random_model, "Write a random XTTS in the XTTS-v2 file layout.")
     p.add_argument("--size", choices=["tiny", "full"], default="tiny",

@@ -466,6 +466,33 @@ class IngestConfig:
 
 
 @dataclass
+class ServeConfig:
+    """``python -m xtts_ft serve`` and the synthesis engine (``xtts_ft/serve/``); command-line flags, not a
+    section of the run config."""
+
+    host: str = opt("127.0.0.1", "Address to listen on; 127.0.0.1 (this machine only) unless you mean to share it.")
+    port: int = opt(8020, "HTTP port (8020: where xtts-api-server listens, which many apps' presets expect).")
+    seed: int = opt(0, "Seed of every request's sampling: the same text and voice give the same audio.")
+    max_seconds_per_char: float = opt(
+        0.25, "Most seconds of speech one character of normalised text may take; generation is capped there "
+        "(plus min_piece_s), which cuts babbling on short texts (about 0.08 s per character is typical).",
+    )
+    min_piece_s: float = opt(1.0, "Seconds of speech every piece may take on top of max_seconds_per_char.")
+    short_text_chars: int = opt(20, "A piece of at most this many characters counts as short (the evaluation's bucket).")
+    short_text_retries: int = opt(
+        2, "A short piece that reaches its cap without the stop token is generated again with the next seed, at "
+        "most this many times; the first that stops is kept.",
+    )
+    min_piece_chars: int = opt(20, "When long text is split, a piece shorter than this is joined to its neighbour.")
+    max_input_chars: int = opt(4096, "Longest input accepted per request (OpenAI's limit).")
+    max_upload_mb: float = opt(10.0, "Largest voice clip accepted as an upload, in MB.")
+    queue_size: int = opt(
+        16, "Requests admitted at once (being spoken or waiting for the model, streams included); one more gets "
+        "503 with Retry-After.",
+    )
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     base_model: BaseModelConfig = field(default_factory=BaseModelConfig)

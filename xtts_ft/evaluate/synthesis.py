@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -90,18 +90,22 @@ class _CodeRecorder(StoppingCriteria):
 
 
 @contextlib.contextmanager
-def stop_checks(xtts) -> Iterator[None]:
+def stop_checks(xtts, check: Optional[Callable[[], None]] = None) -> Iterator[None]:
     """Inside a training run: every module of ``xtts`` checks the run's stop request before it runs.
 
     One sample passes through the speaker encoder, the GPT (once per generated token) and the HiFiGAN
     decoder; on a CPU or with the full model each of these takes seconds, so checking only between
     samples or tokens is not enough for a stop within seconds. Forward pre-hooks, removed on exit, check
-    at every layer instead; outside training (no stop to honour) nothing is registered.
+    at every layer instead; outside training (no stop to honour) nothing is registered. ``check``
+    replaces the training stop check with the caller's own (it raises to abandon the work: the speech
+    server's "client went away").
     """
-    if not stopping_enabled():
-        yield
-        return
-    handles = [m.register_forward_pre_hook(lambda *_: raise_if_stopped("sample synthesis")) for m in xtts.modules()]
+    if check is None:
+        if not stopping_enabled():
+            yield
+            return
+        check = lambda: raise_if_stopped("sample synthesis")  # noqa: E731
+    handles = [m.register_forward_pre_hook(lambda *_: check()) for m in xtts.modules()]
     try:
         yield
     finally:

@@ -1,0 +1,113 @@
+"""The response formats of ``/v1/audio/speech`` this machine can actually produce, and their encoders.
+
+OpenAI's names are ``wav``, ``pcm``, ``flac``, ``mp3``, ``opus`` and ``aac``. Encoding goes
+through libsndfile (the ``soundfile`` package): what it can write depends on how it was built
+(MP3 needs libsndfile >= 1.1, Opus an Ogg/Opus build; AAC it never writes), so the list is read
+from ``soundfile.available_formats()`` / ``available_subtypes()`` instead of being promised.
+
+Streaming: ``pcm`` (raw 16-bit little-endian mono) and ``wav`` (a header with an open length,
+then PCM, as streaming players expect) go out piece by piece, and so does ``mp3`` (a stream of
+MP3 frames may be cut and joined at frame boundaries, so each piece is encoded on its own).
+``flac`` and ``opus`` are containers with one header for the whole stream: they are encoded once
+the last piece is ready.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+OPENAI_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    name: str
+    media_type: str
+    streams: bool  # True: each piece can be sent as soon as it is ready
+    sf_format: Optional[str] = None  # libsndfile container ("WAV", "FLAC", "MP3", "OGG"); None: raw PCM
+    sf_subtype: Optional[str] = None
+
+
+_CANDIDATES = {
+    "wav": AudioFormat("wav", "audio/wav", True, "WAV", "PCM_16"),
+    "pcm": AudioFormat("pcm", "audio/pcm", True),
+    "flac": AudioFormat("flac", "audio/flac", False, "FLAC", "PCM_16"),
+    "mp3": AudioFormat("mp3", "audio/mpeg", True, "MP3", "MPEG_LAYER_III"),
+    "opus": AudioFormat("opus", "audio/ogg", False, "OGG", "OPUS"),
+}
+
+
+def available_formats() -> dict[str, AudioFormat]:
+    """The formats the installed libsndfile can write, in OpenAI's order of names."""
+    import soundfile as sf
+
+    containers = sf.available_formats()
+    out = {}
+    for name in OPENAI_FORMATS:
+        fmt = _CANDIDATES.get(name)
+        if fmt is None:
+            continue
+        if fmt.sf_format is None or (fmt.sf_format in containers
+                                     and fmt.sf_subtype in sf.available_subtypes(fmt.sf_format)):
+            out[name] = fmt
+    return out
+
+
+def pcm16(audio: np.ndarray) -> bytes:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+def wav_stream_header(sample_rate: int) -> bytes:
+    """A 16-bit mono WAV header whose sizes say "unknown" (0xFFFFFFFF): the data follows as it is made."""
+    open_size = 0xFFFFFFFF
+    return (
+        b"RIFF" + struct.pack("<I", open_size) + b"WAVE"
+        + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+        + b"data" + struct.pack("<I", open_size)
+    )
+
+
+def encode_whole(audio: np.ndarray, sample_rate: int, fmt: AudioFormat) -> bytes:
+    """One complete file (or raw PCM) of ``audio`` in ``fmt``."""
+    import soundfile as sf
+
+    if fmt.sf_format is None:
+        return pcm16(audio)
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(audio, -1.0, 1.0), sample_rate, format=fmt.sf_format, subtype=fmt.sf_subtype)
+    return buf.getvalue()
+
+
+class StreamEncoder:
+    """Bytes to send for each piece of a streamed response, then the bytes that finish it."""
+
+    def __init__(self, fmt: AudioFormat, sample_rate: int) -> None:
+        self.fmt = fmt
+        self.sample_rate = sample_rate
+        self._started = False
+        self._held: list[np.ndarray] = []
+
+    def piece(self, audio: np.ndarray) -> bytes:
+        if not self.fmt.streams:
+            self._held.append(audio)
+            return b""
+        if self.fmt.name == "mp3":
+            return encode_whole(audio, self.sample_rate, self.fmt)
+        head = b""
+        if self.fmt.name == "wav" and not self._started:
+            head = wav_stream_header(self.sample_rate)
+        self._started = True
+        return head + pcm16(audio)
+
+    def finish(self) -> bytes:
+        if self.fmt.streams:
+            if self.fmt.name == "wav" and not self._started:  # no audio at all: still a valid (empty) WAV
+                return encode_whole(np.zeros(0, dtype=np.float32), self.sample_rate, self.fmt)
+            return b""
+        audio = np.concatenate(self._held) if self._held else np.zeros(0, dtype=np.float32)
+        return encode_whole(audio, self.sample_rate, self.fmt)

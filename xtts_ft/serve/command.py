@@ -1,0 +1,103 @@
+"""``python -m xtts_ft serve --model PATH``: load the model once, then answer HTTP (and Wyoming) until stopped.
+
+uvicorn runs the FastAPI app in this process's event loop; ``--wyoming tcp://HOST:PORT`` adds the
+Wyoming server to the same loop and the same engine. Ctrl-C (or SIGTERM) stops both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlparse
+
+from xtts_ft.config import ServeConfig
+from xtts_ft.errors import UserError
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "XTTS_FT_API_KEY"
+
+
+class ServeError(UserError):
+    """A ``serve`` option that cannot work."""
+
+
+@dataclass
+class ServeOptions:
+    model: Path
+    host: str = ServeConfig.host
+    port: int = ServeConfig.port
+    api_key: Optional[str] = None
+    voices: Optional[Path] = None
+    device: Optional[str] = None
+    wyoming: Optional[str] = None
+    base_model: Optional[str] = None
+    max_codes: Optional[int] = None
+
+
+def check_wyoming_uri(uri: str) -> str:
+    parsed = urlparse(uri)
+    if parsed.scheme != "tcp" or not parsed.hostname or not parsed.port:
+        raise ServeError(f"--wyoming {uri}: give tcp://HOST:PORT, e.g. tcp://0.0.0.0:10200 (Home Assistant's default "
+                         f"port for Wyoming TTS is 10200)")
+    return uri
+
+
+def pick_device(device: Optional[str]) -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ServeError(f"--device {device}: no CUDA device is visible here; use --device cpu")
+    return device
+
+
+def open_engine(opts: ServeOptions):
+    from xtts_ft.serve.engine import SpeechEngine
+    from xtts_ft.serve.model_source import resolve_model
+
+    if opts.max_codes is not None and opts.max_codes < 1:
+        raise ServeError(f"--max-codes {opts.max_codes}: must be 1 or more")
+    resolved = resolve_model(opts.model, opts.base_model)
+    return SpeechEngine.open(resolved, pick_device(opts.device), voices_dir=opts.voices, max_codes=opts.max_codes)
+
+
+async def serve_forever(engine, opts: ServeOptions) -> None:
+    import uvicorn
+
+    from xtts_ft.serve.http_app import create_app
+
+    app = create_app(engine, api_key=opts.api_key)
+    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="info", access_log=False,
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    tasks = [asyncio.ensure_future(server.serve())]
+    if opts.wyoming:
+        from xtts_ft.serve.wyoming_server import run_wyoming
+
+        tasks.append(asyncio.ensure_future(run_wyoming(engine, opts.wyoming)))
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:  # uvicorn stopped (Ctrl-C): the Wyoming server goes with it
+        task.cancel()
+    for task in done:
+        task.result()
+
+
+def serve_command(opts: ServeOptions) -> int:
+    if opts.wyoming:
+        check_wyoming_uri(opts.wyoming)
+    if not 0 < opts.port < 65536:
+        raise ServeError(f"--port {opts.port}: must be 1-65535")
+    opts.api_key = opts.api_key or os.environ.get(API_KEY_ENV) or None
+    if opts.host not in ("127.0.0.1", "localhost", "::1") and not opts.api_key:
+        log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", opts.host)
+    engine = open_engine(opts)
+    print(f"serving {engine.source.describe()} on http://{opts.host}:{opts.port}/v1 "
+          f"(voices: {', '.join(engine.voices.names()) or 'none yet: upload one'})", flush=True)
+    asyncio.run(serve_forever(engine, opts))
+    return 0

@@ -1,0 +1,231 @@
+"""The OpenAI-compatible HTTP API (FastAPI) over one :class:`~xtts_ft.serve.engine.SpeechEngine`.
+
+* ``POST /v1/audio/speech``: OpenAI's fields (``model``, ``input``, ``voice``,
+  ``response_format``, ``speed``, ``stream_format``) plus ``language`` (default: the model's).
+  With ``stream_format: "audio"`` (OpenAI's default) the body is chunked audio, each piece sent as
+  soon as it is synthesised (:mod:`.audio_formats` says which formats can go out early); with
+  ``"sse"`` it is Server-Sent Events (``speech.audio.delta`` with base64 PCM/audio, then
+  ``speech.audio.done``), as OpenAI defines them.
+* ``GET /v1/models``, ``GET /v1/voices`` (also ``/v1/audio/voices``), ``POST /v1/voices``
+  (multipart ``name`` + ``file``: a new voice from a clip), ``GET /health``.
+
+Faults: every refusal is a 4xx JSON body in OpenAI's error shape (``{"error": {"message": ...,
+"type": ..., "param": ..., "code": ...}}``) with one clear message and no traceback; an unexpected
+failure is a 500 with one line (the traceback goes to the server log only). Requests beyond
+``queue_size`` get 503 with ``Retry-After``. A client that goes away is noticed (the stream is
+cancelled, or a watcher sees the disconnect) and its generation stops at the next model layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import secrets
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from xtts_ft import __version__
+from xtts_ft.config import ServeConfig
+from xtts_ft.errors import UserError
+from xtts_ft.serve.audio_formats import StreamEncoder, available_formats, encode_whole
+from xtts_ft.serve.chunk_pump import ChunkPump
+from xtts_ft.serve.engine import SpeechEngine
+from xtts_ft.serve.speech_request import ApiError, SpeechRequest, check_speech_request
+
+log = logging.getLogger(__name__)
+
+MODEL_ID = "xtts-ft"
+RETRY_AFTER_S = 2
+
+
+def error_response(status: int, message: str, *, param=None, kind="invalid_request_error", headers=None) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class Admission:
+    """At most ``limit`` requests admitted at once (being spoken or waiting for the model)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.admitted = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            if self.admitted >= self.limit:
+                self.refused += 1
+                raise ApiError(503, f"server busy: {self.limit} requests are already queued; retry in "
+                                    f"{RETRY_AFTER_S} s", kind="server_busy", headers={"Retry-After": str(RETRY_AFTER_S)})
+            self.admitted += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.admitted -= 1
+
+
+def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, api_key: Optional[str] = None) -> FastAPI:
+    settings = settings or engine.settings
+    formats = available_formats()
+    admission = Admission(settings.queue_size)
+    app = FastAPI(title="xtts-ft speech server", version=__version__, docs_url="/docs", redoc_url=None)
+    app.state.engine, app.state.admission, app.state.formats = engine, admission, formats
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError):
+        return error_response(exc.status, exc.message, param=exc.param, kind=exc.kind, headers=exc.headers)
+
+    @app.exception_handler(UserError)
+    async def _user_error(_request: Request, exc: UserError):
+        return error_response(400, str(exc).splitlines()[0])
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not isinstance(p, int)) or "request body"
+        return error_response(400, f"{where}: {first.get('msg', 'invalid request')}", param=where)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception):
+        log.exception("unexpected failure while answering a request")
+        return error_response(500, f"internal error ({type(exc).__name__}); see the server log", kind="server_error")
+
+    async def check_key(request: Request) -> None:
+        if not api_key:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not secrets.compare_digest(token.encode(), api_key.encode()):
+            raise ApiError(401, "invalid API key: send 'Authorization: Bearer <the key the server was started with>'",
+                           kind="invalid_api_key")
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_key)])
+
+    @app.get("/health")
+    async def health():
+        s = engine.stats
+        return {
+            "status": "ok", "model": engine.source.describe(), "language": engine.language,
+            "sample_rate": engine.sample_rate, "voices": len(engine.voices.names()),
+            "queue": {"admitted": admission.admitted, "limit": admission.limit, "refused": admission.refused},
+            "stats": {"pieces": s.pieces, "cancelled": s.cancelled, "retries": s.retries, "capped": s.capped,
+                      "synthesis_s": round(s.synthesis_s, 3), "audio_s": round(s.audio_s, 3)},
+            "events": s.events[-5:],
+        }
+
+    @v1.get("/models")
+    async def models():
+        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "xtts-ft",
+                                            "language": engine.language, "source": engine.source.describe()}]}
+
+    def voice_list():
+        return {"voices": [{"id": v.name, "name": v.name, **v.to_json()} for v in engine.voices.list()]}
+
+    v1.get("/voices")(voice_list)
+    v1.get("/audio/voices")(voice_list)
+
+    @v1.post("/voices")
+    async def add_voice(request: Request, name: Annotated[str, Form()], file: Annotated[UploadFile, File()]):
+        limit = int(settings.max_upload_mb * 1024 * 1024)
+        declared = int(request.headers.get("content-length") or 0)
+        data = await file.read(limit + 1)
+        if declared > limit + 64 * 1024 or len(data) > limit:
+            raise ApiError(413, f"file: larger than {settings.max_upload_mb:g} MB; upload a 3-10 s clip", param="file")
+        suffix = Path(file.filename or "clip.wav").suffix
+        voice = await run_in_threadpool(engine.voices.add, name, data, suffix)
+        return JSONResponse({"id": voice.name, **voice.to_json()}, status_code=201)
+
+    @v1.post("/audio/speech")
+    async def speech(body: SpeechRequest, request: Request):
+        fmt = check_speech_request(body, engine, formats, settings)
+        admission.enter()
+        try:
+            pieces = engine.pieces(body.input, body.language)  # a UserError here is still a 400
+            if not pieces:
+                raise ApiError(400, "input: no speakable text (nothing is left after normalisation)", param="input")
+            engine.voices.get(body.voice)
+        except BaseException:
+            admission.leave()
+            raise
+        cancel = threading.Event()
+        chunks = engine.synthesize(body.input, body.voice, language=body.language, speed=body.speed,
+                                   cancel=cancel.is_set)
+        if body.stream_format == "sse" or fmt.streams:
+            return StreamingResponse(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, admission),
+                                     media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
+        with _released(admission):
+            audio = await _collect(chunks, request, cancel)
+        if audio is None:
+            return Response(status_code=499)
+        return Response(encode_whole(audio, engine.sample_rate, fmt), media_type=fmt.media_type)
+
+    app.include_router(v1)
+    return app
+
+
+@contextmanager
+def _released(admission: Admission) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        admission.leave()
+
+
+async def _collect(chunks, request: Request, cancel: threading.Event):
+    """All chunks, synthesised in a worker thread while the client's connection is watched; None if it went away."""
+    import numpy as np
+
+    parts: list = []
+
+    async def gather() -> None:
+        async for chunk in ChunkPump(chunks, cancel):
+            parts.append(chunk)
+
+    work = asyncio.ensure_future(gather())
+    while not work.done():
+        if await request.is_disconnected():
+            work.cancel()
+            return None
+        await asyncio.wait({work}, timeout=0.25)
+    work.result()
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event, admission: Admission):
+    """The response body; cancelled by the server when the client goes away, which stops the synthesis."""
+    encoder = StreamEncoder(fmt, sample_rate)
+    sent = 0
+    try:
+        async for chunk in ChunkPump(chunks, cancel):
+            data = encoder.piece(chunk)
+            if data:
+                sent += len(data)
+                yield _sse_delta(data) if stream_format == "sse" else data
+        tail = encoder.finish()
+        if tail:
+            sent += len(tail)
+            yield _sse_delta(tail) if stream_format == "sse" else tail
+        if stream_format == "sse":
+            yield "data: " + json.dumps({"type": "speech.audio.done", "usage": {"output_bytes": sent}}) + "\n\n"
+    finally:
+        cancel.set()  # the client went away (or all was sent): nothing more to synthesise
+        admission.leave()
+
+
+def _sse_delta(data: bytes) -> str:
+    return "data: " + json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) + "\n\n"

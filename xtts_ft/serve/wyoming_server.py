@@ -1,0 +1,99 @@
+"""The Wyoming protocol (Home Assistant's voice pipeline) on the same engine: ``serve --wyoming tcp://HOST:PORT``.
+
+Uses the ``wyoming`` package's own server and event classes. ``Describe`` is answered with an
+``Info`` listing the model as a TTS program and every voice; a ``Synthesize`` event is answered
+with ``AudioStart``, one ``AudioChunk`` per spoken piece (16-bit mono PCM at the model's rate)
+as each is ready, and ``AudioStop``. Home Assistant sends no language, so the model's own is
+used; a voice it names that the server does not have falls back to the first voice (an
+assistant should still speak), and an unusable request is answered with a Wyoming ``Error``
+event. A client that hangs up stops its synthesis at the next model layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Optional
+
+from xtts_ft import __version__
+from xtts_ft.errors import UserError
+from xtts_ft.serve.engine import SpeechEngine
+
+log = logging.getLogger(__name__)
+
+ATTRIBUTION = ("xtts-ft (Coqui XTTS-v2 fine-tune)", "https://huggingface.co/coqui/XTTS-v2")
+
+
+def wyoming_info(engine: SpeechEngine):
+    from wyoming.info import Attribution, Info, TtsProgram, TtsVoice
+
+    attribution = Attribution(*ATTRIBUTION)
+    voices = [TtsVoice(name=v.name, attribution=attribution, installed=True, description=f"{v.source} voice",
+                       version=__version__, languages=[engine.language]) for v in engine.voices.list()]
+    program = TtsProgram(name="xtts-ft", attribution=attribution, installed=True,
+                         description="fine-tuned XTTS-v2 (" + engine.source.describe() + ")", version=__version__,
+                         voices=voices)
+    return Info(tts=[program])
+
+
+def make_handler_class(engine: SpeechEngine):
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.error import Error
+    from wyoming.event import Event
+    from wyoming.info import Describe
+    from wyoming.server import AsyncEventHandler
+    from wyoming.tts import Synthesize
+
+    from xtts_ft.serve.audio_formats import pcm16
+    from xtts_ft.serve.chunk_pump import ChunkPump
+
+    class SpeechHandler(AsyncEventHandler):
+        """One connection; each Synthesize is answered in full before the next event is read."""
+
+        async def handle_event(self, event: Event) -> bool:
+            if Describe.is_type(event.type):
+                await self.write_event(wyoming_info(engine).event())
+                return True
+            if not Synthesize.is_type(event.type):
+                return True
+            request = Synthesize.from_event(event)
+            voice_name = request.voice.name if request.voice and request.voice.name else None
+            names = engine.voices.names()
+            if voice_name not in names:
+                voice_name = names[0] if names else "default"
+            language = request.voice.language if request.voice and request.voice.language else None
+            if language not in engine.languages:
+                language = None  # Home Assistant sends none (or its own UI language): the model's
+            cancel = threading.Event()
+            chunks = engine.synthesize(request.text, voice_name, language=language, cancel=cancel.is_set)
+            rate = engine.sample_rate
+            try:
+                await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+                async for chunk in ChunkPump(chunks, cancel):
+                    await self.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=pcm16(chunk)).event())
+                await self.write_event(AudioStop().event())
+            except UserError as exc:
+                await self.write_event(Error(text=str(exc).splitlines()[0], code="bad-request").event())
+            except (ConnectionError, asyncio.CancelledError):
+                cancel.set()
+                raise
+            finally:
+                cancel.set()
+            return True
+
+    return SpeechHandler
+
+
+async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Event] = None) -> None:
+    """Serve ``uri`` (``tcp://HOST:PORT``) until cancelled."""
+    from functools import partial
+
+    from wyoming.server import AsyncServer
+
+    server = AsyncServer.from_uri(uri)
+    handler = make_handler_class(engine)
+    log.info("Wyoming: listening on %s (language %s)", uri, engine.language)
+    if ready is not None:
+        ready.set()
+    await server.run(partial(handler))
