@@ -1,15 +1,17 @@
 """What the Speak tab does, without Gradio: models to choose, voices, the text the model reads, synthesis.
 
-Synthesis goes through ONE function, :func:`speak`, on the project's own inference path
-(:func:`xtts_ft.evaluate.infer.synthesize_command`: the export or checkpoint loaded the way
-``python -m xtts_ft synthesize`` loads it, the same tokenizer and text settings the run trained
-with). The serve helper's engine (``xtts_ft/serve/engine.py``) was not ready when this tab was
-written; :func:`speak` is the one place to switch to it.
+Synthesis uses the ONE engine the server and Wyoming use (:class:`xtts_ft.serve.engine.SpeechEngine`
+on :func:`xtts_ft.serve.model_source.resolve_model`): the same loading, text front-end, sentence
+splitting and short-text mitigation. :class:`EngineHolder` keeps one engine open (models are large)
+and opens another when the model or the settings change. A voice clip (a dataset clip or an
+upload) becomes an engine voice named after its content, so the same clip is conditioned once.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import threading
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from typing import Optional
 
 from xtts_ft.errors import DataError
 from xtts_ft.layout import RunLayout
+from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import normalize_text
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.webapp import run_view
@@ -93,21 +96,58 @@ def reading(text: str, settings: TextSettings) -> str:
     return result.text
 
 
-@dataclass
+@dataclass(frozen=True)
 class SpeakSettings:
     temperature: float
-    seed: int
-    max_new_tokens: Optional[int]
+    max_codes: Optional[int]  # audio codes per piece at most (about 21.5 per second); None: the model's limit
 
 
-def speak(model: Path, text: str, voice: Path, out: Path, settings: SpeakSettings) -> Path:
-    """Synthesise ``text`` with ``model`` (an export or a checkpoint folder) in the voice of ``voice`` to ``out``."""
-    from xtts_ft.evaluate.infer import synthesize_command
-    from xtts_ft.evaluate.standalone import base_for_checkpoint
-    from xtts_ft.layout import STATE_FILE
+class EngineHolder:
+    """One open :class:`SpeechEngine`, for one (model, settings) at a time."""
 
-    model = Path(model)
-    reading(text, text_settings(model))  # a wrong script is refused before the model loads
-    base = base_for_checkpoint(model, None) if (model / STATE_FILE).is_file() else None
-    return synthesize_command(model, text, Path(voice), Path(out), base=base, temperature=settings.temperature,
-                              seed=settings.seed, max_new_tokens=settings.max_new_tokens)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: Optional[tuple] = None
+        self._engine = None
+
+    def get(self, model: Path, settings: SpeakSettings):
+        from xtts_ft.serve.engine import SpeechEngine
+        from xtts_ft.serve.model_source import resolve_model
+
+        key = (str(Path(model).resolve()), settings)
+        with self._lock:
+            if key != self._key:
+                self._engine, self._key = None, None  # the old model goes before the new one loads
+                device = "cuda" if torch_cuda_available() else "cpu"
+                self._engine = SpeechEngine.open(resolve_model(model), device, temperature=settings.temperature,
+                                                 max_codes=settings.max_codes)
+                self._key = key
+            return self._engine
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def voice_name(engine, clip: Path) -> str:
+    """The engine voice for ``clip``, added on first use under a name made from its content."""
+    data = Path(clip).read_bytes()
+    name = "clip-" + hashlib.sha256(data).hexdigest()[:12]
+    if name not in engine.voices.names():
+        engine.voices.add(name, data, suffix=Path(clip).suffix or ".wav")
+    return name
+
+
+def speak(holder: EngineHolder, model: Path, text: str, clip: Path, out: Path, settings: SpeakSettings) -> Path:
+    """Synthesise ``text`` with ``model`` (an export, a checkpoint or a run folder) in the voice of ``clip``."""
+    import soundfile as sf
+
+    if not Path(clip).is_file():
+        raise DataError(f"voice: '{clip}' not found; choose a dataset clip or upload one")
+    reading(text, text_settings(Path(model)))  # a wrong script is refused before the model loads
+    engine = holder.get(Path(model), settings)
+    audio = engine.synthesize_all(text, voice_name(engine, Path(clip)))
+    atomic_write(Path(out), lambda f: sf.write(f, audio, engine.sample_rate, format="WAV"))
+    return Path(out)

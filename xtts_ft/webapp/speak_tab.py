@@ -13,7 +13,15 @@ from xtts_ft.config.schema import field_help
 from xtts_ft.errors import UserError
 from xtts_ft.webapp import run_view
 from xtts_ft.webapp.context import AppContext
-from xtts_ft.webapp.speak import SpeakSettings, model_choices, reading, speak, text_settings, voice_choices
+from xtts_ft.webapp.speak import (
+    EngineHolder,
+    SpeakSettings,
+    model_choices,
+    reading,
+    speak,
+    text_settings,
+    voice_choices,
+)
 
 
 def _error(exc: UserError) -> str:
@@ -22,6 +30,7 @@ def _error(exc: UserError) -> str:
 
 def build(ctx: AppContext, run_box: gr.Textbox) -> None:
     out_dir = Path(tempfile.mkdtemp(prefix="xtts_ft_speak_"))  # what the page plays; never inside the run folder
+    holder = EngineHolder()
     refresh_btn = gr.Button("Refresh", elem_id="speak-refresh")
     model_box = gr.Dropdown([], label="model (checkpoint or export)", elem_id="speak-model")
     text_box = gr.Textbox("ሰላም።", label="text", lines=2, elem_id="speak-text")
@@ -33,8 +42,7 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
     with gr.Row():
         temperature = gr.Slider(0.05, 1.5, value=EvaluationConfig.temperature, step=0.05, label="temperature",
                                 info=field_help(EvaluationConfig, "temperature"), elem_id="speak-temperature")
-        seed = gr.Number(0, precision=0, label="seed", elem_id="speak-seed")
-        max_tokens = gr.Number(None, precision=0, label="max new tokens",
+        max_tokens = gr.Number(None, precision=0, label="max audio codes per piece",
                                info=field_help(EvaluationConfig, "max_new_tokens"), elem_id="speak-max-tokens")
     speak_btn = gr.Button("Speak", variant="primary", elem_id="speak-go")
     message = gr.Markdown("", elem_id="speak-message")
@@ -55,16 +63,16 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
         except UserError as exc:
             return str(exc)
 
-    def on_speak(model, text: str, voice, uploaded, temp, seed_value, tokens):
+    def on_speak(model, text: str, voice, uploaded, temp, tokens):
         if not model:
             return "- error: no model yet; train until a checkpoint is saved, or export one", None
         clip = uploaded or voice
         if not clip:
             return "- error: no voice; choose a dataset clip or upload one", None
         out = out_dir / f"speech_{time.strftime('%H%M%S')}_{int(time.time() * 1000) % 1000:03d}.wav"
-        settings = SpeakSettings(float(temp), int(seed_value or 0), int(tokens) if tokens else None)
+        settings = SpeakSettings(float(temp), int(tokens) if tokens else None)
         try:
-            path = speak(Path(model), text, Path(clip), out, settings)
+            path = speak(holder, Path(model), text, Path(clip), out, settings)
         except UserError as exc:
             return _error(exc), None
         return f"Spoke with {Path(model).name}: `{reading(text, text_settings(Path(model)))}`", str(path)
@@ -75,5 +83,5 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
     ctx.on_load.append((refresh, run_box, outputs))
     for box in (text_box, model_box):
         box.change(show_reading, [model_box, text_box], reads_box)
-    speak_btn.click(on_speak, [model_box, text_box, voice_box, upload, temperature, seed, max_tokens],
+    speak_btn.click(on_speak, [model_box, text_box, voice_box, upload, temperature, max_tokens],
                     [message, audio])
