@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
+from tests.webapp.path_proxy import PathProxy
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -71,15 +72,26 @@ def demo_config(tmp_path_factory, tiny_base_dir) -> Path:
 
 
 class AppServer:
-    """``python -m xtts_ft ui`` in its own process group, so a test can kill the app and everything it owns."""
+    """``python -m xtts_ft ui`` in its own process group, so a test can kill the app and everything it owns.
+
+    It is reached the way a Lightning Studio's port view reaches it: through a proxy that serves it
+    under a path (``--root-path``), so every browser test also shows the app works behind one.
+    """
+
+    PREFIX = "/proxy/7860"
 
     def __init__(self, run_dir: Path, config: Path, log: Path):
         self.run_dir, self.config, self.log = run_dir, config, log
         self.port = _free_port()
         self.proc = None
+        self.proxy = PathProxy(self.PREFIX, self.port)
 
     @property
     def url(self) -> str:
+        return self.proxy.url
+
+    @property
+    def direct_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
     def start(self) -> None:
@@ -87,14 +99,14 @@ class AppServer:
         with open(self.log, "a", encoding="utf-8") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "xtts_ft", "ui", "--run", str(self.run_dir), "--port", str(self.port),
-                 "--config", str(self.config)],
+                 "--config", str(self.config), "--root-path", self.PREFIX],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
         end = time.monotonic() + 120
         while time.monotonic() < end:
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
             try:
-                with urllib.request.urlopen(self.url, timeout=2) as r:
+                with urllib.request.urlopen(self.direct_url, timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -119,6 +131,7 @@ def app_server(tmp_path_factory, demo_config):
     server.start()
     yield server
     server.kill_group()
+    server.proxy.close()
     record = root / "run" / "app_process.json"
     if record.is_file():  # a failed test may leave the training process going: end it (it is ours)
         import json

@@ -50,8 +50,8 @@ def test_form_check_gives_the_loaders_one_line_messages(monkeypatch, tmp_path: P
 def test_text_in_another_script_is_refused_in_one_line():
     settings = TextSettings(fold_homophones=True, char_limit=200)
     assert reading("በ2015 ሰላም።", settings) == "በሁለት ሺህ አስራ አምስት ሰላም."
-    with pytest.raises(DataError, match=r"text: letters in a script the model does not read \(Cyrillic"):
-        reading("Привет мир", settings)
+    with pytest.raises(DataError, match=r"text: letters in a script the model does not read \(Cyrillic: 'Привет мир'\)"):
+        reading("ሰላም Привет мир", settings)
     with pytest.raises(DataError, match="empty"):
         reading("   ", settings)
 
@@ -75,3 +75,15 @@ def test_dataset_report_of_a_prepared_folder(tmp_path: Path):
     assert dataset_view.random_kept_clip(tmp_path) == (tmp_path / "wavs" / "x.wav", "ሰላም")
     rows = dataset_view.rejected_clips(tmp_path)
     assert rows[0]["reason"] == "too_short" and dataset_view.rejected_audio(tmp_path, rows[0]) == tmp_path / "short.wav"
+
+
+def test_prepare_runs_the_projects_command_with_its_progress(tmp_path: Path):
+    out = tmp_path / "prepared"
+    command = dataset_view.prepare_command(str(REPO_ROOT / "datasets" / "amharic_demo"), str(out), "coqui")
+    steps = list(dataset_view.stream_command(command, REPO_ROOT))
+    log, code = steps[-1]
+    assert code == 0, log
+    assert len(steps) > 2 and all(c is None for _, c in steps[:-1])  # lines arrive while it runs
+    assert "**66 clips kept**" in dataset_view.report_markdown(out)
+    clip, text = dataset_view.random_kept_clip(out, seed=1)
+    assert clip.is_file() and text

@@ -83,10 +83,10 @@ def reading(text: str, settings: TextSettings) -> str:
     silently, so they are refused in one line that names them.
     """
     result = normalize_text(text, fold_homophones=settings.fold_homophones)
-    foreign = [ch for ch in result.dropped if unicodedata.category(ch).startswith("L")]
+    foreign = {ch for ch in result.dropped if unicodedata.category(ch).startswith("L")}
     if foreign:
         scripts = ", ".join(sorted({_script_of(ch) for ch in foreign}))
-        sample = "".join(foreign)[:12]
+        sample = " ".join(w for w in text.split() if foreign & set(w))[:40]  # the words they are in
         raise DataError(f"text: letters in a script the model does not read ({scripts}: '{sample}'); "
                         f"write the text in Amharic (Ethiopic script)")
     if not text.strip():
