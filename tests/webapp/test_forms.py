@@ -87,3 +87,11 @@ def test_prepare_runs_the_projects_command_with_its_progress(tmp_path: Path):
     assert "**66 clips kept**" in dataset_view.report_markdown(out)
     clip, text = dataset_view.random_kept_clip(out, seed=1)
     assert clip.is_file() and text
+
+
+def test_auth_option_is_user_colon_password():
+    from xtts_ft.webapp.app import parse_auth
+
+    assert parse_auth("me:se:cret") == ("me", "se:cret") and parse_auth(None) is None
+    with pytest.raises(ConfigError, match="--auth: expected USER:PASS"):
+        parse_auth("me")

@@ -68,10 +68,7 @@ def curve_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def curves_svg(run_dir: Path) -> str:
     """Every curve as one inline SVG (matplotlib); each curve's points are markers inside ``<g id="curve-KEY">``."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # a Figure of its own, no pyplot: no global backend is chosen
 
     series = curve_points(run_dir)
     fig = Figure(figsize=(10, 5.2))
