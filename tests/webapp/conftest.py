@@ -54,7 +54,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def demo_config(tmp_path_factory, tiny_base_dir) -> Path:
-    """configs/demo.yaml made short: the tiny model, a few steps, one evaluation sentence, at the end only."""
+    """configs/demo.yaml made short: the tiny model, one evaluation sentence, evaluated at the start and the end."""
     raw = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
     raw["base_model"] = {"source": str(tiny_base_dir)}
     raw["dataset"].update(path=str(REPO_ROOT / raw["dataset"]["path"]), num_workers=1)
@@ -64,7 +64,7 @@ def demo_config(tmp_path_factory, tiny_base_dir) -> Path:
     # app's restart on any machine, and the test shortens it (as a person would) before resuming it.
     raw["training"].update(max_steps=100_000, batch_size=2, warmup_steps=2, log_every=2, num_workers=0)
     raw["checkpoint"].update(every_steps=100)  # saved at the stop and at the end
-    raw["evaluation"].update(every_steps=0, eval_at_start=False, sentences=["ሰላም ለዓለም።"], max_new_tokens=20,
+    raw["evaluation"].update(every_steps=0, eval_at_start=True, sentences=["ሰላም ለዓለም።"], max_new_tokens=20,
                               mcd_clips=0)
     path = tmp_path_factory.mktemp("webapp_config") / "demo_short.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")

@@ -160,6 +160,9 @@ def test_listen_plays_a_sample_and_marks_the_best(browser, app_server, screensho
     side = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#listen-a audio"), 30, "checkpoint A's player")
     assert audio_loads(browser, side[0])[1] > 0
     last = max(int(p.name.split("_")[1]) for p in (app_server.run_dir / "checkpoints").glob("step_*"))
+    # the first evaluation (before training) beside the last one: same sentence and voice
+    assert text_of(browser, "listen-a").startswith("step 0") and f"step {last}" in text_of(browser, "listen-b")
+    assert "best" in text_of(browser, "listen-b") and "best" not in text_of(browser, "listen-a")
     assert f"step {last}" in text_of(browser, "listen-best")
     browser.save_screenshot(str(screenshots / "listen.png"))
 
@@ -167,7 +170,14 @@ def test_listen_plays_a_sample_and_marks_the_best(browser, app_server, screensho
 def test_speak_refuses_a_wrong_script_and_gives_audio(browser, app_server, screenshots):
     open_page(browser, app_server.url)
     open_tab(browser, "Data")
-    wait_until(lambda: "clips kept" in text_of(browser, "data-report"), 30, "the run's dataset report")
+    wait_until(lambda: "66 clips kept" in text_of(browser, "data-report"), 30, "the run's dataset report")
+    click(browser, "data-random")
+    wait_until(lambda: browser.find_element(By.CSS_SELECTOR, "#data-kept-text textarea").get_attribute("value"), 30,
+               "a kept clip's transcript")
+    link = wait_until(lambda: browser.find_element(By.CSS_SELECTOR, "#data-kept-audio a[download]").get_attribute("href"),
+                      30, "the kept clip")
+    clip = browser.execute_script("const a = new Audio(arguments[0]); document.body.appendChild(a); return a;", link)
+    assert audio_loads(browser, clip)[1] > 0
     browser.save_screenshot(str(screenshots / "data.png"))
     open_tab(browser, "Speak")
     click(browser, "speak-refresh")
