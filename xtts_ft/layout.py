@@ -54,9 +54,11 @@ EXPORTS_DIR = "exports"  # exports/step_000500/: exports made from the web app's
 APP_PROCESS_FILE = "app_process.json"
 APP_CONSOLE_LOG = "app_console.log"
 
-#: What a training run writes at the top of its folder (moved aside together by --archive-old-run).
+#: What a training run writes at the top of its folder (moved aside together by --archive-old-run); exports made
+#: from its checkpoints go with it. The web app's process record and console log stay: the app writes them for the
+#: process it is starting, before that process moves the old run aside.
 RUN_OUTPUTS = (CHECKPOINTS_DIR, SAMPLES_DIR, TENSORBOARD_DIR, METRICS_FILE, EVENTS_FILE, REPORT_FILE,
-               SUMMARY_FILE, CONFIG_FILE, RUN_FILE)
+               SUMMARY_FILE, CONFIG_FILE, RUN_FILE, EXPORTS_DIR)
 
 
 def step_dir_name(step: int) -> str:
