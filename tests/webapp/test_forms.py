@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,22 @@ def test_auth_option_is_user_colon_password():
     assert parse_auth("me:se:cret") == ("me", "se:cret") and parse_auth(None) is None
     with pytest.raises(ConfigError, match="--auth: expected USER:PASS"):
         parse_auth("me")
+
+
+def test_curves_come_from_metrics_jsonl_and_stay_light(tmp_path: Path):
+    from xtts_ft.webapp import run_view
+
+    lines = [{"step": i, "loss": 5.0 - i / 1000, "lr": 1e-3, "skipped_steps": 0} for i in range(1, 1001)]
+    lines += [{"step": 500, "split": "eval", "eval_loss": 4.0, "sample_cer": 0.5}, {"step": 7}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{\"step\": 10")  # cut short
+    points = run_view.curve_points(tmp_path)
+    assert len(points["loss"]) == 1000 and points["eval_loss"] == [(500, 4.0)] and points["sample_cer"] == [(500, 0.5)]
+    svg = run_view.curves_svg(tmp_path)
+    assert svg.startswith("<svg") and 'id="curve-loss"' in svg
+    import xml.etree.ElementTree as ET
+
+    groups = {g.get("id"): g for g in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}g")}
+    markers = list(groups["curve-loss"].iter("{http://www.w3.org/2000/svg}use"))  # what the browser test counts
+    assert 300 <= len(markers) <= run_view.MAX_PLOTTED + 1
+    assert len(list(groups["curve-eval_loss"].iter("{http://www.w3.org/2000/svg}use"))) == 1
+    assert run_view.progress(tmp_path).step == 1000

@@ -23,6 +23,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,6 +107,7 @@ class RunController:
         self.cwd = Path(cwd or Path.cwd())
         self.python = python
         self._children: dict[int, subprocess.Popen] = {}  # processes this app started: reaped when they end
+        self._launching = threading.Lock()
 
     # --- what is going on ------------------------------------------------------------------------
     def record(self) -> Optional[ProcessRecord]:
@@ -114,7 +116,7 @@ class RunController:
     def state(self) -> RunState:
         for pid, child in list(self._children.items()):
             if child.poll() is not None:  # reap: an ended child of this app must not linger as a zombie
-                del self._children[pid]
+                self._children.pop(pid, None)  # (page refreshes call this from several threads)
         record = self.record()
         if record is not None and _alive(record):
             return RunState(True, record.pid, "running", f"running (pid {record.pid}, {record.action})", None)
@@ -193,6 +195,10 @@ class RunController:
         return False
 
     def _launch(self, command: list[str], action: str) -> ProcessRecord:
+        with self._launching:  # two clicks (or two pages) at once start one process, not two
+            return self._launch_one(command, action)
+
+    def _launch_one(self, command: list[str], action: str) -> ProcessRecord:
         if self.state().running:
             raise RunProcessError(f"{self.run_dir}: a run is already going in this folder; stop it first")
         if command and command[0] in ("python", "python3"):

@@ -31,6 +31,9 @@ CURVES = (
 )
 
 
+MAX_PLOTTED = 400  # markers per curve at most
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """The JSON objects of a .jsonl file; a line cut short (a run being written or killed) is skipped."""
     out = []
@@ -76,7 +79,9 @@ def curves_svg(run_dir: Path) -> str:
     for ax, (key, title, _) in zip(axes.flat, CURVES):
         points = series[key]
         if points:
-            steps, values = zip(*points)
+            stride = -(-len(points) // MAX_PLOTTED)  # a long run: every n-th point (and the last) keeps the page light
+            shown = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+            steps, values = zip(*shown)
             ax.plot(steps, values, marker="o", markersize=3, gid=f"curve-{key}")
         else:
             ax.text(0.5, 0.5, "no points yet", ha="center", va="center", transform=ax.transAxes, color="gray")
