@@ -25,7 +25,7 @@ def build_app(ctx: AppContext):
 
     from xtts_ft.webapp import data_tab, listen_tab, speak_tab, train_tab
 
-    with gr.Blocks(title="xtts-ft") as app:
+    with gr.Blocks(title="xtts-ft", analytics_enabled=False) as app:  # no calls home: Studios and tests run offline
         gr.Markdown("## xtts-ft: fine-tune XTTS-v2 on Amharic")
         run_box = gr.Textbox(str(ctx.run_dir), label="run folder (run.output_dir)", elem_id="run-dir",
                              info="Everything below is read from this folder; a run started here writes into it.")
