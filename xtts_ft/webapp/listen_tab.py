@@ -64,9 +64,13 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
         names = run_view.sample_names(run_dir, latest) if latest is not None else []
         ckpts = _checkpoint_choices(run_dir, best)
         line = f"Best checkpoint: step {best} (★)" if best is not None else "No best checkpoint yet."
+        name = names[0][1] if names else None
+        # the table and both players are filled here too, not left to the dropdowns' change events
         return (line, gr.update(choices=steps, value=latest), gr.update(choices=steps, value=first),
-                gr.update(choices=steps, value=latest), gr.update(choices=names, value=names[0][1] if names else None),
-                gr.update(choices=ckpts, value=ckpts[0][1] if ckpts else None))
+                gr.update(choices=steps, value=latest), gr.update(choices=names, value=name),
+                gr.update(choices=ckpts, value=ckpts[0][1] if ckpts else None),
+                show_table(run, latest), run_view.sample_player(run_dir, first, name, best),
+                run_view.sample_player(run_dir, latest, name, best))
 
     def show_table(run: str, step):
         return run_view.samples_table(Path(run), int(step)) if step is not None else "<p>No evaluation yet.</p>"
@@ -85,7 +89,7 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
             return "\n".join(f"- error: {line}" for line in str(exc).splitlines())
         return f"Exported {Path(checkpoint).name} to `{out}`"
 
-    outputs = [best_line, step_box, step_a, step_b, sentence, ckpt_box]
+    outputs = [best_line, step_box, step_a, step_b, sentence, ckpt_box, table, side_a, side_b]
     refresh_btn.click(refresh, run_box, outputs)
     run_box.change(refresh, run_box, outputs)
     ctx.on_load.append((refresh, run_box, outputs))

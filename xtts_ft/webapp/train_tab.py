@@ -113,7 +113,10 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
     stop_btn.click(on_stop, run_box, message)
     resume_btn.click(on_resume, run_box, message)
     timer = gr.Timer(REFRESH_S)
-    timer.tick(refresh, run_box, [status, progress, curves, log_box], show_progress="hidden")
+    # one refresh at a time, on a worker of its own: a slow refresh on a busy machine skips ticks instead of
+    # queueing them in front of what a person clicked
+    timer.tick(refresh, run_box, [status, progress, curves, log_box], show_progress="hidden", trigger_mode="once",
+               concurrency_limit=1, concurrency_id="train-refresh")
     run_box.change(refresh, run_box, [status, progress, curves, log_box])
     ctx.on_load.append((refresh, run_box, [status, progress, curves, log_box]))
 
