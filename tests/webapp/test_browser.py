@@ -161,8 +161,12 @@ def test_listen_plays_a_sample_marks_the_best_and_exports(browser, app_server, s
     assert audio_loads(browser, side[0])[1] > 0
     last = max(int(p.name.split("_")[1]) for p in (app_server.run_dir / "checkpoints").glob("step_*"))
     # the first evaluation (before training) beside the last one: same sentence and voice
-    assert text_of(browser, "listen-a").startswith("step 0") and f"step {last}" in text_of(browser, "listen-b")
-    assert "best" in text_of(browser, "listen-b") and "best" not in text_of(browser, "listen-a")
+    def sides():
+        a, b = (browser.find_element(By.CSS_SELECTOR, f"#listen-{x} .side") for x in "ab")
+        return (a.get_attribute("data-step"), b.get_attribute("data-step"),
+                bool(a.find_elements(By.CSS_SELECTOR, ".best")), bool(b.find_elements(By.CSS_SELECTOR, ".best")))
+
+    wait_until(lambda: sides() == ("0", str(last), False, True), 30, "step 0 beside the best, last step")
     assert f"step {last}" in text_of(browser, "listen-best")
     browser.save_screenshot(str(screenshots / "listen.png"))
     click(browser, "listen-export")  # the best checkpoint is chosen: the project's own export writes exports/<step>
