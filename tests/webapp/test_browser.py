@@ -52,6 +52,12 @@ def text_of(driver, elem_id: str) -> str:
     return driver.find_element(By.ID, elem_id).text
 
 
+def message(driver, elem_id: str) -> str:
+    """An error message once it is there ("" until then; Gradio's progress overlay is not a message)."""
+    text = text_of(driver, elem_id)
+    return text if "error:" in text else ""
+
+
 def type_into(driver, elem_id: str, value: str) -> None:
     box = driver.find_element(By.CSS_SELECTOR, f"#{elem_id} textarea, #{elem_id} input")
     box.send_keys(Keys.CONTROL, "a")
@@ -88,7 +94,7 @@ def test_bad_inputs_show_the_loaders_one_line_message(browser, app_server, tmp_p
     open_tab(browser, "Train")
     type_into(browser, "field-training-lr", "-0.001")
     click(browser, "train-check")
-    msg = wait_until(lambda: text_of(browser, "train-message"), 30, "the check message")
+    msg = wait_until(lambda: message(browser, "train-message"), 30, "the check message")
     assert "training.lr: -0.001 is not a plausible learning rate" in msg and "Traceback" not in msg
     type_into(browser, "field-training-lr", "0.001")
     missing = tmp_path / "no_such_dataset"
@@ -101,7 +107,7 @@ def test_bad_inputs_show_the_loaders_one_line_message(browser, app_server, tmp_p
     type_into(browser, "data-path", str(missing))
     type_into(browser, "data-out", str(tmp_path / "prepared"))
     click(browser, "data-prepare")
-    msg = wait_until(lambda: text_of(browser, "data-message"), 30, "the data message")
+    msg = wait_until(lambda: message(browser, "data-message"), 30, "the data message")
     assert f"dataset.path: folder '{missing}' does not exist" in msg and "Traceback" not in msg
 
 
@@ -195,7 +201,7 @@ def test_speak_refuses_a_wrong_script_and_gives_audio(browser, app_server, scree
     wait_until(lambda: "script the model does not read (Cyrillic" in browser.find_element(
         By.CSS_SELECTOR, "#speak-normalized textarea").get_attribute("value"), 30, "the script message")
     click(browser, "speak-go")
-    msg = wait_until(lambda: text_of(browser, "speak-message"), 60, "the refusal")
+    msg = wait_until(lambda: message(browser, "speak-message"), 60, "the refusal")
     assert "text: letters in a script the model does not read" in msg and "Traceback" not in msg
     type_into(browser, "speak-text", "በ2015 ሰላም።")
     wait_until(lambda: "ሁለት ሺህ" in browser.find_element(By.CSS_SELECTOR, "#speak-normalized textarea")
