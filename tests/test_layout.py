@@ -23,6 +23,7 @@ def test_run_and_checkpoint_paths(tmp_path):
     assert [p.name for p in (ckpt.state, ckpt.meta, ckpt.vocab, ckpt.config)] == [
         "training_state.pt", "meta.json", "vocab.json", "config.yaml"]
     assert run.samples_at(20) == tmp_path / "samples" / "step_000020"
-    assert {Path(getattr(run, name)).name for name in ("checkpoints", "samples", "metrics", "events", "report",
-                                                       "summary", "config", "run_file", "tensorboard")} == set(RUN_OUTPUTS)
+    names = ("checkpoints", "samples", "metrics", "events", "report", "summary", "config", "run_file", "tensorboard",
+             "exports", "branches")
+    assert {Path(getattr(run, name)).name for name in names} == set(RUN_OUTPUTS)
 

@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from xtts_ft.config import ServeConfig, TextConfig, TokenizerConfig, field_help
+from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_help
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
@@ -433,6 +433,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from xtts_ft.webapp.app import serve
+
+    setup_logging(None, args.verbose)
+    serve(Path(args.run), host=args.host, port=args.port, auth=args.auth, root_path=args.root_path,
+          config=Path(args.config) if args.config else None)
+    return 0
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from xtts_ft.serve.command import ServeOptions, serve_command
 
@@ -539,6 +547,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
     p.add_argument("--speaker", help="Speaker name in metadata.csv (default: dataset.speaker_name).")
     _add_old_content_args(p, add=True)
+
+    p = add("ui", _cmd_ui, "The web app: data, training you can watch and stop, listening, speaking (Gradio).")
+    p.add_argument("--run", default=RunConfig.output_dir,
+                   help="Run folder the page opens on (default: %(default)s, run.output_dir's default).")
+    p.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: %(default)s; 0.0.0.0 for all).")
+    p.add_argument("--port", type=int, default=7860, help="Port (default: %(default)s).")
+    p.add_argument("--auth", metavar="USER:PASS", help="Ask for this user name and password before showing the page.")
+    p.add_argument("--root-path", help="The URL path the app is served under behind a proxy, e.g. /proxy/7860 "
+                                       "(default: Gradio's GRADIO_ROOT_PATH, else none).")
+    p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
 
     p = add("serve", _cmd_serve, "Serve a model over HTTP (OpenAI's /v1/audio/speech) and optionally Wyoming.")
     p.add_argument("--model", required=True, help="An export folder, a checkpoint folder, or a run folder (its best "

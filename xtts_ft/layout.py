@@ -13,6 +13,7 @@ module constants, for code that only needs a name (a glob, a list of outputs).
       checkpoints/step_000500/        CheckpointLayout: training_state.pt, meta.json, vocab.json, config.yaml
       samples/step_000500/*.wav  samples/index.jsonl
       metrics.jsonl  events.jsonl  tensorboard/
+      exports/step_000500/  app_process.json  app_console.log   (written by the web app, xtts_ft/webapp/)
 """
 
 from __future__ import annotations
@@ -48,14 +49,21 @@ EVENTS_FILE = "events.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.json"
+EXPORTS_DIR = "exports"  # exports/step_000500/: exports made from the web app's Listen tab
+# The web app's record of the training process it started for this folder (pid, command), and that
+# process's console output: how a restarted app finds a run that is still going.
+APP_PROCESS_FILE = "app_process.json"
+APP_CONSOLE_LOG = "app_console.log"
 
 # --- a folder a command writes outside the run directory (xtts_ft/output_folder.py) ------------
 OUTPUT_MARKER = ".xtts_ft_output.json"  # which command wrote the folder, when, and which files
 EARLIER_INGESTS = "earlier_ingests"  # ingest --add-to-existing: the reports of the sessions before
 
-#: What a training run writes at the top of its folder (moved aside together by --archive-old-run).
+#: What a training run writes at the top of its folder (moved aside together by --archive-old-run); exports made
+#: from its checkpoints go with it. The web app's process record and console log stay: the app writes them for the
+#: process it is starting, before that process moves the old run aside.
 RUN_OUTPUTS = (CHECKPOINTS_DIR, SAMPLES_DIR, TENSORBOARD_DIR, METRICS_FILE, EVENTS_FILE, REPORT_FILE,
-               SUMMARY_FILE, CONFIG_FILE, RUN_FILE, BRANCHES_DIR)
+               SUMMARY_FILE, CONFIG_FILE, RUN_FILE, BRANCHES_DIR, EXPORTS_DIR)
 
 
 def step_dir_name(step: int) -> str:
@@ -111,6 +119,9 @@ class RunLayout(_Folder):
     tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)
     report = property(lambda self: self.root / REPORT_FILE)
     summary = property(lambda self: self.root / SUMMARY_FILE)
+    exports = property(lambda self: self.root / EXPORTS_DIR)
+    app_process = property(lambda self: self.root / APP_PROCESS_FILE)
+    app_console = property(lambda self: self.root / APP_CONSOLE_LOG)
 
     def checkpoint(self, step: int) -> CheckpointLayout:
         return CheckpointLayout(self.checkpoints / step_dir_name(step))

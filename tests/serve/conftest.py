@@ -1,0 +1,103 @@
+"""One tiny export, one engine and one in-process server (uvicorn on a loopback port) shared by the serve tests.
+
+The export is what ``python -m xtts_ft export`` writes for the demo's tiny random model: the tiny base
+with an ``[am]`` token added (the smallest extended vocabulary), exported by the project's export code.
+A random GPT never says stop, so the engine caps generation at ``MAX_CODES`` audio codes (~0.9 s) per
+piece: every request here costs about a second of CPU per piece.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+MAX_CODES = 20
+VOICE_CLIP = REPO_ROOT / "datasets" / "amharic_demo" / "wavs" / "spk1_001.flac"
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_base_dir, tmp_path_factory) -> Path:
+    from tokenizers import Tokenizer
+
+    from xtts_ft.base_model import BaseModelFiles
+    from xtts_ft.evaluate.export import export_model
+    from xtts_ft.model import build_xtts
+    from xtts_ft.text_settings import TextSettings, make_tokenizer
+
+    root = tmp_path_factory.mktemp("serve_model")
+    base = BaseModelFiles.from_dir(tiny_base_dir)
+    vocab = root / "vocab.json"
+    tok = Tokenizer.from_file(str(base.vocab_json))
+    tok.add_special_tokens(["[am]"])
+    tok.save(str(vocab))
+    settings = TextSettings(fold_homophones=False, char_limit=200)
+    xtts = build_xtts(base, vocab, make_tokenizer(vocab, settings))
+    return export_model(base=base, vocab_path=vocab, gpt_state_dict=xtts.gpt.state_dict(), out_dir=root / "export",
+                        text=settings)
+
+
+@pytest.fixture(scope="session")
+def voices_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("voices")
+    shutil.copyfile(VOICE_CLIP, folder / "spk1.flac")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_export, voices_dir):
+    from xtts_ft.config import ServeConfig
+    from xtts_ft.serve.engine import SpeechEngine
+    from xtts_ft.serve.model_source import resolve_model
+
+    # No retries of short pieces here: a random GPT never stops, so each would triple the cost of a request
+    # (test_serve_engine.py measures the retry on its own engine).
+    return SpeechEngine.open(resolve_model(tiny_export), "cpu", voices_dir=voices_dir, max_codes=MAX_CODES,
+                             settings=ServeConfig(short_text_retries=0))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """uvicorn serving ``app`` on 127.0.0.1 in a background thread (signal handlers stay with the main thread)."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+API_KEY = "test-key"
+
+
+@pytest.fixture(scope="session")
+def server(engine):
+    from xtts_ft.serve.http_app import create_app
+
+    with ServerThread(create_app(engine, api_key=API_KEY)) as running:
+        yield running

@@ -1,0 +1,106 @@
+"""The Data tab: prepare a dataset folder or ingest uploaded recordings, then read the report and listen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from xtts_ft.config import DatasetConfig
+from xtts_ft.config.schema import field_help
+from xtts_ft.errors import UserError
+from xtts_ft.layout import RunLayout
+from xtts_ft.webapp import dataset_view
+from xtts_ft.webapp.context import AppContext
+
+FORMATS = ["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
+
+
+def _error(text: str) -> str:
+    return "\n".join(f"- error: {line}" for line in text.splitlines())
+
+
+def build(ctx: AppContext, run_box: gr.Textbox) -> None:
+    gr.Markdown("Prepare a dataset folder (the same checks the training run applies), or cut long recordings "
+                "into clips. The report below is the run's own `data/report.json` until you prepare another folder.")
+    with gr.Row():
+        path_box = gr.Textbox(label="dataset folder", info=field_help(DatasetConfig, "path"), elem_id="data-path")
+        fmt_box = gr.Dropdown(FORMATS, value="auto", label="format", info=field_help(DatasetConfig, "format"),
+                              elem_id="data-format")
+        out_box = gr.Textbox(label="prepared output folder", info="Where metadata_*.csv, wavs/ and report.json go.",
+                             elem_id="data-out")
+    prepare_btn = gr.Button("Prepare", variant="primary", elem_id="data-prepare")
+    with gr.Accordion("Or upload long recordings with their text or subtitles (ingest)", open=False):
+        with gr.Row():
+            audio_files = gr.File(file_count="multiple", label="recordings", elem_id="data-upload-audio")
+            text_file = gr.File(label="text they read (UTF-8)", elem_id="data-upload-text")
+            subs_file = gr.File(label="or subtitles (.srt / .vtt)", elem_id="data-upload-subs")
+        ingest_btn = gr.Button("Ingest", elem_id="data-ingest")
+    message = gr.Markdown("", elem_id="data-message")
+    log_box = gr.Textbox("", label="progress", lines=8, max_lines=8, interactive=False, elem_id="data-log")
+    shown = gr.Textbox("", label="report of", interactive=False, elem_id="data-shown")
+    report = gr.Markdown("", elem_id="data-report")
+    with gr.Row():
+        kept_btn = gr.Button("Play a random kept clip", elem_id="data-random")
+        kept_text = gr.Textbox("", label="its transcript", interactive=False, elem_id="data-kept-text")
+        kept_audio = gr.Audio(type="filepath", interactive=False, label="kept clip", elem_id="data-kept-audio")
+    with gr.Row():
+        rejected_box = gr.Dropdown([], label="rejected clip (reason)", elem_id="data-rejected")
+        rejected_audio = gr.Audio(type="filepath", interactive=False, label="rejected clip", elem_id="data-rejected-audio")
+
+    def show(folder: str):
+        rows = dataset_view.rejected_clips(Path(folder))
+        choices = [(f"{r.get('reason')}: {r.get('clip_id')} ({r.get('detail')})", str(i)) for i, r in enumerate(rows)]
+        return folder, dataset_view.report_markdown(Path(folder)), gr.update(choices=choices, value=None)
+
+    def on_load(run: str):
+        return show(str(RunLayout(Path(run)).data))
+
+    def on_prepare(path: str, fmt: str, out: str):
+        try:
+            dataset_view.check_dataset(path, fmt)
+            if not out.strip():
+                raise UserError("prepared output folder: empty; name a folder for the prepared clips")
+        except UserError as exc:
+            yield _error(str(exc)), "", gr.update(), gr.update(), gr.update()
+            return
+        yield from _run(dataset_view.prepare_command(path, out, fmt), out)
+
+    def on_ingest(audio, text, subs, out: str):
+        if not audio:
+            yield _error("recordings: none uploaded"), "", gr.update(), gr.update(), gr.update()
+            return
+        if not out.strip():
+            yield _error("prepared output folder: empty; name a folder for the clips"), "", gr.update(), gr.update(), gr.update()
+            return
+        yield from _run(dataset_view.ingest_command([str(a) for a in audio], out, text, subs), out)
+
+    def _run(command: list[str], out: str):
+        log, code = "", None
+        for log, code in dataset_view.stream_command(command, ctx.cwd):  # noqa: B007 - the last pair is used below
+            yield "running ...", log, gr.update(), gr.update(), gr.update()
+        errors = [line.removeprefix("error: ") for line in log.splitlines() if line.startswith("error: ")]
+        if code:
+            yield _error("\n".join(errors) or f"exit code {code}"), log, gr.update(), gr.update(), gr.update()
+            return
+        folder, text, rejected = show(str(Path(ctx.cwd) / out.strip()))
+        yield "done.", log, folder, text, rejected
+
+    def on_random(folder: str):
+        found = dataset_view.random_kept_clip(Path(folder))
+        return (found[1], str(found[0])) if found else ("no kept clip in this folder", None)
+
+    def on_rejected(folder: str, choice):
+        rows = dataset_view.rejected_clips(Path(folder))
+        if choice is None or int(choice) >= len(rows):
+            return None
+        audio = dataset_view.rejected_audio(Path(folder), rows[int(choice)])
+        return str(audio) if audio else None
+
+    outputs = [message, log_box, shown, report, rejected_box]
+    prepare_btn.click(on_prepare, [path_box, fmt_box, out_box], outputs)
+    ingest_btn.click(on_ingest, [audio_files, text_file, subs_file, out_box], outputs)
+    run_box.change(on_load, run_box, [shown, report, rejected_box])
+    ctx.on_load.append((on_load, run_box, [shown, report, rejected_box]))
+    kept_btn.click(on_random, shown, [kept_text, kept_audio])
+    rejected_box.change(on_rejected, [shown, rejected_box], rejected_audio)

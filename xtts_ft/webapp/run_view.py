@@ -1,0 +1,200 @@
+"""What the app shows about a run, read from the run folder only (knows nothing of Gradio).
+
+Curves come from ``metrics.jsonl`` (train and eval lines), evaluations and their samples from
+``samples/index.jsonl``, checkpoints and "best" from the checkpoint folders through the trainer's own
+:func:`xtts_ft.train.checkpoint.best_checkpoint`. Nothing here is cached between calls: each refresh
+reads the files again, so the page can never disagree with what ``headless_train.py`` wrote.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from xtts_ft.errors import UserError
+from xtts_ft.layout import RunLayout, step_of
+
+# (metrics.jsonl key, title, which lines carry it)
+CURVES = (
+    ("loss", "loss", "train"),
+    ("eval_loss", "eval loss", "eval"),
+    ("sample_cer", "CER of the samples", "eval"),
+    ("sample_speaker_similarity", "speaker similarity", "eval"),
+    ("lr", "learning rate", "train"),
+    ("skipped_steps", "skipped steps", "train"),
+)
+
+
+MAX_PLOTTED = 400  # markers per curve at most
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a .jsonl file; a line cut short (a run being written or killed) is skipped."""
+    out = []
+    if Path(path).is_file():
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+    return out
+
+
+def run_config(run_dir: Path) -> dict:
+    """The run's resolved config.yaml as plain data ({} before the run wrote it)."""
+    path = RunLayout(run_dir).config
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.is_file() else {}
+    except yaml.YAMLError:
+        return {}
+
+
+def curve_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) per curve, from metrics.jsonl."""
+    series: dict[str, list[tuple[int, float]]] = {key: [] for key, _, _ in CURVES}
+    for record in read_jsonl(RunLayout(run_dir).metrics):
+        split = "eval" if record.get("split") == "eval" else "train"
+        for key, _, kind in CURVES:
+            value = record.get(key)
+            if kind == split and isinstance(value, (int, float)) and isinstance(record.get("step"), int):
+                series[key].append((record["step"], float(value)))
+    return series
+
+
+def curves_svg(run_dir: Path) -> str:
+    """Every curve as one inline SVG (matplotlib); each curve's points are markers inside ``<g id="curve-KEY">``."""
+    from matplotlib.figure import Figure  # a Figure of its own, no pyplot: no global backend is chosen
+
+    series = curve_points(run_dir)
+    fig = Figure(figsize=(10, 5.2))
+    axes = fig.subplots(2, 3)
+    for ax, (key, title, _) in zip(axes.flat, CURVES):
+        points = series[key]
+        if points:
+            stride = -(-len(points) // MAX_PLOTTED)  # a long run: every n-th point (and the last) keeps the page light
+            shown = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+            steps, values = zip(*shown)
+            ax.plot(steps, values, marker="o", markersize=3, gid=f"curve-{key}")
+        else:
+            ax.text(0.5, 0.5, "no points yet", ha="center", va="center", transform=ax.transAxes, color="gray")
+        ax.set_title(f"{title} ({len(points)})", fontsize=9)
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    svg = buf.getvalue()
+    return svg[svg.find("<svg"):]  # drop the XML prologue: the SVG sits inside the page
+
+
+@dataclass
+class Progress:
+    step: int
+    max_steps: Optional[int]
+    eta_s: Optional[float]
+    loss: Optional[float]
+
+    def line(self) -> str:
+        if self.step == 0 and self.loss is None:
+            return "no training step logged yet"
+        total = f"/{self.max_steps}" if self.max_steps else ""
+        eta = f", ETA {int(self.eta_s // 60)} min {int(self.eta_s % 60)} s" if self.eta_s is not None else ""
+        loss = f", loss {self.loss:.4f}" if self.loss is not None else ""
+        return f"step {self.step}{total}{loss}{eta}"
+
+
+def progress(run_dir: Path) -> Progress:
+    train = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval" and "loss" in r]
+    max_steps = (run_config(run_dir).get("training") or {}).get("max_steps")
+    if not train:
+        return Progress(0, max_steps, None, None)
+    last = train[-1]
+    return Progress(int(last.get("step", 0)), max_steps, last.get("eta_s"), last.get("loss"))
+
+
+# --- evaluations, samples, checkpoints -----------------------------------------------------------------
+def evaluations(run_dir: Path) -> dict[int, dict]:
+    """step -> the latest samples/index.jsonl record of that step (a resumed run may evaluate a step again)."""
+    return {int(r["step"]): r for r in read_jsonl(RunLayout(run_dir).samples_index) if isinstance(r.get("step"), int)}
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    folder = RunLayout(run_dir).checkpoints
+    found = [p for p in folder.iterdir() if p.is_dir() and step_of(p.name) is not None] if folder.is_dir() else []
+    return sorted(found, key=lambda p: step_of(p.name))
+
+
+def best_step(run_dir: Path) -> Optional[int]:
+    """The step of the run's best checkpoint, by the run's checkpoint.best_metric (the trainer's own rule)."""
+    from xtts_ft.run_folder import read_record
+    from xtts_ft.train.checkpoint import best_checkpoint
+
+    metric = (run_config(run_dir).get("checkpoint") or {}).get("best_metric", "eval_loss")
+    try:
+        record = read_record(run_dir)
+    except UserError:  # a damaged run.json: every checkpoint counts (the page still says what the files hold)
+        record = None
+    best = best_checkpoint(run_dir, record.owns if record is not None else None, metric)
+    return step_of(best.name) if best is not None else None
+
+
+def exports(run_dir: Path) -> list[Path]:
+    folder = RunLayout(run_dir).exports
+    return sorted(p for p in folder.iterdir() if (p / "model.pth").is_file()) if folder.is_dir() else []
+
+
+def file_url(path: Path) -> str:
+    """A URL Gradio serves the file at; relative, so it also works behind a proxy path (root_path)."""
+    return "gradio_api/file=" + html.escape(str(Path(path).resolve()), quote=True)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
+
+
+def samples_table(run_dir: Path, step: int) -> str:
+    """One evaluation's samples: text, what the recogniser heard, CER, similarity, and the audio."""
+    record = evaluations(run_dir).get(step)
+    if record is None:
+        return "<p>No samples for this step.</p>"
+    rows = []
+    for s in record.get("samples") or []:
+        audio = Path(run_dir) / s["path"]
+        rows.append(
+            f"<tr><td>{html.escape(str(s.get('speaker')))}</td><td>{html.escape(str(s.get('text')))}</td>"
+            f"<td>{html.escape(str(s.get('recognized_text') or '-'))}</td><td>{_fmt(s.get('cer'))}</td>"
+            f"<td>{_fmt(s.get('speaker_similarity'))}</td><td>{'yes' if s.get('ended_with_stop') else 'no'}</td>"
+            f"<td><audio controls preload=\"auto\" src=\"{file_url(audio)}\"></audio></td></tr>"
+        )
+    metrics = record.get("metrics") or {}
+    head = (f"<p>step {step}: mean CER {_fmt(metrics.get('sample_cer'))}, speaker similarity "
+            f"{_fmt(metrics.get('sample_speaker_similarity'))}, {len(rows)} samples</p>")
+    return (head + "<table class='samples'><tr><th>voice</th><th>text</th><th>heard</th><th>CER</th>"
+            "<th>similarity</th><th>stopped</th><th>audio</th></tr>" + "".join(rows) + "</table>")
+
+
+def sample_names(run_dir: Path, step: int) -> list[tuple[str, str]]:
+    """(label, sample name) for each sample of an evaluation: the same name is the same sentence and voice."""
+    record = evaluations(run_dir).get(step) or {}
+    return [(f"{s.get('index')}: {str(s.get('text'))[:40]} ({s.get('speaker')})", s["name"])
+            for s in record.get("samples") or []]
+
+
+def sample_player(run_dir: Path, step: Optional[int], name: Optional[str], best: Optional[int]) -> str:
+    """One checkpoint's sample of one sentence and voice, with its scores; the best checkpoint is marked."""
+    record = evaluations(run_dir).get(step) if step is not None else None
+    sample = next((s for s in (record or {}).get("samples") or [] if s.get("name") == name), None)
+    if sample is None:
+        return "<p>-</p>"
+    mark = " <b class='best'>&#9733; best</b>" if step == best else ""
+    return (f"<div class='side' data-step='{step}'><p>step {step}{mark}</p>"
+            f"<p>heard: {html.escape(str(sample.get('recognized_text') or '-'))}</p>"
+            f"<p>CER {_fmt(sample.get('cer'))}, similarity {_fmt(sample.get('speaker_similarity'))}</p>"
+            f"<audio controls preload=\"auto\" src=\"{file_url(Path(run_dir) / sample['path'])}\"></audio></div>")

@@ -1,0 +1,153 @@
+"""What the Speak tab does, without Gradio: models to choose, voices, the text the model reads, synthesis.
+
+Synthesis uses the ONE engine the server and Wyoming use (:class:`xtts_ft.serve.engine.SpeechEngine`
+on :func:`xtts_ft.serve.model_source.resolve_model`): the same loading, text front-end, sentence
+splitting and short-text mitigation. :class:`EngineHolder` keeps one engine open (models are large)
+and opens another when the model or the settings change. A voice clip (a dataset clip or an
+upload) becomes an engine voice named after its content, so the same clip is conditioned once.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import threading
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from xtts_ft.errors import DataError
+from xtts_ft.layout import RunLayout
+from xtts_ft.tempfiles import atomic_write
+from xtts_ft.text import normalize_text
+from xtts_ft.text_settings import TextSettings
+from xtts_ft.webapp import run_view
+
+MAX_VOICES = 20
+
+
+def model_choices(run_dir: Path) -> list[tuple[str, str]]:
+    """(label, folder) of the run's exports and checkpoints, newest first; the best checkpoint marked."""
+    best = run_view.best_step(run_dir)
+    out = [(f"export {p.name}", str(p)) for p in reversed(run_view.exports(run_dir))]
+    for path in reversed(run_view.checkpoints(run_dir)):
+        step = int(path.name.split("_")[1])
+        out.append((f"checkpoint {path.name}" + (" ★ best" if step == best else ""), str(path)))
+    return out
+
+
+def voice_choices(run_dir: Path) -> list[tuple[str, str]]:
+    """(label, clip) for the prepared evaluation clips of the run's dataset: one per speaker first, then more."""
+    layout = RunLayout(run_dir)
+    rows: list[tuple[str, Path]] = []
+    for csv_path in (layout.eval_csv, layout.train_csv):
+        if not csv_path.is_file():
+            continue
+        with open(csv_path, encoding="utf-8", newline="") as f:
+            for row in csv.DictReader(f, delimiter="|"):
+                if row.get("audio_file"):
+                    rows.append((row.get("speaker_name") or "speaker", layout.data / row["audio_file"]))
+    seen: Counter = Counter()
+    firsts, rest = [], []
+    for speaker, path in rows:
+        (firsts if not seen[speaker] else rest).append((f"{speaker}: {path.name}", str(path)))
+        seen[speaker] += 1
+    return (firsts + rest)[:MAX_VOICES]
+
+
+def text_settings(model: Path) -> TextSettings:
+    """The text front-end settings the model was trained with (a checkpoint's config.yaml, an export's meta)."""
+    import json
+
+    from xtts_ft.errors import ModelError
+    from xtts_ft.evaluate.export import EXPORT_META, checkpoint_settings
+
+    meta = Path(model) / EXPORT_META
+    if meta.is_file():
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        return TextSettings.from_dict(data.get("text"), str(meta), ModelError)
+    return checkpoint_settings(Path(model))["text"]
+
+
+def _script_of(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    return name.split(" ")[0].title() if name else "unknown"
+
+
+def reading(text: str, settings: TextSettings) -> str:
+    """What the model will read for ``text`` (numbers as words, punctuation mapped); refuses a wrong script.
+
+    The normaliser keeps Ethiopic (and Latin) letters; letters of any other script would be dropped
+    silently, so they are refused in one line that names them.
+    """
+    result = normalize_text(text, fold_homophones=settings.fold_homophones)
+    foreign = {ch for ch in result.dropped if unicodedata.category(ch).startswith("L")}
+    if foreign:
+        scripts = ", ".join(sorted({_script_of(ch) for ch in foreign}))
+        sample = " ".join(w for w in text.split() if foreign & set(w))[:40]  # the words they are in
+        raise DataError(f"text: letters in a script the model does not read ({scripts}: '{sample}'); "
+                        f"write the text in Amharic (Ethiopic script)")
+    if not text.strip():
+        raise DataError("text: empty; type the text to speak")
+    if not result.text:
+        raise DataError("text: nothing the model can read is left after normalisation; type Amharic words")
+    return result.text
+
+
+@dataclass(frozen=True)
+class SpeakSettings:
+    temperature: float
+    max_codes: Optional[int]  # audio codes per piece at most (about 21.5 per second); None: the model's limit
+
+
+class EngineHolder:
+    """One open :class:`SpeechEngine`, for one (model, settings) at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: Optional[tuple] = None
+        self._engine = None
+
+    def get(self, model: Path, settings: SpeakSettings):
+        from xtts_ft.serve.engine import SpeechEngine
+        from xtts_ft.serve.model_source import resolve_model
+
+        key = (str(Path(model).resolve()), settings)
+        with self._lock:
+            if key != self._key:
+                self._engine, self._key = None, None  # the old model goes before the new one loads
+                device = "cuda" if torch_cuda_available() else "cpu"
+                self._engine = SpeechEngine.open(resolve_model(model), device, temperature=settings.temperature,
+                                                 max_codes=settings.max_codes)
+                self._key = key
+            return self._engine
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def voice_name(engine, clip: Path) -> str:
+    """The engine voice for ``clip``, added on first use under a name made from its content."""
+    data = Path(clip).read_bytes()
+    name = "clip-" + hashlib.sha256(data).hexdigest()[:12]
+    if name not in engine.voices.names():
+        engine.voices.add(name, data, suffix=Path(clip).suffix or ".wav")
+    return name
+
+
+def speak(holder: EngineHolder, model: Path, text: str, clip: Path, out: Path, settings: SpeakSettings) -> Path:
+    """Synthesise ``text`` with ``model`` (an export, a checkpoint or a run folder) in the voice of ``clip``."""
+    import soundfile as sf
+
+    if not Path(clip).is_file():
+        raise DataError(f"voice: '{clip}' not found; choose a dataset clip or upload one")
+    reading(text, text_settings(Path(model)))  # a wrong script is refused before the model loads
+    engine = holder.get(Path(model), settings)
+    audio = engine.synthesize_all(text, voice_name(engine, Path(clip)))
+    atomic_write(Path(out), lambda f: sf.write(f, audio, engine.sample_rate, format="WAV"))
+    return Path(out)
