@@ -165,7 +165,7 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         cancel = threading.Event()
         chunks = engine.synthesize(body.input, body.voice, language=body.language, speed=body.speed,
                                    cancel=cancel.is_set)
-        if body.stream_format == "sse" or fmt.streams:
+        if body.stream_format == "sse" or (fmt.streams and len(pieces) > 1):  # one piece: a plain, complete file
             return StreamingResponse(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, admission),
                                      media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
         with _released(admission):
