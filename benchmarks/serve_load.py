@@ -9,7 +9,8 @@ the server as its own process (``--max-codes`` caps audio codes per piece: a ran
 stop), then runs ``--clients`` threads at once, each sending ``--requests`` requests: even-numbered
 clients stream (``pcm``, body read as it arrives), odd-numbered ones wait for a whole ``wav``.
 Prints, per server: time to first audio byte and total latency (p50/p95), real-time factor
-(latency / seconds of audio returned, p50), requests per minute and errors.
+(latency / seconds of audio returned, p50; waiting for the one model included), throughput (seconds
+of audio per second over all clients), requests per minute and errors.
 
 Side by side, the same export under coqui-tts's own ``tts-server`` (its ``/v1/audio/speech``), once in
 Amharic and once with ``--language_idx en``; whatever stops it is printed instead of numbers.
@@ -138,8 +139,10 @@ def report(name: str, results: list[dict]) -> None:
     streamed = [r for r in ok if r["stream"]]
     rtf = float(np.median([r["latency"] / r["audio_s"] for r in ok if r["audio_s"] > 0]))
     wall = ok[0]["wall"]
+    audio_rate = sum(r["audio_s"] for r in ok) / wall  # throughput: seconds of speech per second, all clients
     line = (f"{name}: {len(ok)}/{len(results)} ok, errors {len(errors)}; latency p50 {pct('latency', 50):.2f} s "
-            f"p95 {pct('latency', 95):.2f} s; RTF p50 {rtf:.2f}; {len(ok) / wall * 60:.1f} requests/min")
+            f"p95 {pct('latency', 95):.2f} s; RTF p50 {rtf:.2f} (queueing included); {audio_rate:.2f} s of audio per "
+            f"second; {len(ok) / wall * 60:.1f} requests/min")
     if streamed:
         line += (f"; streamed first byte p50 {pct('ttfb', 50, streamed):.2f} s p95 {pct('ttfb', 95, streamed):.2f} s "
                  f"(whole stream p50 {pct('latency', 50, streamed):.2f} s)")
