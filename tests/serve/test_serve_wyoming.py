@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import free_port
+from servehelpers import free_port
 
 
 @pytest.fixture(scope="module")
