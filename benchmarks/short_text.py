@@ -59,10 +59,12 @@ def main() -> None:
     p.add_argument("--max-codes", type=int, help="Lower the model's code limit (as serve --max-codes).")
     args = p.parse_args()
 
+    scratch = tempfile.TemporaryDirectory(prefix="short_text_")  # the samples and a copied voice; removed at exit
     source = resolve_model(args.model)
     engine = SpeechEngine.open(source, "cpu", max_codes=args.max_codes)
     if args.voice:
-        voice_dir = Path(tempfile.mkdtemp(prefix="short_text_voice_"))
+        voice_dir = Path(scratch.name) / "voice"
+        voice_dir.mkdir()
         (voice_dir / ("voice" + Path(args.voice).suffix)).write_bytes(Path(args.voice).read_bytes())
         from xtts_ft.serve.voices import VoiceLibrary
 
@@ -91,7 +93,7 @@ def main() -> None:
     print(f"model: {source.describe()}; voice {voice.name}; {len(sentences)} short sentences x {args.seeds} seeds; "
           f"model code limit {engine.max_codes}; training pace p95 "
           f"{f'{pace_p95:.3f} s/char' if pace_p95 else 'unknown'}", flush=True)
-    out = Path(tempfile.mkdtemp(prefix="short_text_"))
+    out = Path(scratch.name)
     for name, changes in conditions.items():
         rows = []
         start = time.perf_counter()
