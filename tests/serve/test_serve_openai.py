@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import API_KEY, VOICE_CLIP, ServerThread
+from servehelpers import API_KEY, VOICE_CLIP, ServerThread
 
 THREE_SENTENCES = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት። ብዙ ሰዎች ዛሬ ወደ ገበያ ሄዱ።"
 
@@ -167,3 +167,17 @@ def test_bad_requests_get_a_clear_4xx(server, case):
     message = response.json()["error"]["message"]
     assert words in message and "\n" not in message and "Traceback" not in response.text
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def test_a_whole_file_request_that_hangs_up_is_cancelled_too(server, engine):
+    """flac is sent only when complete: the server watches the connection while it synthesises."""
+    cancelled_before = engine.stats.cancelled
+    body = {"input": THREE_SENTENCES * 3, "voice": "spk1", "response_format": "flac"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/audio/speech", headers={"Authorization": f"Bearer {API_KEY}"}, json=body,
+                   timeout=httpx.Timeout(60, read=1.0))  # gives up after a second, mid-text
+    deadline = time.monotonic() + 10
+    while engine.stats.cancelled == cancelled_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine.stats.cancelled == cancelled_before + 1
+    assert httpx.get(server.url + "/health").json()["queue"]["admitted"] == 0

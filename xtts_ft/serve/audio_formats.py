@@ -6,10 +6,10 @@ through libsndfile (the ``soundfile`` package): what it can write depends on how
 from ``soundfile.available_formats()`` / ``available_subtypes()`` instead of being promised.
 
 Streaming: ``pcm`` (raw 16-bit little-endian mono) and ``wav`` (a header with an open length,
-then PCM, as streaming players expect) go out piece by piece, and so does ``mp3`` (a stream of
-MP3 frames may be cut and joined at frame boundaries, so each piece is encoded on its own).
-``flac`` and ``opus`` are containers with one header for the whole stream: they are encoded once
-the last piece is ready.
+then PCM, as streaming players expect) go out piece by piece. ``flac``, ``opus`` and ``mp3`` are
+encoded once the last piece is ready: the first two have one header for the whole stream, and
+libsndfile starts every MP3 with a Xing frame that counts its frames, so MP3 pieces joined end to
+end decode as the first piece only (measured: tests/serve/test_serve_audio_formats.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _CANDIDATES = {
     "wav": AudioFormat("wav", "audio/wav", True, "WAV", "PCM_16"),
     "pcm": AudioFormat("pcm", "audio/pcm", True),
     "flac": AudioFormat("flac", "audio/flac", False, "FLAC", "PCM_16"),
-    "mp3": AudioFormat("mp3", "audio/mpeg", True, "MP3", "MPEG_LAYER_III"),
+    "mp3": AudioFormat("mp3", "audio/mpeg", False, "MP3", "MPEG_LAYER_III"),
     "opus": AudioFormat("opus", "audio/ogg", False, "OGG", "OPUS"),
 }
 
@@ -96,8 +96,6 @@ class StreamEncoder:
         if not self.fmt.streams:
             self._held.append(audio)
             return b""
-        if self.fmt.name == "mp3":
-            return encode_whole(audio, self.sample_rate, self.fmt)
         head = b""
         if self.fmt.name == "wav" and not self._started:
             head = wav_stream_header(self.sample_rate)

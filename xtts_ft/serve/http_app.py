@@ -165,9 +165,10 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         cancel = threading.Event()
         chunks = engine.synthesize(body.input, body.voice, language=body.language, speed=body.speed,
                                    cancel=cancel.is_set)
-        if body.stream_format == "sse" or fmt.streams:
-            return StreamingResponse(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, admission),
-                                     media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
+        if body.stream_format == "sse" or (fmt.streams and len(pieces) > 1):  # one piece: a plain, complete file
+            return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel),
+                                  release=lambda: (cancel.set(), admission.leave()),
+                                  media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
         with _released(admission):
             audio = await _collect(chunks, request, cancel)
         if audio is None:
@@ -176,6 +177,22 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
 
     app.include_router(v1)
     return app
+
+
+class AdmittedStream(StreamingResponse):
+    """A streamed answer that gives its admission back however it ends: sent, cancelled by a disconnect, or
+    never started (a client gone before the first byte never runs the body generator, so its ``finally``
+    cannot be relied on for this)."""
+
+    def __init__(self, content, *, release, **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 @contextmanager
@@ -206,7 +223,7 @@ async def _collect(chunks, request: Request, cancel: threading.Event):
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event, admission: Admission):
+async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event):
     """The response body; cancelled by the server when the client goes away, which stops the synthesis."""
     encoder = StreamEncoder(fmt, sample_rate)
     sent = 0
@@ -224,7 +241,6 @@ async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: thr
             yield "data: " + json.dumps({"type": "speech.audio.done", "usage": {"output_bytes": sent}}) + "\n\n"
     finally:
         cancel.set()  # the client went away (or all was sent): nothing more to synthesise
-        admission.leave()
 
 
 def _sse_delta(data: bytes) -> str:

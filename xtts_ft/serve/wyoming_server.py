@@ -86,14 +86,21 @@ def make_handler_class(engine: SpeechEngine):
 
 
 async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Event] = None) -> None:
-    """Serve ``uri`` (``tcp://HOST:PORT``) until cancelled."""
+    """Serve ``uri`` (``tcp://HOST:PORT``) until cancelled; ``ready`` is set once connections are accepted.
+
+    ``start`` rather than ``run``: ``run`` installs its own stop-signal handler, and Ctrl-C belongs to uvicorn,
+    which cancels this task when it stops.
+    """
     from functools import partial
 
     from wyoming.server import AsyncServer
 
     server = AsyncServer.from_uri(uri)
-    handler = make_handler_class(engine)
+    await server.start(partial(make_handler_class(engine)))
     log.info("Wyoming: listening on %s (language %s)", uri, engine.language)
     if ready is not None:
         ready.set()
-    await server.run(partial(handler))
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()

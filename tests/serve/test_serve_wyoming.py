@@ -1,0 +1,72 @@
+"""Wyoming (Home Assistant): the ``wyoming`` package's own client gets voices from Describe and audio for Synthesize."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+from servehelpers import free_port
+
+
+@pytest.fixture(scope="module")
+def wyoming_uri(engine):
+    from xtts_ft.serve.wyoming_server import run_wyoming
+
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    async def main() -> None:
+        started = asyncio.Event()
+        task = asyncio.ensure_future(run_wyoming(engine, uri, started))
+        await started.wait()
+        ready.set()
+        await task
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    yield uri
+    loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])
+    thread.join(timeout=10)
+
+
+async def _ask(uri: str, event, until: str) -> list:
+    from wyoming.client import AsyncClient
+
+    received = []
+    async with AsyncClient.from_uri(uri) as client:
+        await client.write_event(event)
+        while True:
+            reply = await asyncio.wait_for(client.read_event(), timeout=60)
+            assert reply is not None, "connection closed early"
+            received.append(reply)
+            if reply.type in (until, "error"):
+                return received
+
+
+def test_describe_lists_the_voices(wyoming_uri, engine):
+    from wyoming.info import Describe, Info
+
+    (reply,) = asyncio.run(_ask(wyoming_uri, Describe().event(), "info"))
+    info = Info.from_event(reply)
+    voices = {v.name: v for v in info.tts[0].voices}  # (an upload in another test file may have added one)
+    assert list(voices)[0] == "spk1" and voices["spk1"].languages == ["am"]
+    assert set(voices) == set(engine.voices.names())
+
+
+def test_synthesize_event_gets_audio_in_the_models_language(wyoming_uri, engine):
+    from wyoming.audio import AudioChunk, AudioStart
+    from wyoming.tts import Synthesize
+
+    # Home Assistant sends no language (and may name a voice this server lacks): the model's own is used.
+    events = asyncio.run(_ask(wyoming_uri, Synthesize(text="ሰላም፣ እንዴት ነህ?").event(), "audio-stop"))
+    types = [e.type for e in events]
+    assert types[0] == "audio-start" and types[-1] == "audio-stop" and "audio-chunk" in types, types
+    start = AudioStart.from_event(events[0])
+    assert (start.rate, start.width, start.channels) == (engine.sample_rate, 2, 1)
+    pcm = b"".join(AudioChunk.from_event(e).audio for e in events if e.type == "audio-chunk")
+    samples = np.frombuffer(pcm, dtype="<i2")
+    assert samples.size > 0.2 * engine.sample_rate and np.abs(samples).max() > 0
