@@ -27,6 +27,24 @@ def test_every_command_has_help(command):
     assert "usage: xtts-ft " + command in out.stdout
 
 
+def test_every_registered_command_has_help_in_process(capsys):
+    """Every subcommand the parser registers (serve, publish, ui, ingest, ... as they are added) answers --help;
+    the subprocess test above covers the original ones end to end."""
+    import argparse
+
+    from xtts_ft.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    names = sorted(sub.choices)
+    assert {"serve", "publish", "ui", "ingest", "transcribe", "score", *COMMANDS} <= set(names)
+    for name in names:
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([name, "--help"])
+        assert done.value.code == 0
+        assert "usage: xtts-ft " + name in capsys.readouterr().out
+
+
 def test_headless_help():
     out = run("headless_train.py", "--help")
     assert out.returncode == 0 and "--config" in out.stdout and "--resume" in out.stdout
