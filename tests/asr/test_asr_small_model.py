@@ -80,3 +80,21 @@ def test_transcribe_with_a_missing_model_is_one_line(capsys, tmp_path):
                  str(tmp_path / "no_model"), clip])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "asr.model: folder" in err
+
+
+def test_a_sample_too_short_to_hear_scores_as_unheard_and_the_command_refuses_it(tmp_path):
+    """Evaluation scores whatever the model said: an 85 ms sample (a model that stopped at once) is heard as
+    (almost) nothing instead of failing the evaluation; the transcribe command still refuses such a file."""
+    import numpy as np
+    import soundfile as sf
+
+    from xtts_ft.errors import DataError
+
+    short = tmp_path / "short.wav"
+    sf.write(short, np.zeros(int(0.085 * 24000), dtype=np.float32), 24000)
+    normal = DEMO / "wavs" / "spk1_001.flac"
+    rec = Recognizer(SMALL_MODEL_DIR, device="cpu", batch_size=4)
+    heard_short, heard_normal = rec.transcribe_files([short, normal])
+    assert len(heard_short.replace(" ", "")) <= 1 and len(heard_normal) > 5
+    with pytest.raises(DataError, match="only 85 ms of audio"):
+        rec.transcribe_files([short], refuse_short=True)

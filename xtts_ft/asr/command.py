@@ -54,6 +54,6 @@ def transcribe_command(cfg: Config, audio: Sequence[str], model: Optional[str] =
     for path in audio:  # before the recogniser loads: a clip too short to hear fails at once
         refuse_too_short(path)
     recognizer = Recognizer.from_config(cfg.asr, model)
-    for path, text in zip(audio, recognizer.transcribe_files(audio)):
+    for path, text in zip(audio, recognizer.transcribe_files(audio, refuse_short=True)):
         print(f"{path}\t{text}", flush=True)
     return 0

@@ -118,7 +118,10 @@ class Recognizer:
     def transcribe(self, clips: Sequence[np.ndarray], sample_rates: Sequence[int] | int = SAMPLE_RATE) -> list[str]:
         """Recognised text of each clip (float samples, mono or (frames, channels))."""
         rates = [sample_rates] * len(clips) if isinstance(sample_rates, int) else list(sample_rates)
-        audio = [to_16k(c, r) for c, r in zip(clips, rates)]
+        # A clip shorter than the feature encoder's window (a synthesised sample that stopped at once) is heard as
+        # what it is, nothing, padded with silence rather than failing the whole batch.
+        shortest = int(MIN_AUDIO_S * SAMPLE_RATE)
+        audio = [np.pad(a, (0, max(0, shortest - len(a)))) for a in (to_16k(c, r) for c, r in zip(clips, rates))]
         # Similar lengths share a batch, so padding (which can change a model's output) stays small.
         order = sorted(range(len(audio)), key=lambda i: len(audio[i]))
         texts: dict[int, str] = {}
@@ -128,8 +131,11 @@ class Recognizer:
                 texts[i] = text
         return [texts[i] for i in range(len(audio))]
 
-    def transcribe_files(self, paths: Sequence[str | Path]) -> list[str]:
-        """Recognised text of each audio file (any format the data stage decodes)."""
+    def transcribe_files(self, paths: Sequence[str | Path], refuse_short: bool = False) -> list[str]:
+        """Recognised text of each audio file (any format the data stage decodes).
+
+        ``refuse_short``: a file under ``MIN_AUDIO_S`` is a user mistake (the ``transcribe`` command), not a
+        sample to score as unheard (evaluation, the transcript check)."""
         from xtts_ft.data.audio import DecodeError, decode
 
         clips, rates = [], []
@@ -139,7 +145,7 @@ class Recognizer:
             except DecodeError as exc:
                 raise DataError(f"{path}: cannot read the audio: {exc}") from None
             seconds = len(data) / rate if rate > 0 else 0.0
-            if seconds < MIN_AUDIO_S:  # the recogniser's first convolutions need more samples than that
+            if refuse_short and seconds < MIN_AUDIO_S:  # the recogniser's first convolutions need more samples
                 what = "no audio in it" if len(data) == 0 else f"only {seconds * 1000:.0f} ms of audio"
                 raise DataError(f"{path}: {what}; the recogniser needs at least {MIN_AUDIO_S:g} s of speech")
             clips.append(data)

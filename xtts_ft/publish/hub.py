@@ -25,6 +25,7 @@ from typing import Optional
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate.export import EXPORT_META
+from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.publish.card import BASE_MODEL, gather_facts, read_json, render_card
 from xtts_ft.tempfiles import atomic_write, replace_dir
 
@@ -123,7 +124,8 @@ def _stage_model(resolved, stage: Path) -> None:
     if resolved.loads_as == "export":
         stage.mkdir()
         for f in sorted(resolved.model_dir.iterdir()):
-            if f.is_file() and f.name != CARD_FILE:  # its README (local paths) is replaced by the card
+            # its README (local paths) is replaced by the card; the marker of who wrote the folder stays local
+            if f.is_file() and f.name not in (CARD_FILE, OUTPUT_MARKER):
                 _link_or_copy(f, stage / f.name)
         return
     from xtts_ft.evaluate.export import export_from_checkpoint
@@ -131,6 +133,7 @@ def _stage_model(resolved, stage: Path) -> None:
 
     export_from_checkpoint(resolved.model_dir, stage, base_for_checkpoint(resolved.model_dir, resolved.base_model))
     (stage / CARD_FILE).unlink(missing_ok=True)
+    (stage / OUTPUT_MARKER).unlink(missing_ok=True)  # publish's own record (xtts_ft_publish.json) says who wrote it
 
 
 def _public_name(path) -> Optional[str]:
