@@ -35,6 +35,7 @@ import yaml
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.webapp.run_view import read_jsonl
 
 HEADLESS_SCRIPT = "headless_train.py"
 
@@ -85,17 +86,7 @@ def _alive(record: ProcessRecord) -> bool:
 
 def read_events(run_dir: Path) -> list[dict]:
     """events.jsonl as records; a line cut short by a kill is skipped."""
-    path = RunLayout(run_dir).events
-    out = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-    return out
+    return read_jsonl(RunLayout(run_dir).events)
 
 
 class RunController:
