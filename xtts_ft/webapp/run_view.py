@@ -87,6 +87,7 @@ def curves_svg(run_dir: Path) -> str:
             ax.text(0.5, 0.5, "no points yet", ha="center", va="center", transform=ax.transAxes, color="gray")
         ax.set_title(f"{title} ({len(points)})", fontsize=9)
         ax.tick_params(labelsize=7)
+        ax.ticklabel_format(axis="y", useOffset=False)  # a nearly flat learning rate reads as its value, not 1e-9+...
     fig.tight_layout()
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
