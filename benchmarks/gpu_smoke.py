@@ -19,10 +19,12 @@ run goes on to the next section):
    trace; fp16 steps skipped by the scaler are counted and judged (at most one in the short run);
 3. memory: the batch-size probe's peak must be at least the real peak of step 1 at the size it chose
    (the probe pads to the longest clip and holds the optimizer state's size, so it may not be lower);
-4. resume: the same run stopped half-way and resumed: on the CPU bit-identical to the uninterrupted run;
-   on a GPU its weights within 10 % of how far training moved them, and its per-step losses within 1 %;
+4. resume: the same run (constant LR) stopped half-way and resumed: on the CPU bit-identical to the
+   uninterrupted run; on a GPU (kernels with atomics are not bit-reproducible) no further from it, in weights
+   and per-step losses, than twice the distance between two uninterrupted runs, measured alongside;
 5. evaluation inputs: the DVAE codes evaluation feeds the model equal a fresh fp32 DVAE pass over each
-   clip alone, and its conditioning mels equal an fp32 computation outside autocast;
+   clip alone (a GPU may differ in at most 1 % of codes: batched and one-clip convolutions pick different
+   kernels, and near-tied codes flip), and its conditioning mels equal an fp32 computation outside autocast;
 6. memory options: ``offload_frozen`` + gradient checkpointing + an evaluation with sample synthesis,
    speaker similarity and the recogniser (the HiFiGAN decoder moved to the device and back), an
    injected out-of-memory error in step 1 that the micro-batch split absorbs, and (fp16 runs) an
@@ -166,30 +168,60 @@ def probe_section(args, device, state):
 def resume_section(args, device, state):
     from xtts_ft.train.stability import gpt_state_dict
 
-    needs(state, "size", "model")
-    run_dir = args.out / "resume"
-    shutil.rmtree(run_dir, ignore_errors=True)
+    needs(state, "size")
     half = max(1, args.steps // 2)
-    seed_codes(args.out / "train", run_dir)
-    sets = {"training.batch_size": str(state["size"])}
-    train_run(args, smoke_config(args, run_dir, **sets, **{"training.max_steps": str(half)}), state["prep"])
-    result, model, _ = train_run(args, smoke_config(args, run_dir, **sets), state["prep"])
-    ref, got, start = gpt_state_dict(state["model"].gpt), gpt_state_dict(model.gpt), state["start"]
+    # A constant LR: the first half is a run with max_steps=half, and a cosine or step schedule is a function of
+    # max_steps, so with it the first half would take other LRs than the uninterrupted run's first half.
+    sets = {"training.batch_size": str(state["size"]), "training.lr_schedule": "constant"}
+
+    def fresh_run(name: str, **more):
+        run_dir = args.out / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        seed_codes(args.out / "train", run_dir)
+        result, model, start = train_run(args, smoke_config(args, run_dir, **sets, **more), state["prep"])
+        weights = {k: v.detach().float().cpu() for k, v in gpt_state_dict(model.gpt).items()}
+        return result, weights, start, {r["step"]: r["loss"] for r in step_lines(run_dir)}
+
+    _, ref, start, ref_losses = fresh_run("resume_reference")
+    fresh_run("resume", **{"training.max_steps": str(half)})  # the first half, stopped at max_steps ...
+    run_dir = args.out / "resume"
+    result, model, _ = train_run(args, smoke_config(args, run_dir, **sets), state["prep"])  # ... then resumed
+    got = {k: v.detach().float().cpu() for k, v in gpt_state_dict(model.gpt).items()}
     del model
-    gap = math.sqrt(sum(float((got[k].float() - ref[k].float()).pow(2).sum()) for k in ref))
-    moved = math.sqrt(sum(float((ref[k].float().cpu() - start[k].float()).pow(2).sum()) for k in ref))
-    identical = all(torch.equal(ref[k], got[k]) for k in ref)
-    before = {r["step"]: r["loss"] for r in step_lines(args.out / "train")}
+    gap, moved, identical = weight_gap(ref, got, start)
     after = {r["step"]: r["loss"] for r in step_lines(run_dir) if r["step"] > half}
-    loss_gap = max((abs(after[s] - before[s]) / max(abs(before[s]), 1e-8) for s in after if s in before), default=1.0)
+    loss_gap = losses_gap(ref_losses, after)
     print(f"stopped at step {half}, resumed to {result.step}: weight difference {gap:.3g} against {moved:.3g} moved "
           f"by training ({gap / max(moved, 1e-12):.2%}); per-step losses after the resume within {loss_gap:.2%}; "
           f"bit-identical {identical}")
-    if device.type == "cuda":  # kernels with atomics are not bit-reproducible; Adam amplifies that noise
-        ok = identical or (gap <= 0.1 * moved and loss_gap <= 0.01)
-    else:
-        ok = identical
-    check("resumed run matches the uninterrupted one", result.step == args.steps and ok)
+    if device.type != "cuda":
+        check("resumed run matches the uninterrupted one", result.step == args.steps and identical)
+        return
+    # On a GPU, kernels with atomics (embedding backward, some reductions) are not bit-reproducible and Adam
+    # amplifies that noise over the steps; so the yardstick is how far a second UNINTERRUPTED run drifts from the
+    # first, measured here, not a fixed share.
+    _, twin, _, twin_losses = fresh_run("resume_twin")
+    noise, _, twin_identical = weight_gap(ref, twin, start)
+    noise_loss = losses_gap(ref_losses, {s: v for s, v in twin_losses.items() if s > half})
+    print(f"noise floor: a second uninterrupted run differs by {noise:.3g} ({noise / max(moved, 1e-12):.2%} of the "
+          f"distance moved); its losses after step {half} within {noise_loss:.2%}; bit-identical {twin_identical}")
+    ok = identical or (gap <= 2 * noise + 1e-3 * moved and loss_gap <= 2 * noise_loss + 1e-3)
+    check("resumed run matches the uninterrupted one as closely as a second uninterrupted run does",
+          result.step == args.steps and ok,
+          f"resume {gap:.3g} / {loss_gap:.2%} against twice the noise floor {2 * noise:.3g} / {2 * noise_loss:.2%}")
+
+
+def weight_gap(ref: dict, got: dict, start: dict) -> tuple[float, float, bool]:
+    """(distance between two GPT weight sets, distance the reference moved from the start, bit-identical)."""
+    ref = {k: v.detach().float().cpu() for k, v in ref.items()}
+    gap = math.sqrt(sum(float((got[k] - ref[k]).pow(2).sum()) for k in ref))
+    moved = math.sqrt(sum(float((ref[k] - start[k].float()).pow(2).sum()) for k in ref))
+    return gap, moved, all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def losses_gap(before: dict, after: dict) -> float:
+    """The largest relative difference between two runs' losses at the same steps."""
+    return max((abs(after[s] - before[s]) / max(abs(before[s]), 1e-8) for s in after if s in before), default=1.0)
 
 
 def eval_inputs_section(args, device, state):
@@ -229,7 +261,7 @@ def eval_inputs_section(args, device, state):
         del model.forward
         model.train()
     stride = int(model.xtts.args.gpt_code_stride_len)
-    codes_equal = mels_equal = 0
+    codes_equal = mels_equal = codes_total = codes_differ = 0
     with torch.no_grad(), torch.amp.autocast(device.type, enabled=False):
         for keys, fed in zip(batches, seen):
             batch = collate([data[key] for key in keys])
@@ -240,13 +272,22 @@ def eval_inputs_section(args, device, state):
                 wav = torch.from_numpy(read_segment(clip.audio_path, 0, None)).view(1, 1, -1)
                 n = num_codes(clip.num_samples, stride)
                 alone = codes_for_batch(model, wav.to(device))[0, :n]
-                codes_equal += int(torch.equal(fed["audio_codes"][row, :n].to(alone.dtype), alone))
+                differ = int((fed["audio_codes"][row, :n].to(alone.dtype) != alone).sum())
+                codes_equal += int(differ == 0)
+                codes_differ, codes_total = codes_differ + differ, codes_total + n
     rows = sum(len(keys) for keys in batches)
     print(f"{len(batches)} eval batches in {policy.name}: eval_loss {losses['eval_loss']:.4f}; codes equal to a fresh "
-          f"DVAE pass for {codes_equal} of {rows} clips; conditioning mels equal to fp32 for {mels_equal} of "
-          f"{len(seen)} batches")
-    check("eval codes equal a fresh fp32 DVAE pass and eval mels equal fp32 ones", len(seen) == len(batches)
-          and codes_equal == rows and mels_equal == len(seen))
+          f"DVAE pass for {codes_equal} of {rows} clips ({codes_differ} of {codes_total} codes differ); conditioning "
+          f"mels equal to fp32 for {mels_equal} of {len(seen)} batches")
+    # Autocast leaking into the DVAE would change a large share of the codes. On a GPU a batched pass and a
+    # one-clip pass pick different convolution kernels (TF32 among them), and a code whose two nearest codebook
+    # entries are almost tied can flip; so a GPU may differ in a few codes, never in a share of them.
+    tolerated = 0 if device.type != "cuda" else codes_total // 100
+    check("eval codes match a fresh fp32 DVAE pass (GPU: at most 1 % of codes) and eval mels equal fp32 ones",
+          len(seen) == len(batches) and codes_differ <= tolerated and mels_equal == len(seen),
+          f"{codes_differ} of {codes_total} codes differ")
+
+
 def memory_options_section(args, device, state):
     from xtts_ft.pipeline import make_eval_hook_for
     from xtts_ft.train.precision import PrecisionPolicy, fallback_policy, resolve_precision
@@ -397,10 +438,26 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 8, --quick 2)")
     parser.add_argument("--cpu", action="store_true", help="run every section on the CPU (reduced mode)")
     parser.add_argument("--quick", action="store_true", help="fewest steps and the small throughput benchmark")
+    parser.add_argument("--sections", default="1-9",
+                        help="which sections to run, e.g. 1-6 or 1,2,4 (default all; a section that needs an "
+                             "earlier one that did not run reports that)")
     args = parser.parse_args(argv)
     args.steps = args.steps or (2 if args.quick else 8)
     args.out = args.out.resolve()
+    args.sections = parse_sections(args.sections, parser)
     return args
+
+
+def parse_sections(text: str, parser) -> set[int]:
+    chosen: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not (low.isdigit() and (not high or high.isdigit())):
+            parser.error(f"--sections {text!r}: use numbers and ranges between 1 and 9, e.g. 1-6 or 1,2,4")
+        chosen.update(range(int(low), int(high or low) + 1))
+    if not chosen <= set(range(1, 10)):
+        parser.error(f"--sections {text!r}: the sections are numbered 1 to 9")
+    return chosen
 
 
 def main() -> int:
@@ -411,17 +468,21 @@ def main() -> int:
     record_probes()
     print(f"gpu_smoke: {' '.join(sys.argv[1:]) or '(defaults)'}; git {git_revision()}")
     state: dict = {}
-    device = run_section(1, "device and precision", device_section, args) or torch.device("cpu")
+
+    def run_chosen(number, title, fn, *fn_args):  # section 1 always runs: it finds the device
+        return run_section(number, title, fn, *fn_args) if number == 1 or number in args.sections else None
+
+    device = run_chosen(1, "device and precision", device_section, args) or torch.device("cpu")
 
     def train_with_data():
         state["prep"] = prepared(args)
         training_section(args, device, state)
 
-    run_section(2, "short training run", train_with_data)
-    run_section(3, "batch-size probe vs real peak", probe_section, args, device, state)
-    run_section(4, "resume equality", resume_section, args, device, state)
-    run_section(5, "evaluation inputs vs training inputs", eval_inputs_section, args, device, state)
-    run_section(6, "offload_frozen, gradient checkpointing, evaluation, out-of-memory split, fp16 fallback",
+    run_chosen(2, "short training run", train_with_data)
+    run_chosen(3, "batch-size probe vs real peak", probe_section, args, device, state)
+    run_chosen(4, "resume equality", resume_section, args, device, state)
+    run_chosen(5, "evaluation inputs vs training inputs", eval_inputs_section, args, device, state)
+    run_chosen(6, "offload_frozen, gradient checkpointing, evaluation, out-of-memory split, fp16 fallback",
                 memory_options_section, args, device, state)
     state.pop("model", None)  # the in-process models go before the child processes start
     state.pop("start", None)
@@ -432,7 +493,7 @@ def main() -> int:
             release_gpu(device, f"section {number}")
             return fn(*fn_args)
 
-        run_section(number, title, child_section)
+        run_chosen(number, title, child_section)
     failed = [name for name, ok in RESULTS if not ok]
     print(f"\n## summary: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
