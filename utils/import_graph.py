@@ -1,0 +1,281 @@
+"""The package's structure drawing and the rules its imports follow.
+
+    python utils/import_graph.py                # check the rules; print the problems, exit 1 if any
+    python utils/import_graph.py --write docs/structure.md   # regenerate the drawing
+    python utils/import_graph.py --check-doc docs/structure.md  # exit 1 when the drawing is out of date
+
+The layers below are the design: a module may import its own layer and the layers under it, never one
+above it (an "upward" import), and no chain of imports may come back to where it started (a circle).
+Imports of the project's own modules sit at the top of each file. A function-level import is kept only
+for a heavy optional third-party package, and then in exactly one adapter module per package (so that a
+command that does not need Gradio or FastAPI never pays for importing them).
+
+The tests run the same checks (tests/test_import_graph.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "xtts_ft"
+
+# Bottom first. Each entry: the layer's name and the module prefixes (below xtts_ft.) it holds.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
+                    "output_folder", "stages")),
+    ("text", ("text", "text_settings")),
+    ("tokenizer", ("tokenizer",)),
+    ("models", ("base_model", "random_model", "model")),
+    ("data", ("data",)),
+    ("asr", ("asr",)),
+    ("checkpoints", ("checkpoint_store",)),
+    ("train", ("train",)),
+    ("run folder", ("run_folder",)),
+    ("evaluate", ("evaluate",)),
+    ("ingest", ("ingest",)),
+    ("pipeline", ("pipeline",)),
+    ("serve", ("serve",)),
+    ("publish", ("publish",)),
+    ("webapp", ("webapp",)),
+    ("commands", ("cli", "__main__")),
+]
+
+# Heavy optional third-party packages and the one module each may be imported in, inside a function.
+ADAPTERS: dict[str, str] = {
+    "gradio": "xtts_ft.webapp.gradio_adapter",
+    "fastapi": "xtts_ft.serve.http_app",
+    "uvicorn": "xtts_ft.serve.command",
+    "wyoming": "xtts_ft.serve.wyoming_server",
+    "datasets": "xtts_ft.data.hf_source",
+    "silero_vad": "xtts_ft.ingest.vad",
+    "peft": "xtts_ft.train.trainable",
+    "matplotlib": "xtts_ft.evaluate.plots",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported module (own) or top-level package (third-party)
+    line: int
+    at_top: bool  # module level (also inside if/try at module level), not inside a function or class body
+
+
+@dataclass
+class Graph:
+    modules: dict[str, Path]
+    own: list[Import] = field(default_factory=list)
+    third_party: list[Import] = field(default_factory=list)
+
+
+def layer_of(module: str) -> int:
+    rest = module[len(PACKAGE) + 1:] if module != PACKAGE else ""
+    best, best_len = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (prefix == "" and rest == "") or (prefix and (rest == prefix or rest.startswith(prefix + "."))):
+                if len(prefix) > best_len:
+                    best, best_len = index, len(prefix)
+    return best
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def build_graph(root: Path = REPO) -> Graph:
+    modules = {_module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+    graph = Graph(modules)
+    seen: set[tuple[str, str, int]] = set()
+    stdlib = set(sys.stdlib_module_names)
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node, at_top in _imports(tree):
+            for target in _targets(node, package):
+                if target == name:
+                    continue
+                if target.split(".")[0] == PACKAGE:
+                    resolved = _own_module(target, modules)
+                    if resolved and resolved != name and (name, resolved, node.lineno) not in seen:
+                        seen.add((name, resolved, node.lineno))
+                        graph.own.append(Import(name, resolved, node.lineno, at_top))
+                elif target.split(".")[0] not in stdlib | {"__future__"}:
+                    top = target.split(".")[0]
+                    if (name, top, node.lineno) not in seen:
+                        seen.add((name, top, node.lineno))
+                        graph.third_party.append(Import(name, top, node.lineno, at_top))
+    return graph
+
+
+def _imports(tree: ast.Module):
+    """Every import statement with whether it runs at import time of the module (not inside a def)."""
+    def walk(node, at_top):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, at_top
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield from walk(child, False)
+            else:
+                yield from walk(child, at_top)
+    yield from walk(tree, True)
+
+
+def _targets(node, package: str) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - node.level + 1]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    # "from pkg import name" may import a submodule called name
+    return [module] + [f"{module}.{alias.name}" for alias in node.names]
+
+
+def _own_module(target: str, modules: dict[str, Path]) -> str | None:
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def circles(graph: Graph) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted."""
+    edges = defaultdict(set)
+    for imp in graph.own:
+        if not _is_parent_package(imp.source, imp.target):
+            edges[imp.source].add(imp.target)
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+    for v in sorted(graph.modules):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _is_parent_package(source: str, target: str) -> bool:
+    """``xtts_ft.train.loop`` importing ``xtts_ft.train`` (its package's __init__) is how Python loads it."""
+    return source.startswith(target + ".")
+
+
+def problems(graph: Graph) -> list[str]:
+    found = []
+    for name in sorted(graph.modules):
+        if layer_of(name) < 0:
+            found.append(f"{name}: in no layer; add it to LAYERS in utils/import_graph.py")
+    for group in circles(graph):
+        found.append("circle: " + " <-> ".join(group))
+    for imp in graph.own:
+        src, dst = layer_of(imp.source), layer_of(imp.target)
+        if src >= 0 and dst > src:
+            found.append(f"{imp.source}:{imp.line} imports {imp.target}: upward ({LAYERS[src][0]} -> "
+                         f"{LAYERS[dst][0]})")
+        if not imp.at_top:
+            found.append(f"{imp.source}:{imp.line} imports {imp.target} inside a function; move it to the top")
+    for imp in graph.third_party:
+        if imp.at_top:
+            if imp.target in ADAPTERS and imp.source != ADAPTERS[imp.target]:
+                found.append(f"{imp.source}:{imp.line} imports {imp.target} (heavy, optional) at the top; "
+                             f"reach it through {ADAPTERS[imp.target]}")
+        elif ADAPTERS.get(imp.target) != imp.source:
+            where = f"only {ADAPTERS[imp.target]} may" if imp.target in ADAPTERS else "import it at the top"
+            found.append(f"{imp.source}:{imp.line} imports {imp.target} inside a function; {where}")
+    return found
+
+
+def drawing(graph: Graph) -> str:
+    """docs/structure.md: the layers, what each holds, and the imports between layers."""
+    between = defaultdict(int)
+    for imp in graph.own:
+        src, dst = layer_of(imp.source), layer_of(imp.target)
+        if src != dst and src >= 0 and dst >= 0:
+            between[(src, dst)] += 1
+    lines = [
+        "# Structure of the xtts_ft package",
+        "",
+        "Generated by `python utils/import_graph.py --write docs/structure.md` from the source; "
+        "tests/test_import_graph.py fails when it is out of date or when an import breaks the rules "
+        "(no circle, no import from a lower layer to a higher one, the project's imports at the top of each file, "
+        "a heavy optional package imported lazily in one adapter only).",
+        "",
+        "Layers, top first; a layer may import only the layers below it.",
+        "",
+        "```mermaid",
+        "flowchart TD",
+    ]
+    for index, (name, _) in enumerate(LAYERS):
+        lines.append(f'    L{index}["{name}"]')
+    for (src, dst), count in sorted(between.items()):
+        lines.append(f"    L{src} -->|{count}| L{dst}")
+    lines += ["```", "", "| layer | modules | imports it makes into lower layers |", "|---|---|---|"]
+    for index in range(len(LAYERS) - 1, -1, -1):
+        name = LAYERS[index][0]
+        members = sorted(m.removeprefix(PACKAGE + ".") if m != PACKAGE else PACKAGE
+                         for m in graph.modules if layer_of(m) == index)
+        out = sum(count for (src, _), count in between.items() if src == index)
+        lines.append(f"| {name} | {', '.join(f'`{m}`' for m in members)} | {out} |")
+    lines += ["", "Heavy optional packages and their one adapter each:", ""]
+    lines += [f"- `{dep}`: `{module}`" for dep, module in sorted(ADAPTERS.items())]
+    upward = sum(1 for (src, dst) in between if dst > src)
+    lines += ["", f"Upward imports: {upward}. Circles: {len(circles(graph))}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", type=Path, help="write the drawing (Markdown) to this file")
+    parser.add_argument("--check-doc", type=Path, help="exit 1 if this file is not the current drawing")
+    args = parser.parse_args(argv)
+    graph = build_graph()
+    if args.write:
+        args.write.write_text(drawing(graph), encoding="utf-8")
+        print(f"wrote {args.write}")
+    if args.check_doc:
+        current = args.check_doc.read_text(encoding="utf-8") if args.check_doc.is_file() else ""
+        if current != drawing(graph):
+            print(f"{args.check_doc} is out of date: run python utils/import_graph.py --write {args.check_doc}")
+            return 1
+    found = problems(graph)
+    for line in found:
+        print(line)
+    print(f"{len(graph.modules)} modules, {len(graph.own)} imports of the project's own modules, "
+          f"{len(found)} problems")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
