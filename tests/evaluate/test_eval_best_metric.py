@@ -8,7 +8,7 @@ from xtts_ft.config import config_from_dict
 from xtts_ft.errors import ConfigError
 from xtts_ft.evaluate.best_metric import best_score
 from xtts_ft.train import checkpoint as ckpt
-from xtts_ft.train.state_record import TrainingState
+from xtts_ft.training_state import TrainingState
 
 
 def _fake_checkpoints(run_dir, rows):

@@ -61,7 +61,7 @@ def run_folder(tiny_base_dir, tmp_path_factory) -> Path:
     from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
     from xtts_ft.tokenizer.resize import resize_text_rows
     from xtts_ft.train.checkpoint import save_checkpoint
-    from xtts_ft.train.state_record import TrainingState
+    from xtts_ft.training_state import TrainingState
 
     run = tmp_path_factory.mktemp("published") / "runs" / "amharic"
     layout = RunLayout(run)

@@ -13,7 +13,7 @@ from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import CheckpointLayout
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
-from xtts_ft.train.state_record import FORMAT, TrainingState
+from xtts_ft.training_state import FORMAT, TrainingState
 
 # Written by the code of commit cdd6580 (tests/assets/make_format1_checkpoint.py): weights only.
 OLD = Path(__file__).resolve().parents[1] / "assets" / "checkpoint_format1" / "step_000002"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from xtts_ft.layout import CheckpointLayout
+from xtts_ft.layout import META_FILE, CheckpointLayout
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
@@ -372,7 +372,7 @@ class CheckpointConfig:
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
             elif not CheckpointLayout(self.resume).meta.is_file():  # caught here, before data prep and model loading
                 problems.append(
-                    f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no meta.json); use auto, "
+                    f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no {META_FILE}); use auto, "
                     f"never, or a folder like <run.output_dir>/checkpoints/step_001000"
                 )
 
