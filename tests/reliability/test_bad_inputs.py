@@ -246,8 +246,8 @@ CASES = [
     ("export-meta-missing", X, ["export", "--checkpoint", "{ck}/no_meta", "--out", "{ws}/e3"], {}, 2,
      ["{ck}/no_meta: no meta.json; pass --base-model with the base model folder or repo id"]),
     ("export-meta-corrupt", X, ["export", "--checkpoint", "{ck}/bad_meta", "--out", "{ws}/e4"], {}, 2,
-     ["{ck}/bad_meta/meta.json: not valid JSON (Expecting value: line 1 column 1 (char 0)); the checkpoint is damaged, "
-      "use an earlier one"]),
+     ["{ck}/bad_meta/meta.json: unreadable (Expecting value: line 1 column 1 (char 0)); the checkpoint is damaged, use "
+      "an earlier one"]),
     ("export-bit-flipped", X, ["export", "--checkpoint", "{ck}/flipped", "--out", "{ws}/e5"], {}, 2,
      ["{ck}/flipped/training_state.pt: checksum mismatch (file truncated or corrupted); delete {ck}/flipped or resume "
       "from an earlier checkpoint"]),

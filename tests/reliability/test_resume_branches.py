@@ -106,7 +106,7 @@ def test_an_evaluation_cut_short_by_a_stop_is_redone_after_the_resume(trainer, d
     stopped = trainer(cfg, eval_hook=lambda step, model: hook(step, model, stop_at=2))
     assert stopped.stopped_by_signal and stopped.step == 2 and calls == [2]
     cut = CheckpointRecord.read(stopped.last_checkpoint)
-    assert cut["eval_pending"] is True and cut["eval_metrics"] is None
+    assert cut.eval_pending is True and cut.eval_metrics is None
     assert not (run / "samples" / "step_000002").exists()
 
     resumed = trainer(cfg, eval_hook=hook)
@@ -115,7 +115,7 @@ def test_an_evaluation_cut_short_by_a_stop_is_redone_after_the_resume(trainer, d
     assert [r["step"] for r in read_metrics(run) if r.get("split") == "eval"] == [2, 4]
     assert list((run / "samples" / "step_000002").glob("*.wav"))
     meta = CheckpointRecord.read(run / "checkpoints" / "step_000002")
-    assert meta["eval_pending"] is False and meta["eval_metrics"]["sample_cer"] == 0.1
+    assert meta.eval_pending is False and meta.eval_metrics["sample_cer"] == 0.1
     assert resumed.best_checkpoint.name == "step_000002"  # best_metric: cer picks the redone step
     html = write_report(run).read_text(encoding="utf-8")
     assert "samples/step_000002/" in html
