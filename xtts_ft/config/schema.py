@@ -348,7 +348,7 @@ class CheckpointConfig:
     best_metric: Literal["eval_loss", "cer", "cer_similarity"] = opt(
         "eval_loss",
         "What 'best' means: eval_loss; cer (mean CER of the evaluation samples, needs evaluation.recognize); "
-        "cer_similarity (CER + 0.5 x (1 - speaker similarity)). See xtts_ft/evaluate/best_metric.py.",
+        "cer_similarity (CER + 0.5 x (1 - speaker similarity)). See xtts_ft/checkpoint_store.py (score_of).",
     )
     resume: str = opt("auto", "auto (latest in the run dir), never, or a checkpoint path.")
     on_save_error: Literal["continue", "stop"] = opt(
