@@ -71,16 +71,18 @@ def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, thre
 
 def time_checkpoint_io(ckpt: str, scratch: str) -> None:
     """Helper stage (own process): load a checkpoint, then save it again the way training does."""
+    from xtts_ft.checkpoint_store import CheckpointStore
     from xtts_ft.layout import CheckpointLayout
-    from xtts_ft.train.checkpoint import load_training_state, save_checkpoint, verify_checkpoint
 
     t0 = time.perf_counter()
-    state = load_training_state(Path(ckpt))
+    state = CheckpointStore.load_state(Path(ckpt))
     load_s = time.perf_counter() - t0
-    meta = verify_checkpoint(Path(ckpt))
+    record = CheckpointStore.verify(Path(ckpt))
     t0 = time.perf_counter()
-    out = save_checkpoint(Path(scratch), state, meta, vocab_path=CheckpointLayout(ckpt).vocab,
-                          write_config=lambda p: p.write_bytes(CheckpointLayout(ckpt).config.read_bytes()))
+    out = CheckpointStore.of_run(Path(scratch)).save(
+        state, vocab_path=CheckpointLayout(ckpt).vocab,
+        write_config=lambda p: p.write_bytes(CheckpointLayout(ckpt).config.read_bytes()),
+        run_id=record.run_id, base_model=record.base_model, eval_loss=record.eval_loss, eval_metrics=record.eval_metrics)
     save_s = time.perf_counter() - t0
     print(json.dumps({"load_s": round(load_s, 1), "save_s": round(save_s, 1), "saved": str(out)}))
 

@@ -144,10 +144,10 @@ def training_section(args, device, state):
     skipped = lines[-1].get("skipped_steps", 0) if lines else 0
     # the scaler starts at precision.init_scale; one overflow back-off at the start is normal, more is not
     check("at most one step skipped by the loss scaler", skipped <= 1, f"{skipped} of {result.step} skipped")
-    from xtts_ft.train import checkpoint as ckpt
+    from xtts_ft.checkpoint_store import CheckpointStore
 
     state.update(model=model, start=start, cfg=cfg, peaks=peaks,
-                 size=ckpt.load_training_state(result.last_checkpoint).sampler["batch_size"])
+                 size=CheckpointStore.load_state(result.last_checkpoint).sampler["batch_size"])
 
 
 def probe_section(args, device, state):

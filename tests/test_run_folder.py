@@ -6,11 +6,13 @@ trainer's own use of the run id (retention, latest, best) is in tests/reliabilit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from xtts_ft.checkpoint_store import CheckpointRecord
 from xtts_ft.config import Config
 from xtts_ft.errors import RunFolderError
 from xtts_ft.run_folder import OLD_RUNS, claim_run_folder, describe_differences, read_record, run_fingerprint
@@ -138,8 +140,8 @@ def test_a_folder_from_before_run_records_is_adopted(tmp_path):
     run = tmp_path / "run"
     legacy = fake_checkpoint(run, 4, None)
     record = claim_run_folder(run, fingerprint=None, resume="auto")
-    assert record.adopted and record.owns(json.loads((legacy / "meta.json").read_text()))
-    assert not record.owns({"run_id": "someone-else"})
+    assert record.adopted and record.owns(CheckpointRecord.read(legacy)) and record.owns(None)
+    assert not record.owns(dataclasses.replace(CheckpointRecord.read(legacy), run_id="someone-else"))
 
 
 def test_a_run_that_saved_nothing_gives_way_without_a_question(tmp_path):

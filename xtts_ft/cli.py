@@ -569,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available).")
     p.add_argument("--wyoming", metavar="tcp://HOST:PORT", help="Also speak the Wyoming protocol (Home Assistant).")
     p.add_argument("--base-model", help="Base model folder or repo id (checkpoint or run folder; default: the one "
-                                        "its meta.json names).")
+                                        "its checkpoint record names).")
     p.add_argument("--max-codes", type=int, help="Cap audio codes per piece below the model's limit (~21.5 per "
                                                  "second; random test models never stop).")
 

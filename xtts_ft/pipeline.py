@@ -23,6 +23,7 @@ from typing import Optional
 
 from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config, dump_config
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.tempfiles import atomic_write
@@ -217,7 +218,7 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
         from xtts_ft.tokenizer import vocab_fingerprint
         from xtts_ft.train.resume import check_vocab
 
-        check_vocab(resume_from[1].get("vocab_fingerprint"), resume_from[0], vocab_fingerprint(vocab_path), cfg)
+        check_vocab(resume_from[1].vocab_fingerprint, resume_from[0], vocab_fingerprint(vocab_path), cfg)
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result
@@ -249,14 +250,12 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     return result
 
 
-def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, dict]]:
-    """``checkpoint.resume: PATH``: verified (sha256) before any heavy work, with its meta.json; else None."""
+def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, CheckpointRecord]]:
+    """``checkpoint.resume: PATH``: verified (sha256) before any heavy work, with its record; else None."""
     if cfg.checkpoint.resume in ("auto", "never"):
         return None
-    from xtts_ft.train.checkpoint import verify_checkpoint
-
     path = Path(cfg.checkpoint.resume)
-    return path, verify_checkpoint(path)
+    return path, CheckpointStore.verify(path)
 
 
 def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path):

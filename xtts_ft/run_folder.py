@@ -4,7 +4,7 @@
 bytes of every transcript file the dataset reader takes a clip from, the size of every audio file a
 clip names - not reports, notes or other stray files beside them), the text and tokenizer settings
 (with the extra text's content and the normaliser version) and the base model. Every checkpoint records the
-run id in its ``meta.json``; resuming, retention and "latest"/"best" only ever look at the current
+run id in its record (``CheckpointRecord``); resuming, retention and "latest"/"best" only ever look at the current
 run's checkpoints.
 
 ``claim_run_folder`` runs before any heavy work (data preparation, tokenizer, DVAE codes). A command
@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from xtts_ft.errors import RunFolderError
-from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR, CheckpointLayout
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore, StoredCheckpoint
+from xtts_ft.errors import CheckpointError, RunFolderError
+from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,9 @@ class RunRecord:
     fingerprint: Optional[dict]  # None: the trainer was called directly, without the pipeline's fingerprint
     adopted: bool = False  # the folder's checkpoints predate run.json: those without a run id belong to this run
 
-    def owns(self, meta: dict) -> bool:
-        """Whether the checkpoint with this ``meta.json`` belongs to this run."""
-        rid = meta.get("run_id") if isinstance(meta, dict) else None
+    def owns(self, checkpoint: Optional[CheckpointRecord]) -> bool:
+        """Whether the checkpoint with this record belongs to this run (None: a damaged record, no run id)."""
+        rid = checkpoint.run_id if checkpoint is not None else None
         return rid == self.run_id or (rid is None and self.adopted)
 
 
@@ -217,28 +218,19 @@ def describe_differences(old: dict, new: dict) -> list[str]:
 # --- claiming the folder --------------------------------------------------------------------------
 
 
-def _checkpoints(run_dir: Path) -> list[tuple[int, Path, dict]]:
-    """(step, folder, meta) of every checkpoint folder; a damaged meta.json counts as {} (no run id)."""
-    from xtts_ft.errors import CheckpointError
-    from xtts_ft.train.checkpoint import list_checkpoints, read_meta
-
-    out = []
-    for step, path in list_checkpoints(run_dir):
-        try:
-            out.append((step, path, read_meta(path)))
-        except CheckpointError:
-            out.append((step, path, {}))
-    return out
+def _checkpoints(run_dir: Path) -> list[StoredCheckpoint]:
+    """Every checkpoint folder of any run (record None where it is damaged: no run id)."""
+    return CheckpointStore.of_run(run_dir).list()
 
 
 def _named_run_id(resume: str) -> Optional[str]:
     if resume in ("auto", "never"):
         return None
     try:
-        meta = json.loads(CheckpointLayout(resume).meta.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None  # the checkpoint's own checks report a damaged or missing meta.json
-    return meta.get("run_id") if isinstance(meta, dict) else None
+        record = CheckpointRecord.find(Path(resume))
+    except CheckpointError:
+        return None  # the checkpoint's own checks report a damaged record
+    return record.run_id if record is not None else None
 
 
 def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str, archive: bool = False,
@@ -255,7 +247,7 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
     named = _named_run_id(resume)
     if record is None and checkpoints and resume != "never":
         # a folder from before run.json: the run that wrote its checkpoints continues (adopted)
-        ids = [m.get("run_id") for _, _, m in checkpoints if m.get("run_id")]
+        ids = [c.record.run_id for c in checkpoints if c.record is not None and c.record.run_id]
         # fingerprint unknown until a command has trained with these checkpoints (record_fingerprint): the first
         # command may be refused by the vocabulary check and fixed, e.g. text.fold_homophones set back
         record = RunRecord(run_id=ids[-1] if ids else new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -317,7 +309,7 @@ def _refuse_or_archive(run_dir: Path, record: Optional[RunRecord], checkpoints: 
                        archive: bool, *, move_inputs: bool, data_only: bool = False) -> None:
     old_id = record.run_id if record else "without a run id"
     if not archive:
-        latest = checkpoints[-1][1].name
+        latest = checkpoints[-1].folder.name
         keep = (f", or add --continue-with-new-data to continue run {old_id} on the changed data (its checkpoints "
                 f"and vocabulary kept)" if data_only else "")
         raise RunFolderError(

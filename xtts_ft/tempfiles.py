@@ -19,11 +19,28 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Union
 
 PART = "part"
+_STAGED = re.compile(r"^\.(?P<name>.+)\.(?P<purpose>[a-z]+)-(?P<host>[A-Za-z0-9_-]+)-(?P<pid>\d+)$")
 _OWNED = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>\d+)\.part$")
 
 
 def _host() -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:40] or "host"
+
+
+def staging_sibling(path: Path, purpose: str) -> Path:
+    """``.<name>.<purpose>-<host>-<pid>`` beside ``path``: the one name of a folder this process is writing
+    (``new``), swapping out (``old``) or deleting (``trash``); :func:`staging_writer_dead` reads it back."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{purpose}-{_host()}-{os.getpid()}")
+
+
+def staging_writer_dead(path: Path) -> bool:
+    """True for a :func:`staging_sibling` whose writing process on this host no longer exists (other hosts'
+    folders, this process's own and names of any other form are never dead)."""
+    match = _STAGED.match(Path(path).name)
+    if match is None or match["host"] != _host():
+        return False
+    return int(match["pid"]) != os.getpid() and not process_alive(int(match["pid"]))
 
 
 def temp_sibling(path: Path) -> Path:
@@ -81,7 +98,7 @@ def replace_dir(staged: Path, final: Path, *, durable: bool = False) -> None:
     """
     staged, final = Path(staged), Path(final)
     if final.exists():
-        old = final.with_name(f".{final.name}.old-{_host()}-{os.getpid()}")
+        old = staging_sibling(final, "old")
         os.replace(final, old)
         os.replace(staged, final)
         shutil.rmtree(old, ignore_errors=True)
@@ -91,7 +108,7 @@ def replace_dir(staged: Path, final: Path, *, durable: bool = False) -> None:
         fsync_dir(final.parent)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -108,7 +125,7 @@ def is_stray(path: Path) -> bool:
         return path.name.endswith(f".{PART}")  # the old fixed name: nobody can still own it safely
     if match["host"] != _host():
         return False
-    return int(match["pid"]) != os.getpid() and not _alive(int(match["pid"]))
+    return int(match["pid"]) != os.getpid() and not process_alive(int(match["pid"]))
 
 
 def remove_stray_parts(folder: Path) -> int:

@@ -51,6 +51,7 @@ def _record(run_dir: Path, step: int, samples) -> dict:
 def run_folder(tiny_base_dir, tmp_path_factory) -> Path:
     from tokenizers import Tokenizer
 
+    from xtts_ft.checkpoint_store import CheckpointStore
     from xtts_ft.config import Config
     from xtts_ft.config.loading import dump_config
     from xtts_ft.data.reasons import REASONS
@@ -60,8 +61,7 @@ def run_folder(tiny_base_dir, tmp_path_factory) -> Path:
     from xtts_ft.run_folder import RunRecord, write_record
     from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
     from xtts_ft.tokenizer.resize import resize_text_rows
-    from xtts_ft.train.checkpoint import save_checkpoint
-    from xtts_ft.train.state_record import TrainingState
+    from xtts_ft.training_state import TrainingState
 
     run = tmp_path_factory.mktemp("published") / "runs" / "amharic"
     layout = RunLayout(run)
@@ -87,9 +87,9 @@ def run_folder(tiny_base_dir, tmp_path_factory) -> Path:
         state = TrainingState(step=step, epoch=0, gpt={k: v.clone() for k, v in gpt.items()}, sampler={}, rng=[],
                               stability={}, lr_factor=1.0, precision="fp32", training_config={},
                               vocab_fingerprint=vocab_fingerprint(layout.vocab), base_vocab_size=tok.get_vocab_size() - 1)
-        meta = {"base_model": str(tiny_base_dir), "eval_loss": eval_loss, "eval_metrics": records[-1]["metrics"],
-                "run_id": RUN_ID, "vocab_fingerprint": vocab_fingerprint(layout.vocab)}
-        save_checkpoint(run, state, meta, vocab_path=layout.vocab, write_config=lambda p: dump_config(cfg, p))
+        CheckpointStore(layout).save(state, vocab_path=layout.vocab, write_config=lambda p: dump_config(cfg, p),
+                                     run_id=RUN_ID, base_model=str(tiny_base_dir), eval_loss=eval_loss,
+                                     eval_metrics=records[-1]["metrics"])
     layout.samples_index.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
                                     encoding="utf-8")
     return run

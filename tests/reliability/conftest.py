@@ -25,7 +25,7 @@ from tests.train.conftest import (  # noqa: F401 - fixtures are found by name
     trainer,
     vocab,
 )
-from xtts_ft.train.checkpoint import list_checkpoints
+from xtts_ft.checkpoint_store import CheckpointStore
 
 
 @pytest.fixture(autouse=True)
@@ -57,5 +57,5 @@ def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, 
                               model_factory=lambda *_: copy.deepcopy(built_model))
     finally:
         torch.set_num_threads(before)
-    assert result.step == 4 and [s for s, _ in list_checkpoints(run)] == [2, 4]
+    assert result.step == 4 and [c.step for c in CheckpointStore.of_run(run).list()] == [2, 4]
     return run

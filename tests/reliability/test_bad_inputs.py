@@ -22,10 +22,11 @@ import torch
 import yaml
 from relhelpers import REPO, SCRIPTS
 
+from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.config import config_from_dict
+from xtts_ft.layout import META_FILE, STATE_FILE
 from xtts_ft.run_folder import RunRecord, read_record, run_fingerprint, write_record
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
-from xtts_ft.train import checkpoint as ckpt
 
 DEMO = REPO / "datasets" / "amharic_demo"
 NO_CODE = ("files are read as plain weights only, so nothing in it was run. Use the official file, or re-save the "
@@ -245,8 +246,8 @@ CASES = [
     ("export-meta-missing", X, ["export", "--checkpoint", "{ck}/no_meta", "--out", "{ws}/e3"], {}, 2,
      ["{ck}/no_meta: no meta.json; pass --base-model with the base model folder or repo id"]),
     ("export-meta-corrupt", X, ["export", "--checkpoint", "{ck}/bad_meta", "--out", "{ws}/e4"], {}, 2,
-     ["{ck}/bad_meta/meta.json: not valid JSON (Expecting value: line 1 column 1 (char 0)); the checkpoint is damaged, "
-      "use an earlier one"]),
+     ["{ck}/bad_meta/meta.json: unreadable (Expecting value: line 1 column 1 (char 0)); the checkpoint is damaged, use "
+      "an earlier one"]),
     ("export-bit-flipped", X, ["export", "--checkpoint", "{ck}/flipped", "--out", "{ws}/e5"], {}, 2,
      ["{ck}/flipped/training_state.pt: checksum mismatch (file truncated or corrupted); delete {ck}/flipped or resume "
       "from an earlier checkpoint"]),
@@ -336,16 +337,16 @@ def make_checkpoints(good: Path, ck: Path) -> None:
     """Copies of a real checkpoint, each damaged one way."""
     for name in ("good", "no_state", "no_meta", "bad_meta", "flipped", "evil"):
         shutil.copytree(good, ck / name)
-    (ck / "no_state" / ckpt.STATE_FILE).unlink()
-    (ck / "no_meta" / ckpt.META_FILE).unlink()
-    (ck / "bad_meta" / ckpt.META_FILE).write_text("", encoding="utf-8")
-    data = bytearray((ck / "flipped" / ckpt.STATE_FILE).read_bytes())
+    (ck / "no_state" / STATE_FILE).unlink()
+    (ck / "no_meta" / META_FILE).unlink()
+    (ck / "bad_meta" / META_FILE).write_text("", encoding="utf-8")
+    data = bytearray((ck / "flipped" / STATE_FILE).read_bytes())
     data[len(data) // 2] ^= 1
-    (ck / "flipped" / ckpt.STATE_FILE).write_bytes(bytes(data))
-    torch.save({"gpt": RunsCode()}, ck / "evil" / ckpt.STATE_FILE)
-    meta = json.loads((ck / "evil" / ckpt.META_FILE).read_text(encoding="utf-8"))
-    meta["training_state_sha256"] = ckpt.file_sha256(ck / "evil" / ckpt.STATE_FILE)  # only weights_only stops it
-    (ck / "evil" / ckpt.META_FILE).write_text(json.dumps(meta), encoding="utf-8")
+    (ck / "flipped" / STATE_FILE).write_bytes(bytes(data))
+    torch.save({"gpt": RunsCode()}, ck / "evil" / STATE_FILE)
+    meta = json.loads((ck / "evil" / META_FILE).read_text(encoding="utf-8"))
+    meta["training_state_sha256"] = file_sha256(ck / "evil" / STATE_FILE)  # only weights_only stops it
+    (ck / "evil" / META_FILE).write_text(json.dumps(meta), encoding="utf-8")
 
 
 def make_owned_folder(ws: Path, names: dict, name: str, run_id: str, *, other_transcripts: bool,
@@ -360,8 +361,8 @@ def make_owned_folder(ws: Path, names: dict, name: str, run_id: str, *, other_tr
     write_record(ws / name, RunRecord(run_id=run_id, created="2026-01-01T00:00:00", fingerprint=fingerprint))
     step = ws / name / "checkpoints" / "step_000004"
     shutil.copytree(checkpoint, step)
-    meta = json.loads((step / ckpt.META_FILE).read_text(encoding="utf-8"))
-    (step / ckpt.META_FILE).write_text(json.dumps({**meta, "run_id": run_id}), encoding="utf-8")
+    meta = json.loads((step / META_FILE).read_text(encoding="utf-8"))
+    (step / META_FILE).write_text(json.dumps({**meta, "run_id": run_id}), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -457,7 +458,7 @@ def test_a_run_folder_of_another_run_is_refused_before_heavy_work(sweep):
     for case_id, folder in (("run-other-transcripts", "owned"), ("run-resume-never-over-checkpoints", "owned_same")):
         assert "prepare" not in results[case_id]["stderr"] and "tokenizer:" not in results[case_id]["stderr"]
         assert not (Path(names["ws"]) / folder / "data").exists() and not (Path(names["ws"]) / folder / "tokenizer").exists()
-        assert ckpt.verify_checkpoint(Path(names["ws"]) / folder / "checkpoints" / "step_000004")
+        assert CheckpointStore.verify(Path(names["ws"]) / folder / "checkpoints" / "step_000004")
 
 
 def test_a_bad_resume_checkpoint_fails_before_heavy_work(sweep):

@@ -23,9 +23,10 @@ import yaml
 from relhelpers import REPO, SCRIPTS, copy_run, read_events, small_config
 
 from xtts_ft.base_model import REQUIRED_FILES
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import config_from_dict
+from xtts_ft.layout import META_FILE
 from xtts_ft.run_folder import RunRecord, run_fingerprint, write_record
-from xtts_ft.train import checkpoint as ckpt
 
 DEMO = REPO / "datasets" / "amharic_demo"
 RUN_ID = "20260101-000000-cccccc"
@@ -48,7 +49,7 @@ def folder_case(ws: Path, name: str, base: Path) -> Path:
                                       fingerprint=run_fingerprint(config_from_dict(raw))))
     step = ws / name / "checkpoints" / "step_000004"
     step.mkdir(parents=True)
-    (step / ckpt.META_FILE).write_text(json.dumps({"step": 4, "run_id": RUN_ID}), encoding="utf-8")
+    (step / META_FILE).write_text(json.dumps({"step": 4, "run_id": RUN_ID}), encoding="utf-8")
     return data
 
 
@@ -132,7 +133,7 @@ def test_resume_from_an_older_checkpoint_says_where_the_later_ones_went(trained_
         result = trainer(cfg)  # step 2 reaches max_steps: nothing is trained, the branch is still set aside
     assert result.step == 2
     (branch,) = (run / "branches").iterdir()
-    assert (branch / "checkpoints" / "step_000004").is_dir() and ckpt.verify_checkpoint(
+    assert (branch / "checkpoints" / "step_000004").is_dir() and CheckpointStore.verify(
         branch / "checkpoints" / "step_000004")
     assert (f"resume from step 2 while this run has later checkpoints (4): they are kept, moved with their samples "
             f"to {branch}; training continues from step 2 as a new branch") in caplog.text

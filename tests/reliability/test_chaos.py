@@ -32,7 +32,9 @@ import pytest
 import torch
 from relhelpers import SCRIPTS, copy_run
 
-from xtts_ft.train import checkpoint as ckpt
+from xtts_ft import checkpoint_store as ckpt
+from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
+from xtts_ft.layout import META_FILE, STATE_FILE, step_dir_name, step_of
 
 STEPS = 60  # a tiny-model step takes ~0.1 s: enough that no round runs to the end, even on a fast machine
 EVERY = 2
@@ -64,7 +66,7 @@ def steps_logged(run: Path) -> list[int]:
 
 
 def latest_step(run: Path) -> int:
-    path = ckpt.find_latest_checkpoint(run)
+    path = CheckpointStore.of_run(run).latest()
     return int(path.name.split("_")[1]) if path else 0
 
 
@@ -82,7 +84,7 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 def staging_state_files(run: Path) -> list[Path]:
-    return list((run / "checkpoints").glob(".tmp_step_*/training_state.pt.*.part"))
+    return list((run / "checkpoints").glob(".step_*.new-*/training_state.pt.*.part"))
 
 
 def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_path):
@@ -117,17 +119,16 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
             finally:
                 kill(proc)
             # what a user finds on disk after the kill
-            folders = ckpt.list_checkpoints(run)
-            for _, folder in folders:
-                ckpt.verify_checkpoint(folder)  # raises CheckpointError naming the file if damaged
+            for c in CheckpointStore.of_run(run).list():
+                CheckpointStore.verify(c.folder)  # raises CheckpointError naming the file if damaged
             latest = latest_step(run)
             done = max(steps_logged(run), default=0)
             trace.append(f"{how}: {done} steps done, newest checkpoint {latest}")
             assert latest >= newest, f"round {round_no} ({how}): newest checkpoint went back from {newest} to {latest}"
             assert done - latest <= EVERY, f"round {round_no} ({how}): {done} steps done but the newest save is {latest}"
             if how == "state":
-                writing = int(staging_state_files(run)[0].parent.name.split("_")[2])
-                assert writing > latest and not (run / "checkpoints" / ckpt.step_dir_name(writing)).exists()
+                writing = step_of(staging_state_files(run)[0].parent.name[1:].split(".")[0])
+                assert writing > latest and not (run / "checkpoints" / step_dir_name(writing)).exists()
             newest = latest
         assert mid_save_kills == 2 and newest < STEPS, trace
 
@@ -144,14 +145,14 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
     assert max(steps_logged(run)) == STEPS and set(steps_logged(run)) == set(range(1, STEPS + 1))
     entries = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert not [name for name in entries if name.startswith(".")], entries  # staging folders cleaned up
-    folders = ckpt.list_checkpoints(run)
+    folders = [(c.step, c.folder) for c in CheckpointStore.of_run(run).list()]
     assert folders[-1][0] == STEPS and len(entries) == len(folders)
     for step, folder in folders:
-        state = ckpt.load_training_state(folder)  # checksum verified, then torch.load(weights_only=True)
-        assert state.step == step == ckpt.verify_checkpoint(folder)["step"]
-        torch.load(folder / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
-    ours = ckpt.load_training_state(folders[-1][1]).gpt
-    theirs = ckpt.load_training_state(ref_run / "checkpoints" / ckpt.step_dir_name(STEPS)).gpt
+        state = CheckpointStore.load_state(folder)  # checksum verified, then torch.load(weights_only=True)
+        assert state.step == step == CheckpointStore.verify(folder).step
+        torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    ours = CheckpointStore.load_state(folders[-1][1]).gpt
+    theirs = CheckpointStore.load_state(ref_run / "checkpoints" / step_dir_name(STEPS)).gpt
     assert set(ours) == set(theirs)
     different = [key for key in ours if not torch.equal(ours[key], theirs[key])]
     assert not different, f"after {len(KILLS)} kills ({trace}) the weights differ from an uninterrupted run: {different[:5]}"
@@ -168,14 +169,18 @@ def test_a_kill_while_pruning_leaves_no_half_deleted_checkpoint(trained_run, tmp
     def dies_half_way(path, ignore_errors=False):
         path = Path(path)
         if path.exists():
-            (path / ckpt.META_FILE).unlink()  # the delete got as far as one file
+            (path / META_FILE).unlink()  # the delete got as far as one file
             raise Killed
 
     monkeypatch.setattr(ckpt.shutil, "rmtree", dies_half_way)
     with pytest.raises(Killed):
-        ckpt.prune_checkpoints(run, keep_last=1, keep_best=False)  # removes step_000002
+        CheckpointStore.of_run(run).apply_retention(RetentionPolicy(keep_last=1, keep_best=False))  # removes step 2
     monkeypatch.undo()
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert [n for n in names if n.startswith("step_")] == ["step_000004"], names
-    ckpt.clean_staging(run)  # what the next run does first
+    trash = next((run / "checkpoints").glob(".step_000002.trash-*"))
+    dead = subprocess.Popen([sys.executable, "-c", ""])  # the killed writer: a pid that no longer runs
+    dead.wait()
+    trash.rename(trash.with_name(trash.name.rsplit("-", 1)[0] + f"-{dead.pid}"))
+    CheckpointStore.of_run(run).clean_staging()  # what the next run does first
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000004"]

@@ -16,8 +16,10 @@ import logging
 import pytest
 from relhelpers import read_events, small_config, train_lines
 
+from xtts_ft import checkpoint_store as ckpt
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
-from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.layout import META_FILE, step_dir_name
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
@@ -40,7 +42,7 @@ def fail_on_save(monkeypatch, nth: int, phase: str) -> list[int]:
         real_atomic = ckpt.atomic_write
 
         def atomic_write(path, content, **kwargs):
-            if path.name == ckpt.META_FILE:
+            if path.name == META_FILE:
                 calls.append(path.parent.name)
                 if len(calls) == nth:
                     raise ENOSPC
@@ -51,17 +53,17 @@ def fail_on_save(monkeypatch, nth: int, phase: str) -> list[int]:
 
 
 def assert_only_complete_checkpoints(run, steps: list[int]) -> None:
-    assert [s for s, _ in ckpt.list_checkpoints(run)] == steps
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [ckpt.step_dir_name(s) for s in steps]
-    for step, folder in ckpt.list_checkpoints(run):
-        assert ckpt.load_training_state(folder).step == step
+    assert [c.step for c in CheckpointStore.of_run(run).list()] == steps
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [step_dir_name(s) for s in steps]
+    for c in CheckpointStore.of_run(run).list():
+        assert CheckpointStore.load_state(c.folder).step == c.step
 
 
 def stop_message(run, *, failed: int, previous: int) -> str:
     """What the run says when the save of step ``failed`` hits a full disk and step ``previous`` is intact."""
     return (
         f"could not write the checkpoint of step {failed} in {run / 'checkpoints'}: No space left on device; the "
-        f"previous checkpoint ({run / 'checkpoints' / ckpt.step_dir_name(previous)}) is intact; free disk space, then "
+        f"previous checkpoint ({run / 'checkpoints' / step_dir_name(previous)}) is intact; free disk space, then "
         f"rerun the same command to resume")
 
 
@@ -76,7 +78,7 @@ def test_stop_keeps_the_previous_checkpoint_and_a_rerun_resumes_from_it(trainer,
     assert err.value.exit_code == 3
     assert train_lines(run)[-1]["step"] == 4  # it stopped right there, cleanly
     assert_only_complete_checkpoints(run, [2])  # no staging folder, no half-written step_000004
-    assert ckpt.find_latest_checkpoint(run) == run / "checkpoints" / "step_000002"
+    assert CheckpointStore.of_run(run).latest() == run / "checkpoints" / "step_000002"
 
     monkeypatch.undo()  # space freed; the same command again
     result = trainer(cfg)

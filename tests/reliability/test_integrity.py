@@ -15,9 +15,9 @@ import os
 import pytest
 from relhelpers import copy_run, read_events, small_config
 
+from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.errors import CheckpointError
 from xtts_ft.evaluate.export import load_checkpoint_gpt_state
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.resume import choose_checkpoint
 
 
@@ -41,7 +41,7 @@ def test_a_damaged_training_state_is_named_and_auto_resume_uses_the_previous_one
     expected = (f"{latest / 'training_state.pt'}: checksum mismatch (file truncated or corrupted); delete {latest} or "
                 f"resume from an earlier checkpoint")
     with pytest.raises(CheckpointError) as explicit:
-        ckpt.load_training_state(latest)
+        CheckpointStore.load_state(latest)
     assert str(explicit.value) == expected
     assert choose_checkpoint(str(latest), run) == latest  # an explicit path is never swapped for another one ...
     with pytest.raises(CheckpointError) as exported:
@@ -51,7 +51,7 @@ def test_a_damaged_training_state_is_named_and_auto_resume_uses_the_previous_one
     caplog.set_level(logging.WARNING)
     assert choose_checkpoint("auto", run) == run / "checkpoints" / "step_000002"
     assert f"skipping damaged checkpoint: {expected}; falling back to the previous one" in caplog.messages
-    ckpt.load_training_state(run / "checkpoints" / "step_000002")  # the fallback itself verifies and loads
+    CheckpointStore.load_state(run / "checkpoints" / "step_000002")  # the fallback itself verifies and loads
 
 
 def test_auto_resume_trains_on_from_the_previous_good_checkpoint(trained_run, trainer, tmp_path, caplog):
@@ -63,9 +63,9 @@ def test_auto_resume_trains_on_from_the_previous_good_checkpoint(trained_run, tr
     assert read_events(run)[-1]["event"] == "checkpoint"
     resumes = [r for r in read_events(run) if r["event"] == "resume"]
     assert [r["checkpoint"] for r in resumes] == [str(run / "checkpoints" / "step_000002")]
-    for step, folder in ckpt.list_checkpoints(run):  # step 4 was trained again and its damaged folder replaced
-        assert ckpt.load_training_state(folder).step == step
-    assert [s for s, _ in ckpt.list_checkpoints(run)] == [2, 4, 6]
+    for c in CheckpointStore.of_run(run).list():  # step 4 was trained again and its damaged folder replaced
+        assert CheckpointStore.load_state(c.folder).step == c.step
+    assert [c.step for c in CheckpointStore.of_run(run).list()] == [2, 4, 6]
 
 
 def test_a_damaged_meta_json_is_named_and_skipped(trained_run, tmp_path, caplog):
@@ -73,7 +73,7 @@ def test_a_damaged_meta_json_is_named_and_skipped(trained_run, tmp_path, caplog)
     latest = run / "checkpoints" / "step_000004"
     (latest / "meta.json").write_text('{"step": 4, "training_st', encoding="utf-8")  # cut short
     with pytest.raises(CheckpointError) as err:
-        ckpt.load_training_state(latest)
+        CheckpointStore.load_state(latest)
     assert str(err.value) == (f"{latest / 'meta.json'}: unreadable (Unterminated string starting at: line 1 column 13 "
                               f"(char 12)); the checkpoint is damaged, use an earlier one")
     caplog.set_level(logging.WARNING)
@@ -82,7 +82,7 @@ def test_a_damaged_meta_json_is_named_and_skipped(trained_run, tmp_path, caplog)
 
     (latest / "meta.json").write_text(json.dumps({"step": 4}), encoding="utf-8")  # no checksum recorded
     with pytest.raises(CheckpointError, match=r"meta.json: lacks training_state_sha256; the checkpoint is damaged"):
-        ckpt.verify_checkpoint(latest)
+        CheckpointStore.verify(latest)
 
 
 def test_a_checksum_valid_file_that_is_not_a_training_state_is_named(trained_run, tmp_path):
@@ -91,10 +91,10 @@ def test_a_checksum_valid_file_that_is_not_a_training_state_is_named(trained_run
     state = latest / "training_state.pt"
     state.write_bytes(b"\x00" * 64)  # someone replaced the file and "fixed" the recorded checksum
     meta = json.loads((latest / "meta.json").read_text(encoding="utf-8"))
-    meta["training_state_sha256"] = ckpt.file_sha256(state)
+    meta["training_state_sha256"] = file_sha256(state)
     (latest / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(CheckpointError) as err:
-        ckpt.load_training_state(latest)
+        CheckpointStore.load_state(latest)
     assert str(err.value) == (f"{state}: refused to load: not a plain torch weights file (Unsupported operand 0); it "
                               f"is damaged or was written by something else, and nothing in it was run. Use the "
                               f"official file, or re-save the weights with torch.save")
@@ -105,16 +105,15 @@ def test_a_missing_training_state_is_named(trained_run, tmp_path, caplog):
     latest = run / "checkpoints" / "step_000004"
     (latest / "training_state.pt").unlink()
     with pytest.raises(CheckpointError) as err:
-        ckpt.load_training_state(latest)
+        CheckpointStore.load_state(latest)
     assert str(err.value) == f"{latest / 'training_state.pt'}: missing; the checkpoint is incomplete, use an earlier one"
     assert choose_checkpoint("auto", run) == run / "checkpoints" / "step_000002"
 
 
 def test_a_saved_checkpoint_has_the_layout_files(trained_run):
     from xtts_ft.layout import RunLayout
-    from xtts_ft.train import checkpoint as ckpt
 
-    folders = ckpt.list_checkpoints(trained_run)
+    folders = [(c.step, c.folder) for c in CheckpointStore.of_run(trained_run).list()]
     assert [step for step, _ in folders] == [2, 4]
     for step, folder in folders:
         files = RunLayout(trained_run).checkpoint(step)

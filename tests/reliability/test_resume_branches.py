@@ -18,13 +18,13 @@ import pytest
 import torch
 from relhelpers import read_events, read_metrics, small_config, train_lines
 
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.layout import RunLayout
 from xtts_ft.run_folder import read_record
-from xtts_ft.train import checkpoint as ckpt
 
 
 def states(folder) -> dict[str, str]:
-    return {p.name: ckpt.verify_checkpoint(p)["training_state_sha256"] for p in sorted(folder.iterdir())
+    return {p.name: CheckpointStore.verify(p).state_sha256 for p in sorted(folder.iterdir())
             if p.name.startswith("step_")}
 
 
@@ -58,7 +58,7 @@ def test_a_resume_from_an_older_checkpoint_keeps_the_later_ones(trainer, tmp_pat
     assert (branch / "metrics.jsonl").read_text(encoding="utf-8") == old_metrics  # the old branch's history
     now = states(run / "checkpoints")
     assert sorted(now) == ["step_000002", "step_000004"] and now["step_000002"] == before["step_000002"]
-    assert all(ckpt.read_meta(p)["run_id"] == read_record(run).run_id for p in (run / "checkpoints").iterdir())
+    assert all(CheckpointRecord.read(p).run_id == read_record(run).run_id for p in (run / "checkpoints").iterdir())
     assert f"moved with their samples to {branch}" in caplog.text and "(4, 6)" in caplog.text
     (event,) = [e for e in read_events(run) if e["event"] == "branch"]
     assert event["step"] == 2 and event["old_branch"] == str(branch) and event["moved_steps"] == [4, 6]
@@ -74,7 +74,7 @@ def test_the_first_loss_row_after_a_resume_averages_the_same_steps(trainer, tmp_
     run = tmp_path / "run"
     stopped = trainer(small_config(run, **sections), fault_injector=sigterm_as_step_begins(3))
     assert stopped.stopped_by_signal and stopped.last_checkpoint.name == "step_000002"
-    saved = ckpt.load_training_state(stopped.last_checkpoint).log_interval
+    saved = CheckpointStore.load_state(stopped.last_checkpoint).log_interval
     assert saved["n"] == 2 and saved["finite"] == 2  # steps 1 and 2, not yet logged
     trainer(small_config(run, **sections))
     (got,) = train_lines(run)
@@ -105,8 +105,8 @@ def test_an_evaluation_cut_short_by_a_stop_is_redone_after_the_resume(trainer, d
 
     stopped = trainer(cfg, eval_hook=lambda step, model: hook(step, model, stop_at=2))
     assert stopped.stopped_by_signal and stopped.step == 2 and calls == [2]
-    cut = ckpt.read_meta(stopped.last_checkpoint)
-    assert cut["eval_pending"] is True and cut["eval_metrics"] is None
+    cut = CheckpointRecord.read(stopped.last_checkpoint)
+    assert cut.eval_pending is True and cut.eval_metrics is None
     assert not (run / "samples" / "step_000002").exists()
 
     resumed = trainer(cfg, eval_hook=hook)
@@ -114,8 +114,8 @@ def test_an_evaluation_cut_short_by_a_stop_is_redone_after_the_resume(trainer, d
     assert [e["step"] for e in read_events(run) if e["event"] == "eval_redone"] == [2]
     assert [r["step"] for r in read_metrics(run) if r.get("split") == "eval"] == [2, 4]
     assert list((run / "samples" / "step_000002").glob("*.wav"))
-    meta = ckpt.read_meta(run / "checkpoints" / "step_000002")
-    assert meta["eval_pending"] is False and meta["eval_metrics"]["sample_cer"] == 0.1
+    meta = CheckpointRecord.read(run / "checkpoints" / "step_000002")
+    assert meta.eval_pending is False and meta.eval_metrics["sample_cer"] == 0.1
     assert resumed.best_checkpoint.name == "step_000002"  # best_metric: cer picks the redone step
     html = write_report(run).read_text(encoding="utf-8")
     assert "samples/step_000002/" in html
@@ -127,6 +127,6 @@ def test_format1_checkpoints_read_without_the_new_fields():
     from pathlib import Path
 
     folder = Path(__file__).resolve().parents[1] / "assets" / "checkpoint_format1" / "step_000002"
-    state = ckpt.load_training_state(folder)
+    state = CheckpointStore.load_state(folder)
     assert state.log_interval is None and state.eval_pending is False
     assert torch.is_tensor(next(iter(state.gpt.values())))

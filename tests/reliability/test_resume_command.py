@@ -18,8 +18,8 @@ import time
 import yaml
 from relhelpers import REPO, read_events
 
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.run_folder import read_record
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.stopping import resume_command
 
 DEMO = REPO / "datasets" / "amharic_demo"
@@ -81,8 +81,8 @@ def test_the_printed_resume_command_continues_the_same_run(tmp_path, tiny_base):
     assert "--set training.lr=2e-3" in command and "--max-steps 30" in command
     assert "--set checkpoint.every_steps=100" in command
     assert "never" not in command and "--archive-old-run" not in command
-    saved = ckpt.find_latest_checkpoint(run)
-    step = ckpt.read_meta(saved)["step"]
+    saved = CheckpointStore.of_run(run).latest()
+    step = CheckpointRecord.read(saved).step
     run_id = read_record(run).run_id
     assert 2 <= step < 30
 

@@ -21,7 +21,7 @@ import torch
 from relhelpers import read_events, read_metrics, small_config, train_lines
 
 from tests.train.trainhelpers import SCRIPT
-from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.checkpoint_store import CheckpointStore
 
 SENTENCES = ["the quick brown fox", "jumps over the lazy dog", "she sells sea shells", "by the sea shore",
              "peter piper picked a peck", "of pickled peppers"]
@@ -66,7 +66,7 @@ def test_sigterm_during_the_step0_evaluation_exits_within_seconds(script_args, d
     assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])
     assert "stopped by SIGTERM during the evaluation at step 0; nothing new to save" in out
     assert "Resume with:" in out
-    assert ckpt.list_checkpoints(run) == []  # nothing was trained, so nothing was saved
+    assert CheckpointStore.of_run(run).list() == []  # nothing was trained, so nothing was saved
     assert not (run / "samples" / "step_000000").exists()  # no half evaluation left behind
     (event,) = stop_events(run)
     assert event["step"] == 0 and event["signal"] == "SIGTERM" and event["during"] == "the evaluation at step 0"
@@ -79,9 +79,9 @@ def test_sigterm_during_a_later_evaluation_saves_that_step_first(script_args, da
         {"training": {"max_steps": 50}, "evaluation": {"every_steps": 2}, "checkpoint": {"every_steps": 100}})
     assert rc == 0, out[-3000:]
     assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])
-    latest = ckpt.find_latest_checkpoint(run)
+    latest = CheckpointStore.of_run(run).latest()
     assert latest is not None and latest.name == "step_000002"  # the last finished step
-    assert ckpt.load_training_state(latest).step == 2
+    assert CheckpointStore.load_state(latest).step == 2
     assert max(r["step"] for r in train_lines(run)) == 2
     assert not [r for r in read_metrics(run) if r.get("split") == "eval" and r["step"] == 2]  # dropped, not half
     assert not (run / "samples" / "step_000002").exists()
@@ -133,6 +133,6 @@ def test_a_stop_inside_the_batch_size_probe_ends_it_at_once(trainer, tmp_path, m
     run = tmp_path / "run"
     result = trainer(small_config(run, training={"batch_size": "auto"}))
     assert result.stopped_by_signal and result.step == 0 and tries == [1]  # no second try
-    assert ckpt.list_checkpoints(run) == []
+    assert CheckpointStore.of_run(run).list() == []
     (event,) = stop_events(run)
     assert event["during"] == "the batch-size probe" and event["checkpoint"] is None

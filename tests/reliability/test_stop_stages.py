@@ -21,7 +21,7 @@ import torch
 import yaml
 from relhelpers import REPO, SCRIPTS, read_events
 
-from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.checkpoint_store import CheckpointStore
 
 DEMO = REPO / "datasets" / "amharic_demo"
 STAGES = {"prepare": "prepare", "tokenizer": "the tokenizer", "codes": "the DVAE code cache",
@@ -74,9 +74,9 @@ def stage_stops(tmp_path_factory, tiny_base):
 
 
 def final_weights(run):
-    latest = ckpt.find_latest_checkpoint(run)
+    latest = CheckpointStore.of_run(run).latest()
     assert latest is not None and latest.name == f"step_{MAX_STEPS:06d}", latest
-    return ckpt.load_training_state(latest).gpt
+    return CheckpointStore.load_state(latest).gpt
 
 
 @pytest.mark.parametrize("index,stage", list(enumerate(STAGES)))

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from relhelpers import read_events, small_config
 
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.errors import CheckpointError, RunFolderError
+from xtts_ft.layout import STATE_FILE
 from xtts_ft.run_folder import OLD_RUNS, claim_run_folder, read_record
-from xtts_ft.train import checkpoint as ckpt
 
 
 def states(checkpoints_dir: Path) -> dict[str, str]:
-    return {p.name: ckpt.verify_checkpoint(p)["training_state_sha256"] for p in sorted(checkpoints_dir.iterdir())
+    return {p.name: CheckpointStore.verify(p).state_sha256 for p in sorted(checkpoints_dir.iterdir())
             if p.name.startswith("step_")}
 
 
@@ -46,18 +47,18 @@ def test_a_second_run_in_the_folder_keeps_every_checkpoint_of_both(trainer, tmp_
     assert sorted(b_states) == ["step_000002", "step_000004"]  # retention kept the new run's own
     (old,) = (run / OLD_RUNS).iterdir()
     assert states(old / "checkpoints") == a_states  # and the old run's, byte for byte
-    assert all(ckpt.read_meta(p)["run_id"] == run_b for p in (run / "checkpoints").iterdir())
+    assert all(CheckpointRecord.read(p).run_id == run_b for p in (run / "checkpoints").iterdir())
 
     # A checkpoint of run A copied back in: run B's latest, best and retention ignore it, and B's own save
     # of the same step moves it aside instead of overwriting it.
     shutil.copytree(old / "checkpoints" / "step_000006", run / "checkpoints" / "step_000006")
-    assert ckpt.find_latest_checkpoint(run, read_record(run).owns).name == "step_000004"
+    assert CheckpointStore.of_run(run, read_record(run).owns).latest().name == "step_000004"
     more = small_config(run, training={"max_steps": 8}, checkpoint={"every_steps": 2, "keep_last": 2})
     trainer(more)
     resumes = [e for e in read_events(run) if e["event"] == "resume"]
     assert resumes[-1]["checkpoint"].endswith("step_000004")  # not run A's step 6
     assert sorted(states(run / "checkpoints")) == ["step_000006", "step_000008"]
-    assert all(ckpt.read_meta(p)["run_id"] == run_b for p in (run / "checkpoints").iterdir())
+    assert all(CheckpointRecord.read(p).run_id == run_b for p in (run / "checkpoints").iterdir())
     (foreign,) = [p for p in (run / OLD_RUNS).iterdir() if p.name.endswith("_foreign_checkpoints")]
     assert states(foreign) == {"step_000006": a_states["step_000006"]}
 
@@ -65,7 +66,7 @@ def test_a_second_run_in_the_folder_keeps_every_checkpoint_of_both(trainer, tmp_
 def test_a_damaged_checkpoint_never_takes_the_place_of_a_good_one(trained_run, trainer, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)  # checkpoints at steps 2 and 4, keep_last 3
-    state = run / "checkpoints" / "step_000004" / ckpt.STATE_FILE
+    state = run / "checkpoints" / "step_000004" / STATE_FILE
     data = bytearray(state.read_bytes())
     data[len(data) // 2] ^= 1
     state.write_bytes(bytes(data))
@@ -76,8 +77,8 @@ def test_a_damaged_checkpoint_never_takes_the_place_of_a_good_one(trained_run, t
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names == ["step_000003", "step_000004"]  # the good step 3 is kept; damaged step 4 left for inspection
     with pytest.raises(CheckpointError):
-        ckpt.verify_checkpoint(run / "checkpoints" / "step_000004")
-    assert ckpt.find_latest_checkpoint(run).name == "step_000003"
+        CheckpointStore.verify(run / "checkpoints" / "step_000004")
+    assert CheckpointStore.of_run(run).latest().name == "step_000003"
 
 
 def test_evaluating_another_runs_checkpoint_is_refused(trained_run, tmp_path):

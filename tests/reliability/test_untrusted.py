@@ -22,13 +22,13 @@ import torch
 from relhelpers import copy_run, write_wav
 
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.config import load_config
 from xtts_ft.errors import CheckpointError, ConfigError, ModelError
 from xtts_ft.evaluate.export import export_from_checkpoint, load_checkpoint_gpt_state
 from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.model import build_training_model
 from xtts_ft.text_settings import TextSettings, make_normalizer
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.resume import choose_checkpoint
 
 REFUSAL = ("refused to load: it would import and call 'posix.system'; files are read as plain weights only, so "
@@ -71,11 +71,11 @@ def test_a_checkpoint_with_a_matching_checksum_is_still_refused(trained_run, tmp
     latest = run / "checkpoints" / "step_000004"
     state = plant(latest / "training_state.pt", marker, wrap="gpt")
     meta = json.loads((latest / "meta.json").read_text(encoding="utf-8"))
-    meta["training_state_sha256"] = ckpt.file_sha256(state)
+    meta["training_state_sha256"] = file_sha256(state)
     (latest / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-    assert ckpt.verify_checkpoint(latest)  # the checksum passes: only weights_only stops it
+    assert CheckpointStore.verify(latest)  # the checksum passes: only weights_only stops it
 
-    for load in (ckpt.load_training_state, load_checkpoint_gpt_state):  # resume, then export / synthesize
+    for load in (CheckpointStore.load_state, load_checkpoint_gpt_state):  # resume, then export / synthesize
         with pytest.raises(CheckpointError) as err:
             load(latest)
         assert str(err.value) == f"{state}: {REFUSAL}"

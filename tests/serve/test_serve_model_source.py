@@ -7,9 +7,9 @@ import json
 import pytest
 import yaml
 
+from xtts_ft.checkpoint_store import file_sha256
 from xtts_ft.errors import ModelError
 from xtts_ft.serve.model_source import resolve_model
-from xtts_ft.train.checkpoint import file_sha256
 
 
 def _checkpoint(run, step, eval_loss=None, run_id="r1"):

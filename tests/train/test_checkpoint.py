@@ -11,9 +11,10 @@ import torch
 import yaml
 from trainhelpers import read_events, read_metrics, small_config, train_lines
 
+from xtts_ft import checkpoint_store as ckpt
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore, file_sha256
 from xtts_ft.errors import CheckpointError, TrainingStopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.resume import check_compatible
 
 STATE_KEYS = {"gpt", "optimizer", "scaler", "step", "epoch", "sampler", "rng", "stability", "lr_factor", "precision",
@@ -25,24 +26,24 @@ def test_every_checkpoint_is_self_contained_and_loads_weights_only(trainer, voca
     cfg = small_config(run, training={"max_steps": 6}, evaluation={"every_steps": 2},
                        checkpoint={"every_steps": 2, "keep_last": 1, "keep_best": True})
     result = trainer(cfg)
-    folders = [p for _, p in ckpt.list_checkpoints(run)]
+    folders = [c.folder for c in CheckpointStore.of_run(run).list()]
     assert result.last_checkpoint == run / "checkpoints" / "step_000006" and result.last_checkpoint in folders
     assert result.best_checkpoint in folders and len(folders) <= 2  # keep_last 1 + the best
     evals = {r["step"]: r["eval_loss"] for r in read_metrics(run) if r.get("split") == "eval"}
     assert set(evals) == {2, 4, 6}
-    assert ckpt.read_meta(result.best_checkpoint)["eval_loss"] == pytest.approx(min(evals.values()))
+    assert CheckpointRecord.read(result.best_checkpoint).eval_loss == pytest.approx(min(evals.values()))
     assert not any(p.name.startswith(".") for p in (run / "checkpoints").iterdir())  # no staging left
     for folder in folders:
         assert {p.name for p in folder.iterdir()} == {"training_state.pt", "meta.json", "vocab.json", "config.yaml"}
         state = torch.load(folder / "training_state.pt", map_location="cpu", weights_only=True)  # plain data only
         assert STATE_KEYS <= set(state) and state["vocab_fingerprint"] == vocab_fingerprint(vocab[0])
         meta = json.loads((folder / "meta.json").read_text())
-        assert meta["training_state_sha256"] == ckpt.file_sha256(folder / "training_state.pt")
+        assert meta["training_state_sha256"] == file_sha256(folder / "training_state.pt")
         assert meta["base_model"] == str(tiny_base.root) and meta["step"] == state["step"]
         assert (folder / "vocab.json").read_bytes() == vocab[0].read_bytes()
         assert yaml.safe_load((folder / "config.yaml").read_text())["training"]["max_steps"] == 6
         assert isinstance(state["rng"][0]["numpy"][1], list) and state["sampler"]["epoch"] == state["epoch"]
-        assert ckpt.load_training_state(folder).step == meta["step"]
+        assert CheckpointStore.load_state(folder).step == meta["step"]
 
 
 def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_for_auto_resume(trainer, monkeypatch, tmp_path):
@@ -59,11 +60,11 @@ def test_a_save_that_dies_half_way_leaves_the_previous_checkpoint_for_auto_resum
     expected = r"could not write the checkpoint of step 6 .*No space left.*step_000003.*intact"
     with pytest.raises(TrainingStopped, match=expected):
         trainer(small_config(run))
-    assert [s for s, _ in ckpt.list_checkpoints(run)] == [3]
-    assert ckpt.find_latest_checkpoint(run) == run / "checkpoints" / "step_000003"
+    assert [c.step for c in CheckpointStore.of_run(run).list()] == [3]
+    assert CheckpointStore.of_run(run).latest() == run / "checkpoints" / "step_000003"
     monkeypatch.setattr(ckpt, "write_state", real_write)
     result = trainer(small_config(run))  # checkpoint.resume: auto
-    assert result.step == 6 and [s for s, _ in ckpt.list_checkpoints(run)] == [3, 6]
+    assert result.step == 6 and [c.step for c in CheckpointStore.of_run(run).list()] == [3, 6]
     assert [r for r in read_events(run) if r.get("event") == "resume"][0]["checkpoint"].endswith("step_000003")
     assert not any(p.name.startswith(".") for p in (run / "checkpoints").iterdir())
 
@@ -78,7 +79,7 @@ def test_on_save_error_continue_keeps_training_but_a_failed_final_save_is_an_err
         trainer(small_config(run, training={"max_steps": 4}, checkpoint={"on_save_error": "continue"}))
     assert "could not write the checkpoint of step 3" in caplog.text and "training continues" in caplog.text
     assert train_lines(run)[-1]["step"] == 4  # trained past the failed save at step 3
-    assert ckpt.list_checkpoints(run) == []
+    assert CheckpointStore.of_run(run).list() == []
 
 
 def test_a_truncated_checkpoint_is_named_and_auto_resume_falls_back(trainer, tmp_path, caplog):
@@ -88,7 +89,7 @@ def test_a_truncated_checkpoint_is_named_and_auto_resume_falls_back(trainer, tmp
     data = latest.read_bytes()
     latest.write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"step_000006/training_state.pt: checksum mismatch"):
-        ckpt.load_training_state(latest.parent)
+        CheckpointStore.load_state(latest.parent)
     caplog.set_level(logging.INFO)
     result = trainer(small_config(run, training={"max_steps": 8, "lr": 5e-4}))
     assert "skipping damaged checkpoint" in caplog.text and "falling back to the previous one" in caplog.text
@@ -102,7 +103,7 @@ def test_a_truncated_checkpoint_is_named_and_auto_resume_falls_back(trainer, tmp
 def test_another_vocabulary_or_model_shape_is_refused(trainer, vocab, built_model, tmp_path):
     run = tmp_path / "run"
     trainer(small_config(run, training={"max_steps": 3}))
-    state = ckpt.load_training_state(run / "checkpoints" / "step_000003")
+    state = CheckpointStore.load_state(run / "checkpoints" / "step_000003")
     ours = vocab_fingerprint(vocab[0])
     check_compatible(state, run, vocab_fingerprint=ours, gpt=built_model.gpt)  # the same vocabulary: fine
     with pytest.raises(CheckpointError) as err:
@@ -125,7 +126,7 @@ def test_an_unreadable_training_state_is_named_not_a_traceback(monkeypatch, tmp_
 
     monkeypatch.setattr(ckpt, "file_sha256", denied)  # chmod cannot do this when the tests run as root
     with pytest.raises(CheckpointError, match=r"step_000003/training_state.pt: cannot be read \(Permission denied\); fix"):
-        ckpt.verify_checkpoint(folder)
+        CheckpointStore.verify(folder)
 
 
 def test_a_vocabulary_mismatch_names_the_tokenizer_settings_that_changed(tmp_path):

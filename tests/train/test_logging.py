@@ -10,7 +10,7 @@ import sys
 import pytest
 from trainhelpers import REPO, read_events, read_metrics, small_config, train_lines
 
-from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.checkpoint_store import CheckpointStore
 
 
 def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplog):
@@ -39,7 +39,7 @@ def test_metrics_show_warmup_eval_hook_and_accumulation(trainer, tmp_path, caplo
     assert calls == [(0, "XttsTrainingModel", False), (4, "XttsTrainingModel", False), (6, "XttsTrainingModel", False)]
     assert result.first_eval_loss == evals[0]["eval_loss"] and result.final_eval_loss == evals[-1]["eval_loss"]
     assert "effective batch 4" in caplog.text and "samples/s" in caplog.text and "eta" in caplog.text
-    state = ckpt.load_training_state(result.last_checkpoint)
+    state = CheckpointStore.load_state(result.last_checkpoint)
     assert state.sampler["batch_index"] + 6 * state.sampler["epoch"] == 12  # 2 micro-batches per step
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

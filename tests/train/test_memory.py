@@ -13,8 +13,8 @@ import pytest
 import torch
 from trainhelpers import small_config, train_lines
 
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train import loop as loop_module
 from xtts_ft.train import memory
 from xtts_ft.train.memory import (
@@ -113,7 +113,7 @@ def test_auto_batch_probes_real_steps_at_the_longest_clip(trainer, model_factory
     assert max(codes) >= max(c for *_, c, _ in trained) and max(wavs) >= max(max(ws) for *_, ws in trained)
     assert "batch_size auto: 2 (largest fitting 3" in caplog.text  # 90 % of 3
     assert "effective batch: 2 x 4 accumulation x 1 process(es) = 8" in caplog.text
-    state = ckpt.load_training_state(result.last_checkpoint)
+    state = CheckpointStore.load_state(result.last_checkpoint)
     assert state.sampler["batch_size"] == 2 and state.training_config["grad_accum_steps"] == 4
     assert state.sampler["batch_index"] == 4  # 1 step x 4 micro-batches
     assert all(n == 2 for n, *_ in shapes[4:])  # pre-flight, training and eval batches

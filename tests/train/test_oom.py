@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 from trainhelpers import read_events, small_config, train_lines
 
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.oom import MicroBatchRunner, split_batch
 
 
@@ -188,7 +188,7 @@ def test_out_of_memory_mid_run_does_not_kill_the_run(trainer, model_factory, tmp
     events = [e for e in read_events(run) if e["event"].startswith("oom_")]
     assert [e["event"] for e in events].count("oom_skip") == 5 and any(e["event"] == "oom_cleared" for e in events)
     assert "does not fit even alone" in caplog.text and "clip_" in caplog.text
-    state_dict = ckpt.load_training_state(result.last_checkpoint)
+    state_dict = CheckpointStore.load_state(result.last_checkpoint)
     sampler = state_dict.sampler
     assert sampler["batch_index"] + 6 * sampler["epoch"] == 12  # 2 micro-batches per step, as without the errors
     assert state_dict.stability["oom_split"] == 6 and state_dict.stability["oom_skipped"] == 7  # saved for resume

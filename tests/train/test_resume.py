@@ -12,7 +12,7 @@ import pytest
 import torch
 from trainhelpers import SCRIPT, read_metrics, small_config, train_lines
 
-from xtts_ft.train import checkpoint as ckpt
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.train.signals import StopSignals
 
 STEPS = 6
@@ -64,7 +64,7 @@ def test_sigterm_saves_the_last_finished_step_and_resumes(trainer, straight, tmp
     assert "stopped by SIGTERM during step 2 (abandoned after 0 of 1 micro-batches); saved" in caplog.text
     assert "Resume with:" in caplog.text
     assert max(r["step"] for r in train_lines(run)) == 1
-    ckpt.load_training_state(result.last_checkpoint)
+    CheckpointStore.load_state(result.last_checkpoint)
     torch.manual_seed(999)
     resumed = trainer(small_config(run, training={"max_steps": STEPS}))
     assert resumed.step == STEPS and not resumed.stopped_by_signal
@@ -92,7 +92,7 @@ def test_sigterm_to_a_training_process(script_args, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "stopped_by_signal=True" in out and "Resume with:" in out
     step = int(out.split("RESULT step=")[1].split()[0])
-    assert 2 <= step < 400 and ckpt.find_latest_checkpoint(run).name == f"step_{step:06d}"
+    assert 2 <= step < 400 and CheckpointStore.of_run(run).latest().name == f"step_{step:06d}"
 
 
 def test_a_second_signal_stops_at_once_and_handlers_are_restored():

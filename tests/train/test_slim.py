@@ -8,12 +8,16 @@ import logging
 import torch
 from trainhelpers import read_events, small_config
 
-from xtts_ft.train import checkpoint as ckpt
-from xtts_ft.train.slim import SLIM_KEY, is_slim
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
+from xtts_ft.layout import STATE_FILE
+
+
+def is_slim(folder) -> bool:
+    return not CheckpointRecord.read(folder).optimizer_state
 
 
 def _state(folder):
-    return torch.load(folder / ckpt.STATE_FILE, map_location="cpu", weights_only=True)
+    return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
 
 
 def test_older_checkpoints_keep_weights_only_and_resume_uses_the_latest_full_one(trainer, tiny_base, tmp_path,
@@ -25,16 +29,16 @@ def test_older_checkpoints_keep_weights_only_and_resume_uses_the_latest_full_one
     sections = dict(evaluation={"every_steps": 2},
                     checkpoint={"every_steps": 2, "keep_last": 2, "keep_best": True, "optimizer_state": "latest"})
     first = trainer(small_config(run, training={"max_steps": 6}, **sections))
-    folders = [p for _, p in ckpt.list_checkpoints(run)]
+    folders = [c.folder for c in CheckpointStore.of_run(run).list()]
     latest = first.last_checkpoint
     assert latest == folders[-1] and len(folders) >= 2
     assert "optimizer" in _state(latest) and not is_slim(latest)
     for folder in folders[:-1]:  # the older one and the best one (when it is not the latest)
-        assert is_slim(folder) and ckpt.read_meta(folder)[SLIM_KEY] is False
-        ckpt.verify_checkpoint(folder)  # sha256 recomputed for the rewritten file
+        assert is_slim(folder) and CheckpointRecord.read(folder).to_json()["optimizer_state"] is False
+        CheckpointStore.verify(folder)  # sha256 recomputed for the rewritten file
         state = _state(folder)
-        assert "optimizer" not in state and state["gpt"] and state["step"] == ckpt.read_meta(folder)["step"]
-        assert (folder / ckpt.STATE_FILE).stat().st_size < (latest / ckpt.STATE_FILE).stat().st_size / 2
+        assert "optimizer" not in state and state["gpt"] and state["step"] == CheckpointRecord.read(folder).step
+        assert (folder / STATE_FILE).stat().st_size < (latest / STATE_FILE).stat().st_size / 2
         xtts, _, meta = load_checkpoint_folder(folder, tiny_base)  # what evaluate and synthesize load
         assert meta["step"] == state["step"]
         assert torch.equal(xtts.gpt.text_embedding.weight, state["gpt"]["text_embedding.weight"])

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import CheckpointLayout
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
-from xtts_ft.train import checkpoint as ckpt
-from xtts_ft.train.state_record import FORMAT, TrainingState
+from xtts_ft.training_state import FORMAT, TrainingState
 
 # Written by the code of commit cdd6580 (tests/assets/make_format1_checkpoint.py): weights only.
 OLD = Path(__file__).resolve().parents[1] / "assets" / "checkpoint_format1" / "step_000002"
@@ -27,7 +27,7 @@ def old_checkpoint(tmp_path) -> Path:
 
 
 def test_an_old_checkpoint_loads_into_the_record(old_checkpoint):
-    state = ckpt.load_training_state(old_checkpoint)  # sha256 verified, weights_only
+    state = CheckpointStore.load_state(old_checkpoint)  # sha256 verified, weights_only
     assert isinstance(state, TrainingState) and state.step == 2 and state.optimizer is None
     assert state.vocab_fingerprint == vocab_fingerprint(CheckpointLayout(old_checkpoint).vocab)
     assert state.precision == "fp32" and state.sampler["batch_index"] == 2 and len(state.rng) == 1
@@ -48,7 +48,7 @@ def test_an_old_checkpoint_resumes_and_exports(old_checkpoint, tiny_base, vocab,
     from xtts_ft.train.schedule import build_optimizer
     from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
 
-    state = ckpt.load_training_state(old_checkpoint)
+    state = CheckpointStore.load_state(old_checkpoint)
     model = copy.deepcopy(built_model)
     fingerprint = vocab_fingerprint(vocab[0])
     check_compatible(state, old_checkpoint, vocab_fingerprint=fingerprint, gpt=model.gpt)

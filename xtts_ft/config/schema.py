@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from xtts_ft.layout import CheckpointLayout
+from xtts_ft.layout import META_FILE, CheckpointLayout
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
@@ -348,7 +348,7 @@ class CheckpointConfig:
     best_metric: Literal["eval_loss", "cer", "cer_similarity"] = opt(
         "eval_loss",
         "What 'best' means: eval_loss; cer (mean CER of the evaluation samples, needs evaluation.recognize); "
-        "cer_similarity (CER + 0.5 x (1 - speaker similarity)). See xtts_ft/evaluate/best_metric.py.",
+        "cer_similarity (CER + 0.5 x (1 - speaker similarity)). See xtts_ft/checkpoint_store.py (score_of).",
     )
     resume: str = opt("auto", "auto (latest in the run dir), never, or a checkpoint path.")
     on_save_error: Literal["continue", "stop"] = opt(
@@ -372,7 +372,7 @@ class CheckpointConfig:
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
             elif not CheckpointLayout(self.resume).meta.is_file():  # caught here, before data prep and model loading
                 problems.append(
-                    f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no meta.json); use auto, "
+                    f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no {META_FILE}); use auto, "
                     f"never, or a folder like <run.output_dir>/checkpoints/step_001000"
                 )
 

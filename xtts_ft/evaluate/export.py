@@ -26,6 +26,7 @@ import yaml
 
 from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
 from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
@@ -35,7 +36,6 @@ from xtts_ft.safe_load import load_weights
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
-from xtts_ft.train.state_record import TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -178,42 +178,15 @@ def export_model(
 
 
 def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
-    """The GPT weights of a training checkpoint folder, checked against the sha256 in its meta.json.
-
-    ``training_state.pt`` as the trainer writes it holds them under ``gpt``; a plain ``{"model": ...}``
-    file (coqui trainer style) is accepted too.
-    """
-    ckpt_dir = Path(ckpt_dir)
-    path = ckpt_dir / TRAINING_STATE
-    if not path.is_file():
-        raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
-    if _read_json(CheckpointLayout(ckpt_dir).meta).get("training_state_sha256"):
-        from xtts_ft.train.checkpoint import verify_checkpoint
-
-        verify_checkpoint(ckpt_dir)  # a truncated or corrupted file is named, never exported
-    obj = load_weights(path, CheckpointError)
-    if isinstance(obj, dict) and "format" in obj:  # what this project's trainer writes
-        return gpt_relative_state(TrainingState.from_dict(obj, str(path)).gpt, str(path))
-    for key in ("gpt", "model"):  # a bare state dict under either name (e.g. coqui trainer style)
-        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-            return gpt_relative_state(obj[key], str(path))
-    raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
-    return data if isinstance(data, dict) else {}
+    """The GPT weights of a training checkpoint folder (verified by the store when its record has a sha256;
+    a coqui-trainer-style ``{"model": ...}`` folder is accepted too), relative to the GPT module."""
+    return gpt_relative_state(CheckpointStore.load_gpt_weights(Path(ckpt_dir)), str(CheckpointLayout(ckpt_dir).state))
 
 
 def checkpoint_settings(ckpt_dir: Path) -> dict:
     """Language, text front-end settings and step recorded in a checkpoint folder (tolerant of gaps)."""
     files = CheckpointLayout(ckpt_dir)
-    meta = _read_json(files.meta)
+    record = CheckpointRecord.find(Path(ckpt_dir))
     cfg: dict = {}
     if files.config.is_file():
         try:
@@ -221,14 +194,12 @@ def checkpoint_settings(ckpt_dir: Path) -> dict:
         except yaml.YAMLError as exc:
             raise CheckpointError(f"{files.config}: not valid YAML ({exc})") from None
     section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
-    step = meta.get("step")
-    if step is None:
-        step = files.step
     return {
         "language": section("run").get("language", "am"),
         "text": TextSettings.from_sections(section("text"), section("tokenizer")),
-        "step": step,
-        "checkpoint_meta": meta,
+        "step": record.step if record is not None else files.step,
+        "checkpoint_meta": record.to_json() if record is not None else {},
+        "vocab_fingerprint": record.vocab_fingerprint if record is not None else None,
     }
 
 
@@ -247,9 +218,10 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, 
     if not vocab.is_file():
         raise CheckpointError(f"{ckpt_dir}: no {VOCAB_FILE}; a checkpoint folder keeps the vocabulary it was trained with")
     settings = checkpoint_settings(ckpt_dir)
-    recorded = settings["checkpoint_meta"].get("vocab_fingerprint")
+    recorded = settings["vocab_fingerprint"]
     if recorded and recorded != vocab_fingerprint(vocab):
-        raise TokenizerError(f"{vocab}: fingerprint differs from the one in meta.json ({recorded}); the vocab was changed")
+        raise TokenizerError(f"{vocab}: fingerprint differs from the one in the checkpoint's record ({recorded}); "
+                             f"the vocab was changed")
     gpt_state = load_checkpoint_gpt_state(ckpt_dir)
     extra = {
         "source_checkpoint": str(ckpt_dir.resolve()),

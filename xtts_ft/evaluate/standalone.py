@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Optional
 
 from xtts_ft.base_model import BaseModelFiles, resolve_base_model
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import BaseModelConfig, Config
 from xtts_ft.errors import CheckpointError
-from xtts_ft.layout import CheckpointLayout, RunLayout, step_of
+from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout, step_of
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def refuse_folder_of_checkpoints(ckpt_dir: Path) -> None:
     """``--checkpoint RUN/checkpoints`` (or the run folder): name the step folders it holds, the newest as the example."""
     ckpt_dir = Path(ckpt_dir)
-    if CheckpointLayout(ckpt_dir).meta.is_file() or CheckpointLayout(ckpt_dir).state.is_file():
+    if CheckpointStore.is_checkpoint(ckpt_dir) or CheckpointLayout(ckpt_dir).state.is_file():
         return
     for parent in (ckpt_dir, RunLayout(ckpt_dir).checkpoints):
         steps = sorted((p for p in parent.iterdir() if p.is_dir() and step_of(p.name) is not None),
@@ -31,21 +31,18 @@ def refuse_folder_of_checkpoints(ckpt_dir: Path) -> None:
 
 
 def base_for_checkpoint(ckpt_dir: Path, source: Optional[str] = None) -> BaseModelFiles:
-    """The base model a checkpoint was trained from (its meta.json), unless ``source`` names another."""
+    """The base model a checkpoint was trained from (its record), unless ``source`` names another."""
     if not Path(ckpt_dir).is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
     refuse_folder_of_checkpoints(ckpt_dir)
     if source is None:
-        meta_path = CheckpointLayout(ckpt_dir).meta
-        if not meta_path.is_file():
-            raise CheckpointError(f"{ckpt_dir}: no meta.json; pass --base-model with the base model folder or repo id")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{meta_path}: not valid JSON ({exc}); the checkpoint is damaged, use an earlier one") from None
-        source = meta.get("base_model") if isinstance(meta, dict) else None
+        record = CheckpointRecord.find(Path(ckpt_dir))
+        if record is None:
+            raise CheckpointError(f"{ckpt_dir}: no {META_FILE}; pass --base-model with the base model folder or "
+                                  f"repo id")
+        source = record.base_model
         if not source:
-            raise CheckpointError(f"{meta_path}: does not name its base model; pass --base-model")
+            raise CheckpointError(f"{ckpt_dir}: its checkpoint record does not name its base model; pass --base-model")
     return resolve_base_model(BaseModelConfig(source=str(source)))
 
 
@@ -56,15 +53,15 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
     from xtts_ft.evaluate.references import pick_references
     from xtts_ft.evaluate.report import write_report
     from xtts_ft.run_folder import read_record
-    from xtts_ft.train.checkpoint import find_latest_checkpoint, read_meta
 
     run_dir = cfg.run_dir
     record = read_record(run_dir)
-    ckpt = checkpoint or find_latest_checkpoint(run_dir, record.owns if record else None)
+    ckpt = checkpoint or CheckpointStore.of_run(run_dir, record.owns if record else None).latest()
     if ckpt is None:
         raise CheckpointError(f"{run_dir}: no checkpoint to evaluate; train first or pass --checkpoint")
-    theirs = read_meta(Path(ckpt)).get("run_id")
-    if record is not None and not record.owns(read_meta(Path(ckpt))):
+    checkpoint_record = CheckpointRecord.read(Path(ckpt))
+    theirs = checkpoint_record.run_id
+    if record is not None and not record.owns(checkpoint_record):
         raise CheckpointError(
             f"--checkpoint {ckpt}: belongs to run {theirs or '(unrecorded)'}, not to run {record.run_id} of {run_dir}; "
             f"evaluating it here would put its samples and report row into this run. Pass the --config of its own "

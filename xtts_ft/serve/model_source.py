@@ -6,11 +6,11 @@ front end (``serve``, Wyoming, the web app's Speak tab) resolves its path here, 
 is told in one line what the folder is or what was expected instead.
 
 * export folder: ``model.pth`` + ``config.json`` (what ``python -m xtts_ft export`` writes);
-* checkpoint folder: ``training_state.pt`` (``checkpoints/step_NNNNNN``), loaded with the base
-  model named in its ``meta.json`` (or ``base_model`` given here);
+* checkpoint folder: a training state (``checkpoints/step_NNNNNN``), loaded with the base
+  model named in its checkpoint record (or ``base_model`` given here);
 * run folder: ``checkpoints/`` inside it: its best checkpoint by the run's
-  ``checkpoint.best_metric`` (``xtts_ft.train.checkpoint.best_checkpoint``), else its latest
-  good one (``find_latest_checkpoint``); only checkpoints the run owns (``run.json``).
+  ``checkpoint.best_metric`` (``CheckpointStore.best``), else its latest good one
+  (``CheckpointStore.latest``); only checkpoints the run owns (``run.json``).
 
 The run folder a model came from (if it can be told) is kept, so the engine can offer the run's
 own speakers as voices.
@@ -26,6 +26,7 @@ from typing import Literal, Optional
 
 import yaml
 
+from xtts_ft.checkpoint_store import BEST_METRICS, CheckpointStore
 from xtts_ft.errors import ModelError
 from xtts_ft.layout import CHECKPOINTS_DIR, CONFIG_FILE, STATE_FILE, RunLayout
 
@@ -44,7 +45,7 @@ class ResolvedModel:
     model_dir: Path  # the loadable folder: an export folder or a checkpoint folder
     loads_as: Literal["export", "checkpoint"]  # how model_dir is loaded
     run_dir: Optional[Path]  # the run folder the model came from, when it can be told (voices, config)
-    base_model: Optional[str] = None  # checkpoint only: base model folder or repo id (None: from its meta.json)
+    base_model: Optional[str] = None  # checkpoint only: base model folder or repo id (None: from its checkpoint record)
     chosen_by: str = ""  # run only: "best (eval_loss)" or "latest"
 
     def describe(self) -> str:
@@ -97,7 +98,6 @@ def _run_of_export(export: Path) -> Optional[Path]:
 def _best_metric(run_dir: Path) -> str:
     """The run's ``checkpoint.best_metric`` from its config.yaml (the schema's default when absent)."""
     from xtts_ft.config import CheckpointConfig
-    from xtts_ft.evaluate.best_metric import BEST_METRICS
 
     default = CheckpointConfig.best_metric
     try:
@@ -111,15 +111,14 @@ def _best_metric(run_dir: Path) -> str:
 
 def _pick_run_checkpoint(run_dir: Path) -> tuple[Path, str]:
     from xtts_ft.run_folder import read_record
-    from xtts_ft.train.checkpoint import best_checkpoint, find_latest_checkpoint
 
     record = read_record(run_dir)
-    owner = record.owns if record else None
+    store = CheckpointStore.of_run(run_dir, record.owns if record else None)
     metric = _best_metric(run_dir)
-    best = best_checkpoint(run_dir, owner, metric)
+    best = store.best(metric)
     if best is not None:
         return best, f"best ({metric})"
-    latest = find_latest_checkpoint(run_dir, owner)
+    latest = store.latest()
     if latest is not None:
         return latest, "latest"
     raise ModelError(
@@ -132,7 +131,7 @@ def resolve_model(path: str | Path, base_model: Optional[str] = None) -> Resolve
     """Say what ``path`` is and where its loadable model lies; a one-line ``ModelError`` otherwise.
 
     ``base_model`` (a folder or repo id) is used for checkpoints instead of the one their
-    ``meta.json`` names.
+    checkpoint record names.
     """
     given = Path(path).expanduser()
     if not given.exists():

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from xtts_ft.checkpoint_store import CheckpointStore, Owner
 from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, METRICS_FILE, SAMPLES_DIR, RunLayout, step_dir_name, step_of
 from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.checkpoint import Owner, owned_checkpoints
 from xtts_ft.train.metrics import drop_lines_after
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _later_samples(run_dir: Path, step: int) -> list[Path]:
 def set_aside_later_steps(run_dir: Path, step: int, owner: Optional[Owner]) -> Optional[Branch]:
     """Move this run's checkpoints (and sample folders) after ``step`` into a new branch folder; None if there are none."""
     layout = RunLayout(run_dir)
-    later = [(s, p) for s, p in owned_checkpoints(run_dir, owner) if s > step]
+    later = [(c.step, c.folder) for c in CheckpointStore.of_run(run_dir, owner).list() if c.step > step]
     samples = _later_samples(run_dir, step)
     if not later and not samples:
         return None

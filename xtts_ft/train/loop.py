@@ -33,14 +33,13 @@ import numpy as np
 import torch
 
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy, is_better, score_of
 from xtts_ft.config import Config, TrainingConfig, dump_config
-from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
-from xtts_ft.evaluate.best_metric import best_score
+from xtts_ft.errors import DataError, TrainingStopped
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
-from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.branch import set_aside_later_steps
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
 from xtts_ft.train.cpu_threads import apply_cpu_plan
@@ -64,11 +63,11 @@ from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.precision import apply_tf32, fallback_policy, make_scaler, resolve_precision, scale_tensor
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_checkpoint
+from xtts_ft.train.rng_state import capture_rng, restore_rng
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
 from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
-from xtts_ft.train.slim import slim_older_checkpoints
 from xtts_ft.train.stability import (
     Snapshot,
     StabilityGuard,
@@ -79,8 +78,8 @@ from xtts_ft.train.stability import (
     pin_snapshots,
     to_cpu,
 )
-from xtts_ft.train.state_record import TrainingState
 from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
+from xtts_ft.training_state import TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +210,7 @@ class FineTuneRecipe:
         self.cpu_plan = apply_cpu_plan(tcfg.cpu_threads, tcfg.num_workers, self.device.type)
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            ckpt.clean_staging(self.run_dir)
+            CheckpointStore.of_run(self.run_dir).clean_staging()
         # the pipeline claimed the folder already (with the run's fingerprint); direct callers are checked here
         record = claim_run_folder(self.run_dir, fingerprint=None, resume=cfg.checkpoint.resume) if self.is_main else None
         self.run = self.dist.broadcast_object(record)
@@ -234,7 +233,7 @@ class FineTuneRecipe:
         release_memory(self.device)
         chosen = choose_checkpoint(cfg.checkpoint.resume, self.run_dir, self.run.owns) if self.is_main else None
         path = self.dist.broadcast_object(chosen)
-        state = ckpt.load_training_state(path) if path is not None else None
+        state = CheckpointStore.load_state(path) if path is not None else None
         if state is not None and self.is_main and cfg.checkpoint.resume not in ("auto", "never"):
             # resume from a named (older) checkpoint: this run's later steps are kept, never overwritten (branch.py)
             self.branch = set_aside_later_steps(self.run_dir, int(state.step), self.run.owns)
@@ -390,7 +389,7 @@ class FineTuneRecipe:
 
     def _seed_or_restore_rng(self) -> None:
         if self._rng_state is not None:
-            ckpt.restore_rng(self._rng_state, self.device)
+            restore_rng(self._rng_state, self.device)
             return
         seed = self.cfg.run.seed + 7919 * self.dist.rank + self.step
         random.seed(seed)
@@ -657,12 +656,12 @@ class FineTuneRecipe:
         self.last_eval_loss = result
         if self.first_eval_loss is None:
             self.first_eval_loss = result
-        is_best = self.best_eval_loss is None or result < self.best_eval_loss
+        is_best = is_better("eval_loss", result, self.best_eval_loss)
         if is_best:
             self.best_eval_loss = result
-        if self.cfg.checkpoint.best_metric != "eval_loss":  # by CER etc.: xtts_ft/evaluate/best_metric.py
-            score = self.dist.broadcast_object(best_score(self.cfg.checkpoint.best_metric, self.last_eval_metrics))
-            is_best = score is not None and (self.best_score is None or score < self.best_score)
+        if self.cfg.checkpoint.best_metric != "eval_loss":  # by CER etc.: xtts_ft/checkpoint_store.py score_of
+            score = self.dist.broadcast_object(score_of(self.cfg.checkpoint.best_metric, self.last_eval_metrics))
+            is_best = is_better(self.cfg.checkpoint.best_metric, score, self.best_score)
             self.best_score = score if is_best else self.best_score
         return is_best
 
@@ -692,7 +691,7 @@ class FineTuneRecipe:
     def save_checkpoint(self, final: bool = False) -> None:
         """Save this step; a failed save follows ``checkpoint.on_save_error``, except the final one, which always
         stops with an error: nothing is left to continue, and exiting 0 would hide the steps since the last save."""
-        rngs = self.dist.all_gather_object(ckpt.capture_rng(self.device))
+        rngs = self.dist.all_gather_object(capture_rng(self.device))
         error = None
         if self.is_main:
             state = TrainingState(
@@ -705,22 +704,17 @@ class FineTuneRecipe:
                 base_vocab_size=self.base_vocab_size, log_interval=self.metrics.interval_state(),
                 eval_pending=self.eval_cut_short == self.step,
             )
-            meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
-                    "base_model": str(self.base.root),
-                    "eval_loss": self.last_eval_loss if self.last_eval_step == self.step else None,
-                    "eval_metrics": self.last_eval_metrics if self.last_eval_step == self.step else None,
-                    "precision": self.policy.name, "base_vocab_size": self.base_vocab_size, "run_id": self.run.run_id,
-                    "eval_pending": self.eval_cut_short == self.step}
+            evaluated = self.last_eval_step == self.step
             try:
                 self._keep_foreign_checkpoint()
                 started = time.perf_counter()
-                path = ckpt.save_checkpoint(self.run_dir, state, meta, vocab_path=self.vocab_path,
-                                            write_config=lambda p: dump_config(self.effective_config(), p))
+                path = self._store().save(
+                    state, vocab_path=self.vocab_path, write_config=lambda p: dump_config(self.effective_config(), p),
+                    run_id=self.run.run_id, base_model=str(self.base.root),
+                    eval_loss=self.last_eval_loss if evaluated else None,
+                    eval_metrics=self.last_eval_metrics if evaluated else None)
                 self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
-                ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
-                                       owner=self.run.owns, metric=self.cfg.checkpoint.best_metric)
-                if self.cfg.checkpoint.optimizer_state == "latest":
-                    slim_older_checkpoints(self.run_dir, path, owner=self.run.owns)
+                self._store().apply_retention(RetentionPolicy.from_config(self.cfg.checkpoint), latest=path)
                 self.last_checkpoint = path
                 self.metrics.event(self.step, "checkpoint", path=str(path))
             except OSError as exc:
@@ -738,22 +732,20 @@ class FineTuneRecipe:
 
     def _keep_foreign_checkpoint(self) -> None:
         """A folder of this step's name that another run wrote is moved aside, never overwritten."""
-        target = ckpt.checkpoint_root(self.run_dir) / ckpt.step_dir_name(self.step)
-        if not target.is_dir():
-            return
-        try:
-            meta = ckpt.read_meta(target)
-        except CheckpointError:
-            meta = {}
-        if not self.run.owns(meta):
+        target = self._store().foreign_at(self.step)
+        if target is not None:
             set_aside_foreign(self.run_dir, target)
+
+    def _store(self) -> CheckpointStore:
+        """This run's checkpoints (xtts_ft/checkpoint_store.py)."""
+        return CheckpointStore.of_run(self.run_dir, owner=self.run.owns)
 
     def _sampler_state(self) -> dict:
         return {**self.sampler.state_dict(self.data_position), **self._sampler_key()}
 
     # ------------------------------------------------------------------ cleanup
     def _result(self, stopped: bool) -> TrainResult:
-        best = (ckpt.best_checkpoint(self.run_dir, self.run.owns, metric=self.cfg.checkpoint.best_metric)
+        best = (self._store().best(self.cfg.checkpoint.best_metric)
                 if self.is_main and self.run is not None else None)
         last, best = self.dist.broadcast_object((self.last_checkpoint, best))
         final = self.last_eval_loss if (self.last_eval_step == self.step or stopped) else None

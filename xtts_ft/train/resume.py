@@ -25,13 +25,13 @@ import torch
 import torch.nn as nn
 import yaml
 
+from xtts_ft.checkpoint_store import CheckpointStore, Owner
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout
-from xtts_ft.train.checkpoint import Owner, find_latest_checkpoint, owned_checkpoints
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
-from xtts_ft.train.state_record import TrainingState
+from xtts_ft.training_state import TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +46,13 @@ def choose_checkpoint(resume: str, run_dir: Path, owner: Optional[Owner] = None)
     if resume == "never":
         return None
     if resume == "auto":
-        path = find_latest_checkpoint(run_dir, owner)
-        if path is None and owned_checkpoints(run_dir, owner):
+        store = CheckpointStore.of_run(run_dir, owner)
+        path = store.latest()
+        if path is None and store.list():
             log.warning("no checkpoint in %s verifies; starting a new run", RunLayout(run_dir).checkpoints)
         return path
     path = Path(resume)
-    if not (path / META_FILE).is_file():
+    if not CheckpointStore.is_checkpoint(path):
         raise CheckpointError(f"checkpoint.resume: '{path}' is not a checkpoint folder (it has no {META_FILE}); "
                               f"use auto, never, or a folder like {run_dir}/checkpoints/step_001000")
     return path

@@ -2,7 +2,7 @@
 
 Curves come from ``metrics.jsonl`` (train and eval lines), evaluations and their samples from
 ``samples/index.jsonl``, checkpoints and "best" from the checkpoint folders through the trainer's own
-:func:`xtts_ft.train.checkpoint.best_checkpoint`. Nothing here is cached between calls: each refresh
+rule (:meth:`xtts_ft.checkpoint_store.CheckpointStore.best`). Nothing here is cached between calls: each refresh
 reads the files again, so the page can never disagree with what ``headless_train.py`` wrote.
 """
 
@@ -17,6 +17,7 @@ from typing import Optional
 
 import yaml
 
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout, step_of
 
@@ -127,22 +128,20 @@ def evaluations(run_dir: Path) -> dict[int, dict]:
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
-    folder = RunLayout(run_dir).checkpoints
-    found = [p for p in folder.iterdir() if p.is_dir() and step_of(p.name) is not None] if folder.is_dir() else []
-    return sorted(found, key=lambda p: step_of(p.name))
+    """Every checkpoint folder of the run directory, oldest first (not verified: a damaged one is still listed)."""
+    return [c.folder for c in CheckpointStore(RunLayout(run_dir)).list()]
 
 
 def best_step(run_dir: Path) -> Optional[int]:
     """The step of the run's best checkpoint, by the run's checkpoint.best_metric (the trainer's own rule)."""
     from xtts_ft.run_folder import read_record
-    from xtts_ft.train.checkpoint import best_checkpoint
 
     metric = (run_config(run_dir).get("checkpoint") or {}).get("best_metric", "eval_loss")
     try:
         record = read_record(run_dir)
     except UserError:  # a damaged run.json: every checkpoint counts (the page still says what the files hold)
         record = None
-    best = best_checkpoint(run_dir, record.owns if record is not None else None, metric)
+    best = CheckpointStore.of_run(run_dir, record.owns if record is not None else None).best(metric)
     return step_of(best.name) if best is not None else None
 
 

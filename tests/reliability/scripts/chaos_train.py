@@ -24,7 +24,7 @@ sys.path[:0] = [str(HERE.parents[2]), str(TRAIN_SCRIPTS)]
 import run_small  # noqa: E402
 import torch  # noqa: E402
 
-from xtts_ft.train import checkpoint as ckpt  # noqa: E402
+from xtts_ft import checkpoint_store as ckpt  # noqa: E402
 
 
 def _pause_forever() -> None:
@@ -50,7 +50,7 @@ def install_pause(mode: str) -> None:
         def pause_before_pruning(*args, **kwargs):
             _pause_forever()
 
-        ckpt.prune_checkpoints = pause_before_pruning
+        ckpt.CheckpointStore.apply_retention = pause_before_pruning
     elif mode:
         raise SystemExit(f"CHAOS_PAUSE={mode!r}: expected state or prune")
 

@@ -1,7 +1,7 @@
 """What a checkpoint's training_state.pt holds: one typed, versioned record.
 
-Save (train/loop.py), resume (train/resume.py), slimming (train/slim.py), export and evaluation
-(evaluate/export.py) all go through :class:`TrainingState`; the file itself stays a plain dict of
+It sits beside the store that writes and reads it (xtts_ft/checkpoint_store.py: save, load_state,
+retention's slimming), below train/ and evaluate/; the file itself stays a plain dict of
 tensors, lists and numbers, so ``torch.load(weights_only=True)`` reads it and nothing in it can
 run code. ``to_dict`` writes exactly the keys below; ``from_dict`` reads every format this project
 has written (``FORMAT``; checkpoints of format 1 written before this record existed included, see
@@ -30,7 +30,7 @@ class TrainingState:
     epoch: int
     gpt: dict[str, Any]  # GPT state dict (CPU tensors)
     sampler: dict[str, Any]  # ResumableBatchSampler position and key (epoch, batch_index, world_size, ...)
-    rng: list[dict]  # one RNG snapshot per rank (checkpoint.capture_rng)
+    rng: list[dict]  # one RNG snapshot per rank (train/rng_state.capture_rng)
     stability: dict[str, Any]  # StabilityGuard.state_dict()
     lr_factor: float
     precision: str  # the precision policy the run ended on (fp16 may have fallen back)
