@@ -208,3 +208,11 @@ def test_hf_path_may_be_a_hub_id_or_a_file(tmp_path):
         assert cfg.dataset.path == source
     with pytest.raises(ConfigError, match="neither a local parquet/arrow file or folder nor a Hugging Face dataset id"):
         config_from_dict({"dataset": {"path": "./missing.parquet", "format": "hf"}})
+
+
+def test_a_cer_best_metric_needs_the_recogniser():
+    """checkpoint.best_metric cer is scored by the recogniser: without evaluation.recognize the run is refused."""
+    with pytest.raises(ConfigError, match="checkpoint.best_metric"):
+        config_from_dict({"checkpoint": {"best_metric": "cer"}, "evaluation": {"recognize": False}})
+    with pytest.raises(ConfigError, match="best_metric"):
+        config_from_dict({"checkpoint": {"best_metric": "wer"}})
