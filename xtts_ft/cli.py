@@ -350,8 +350,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate import export_from_checkpoint
-    from xtts_ft.evaluate.export import EXPORT_META
     from xtts_ft.evaluate.standalone import base_for_checkpoint
+    from xtts_ft.model_folder import EXPORT_META
     from xtts_ft.output_folder import check_output
 
     setup_logging(None, args.verbose)
