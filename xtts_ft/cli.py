@@ -275,14 +275,13 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
-    from xtts_ft.config import TokenizerConfig
-    from xtts_ft.text_settings import TextSettings, make_normalizer
+    from xtts_ft.text_settings import make_normalizer
     from xtts_ft.tokenizer import tokenizer_command
 
     setup_logging(None, args.verbose)
     report = tokenizer_command(
         Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out),
-        make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit)), min_frequency=args.min_frequency,
+        make_normalizer(args.fold_homophones), min_frequency=args.min_frequency,
         eval_files=[Path(t) for t in args.eval_text or []],
     )
     held_out = f", {report.eval_tokens_per_char:.3f} on --eval-text" if report.eval_tokens_per_char is not None else ""
@@ -295,12 +294,11 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from xtts_ft.config import TokenizerConfig
     from xtts_ft.output_folder import claim_in_place
-    from xtts_ft.text_settings import TextSettings, make_normalizer
+    from xtts_ft.text_settings import make_normalizer
 
     setup_logging(None, args.verbose)
-    normalizer = make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit))
+    normalizer = make_normalizer(args.fold_homophones)
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
 

@@ -27,7 +27,8 @@ from xtts_ft.config import Config, dump_config
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
-from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
+from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         from xtts_ft.asr.recognizer import Recognizer
 
         recognizer = Recognizer.from_config(cfg.asr)
-    normalizer = make_normalizer(TextSettings.from_config(cfg))
+    normalizer = make_normalizer(cfg.text.fold_homophones)
     if cfg.more_datasets:
         from xtts_ft.data.multi import prepare_datasets
 
@@ -132,7 +133,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path, keep_exis
         cfg.tokenizer.new_tokens,
         tok_dir,
         min_frequency=cfg.tokenizer.min_frequency,
-        normalizer=make_normalizer(TextSettings.from_config(cfg)),
+        normalizer=make_normalizer(cfg.text.fold_homophones),
         eval_texts=eval_texts,
     )
     log.info(

@@ -39,7 +39,7 @@ def _assert_same(a: dict, b: dict) -> None:
 def export_dir(tiny_base, am_vocab, trained_gpt_state, tmp_path_factory):
     out = tmp_path_factory.mktemp("exports") / "amharic"
     return export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out,
-                        text=TEXT, extra_meta={"step": 2, "source_checkpoint": "in-memory test model"})
+                        text=TEXT, language="am", extra_meta={"step": 2, "source_checkpoint": "in-memory test model"})
 
 
 def _checkpoint(tmp_path, am_vocab, gpt_state, *, prefix="", fingerprint=None, extra=None):
@@ -167,17 +167,17 @@ def test_export_refuses_mismatches(tmp_path, tiny_base, am_vocab, trained_gpt_st
                                tmp_path / "a" / "export", tiny_base)
     with pytest.raises(TokenizerError, match="text rows"):  # the base vocab lacks [am]: one row fewer
         export_model(base=tiny_base, vocab_path=tiny_base.vocab_json, gpt_state_dict=trained_gpt_state,
-                     out_dir=tmp_path / "b", text=TEXT)
+                     out_dir=tmp_path / "b", text=TEXT, language="am")
     with pytest.raises(CheckpointError, match="training_state.pt"):
         export_from_checkpoint(tmp_path, tmp_path / "c", tiny_base)
     with pytest.raises(CheckpointError, match="no GPT weights"):
         export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict={"x.weight": torch.zeros(1)},
-                     out_dir=tmp_path / "d", text=TEXT)
+                     out_dir=tmp_path / "d", text=TEXT, language="am")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine", encoding="utf-8")
     with pytest.raises(OutputFolderError, match="1 file\\(s\\) not written by this tool: notes.txt"):
         export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=tmp_path / "taken",
-                     text=TEXT)
+                     text=TEXT, language="am")
     assert (tmp_path / "taken" / "notes.txt").is_file()
 
 
@@ -189,9 +189,9 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path, tiny_base, am_vocab
 
 def test_reexport_replaces_an_earlier_export(tmp_path, tiny_base, am_vocab, trained_gpt_state):
     out = tmp_path / "export"
-    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT,
+    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT, language="am",
                  extra_meta={"step": 1})
-    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT,
+    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT, language="am",
                  extra_meta={"step": 9})
     assert json.loads((out / EXPORT_META).read_text(encoding="utf-8"))["step"] == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+from xtts_ft.languages import BASE_LANGUAGES, LANGUAGE_ALIASES
 from xtts_ft.layout import CheckpointLayout
 
 
@@ -34,11 +35,6 @@ def is_hub_id(source: str) -> bool:
     return not is_local_source(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
 
 
-LANGUAGE_ALIASES = {"am": "am", "amh": "am"}
-# Languages the XTTS-v2 base model already speaks: extra datasets in these go through coqui's own text handling.
-BASE_LANGUAGES = (
-    "en", "es", "fr", "de", "it", "pt", "pl", "tr", "ru", "nl", "cs", "ar", "zh-cn", "hu", "ko", "ja", "hi",
-)
 
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",

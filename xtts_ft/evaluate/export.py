@@ -29,8 +29,10 @@ import yaml
 
 from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
+from xtts_ft.languages import canonical_language
 from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.model_folder import EXPORT_META, ModelFolder
@@ -122,14 +124,14 @@ def export_model(
     gpt_state_dict: dict,
     out_dir: Path,
     text: TextSettings,
-    language: str = "am",
+    language: str,
     extra_meta: Optional[dict] = None,
     on_existing: str = REFUSE,
 ) -> Path:
     """Write the export folder (atomically) and return its path.
 
-    ``text`` (the run's text settings) is written into the metadata, so inference tokenises
-    exactly as training did.
+    ``text`` (the run's text settings) and ``language`` (the run's ``run.language``) are written
+    into the metadata, so inference tokenises exactly as training did.
     """
     vocab_path, out_dir = Path(vocab_path), Path(out_dir)
     _check_out_dir(out_dir, on_existing)
@@ -230,7 +232,7 @@ def checkpoint_settings(ckpt_dir: Path) -> dict:
     if step is None:
         step = files.step
     return {
-        "language": section("run").get("language", "am"),
+        "language": canonical_language(section("run").get("language", RunConfig.language)),
         "text": TextSettings.from_sections(section("text"), section("tokenizer")),
         "step": step,
         "checkpoint_meta": meta,

@@ -17,13 +17,15 @@ from typing import Callable, Optional
 import torch
 
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
 from xtts_ft.layout import CheckpointLayout
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.safe_load import first_line, load_weights, unpickling_message
-from xtts_ft.text_settings import TextSettings, make_tokenizer
+from xtts_ft.text_settings import TextSettings
+from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,7 @@ def synthesize_command(
         raise ModelError(
             f"{model_dir}: neither an export folder ({' + '.join(EXPORT_FILES)}) nor a checkpoint folder ({TRAINING_STATE})"
         )
-    language = language or meta.get("language") or "am"
+    language = language or meta.get("language") or RunConfig.language  # an export before meta had it: the default
     results = synthesize_requests(
         xtts, tokenizer, [(out.stem, 0, text, speaker_wav)], out.parent, language=language,
         temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,

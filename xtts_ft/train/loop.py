@@ -289,7 +289,8 @@ class FineTuneRecipe:
     def _build_model(self) -> XttsTrainingModel:
         """The training model on the device (the run's tokenizer first, unless a test hook gave one)."""
         if self.tokenizer is None:
-            from xtts_ft.text_settings import TextSettings, make_tokenizer
+            from xtts_ft.text_settings import TextSettings
+            from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
             self.tokenizer = make_tokenizer(self.vocab_path, TextSettings.from_config(self.cfg))
         model = (self.hooks.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
