@@ -6,7 +6,7 @@ its own folder of the run directory and is skipped on a re-run when its inputs d
 the run folder is claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
 is refused there, before data, vocabulary or codes of the earlier run are touched.
 
-The whole run notices a stop request (SIGINT/SIGTERM, ``xtts_ft.train.signals``): prepare between
+The whole run notices a stop request (SIGINT/SIGTERM, ``xtts_ft.stop_signals``): prepare between
 clips, every other stage when it ends, training and evaluation within seconds. A stop outside the
 training loop abandons what is left (each stage's finished work is kept: prepare's per-clip results,
 a finished stage's folder), prints the command that continues and returns ``stopped_by_signal``.
@@ -161,8 +161,8 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
     Under ``torchrun`` every stage that writes files (run folder claim, base model, prepare, tokenizer, report)
     runs on rank 0 while the other ranks wait, then reads rank 0's outputs (``MainFirst``).
     """
+    from xtts_ft.stop_signals import StopRequested, StopSignals
     from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
-    from xtts_ft.train.signals import StopRequested, StopSignals
 
     ctx = setup_distributed(cfg.run.device)
     try:
@@ -194,8 +194,8 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
                 new_data: bool = False) -> PipelineResult:
     from xtts_ft.evaluate import write_report
     from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
+    from xtts_ft.stop_signals import raise_if_stopped
     from xtts_ft.train import train
-    from xtts_ft.train.signals import raise_if_stopped
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)

@@ -12,8 +12,8 @@ import pytest
 import torch
 from trainhelpers import SCRIPT, read_metrics, small_config, train_lines
 
+from xtts_ft.stop_signals import StopSignals
 from xtts_ft.train import checkpoint as ckpt
-from xtts_ft.train.signals import StopSignals
 
 STEPS = 6
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -35,6 +36,10 @@ def is_hub_id(source: str) -> bool:
     return not is_local_source(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
 
 
+
+#: The dataset layouts ``dataset.format`` names (readers: xtts_ft/data/readers.py, commonvoice.py, hf_source.py).
+DatasetFormat = Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
+DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
@@ -97,7 +102,7 @@ class DatasetConfig:
         "folder (validated.tsv or train.tsv + clips/); for format hf: a parquet/arrow file or folder, or a Hugging "
         "Face dataset id.",
     )
-    format: Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"] = opt(
+    format: DatasetFormat = opt(
         "auto", "Layout of the dataset; auto detects the folder layouts (hf must be named)."
     )
     language: Optional[str] = opt(

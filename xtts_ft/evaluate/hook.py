@@ -28,8 +28,8 @@ from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samp
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
 from xtts_ft.layout import RunLayout
+from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.hooks import EvalHook
-from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
 from xtts_ft.languages import canonical_language
+from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
 from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.signals import raise_if_stopped, stopping_enabled
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class SampleResult:
     rtf: float  # synthesis_s / duration_s
     mcd: Optional[float] = None  # against the recording, for eval clips only
     recognized_text: Optional[str] = None  # what the speech recogniser heard (evaluation.recognize)
-    cer: Optional[float] = None  # of recognized_text against text (xtts_ft.asr.error_rates)
+    cer: Optional[float] = None  # of recognized_text against text (xtts_ft.text.error_rates)
     speaker_similarity: Optional[float] = None  # cosine of XTTS speaker embeddings, sample vs reference
 
     def to_json(self, relative_to: Optional[Path] = None) -> dict:

@@ -39,6 +39,7 @@ from xtts_ft.evaluate.best_metric import best_score
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
+from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.branch import set_aside_later_steps
@@ -67,7 +68,6 @@ from xtts_ft.train.resume import apply_checkpoint, check_compatible, choose_chec
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
-from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.train.slim import slim_older_checkpoints
 from xtts_ft.train.stability import (
     Snapshot,
