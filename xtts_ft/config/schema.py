@@ -323,7 +323,10 @@ class PrecisionConfig:
 
 @dataclass
 class StabilityConfig:
-    max_consecutive_bad_steps: int = opt(10, "Non-finite steps in a row before rolling back to the last good checkpoint.")
+    max_consecutive_bad_steps: int = opt(
+        10, "Non-finite steps in a row before rolling back to the in-memory snapshot of the last good steps "
+        "(refreshed every stability.snapshot_every steps; not a checkpoint on disk)."
+    )
     rollback_lr_factor: float = opt(0.5, "LR multiplier applied at each rollback.")
     max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
     snapshot_every: int = opt(
