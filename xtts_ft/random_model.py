@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from xtts_ft.audio_io import DATASET_RATE, OUTPUT_RATE
 from xtts_ft.model_folder import ModelFolder
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,8 @@ FULL_GPT_ARGS = dict(
     gpt_use_perceiver_resampler=True,
     gpt_use_masking_gt_prompt_approach=True,
     num_chars=255,
-    input_sample_rate=22050,
-    output_sample_rate=24000,
+    input_sample_rate=DATASET_RATE,
+    output_sample_rate=OUTPUT_RATE,
     output_hop_length=256,
     cond_d_vector_in_each_upsampling_layer=True,
     duration_const=102400,

@@ -159,7 +159,7 @@ def test_a_corrupt_mp3_in_a_common_voice_folder_says_cannot_decode_with_the_real
 def test_mpg123_resync_notes_never_reach_the_console(tmp_path, capfd):
     if "MP3" not in sf.available_formats():
         pytest.skip("libsndfile here cannot read MP3: pip install 'soundfile>=0.12' (bundles libsndfile 1.1+)")
-    from xtts_ft.data.audio import DecodeError, decode
+    from xtts_ft.audio_io import DecodeError, decode
 
     t = np.arange(44100) / 22050
     sf.write(str(tmp_path / "ok.mp3"), (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 22050, format="MP3")

@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from xtts_ft.audio_io import DATASET_RATE, load_audio
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
@@ -33,7 +34,7 @@ from xtts_ft.train.hooks import EvalHook
 
 log = logging.getLogger(__name__)
 
-MCD_SAMPLE_RATE = 22050  # both the recording and the synthesis are resampled to this for MCD
+MCD_SAMPLE_RATE = DATASET_RATE  # both the recording and the synthesis are resampled to this for MCD
 
 
 
@@ -81,11 +82,10 @@ def _json_safe(obj):
 
 
 def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) -> None:
-    import soundfile as sf
     import torch
 
     for r in results:
-        audio, sr = sf.read(str(r.path), dtype="float32")
+        audio, sr = load_audio(r.path)
         writer.add_audio(f"{prefix}/{r.name}", torch.from_numpy(audio).reshape(1, -1), step, sample_rate=sr)
 
 

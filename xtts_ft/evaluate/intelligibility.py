@@ -37,10 +37,10 @@ def length_bucket(normalized_text: str) -> str:
 def _embedding(xtts, path: Path):
     import torch
 
-    from xtts_ft.data.audio import decode, to_mono
+    from xtts_ft.audio_io import load_audio
 
-    data, sr, _ = decode(str(path))
-    audio = torch.from_numpy(to_mono(data).astype(np.float32)).reshape(1, -1)
+    mono, sr = load_audio(path)
+    audio = torch.from_numpy(mono).reshape(1, -1)
     param = next(xtts.hifigan_decoder.parameters())
     with torch.inference_mode():
         return xtts.get_speaker_embedding(audio.to(param.device), sr).flatten().float().cpu()
