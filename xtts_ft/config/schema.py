@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from xtts_ft.languages import BASE_LANGUAGES, LANGUAGE_ALIASES
+from xtts_ft.languages import AMHARIC, BASE_LANGUAGES, LANGUAGE_ALIASES
 from xtts_ft.layout import CheckpointLayout
 
 
@@ -61,7 +61,7 @@ DEFAULT_TEST_SENTENCES = [
 class RunConfig:
     output_dir: str = opt("runs/amharic", "Run directory: config, data, tokenizer, checkpoints, samples, logs.")
     seed: int = opt(1234, "Seed for every random generator (data split is hash-based and does not use it).")
-    language: str = opt("am", "Language code of the new language; 'am' or 'amh' (stored as 'am').")
+    language: str = opt(AMHARIC, "Language code of the new language; 'am' or 'amh' (stored as 'am').")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where to train: auto picks cuda when available.")
 
     def check(self, problems: list[str]) -> None:

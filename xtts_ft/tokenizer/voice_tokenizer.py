@@ -64,7 +64,7 @@ class AmharicTokenizer(VoiceBpeTokenizer):
 
     def encode(self, txt: str, lang: str) -> list[int]:
         lang = canonical_language(lang)
-        if lang == AMHARIC and self.tokenizer is not None and self.tokenizer.token_to_id("[am]") is None:
+        if lang == AMHARIC and self.tokenizer is not None and self.tokenizer.token_to_id(f"[{AMHARIC}]") is None:
             raise TokenizerError(
                 f"{self.vocab_file}: this vocabulary has no [am] token, so it cannot encode Amharic; "
                 f"use the extended vocab.json written by the tokenizer stage (tokenizer/vocab.json in the run folder)"
