@@ -226,7 +226,8 @@ def losses_gap(before: dict, after: dict) -> float:
 
 def eval_inputs_section(args, device, state):
     from xtts_ft.model import model_limits
-    from xtts_ft.text_settings import TextSettings, make_tokenizer
+    from xtts_ft.text_settings import TextSettings
+    from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
     from xtts_ft.train.codes_cache import cache_paths, codes_for_batch, dvae_fingerprint, num_codes
     from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, read_segment
     from xtts_ft.train.evaluation import eval_losses

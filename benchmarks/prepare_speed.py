@@ -113,9 +113,9 @@ def run_ours(ds: Path, out: Path, workers: int) -> dict:
     sys.path.insert(0, str(ROOT))
     from xtts_ft.config import Config, DatasetConfig
     from xtts_ft.data import prepare_dataset
-    from xtts_ft.text_settings import TextSettings, make_normalizer
+    from xtts_ft.text_settings import make_normalizer
 
-    normalizer, which = make_normalizer(TextSettings.from_config(Config())), "xtts_ft.text.normalize_text"
+    normalizer, which = make_normalizer(Config().text.fold_homophones), "xtts_ft.text.normalize_text"
     cfg = DatasetConfig(path=str(ds), num_workers=workers)
     rss = PeakRss()
     start = time.perf_counter()

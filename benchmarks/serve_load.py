@@ -48,7 +48,8 @@ def make_export(size: str, work: Path) -> Path:
     from xtts_ft.evaluate.export import export_model
     from xtts_ft.model import build_xtts
     from xtts_ft.random_model import write_random_model
-    from xtts_ft.text_settings import TextSettings, make_tokenizer
+    from xtts_ft.text_settings import TextSettings
+    from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
     base = BaseModelFiles.from_dir(write_random_model(work / "base", size=size, seed=0))
     vocab = work / "vocab.json"
@@ -59,7 +60,7 @@ def make_export(size: str, work: Path) -> Path:
     settings = TextSettings(fold_homophones=False, char_limit=200)
     xtts = build_xtts(base, vocab, make_tokenizer(vocab, settings))
     out = export_model(base=base, vocab_path=vocab, gpt_state_dict=xtts.gpt.state_dict(), out_dir=work / "export",
-                       text=settings)
+                       text=settings, language="am")
     shutil.rmtree(work / "base")  # the full base is 2 GB: only the export is served
     return out
 

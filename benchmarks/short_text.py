@@ -13,7 +13,7 @@ a number, a question). Each is spoken with ``--seeds`` seeds two ways, with the 
 Prints per condition: stop rate (generation ended with the stop token), mean and max seconds of
 audio, mean seconds per character, the share of samples slower than the training data's 95th
 percentile pace (from the run's prepared data, when the model came from a run) and, with ``--asr``,
-the character error rate of what the recogniser hears (``xtts_ft.asr.error_rates``).
+the character error rate of what the recogniser hears (``xtts_ft.text.error_rates``).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def main() -> None:
                 rows.append({"text": text, "piece": piece, "stop": r.ended_with_stop, "seconds": seconds,
                              "spc": seconds / max(1, len(piece)), "path": path})
         if recognizer is not None:
-            from xtts_ft.asr.error_rates import error_rates
+            from xtts_ft.text.error_rates import error_rates
 
             for row, heard in zip(rows, recognizer.transcribe_files([r["path"] for r in rows])):
                 row["cer"] = error_rates(row["text"], heard).cer

@@ -42,7 +42,7 @@ def write_fixture(root: Path, clips: int) -> dict:
     """A tiny base model, its vocabulary plus [am], and a coqui-format dataset of ``clips`` clips."""
     from tokenizers import Tokenizer
 
-    from xtts_ft.tiny_model import write_tiny_model
+    from xtts_ft.random_model import write_tiny_model
 
     base = BaseModelFiles.from_dir(write_tiny_model(root / "tiny"))
     tok = Tokenizer.from_file(str(base.vocab_json))

@@ -67,6 +67,22 @@ def test_bad_override_lists_every_problem(tmp_path):
     assert len(lines) == 2 and all(line.startswith("error: configs/demo.yaml: ") for line in lines)
 
 
+@pytest.mark.parametrize("entry", ["headless", "train", "evaluate"])
+def test_config_name_alone_finds_the_projects_configs_folder(entry, tmp_path, monkeypatch, capsys, caplog):
+    """`python headless_train.py --config demo.yaml` from any folder reads configs/demo.yaml (and says so)."""
+    from xtts_ft.cli import headless_main, main
+    from xtts_ft.config.loading import PROJECT_CONFIGS
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", "demo.yaml", "--set", "training.lr=fast"]  # stops right after the file is read
+    with caplog.at_level("INFO", logger="xtts_ft.config.loading"):
+        rc = headless_main(args) if entry == "headless" else main([entry, *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and "config file not found" not in err
+    assert f"error: {PROJECT_CONFIGS / 'demo.yaml'}: training.lr: expected float" in err
+    assert f"using {PROJECT_CONFIGS / 'demo.yaml'}" in caplog.text
+
+
 @pytest.mark.parametrize("command", [["make-tiny-model"], ["make-random-model", "--size", "tiny"]])
 def test_make_tiny_model_command(tmp_path, command):
     out = run("-m", "xtts_ft", *command, "--out", str(tmp_path / "tiny"))

@@ -64,7 +64,8 @@ def test_mixed_language_run_trains_and_reports_both(tmp_path: Path, tiny_base_di
     # The English rows went through the English token path: [en] first, coqui's English cleaners (3 -> three,
     # Dr. -> doctor), no Amharic normaliser; the Amharic rows start with [am].
     from xtts_ft.config import load_config
-    from xtts_ft.text_settings import TextSettings, make_tokenizer
+    from xtts_ft.text_settings import TextSettings
+    from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
     from xtts_ft.train.data import Limits, load_clips
 
     tok = make_tokenizer(run_dir / "tokenizer" / "vocab.json", TextSettings.from_config(load_config(path)))

@@ -1,5 +1,6 @@
-"""The full-size random model's config and vocabulary have the real XTTS-v2 shapes (no full model is built:
-the GPT is laid out on torch's meta device, which allocates nothing)."""
+"""Random models in the XTTS-v2 layout: the tiny one is a real XTTS that stock coqui loads; the full-size one's
+config and vocabulary have the real XTTS-v2 shapes (no full model is built: the GPT is laid out on torch's meta
+device, which allocates nothing)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from xtts_ft.model_folder import DVAE_FILE, MEL_STATS_FILE, MODEL_FILE, REQUIRED_FILES
 from xtts_ft.random_model import FULL_GPT_ARGS, full_xtts_config
 from xtts_ft.tokenizer.base_vocab import ADDED_IN_MIDDLE, BASE_LANGUAGES, build_base_vocab
 from xtts_ft.tokenizer.vocab_file import id_mismatches, read_vocab
@@ -80,3 +82,35 @@ def test_unknown_size_is_refused(tmp_path):
     with pytest.raises(ValueError, match="tiny"):
         write_random_model(tmp_path, size="huge")
     assert FULL_GPT_ARGS["gpt_layers"] == 30
+
+
+def test_layout_and_weights_only_loading(tiny_base_dir):
+    for name in REQUIRED_FILES:
+        assert (tiny_base_dir / name).is_file(), name
+    for name in (MODEL_FILE, DVAE_FILE, MEL_STATS_FILE):
+        torch.load(tiny_base_dir / name, weights_only=True)  # no pickled code anywhere
+    state = torch.load(tiny_base_dir / MODEL_FILE, weights_only=True)["model"]
+    assert any(k.startswith("gpt.") for k in state) and any(k.startswith("hifigan_decoder.") for k in state)
+
+
+def test_vocab_has_the_xtts_shape(tiny_base_dir):
+    vocab = json.loads((tiny_base_dir / "vocab.json").read_text(encoding="utf-8"))
+    added = {t["content"]: t["id"] for t in vocab["added_tokens"]}
+    assert (added["[STOP]"], added["[UNK]"], added["[SPACE]"]) == (0, 1, 2)
+    assert vocab["model"]["merges"], "a BPE with merges, like the real vocab"
+    # As in the real XTTS-v2 vocab, [START] is not the last id (coqui's resize assumes it is).
+    assert added["[START]"] < max(added.values())
+    assert "[am]" not in added  # the base model knows no Amharic; the tokenizer stage adds it
+
+
+def test_stock_coqui_loads_it(tiny_base_dir):
+    from TTS.tts.configs.xtts_config import XttsConfig
+    from TTS.tts.models.xtts import Xtts
+
+    config = XttsConfig()
+    config.load_json(str(tiny_base_dir / "config.json"))
+    model = Xtts(config)
+    model.load_checkpoint(config, checkpoint_dir=str(tiny_base_dir), eval=True)
+    ids = model.tokenizer.encode("the quick brown fox", "en")
+    assert 1 not in ids  # no [UNK]
+    assert model.gpt.text_embedding.weight.shape[0] == model.tokenizer.get_number_tokens()

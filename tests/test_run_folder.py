@@ -264,3 +264,22 @@ def test_continuing_on_new_data_keeps_the_runs_vocabulary(tmp_path, tiny_base_di
     assert vocab_fingerprint(tokenizer_stage(cfg, base, data)) == first  # recorded: reused without the option too
     write_data("ሌላ ጽሑፍ እዚህ")
     assert vocab_fingerprint(tokenizer_stage(cfg, base, data)) != first  # without it, changed data builds anew
+
+
+def test_recorded_fingerprints_and_stage_hashes_keep_their_meaning(setup, tmp_path):
+    """run.json and .stage.json share xtts_ft.input_hash now; the values they record are the ones written before."""
+    import hashlib
+
+    from xtts_ft import stages
+
+    cfg, dataset, _ = setup
+    text = tmp_path / "extra.txt"
+    text.write_text("ሰላም ለዓለም\n", encoding="utf-8")
+    cfg.tokenizer.extra_text_files = [str(text)]
+    fingerprint = run_fingerprint(cfg)
+    old_sha = lambda data: hashlib.sha256(data).hexdigest()[:16]  # noqa: E731 - the scheme run.json was written with
+    assert fingerprint["dataset"]["transcripts"] == {"metadata.csv": old_sha((dataset / "metadata.csv").read_bytes())}
+    assert fingerprint["tokenizer"]["extra_text_files"] == old_sha(old_sha(text.read_bytes()).encode())
+    parts = ({"lr": 1e-5}, [("a.wav", 10, 5)], "am")
+    old_stage = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode()).hexdigest()
+    assert stages.hash_inputs(*parts) == old_stage  # an older .stage.json still says "unchanged"

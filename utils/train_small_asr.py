@@ -8,7 +8,7 @@ can be downloaded where they run. This script makes one from nothing but espeak-
 project wrote (``datasets/amharic_text/``):
 
 1. Sentences: each project-written line is cut into clauses of 2-12 words and put through
-   :func:`xtts_ft.asr.error_rates.scoring_text` (numbers read out, homophones folded,
+   :func:`xtts_ft.text.error_rates.scoring_text` (numbers read out, homophones folded,
    punctuation dropped). Clauses with Latin letters are left out (espeak-ng would switch to
    English), and so is every line that shares a clause with the demo's own sentences
    (``utils/demo_sentences_am.txt``, ``datasets/amharic_demo/``) so the demo clips stay unseen.
@@ -49,13 +49,14 @@ import soundfile as sf
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from xtts_ft.asr.error_rates import corpus_cer, scoring_text  # noqa: E402
+from xtts_ft.audio_io import RECOGNIZER_RATE  # noqa: E402
+from xtts_ft.text.error_rates import corpus_cer, scoring_text  # noqa: E402
 
 TEXT_DIR = REPO_ROOT / "datasets" / "amharic_text"
 DEMO_SENTENCES = REPO_ROOT / "utils" / "demo_sentences_am.txt"
 DEMO_DIR = REPO_ROOT / "datasets" / "amharic_demo"
 DEFAULT_OUT = REPO_ROOT / "xtts_ft" / "asr" / "small_model"
-SAMPLE_RATE = 16000
+SAMPLE_RATE = RECOGNIZER_RATE  # the rate the small recogniser is trained and used at
 FEATURE_STRIDE = 4  # filterbank frames stacked per model frame (100 fps / 4 = 25 fps)
 CLAUSE_SPLIT_RE = re.compile(r"[።፣፤፥፦፧!?.,;:]+")
 LATIN_RE = re.compile(r"[a-z]")

@@ -16,11 +16,10 @@ from typing import Callable, Optional
 
 from xtts_ft.config import BaseModelConfig
 from xtts_ft.errors import ModelError
+from xtts_ft.model_folder import OPTIONAL_FILES, REQUIRED_FILES, ModelFolder
 
 log = logging.getLogger(__name__)
 
-REQUIRED_FILES = ("config.json", "model.pth", "vocab.json", "dvae.pth", "mel_stats.pth")
-OPTIONAL_FILES = ("speakers_xtts.pth",)
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # fetcher(repo_id, filename, revision, cache_dir) -> local path of the downloaded file
@@ -41,21 +40,27 @@ class BaseModelFiles:
 
     @classmethod
     def from_dir(cls, root: Path) -> BaseModelFiles:
-        missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
+        """A base model folder, or an export (complete since it carries dvae.pth: a further fine-tune's base)."""
+        folder = ModelFolder(root)
+        missing = folder.missing()
         if missing:
+            if folder.export_meta.is_file():  # exports written before they carried the DVAE
+                raise ModelError(
+                    f"base model folder '{root}' is an export without {', '.join(missing)}; export the checkpoint "
+                    f"again with this version (exports now carry every base-model file) to train on top of it"
+                )
             raise ModelError(
                 f"base model folder '{root}' lacks {', '.join(missing)}; it needs the coqui/XTTS-v2 files "
                 f"({', '.join(REQUIRED_FILES)})"
             )
-        speakers = root / "speakers_xtts.pth"
         return cls(
-            root=root,
-            config_json=root / "config.json",
-            model_pth=root / "model.pth",
-            vocab_json=root / "vocab.json",
-            dvae_pth=root / "dvae.pth",
-            mel_stats_pth=root / "mel_stats.pth",
-            speakers_pth=speakers if speakers.is_file() else None,
+            root=folder.root,
+            config_json=folder.config_json,
+            model_pth=folder.model,
+            vocab_json=folder.vocab,
+            dvae_pth=folder.dvae,
+            mel_stats_pth=folder.mel_stats,
+            speakers_pth=folder.speakers if folder.speakers.is_file() else None,
         )
 
 
@@ -125,7 +130,7 @@ def resolve_base_model(cfg: BaseModelConfig, fetcher: Optional[Fetcher] = None) 
                 f"base_model.source: folder '{root}' does not exist; point it at an XTTS-v2 folder or a repo id "
                 f"such as coqui/XTTS-v2"
             )
-        from xtts_ft.tiny_model import write_tiny_model
+        from xtts_ft.random_model import write_tiny_model
 
         log.warning("writing a tiny RANDOM XTTS model to %s (base_model.create_tiny is set)", root)
         write_tiny_model(root)

@@ -5,7 +5,7 @@ no traceback; anything else is a bug and keeps its traceback. Heavy imports happ
 command handlers so ``--help`` is instant.
 
 The long commands (``headless_train.py``, ``train``, ``evaluate``, ``prepare``) run inside one
-``StopSignals`` (xtts_ft/train/signals.py): a SIGINT/SIGTERM anywhere in them is a requested stop,
+``StopSignals`` (xtts_ft/stop_signals.py): a SIGINT/SIGTERM anywhere in them is a requested stop,
 which ends with the command that continues and exit code 0.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_help
+from xtts_ft.config.schema import DATASET_FORMATS
 from xtts_ft.errors import UserError
 
 log = logging.getLogger("xtts_ft")
@@ -56,7 +57,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace,
     """Run a command handler; ``stoppable``: the whole command honours SIGINT/SIGTERM as a clean stop."""
     import contextlib
 
-    from xtts_ft.train.signals import StopRequested, StopSignals
+    from xtts_ft.stop_signals import StopRequested, StopSignals
 
     signals = StopSignals() if stoppable else contextlib.nullcontext()
     try:
@@ -222,7 +223,7 @@ def _headless(args: argparse.Namespace) -> int:
     print_header(cfg)
     if args.evaluate:
         from xtts_ft.evaluate.standalone import evaluate_run
-        from xtts_ft.train.signals import StopRequested, active_signals
+        from xtts_ft.stop_signals import StopRequested, active_signals
 
         try:
             report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
@@ -275,14 +276,13 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
-    from xtts_ft.config import TokenizerConfig
-    from xtts_ft.text_settings import TextSettings, make_normalizer
+    from xtts_ft.text_settings import make_normalizer
     from xtts_ft.tokenizer import tokenizer_command
 
     setup_logging(None, args.verbose)
     report = tokenizer_command(
         Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out),
-        make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit)), min_frequency=args.min_frequency,
+        make_normalizer(args.fold_homophones), min_frequency=args.min_frequency,
         eval_files=[Path(t) for t in args.eval_text or []],
     )
     held_out = f", {report.eval_tokens_per_char:.3f} on --eval-text" if report.eval_tokens_per_char is not None else ""
@@ -295,12 +295,11 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from xtts_ft.config import TokenizerConfig
     from xtts_ft.output_folder import claim_in_place
-    from xtts_ft.text_settings import TextSettings, make_normalizer
+    from xtts_ft.text_settings import make_normalizer
 
     setup_logging(None, args.verbose)
-    normalizer = make_normalizer(TextSettings(args.fold_homophones, TokenizerConfig.char_limit))
+    normalizer = make_normalizer(args.fold_homophones)
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
 
@@ -350,8 +349,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from xtts_ft.evaluate import export_from_checkpoint
-    from xtts_ft.evaluate.export import EXPORT_META
     from xtts_ft.evaluate.standalone import base_for_checkpoint
+    from xtts_ft.model_folder import EXPORT_META
     from xtts_ft.output_folder import check_output
 
     setup_logging(None, args.verbose)
@@ -416,7 +415,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         raise ConfigError("--set: only used with --config; name the config whose values it overrides")
     else:
         cfg = Config()  # the schema's defaults: dataset durations, ingest.*, asr.model
-    from xtts_ft.train.signals import StopRequested
+    from xtts_ft.stop_signals import StopRequested
 
     try:
         report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
@@ -478,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("prepare", _cmd_prepare, "Turn a dataset folder into a clean training set with a report.")
     p.add_argument("--input", required=True, help="Dataset root folder.")
     p.add_argument("--out", required=True, help="Output folder (metadata_*.csv, wavs/, report.json).")
-    p.add_argument("--format", default="auto", choices=["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"],
+    p.add_argument("--format", default="auto", choices=DATASET_FORMATS,
                    help="Dataset layout; hf: --input is a parquet/arrow file or folder, or a Hub dataset id.")
     p.add_argument("--audio-column", help="hf: the audio column (default: audio).")
     p.add_argument("--text-column", help="hf: the transcript column (default: text).")

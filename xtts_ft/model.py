@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import ModelError
+from xtts_ft.languages import AMHARIC
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +235,8 @@ def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_w
     xtts = Xtts(cfg)
     xtts.tokenizer = tokenizer
     xtts.init_models()  # sizes the GPT text embedding/head from the (extended) vocab
-    if "am" not in cfg.languages:
-        cfg.languages = list(cfg.languages) + ["am"]
+    if AMHARIC not in cfg.languages:
+        cfg.languages = list(cfg.languages) + [AMHARIC]
     if load_base_weights:
         state = base_state_dict(base.model_pth)
         new_size = xtts.gpt.text_embedding.weight.shape[0]

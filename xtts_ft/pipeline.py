@@ -6,7 +6,7 @@ its own folder of the run directory and is skipped on a re-run when its inputs d
 the run folder is claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
 is refused there, before data, vocabulary or codes of the earlier run are touched.
 
-The whole run notices a stop request (SIGINT/SIGTERM, ``xtts_ft.train.signals``): prepare between
+The whole run notices a stop request (SIGINT/SIGTERM, ``xtts_ft.stop_signals``): prepare between
 clips, every other stage when it ends, training and evaluation within seconds. A stop outside the
 training loop abandons what is left (each stage's finished work is kept: prepare's per-clip results,
 a finished stage's folder), prints the command that continues and returns ``stopped_by_signal``.
@@ -28,7 +28,8 @@ from xtts_ft.config import Config, dump_config
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
-from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
+from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         from xtts_ft.asr.recognizer import Recognizer
 
         recognizer = Recognizer.from_config(cfg.asr)
-    normalizer = make_normalizer(TextSettings.from_config(cfg))
+    normalizer = make_normalizer(cfg.text.fold_homophones)
     if cfg.more_datasets:
         from xtts_ft.data.multi import prepare_datasets
 
@@ -133,7 +134,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path, keep_exis
         cfg.tokenizer.new_tokens,
         tok_dir,
         min_frequency=cfg.tokenizer.min_frequency,
-        normalizer=make_normalizer(TextSettings.from_config(cfg)),
+        normalizer=make_normalizer(cfg.text.fold_homophones),
         eval_texts=eval_texts,
     )
     log.info(
@@ -161,8 +162,8 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
     Under ``torchrun`` every stage that writes files (run folder claim, base model, prepare, tokenizer, report)
     runs on rank 0 while the other ranks wait, then reads rank 0's outputs (``MainFirst``).
     """
+    from xtts_ft.stop_signals import StopRequested, StopSignals
     from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
-    from xtts_ft.train.signals import StopRequested, StopSignals
 
     ctx = setup_distributed(cfg.run.device)
     try:
@@ -194,8 +195,8 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
                 new_data: bool = False) -> PipelineResult:
     from xtts_ft.evaluate import write_report
     from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
+    from xtts_ft.stop_signals import raise_if_stopped
     from xtts_ft.train import train
-    from xtts_ft.train.signals import raise_if_stopped
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)

@@ -22,7 +22,6 @@ A folder whose checkpoints predate ``run.json`` is adopted by the first command 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Optional
 
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore, StoredCheckpoint
 from xtts_ft.errors import CheckpointError, RunFolderError
+from xtts_ft.input_hash import digest, file_digest
 from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR
 from xtts_ft.tempfiles import atomic_write
 
@@ -91,14 +91,6 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 # --- fingerprint -------------------------------------------------------------------------------
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metadata_files=()) -> dict:
     """What defines a dataset folder's clips, as the dataset reader sees them (``data/readers.py``): every transcript
     file a clip's text comes from, by content, and every audio file a clip names, by size (reading hours of audio
@@ -116,7 +108,7 @@ def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metada
         source = e.where.rsplit(":", 1)[0] if ":" in e.where else Path(e.where).with_suffix(".txt").as_posix()
         try:
             if source not in transcripts:
-                transcripts[source] = _sha(root / source)
+                transcripts[source] = file_digest(root / source)
             audio[e.audio.relative_to(root).as_posix()] = e.audio.stat().st_size
         except (OSError, ValueError):  # unreadable or moved files are the data stage's business (it reports them)
             continue
@@ -138,9 +130,9 @@ def run_fingerprint(cfg) -> dict:
     from xtts_ft.text import NORMALIZER_VERSION
     from xtts_ft.tokenizer.command import text_files_in
 
-    extra = sorted(_sha(p) for p in text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files]))
+    extra = sorted(file_digest(p) for p in text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files]))
     tokenizer = {k: v for k, v in dataclasses.asdict(cfg.tokenizer).items() if k != "char_limit"}
-    tokenizer["extra_text_files"] = hashlib.sha256("".join(extra).encode()).hexdigest()[:16]
+    tokenizer["extra_text_files"] = digest("".join(extra).encode(), 16)
     more = {}
     if cfg.more_datasets:  # only with a dataset list: a one-dataset run keeps the fingerprint it always had
         more["more_datasets"] = [{**source_fingerprint(d), "language": cfg.dataset_language(d)}

@@ -3,40 +3,21 @@
 Each stage directory holds ``.stage.json`` with a hash of everything the stage read (config
 sections, input file sizes and mtimes, upstream fingerprints). A re-run compares hashes: equal
 means the stage's outputs are still valid and it is skipped; different means it runs again.
+The hashes and file stats are :mod:`xtts_ft.input_hash`'s, shared with the run folder's fingerprint.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from xtts_ft.input_hash import file_stats, hash_inputs, tree_stats
 from xtts_ft.tempfiles import atomic_write
 
+__all__ = ["STAGE_FILE", "file_stats", "hash_inputs", "is_current", "mark_done", "tree_stats"]
+
 STAGE_FILE = ".stage.json"
-
-
-def hash_inputs(*parts: Any) -> str:
-    """Stable hash of JSON-able parts (dataclass dicts, lists of file stats, strings)."""
-    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()
-
-
-def file_stats(paths: Iterable[Path]) -> list[tuple[str, int, int]]:
-    """(path, size, mtime_ns) per file: cheap change detection without reading contents."""
-    out = []
-    for p in sorted(Path(x) for x in paths):
-        st = p.stat()
-        out.append((str(p), st.st_size, st.st_mtime_ns))
-    return out
-
-
-def tree_stats(root: Path) -> list[tuple[str, int, int]]:
-    """file_stats of every file under ``root`` (hidden files included, folders excluded)."""
-    files = [Path(dirpath) / name for dirpath, _, names in os.walk(root) for name in names]
-    return file_stats(files)
 
 
 def is_current(stage_dir: Path, inputs_hash: str, outputs: Iterable[str]) -> bool:

@@ -1,4 +1,7 @@
-"""The text front-end a run tokenises with: its settings, and the one factory for its normaliser and tokenizer.
+"""The text front-end a run tokenises with: its settings, and the one factory for its normaliser.
+
+The tokenizer is built from these settings by ``xtts_ft.tokenizer.make_tokenizer`` (the tokenizer
+package sits above this module; this module imports only ``xtts_ft.config`` and ``xtts_ft.text``).
 
 Training, evaluation, export and inference must turn the same text into the same token ids. The
 settings that decide that (``text.fold_homophones`` and ``tokenizer.char_limit``) have their
@@ -9,13 +12,11 @@ defaults in the config schema (``xtts_ft/config/schema.py``) only; everything el
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable
 
-if TYPE_CHECKING:  # the tokenizer module imports coqui: only when a tokenizer is built
-    from xtts_ft.config import Config
-    from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft import text as text_front_end
+from xtts_ft.config import Config, TextConfig, TokenizerConfig
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,6 @@ class TextSettings:
     def from_sections(cls, text: dict, tokenizer: dict) -> TextSettings:
         """From the ``text`` and ``tokenizer`` sections of a written config.yaml; a missing key
         takes the schema's default, exactly as loading that config.yaml would."""
-        from xtts_ft.config import TextConfig, TokenizerConfig
-
         return cls(
             fold_homophones=bool(text.get("fold_homophones", TextConfig.fold_homophones)),
             char_limit=int(tokenizer.get("char_limit", TokenizerConfig.char_limit)),
@@ -54,27 +53,12 @@ class TextSettings:
         return cls(fold_homophones=data["fold_homophones"], char_limit=data["char_limit"])
 
 
-def make_normalizer(settings: TextSettings) -> Callable[[str], str]:
-    """The project's Amharic normaliser (``xtts_ft.text.normalize_text``) with the run's settings, str -> str."""
-    from xtts_ft.text import normalize_text
+def make_normalizer(fold_homophones: bool) -> Callable[[str], str]:
+    """The project's Amharic normaliser (``xtts_ft.text.normalize_text``), str -> str.
 
-    fold = settings.fold_homophones
-    return lambda text: normalize_text(text, fold_homophones=fold).text
-
-
-def make_tokenizer(
-    vocab_path: str | os.PathLike[str],
-    settings: TextSettings,
-    *,
-    normalizer: Optional[Callable[[str], str]] = None,
-) -> AmharicTokenizer:
-    """The AmharicTokenizer for ``vocab_path`` with the run's settings.
-
-    ``normalizer`` replaces the project's normaliser (tests use a stand-in); by default it is
-    :func:`make_normalizer` of the same settings, the one the tokenizer stage trained on.
+    It takes the one setting it reads (``text.fold_homophones``, ``TextSettings.fold_homophones``);
+    ``tokenizer.char_limit`` splits sentences at synthesis time, inside the tokenizer, and is no
+    business of the normaliser, so no caller has to invent one to get the normaliser.
     """
-    from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
-
-    return AmharicTokenizer(
-        vocab_path, char_limit=settings.char_limit, fold_homophones=settings.fold_homophones, normalizer=normalizer
-    )
+    # looked up at call time: the one front end, whatever replaced it (tests stand in for it there)
+    return lambda text: text_front_end.normalize_text(text, fold_homophones=fold_homophones).text

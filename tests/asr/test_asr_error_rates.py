@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xtts_ft.asr.error_rates import corpus_cer, edit_distance, error_rates, scoring_text
+from xtts_ft.text.error_rates import corpus_cer, edit_distance, error_rates, scoring_text
 
 
 def test_homophone_letters_are_not_errors():

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from xtts_ft.asr import SMALL_MODEL_DIR
-from xtts_ft.asr.error_rates import corpus_cer, scoring_text
 from xtts_ft.asr.recognizer import Recognizer
+from xtts_ft.text.error_rates import corpus_cer, scoring_text
 from xtts_ft.text.script import is_ethiopic_letter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

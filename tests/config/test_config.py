@@ -216,3 +216,23 @@ def test_a_cer_best_metric_needs_the_recogniser():
         config_from_dict({"checkpoint": {"best_metric": "cer"}, "evaluation": {"recognize": False}})
     with pytest.raises(ConfigError, match="best_metric"):
         config_from_dict({"checkpoint": {"best_metric": "wer"}})
+
+
+def test_a_bare_config_name_is_found_in_the_project_configs(tmp_path, monkeypatch, caplog):
+    from xtts_ft.config.loading import locate_config
+
+    shipped = tmp_path / "project" / "configs"
+    shipped.mkdir(parents=True)
+    (shipped / "amharic.yaml").write_text("run: {}\n", encoding="utf-8")
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with caplog.at_level("INFO", logger="xtts_ft.config.loading"):
+        assert locate_config("amharic.yaml", shipped) == shipped / "amharic.yaml"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--config amharic.yaml: not in {here}; using {shipped / 'amharic.yaml'}"]
+    (here / "amharic.yaml").write_text("run: {}\n", encoding="utf-8")  # the user's own file always wins
+    assert locate_config("amharic.yaml", shipped) == Path("amharic.yaml")
+    for missing in ("other.yaml", "sub/amharic.yaml"):  # only a bare name is looked up in configs/
+        with pytest.raises(ConfigError, match="config file not found"):
+            locate_config(missing, shipped)

@@ -14,7 +14,7 @@ from datahelpers import SENTENCES, make_cfg, standin_normalize, write_audio
 import xtts_ft.text
 from xtts_ft.data import PrepareReport, prepare_command, prepare_dataset, read_metadata
 from xtts_ft.errors import ConfigError, DataError, UserError
-from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.text_settings import make_normalizer
 
 
 def _prep(root: Path, out: Path, **cfg) -> PrepareReport:
@@ -154,6 +154,6 @@ def test_the_run_normaliser_is_the_project_front_end(ljspeech: Path, tmp_path: P
         return Normalized(text.strip())
 
     monkeypatch.setattr(xtts_ft.text, "normalize_text", fake_normalize_text, raising=False)
-    normalizer = make_normalizer(TextSettings(fold_homophones=True, char_limit=200))
+    normalizer = make_normalizer(fold_homophones=True)
     report = prepare_dataset(make_cfg(ljspeech), tmp_path / "out", normalizer=normalizer, progress=False)
     assert report.kept == 6 and seen and all(seen)

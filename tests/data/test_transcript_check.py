@@ -16,11 +16,11 @@ from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.data import prepare_dataset
 from xtts_ft.errors import ConfigError
-from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.text_settings import make_normalizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = REPO_ROOT / "datasets" / "amharic_demo"
-FOLDING = make_normalizer(TextSettings(fold_homophones=True, char_limit=200))  # the recogniser's scoring folds too
+FOLDING = make_normalizer(fold_homophones=True)  # the recogniser's scoring folds too
 
 
 class CountingRecognizer:

@@ -19,7 +19,7 @@ from evalhelpers import SR, identity, train_steps, voice_like
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory):
     from xtts_ft.base_model import BaseModelFiles
-    from xtts_ft.tiny_model import write_tiny_model
+    from xtts_ft.random_model import write_tiny_model
 
     return BaseModelFiles.from_dir(write_tiny_model(tmp_path_factory.mktemp("tiny_base"), seed=0))
 

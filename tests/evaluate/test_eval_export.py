@@ -7,14 +7,15 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-from evalhelpers import MAX_NEW_TOKENS, identity
+from evalhelpers import MAX_NEW_TOKENS, identity, train_steps
 
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
-from xtts_ft.evaluate.export import EXPORT_META, export_from_checkpoint, export_model
+from xtts_ft.evaluate.export import export_from_checkpoint, export_model
 from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.evaluate.readme import TOKENIZER_IMPORT
 from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.model import base_state_dict, describe_vocab
+from xtts_ft.model_folder import EXPORT_META
 from xtts_ft.output_folder import OutputFolderError
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -38,7 +39,7 @@ def _assert_same(a: dict, b: dict) -> None:
 def export_dir(tiny_base, am_vocab, trained_gpt_state, tmp_path_factory):
     out = tmp_path_factory.mktemp("exports") / "amharic"
     return export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out,
-                        text=TEXT, extra_meta={"step": 2, "source_checkpoint": "in-memory test model"})
+                        text=TEXT, language="am", extra_meta={"step": 2, "source_checkpoint": "in-memory test model"})
 
 
 def _checkpoint(tmp_path, am_vocab, gpt_state, *, prefix="", fingerprint=None, extra=None):
@@ -57,8 +58,8 @@ def _checkpoint(tmp_path, am_vocab, gpt_state, *, prefix="", fingerprint=None, e
 
 def test_export_folder_contents(export_dir, tiny_base, am_vocab, trained_gpt_state):
     names = sorted(p.name for p in export_dir.iterdir())
-    assert names == sorted(["model.pth", "config.json", "vocab.json", "mel_stats.pth", EXPORT_META, "README.md",
-                            OUTPUT_MARKER])  # the marker: export wrote this folder (xtts_ft/output_folder.py)
+    assert names == sorted(["model.pth", "config.json", "vocab.json", "dvae.pth", "mel_stats.pth", EXPORT_META,
+                            "README.md", OUTPUT_MARKER])  # the marker: export wrote this folder (xtts_ft/output_folder.py)
     assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
     ckpt = torch.load(export_dir / "model.pth", map_location="cpu", weights_only=True)
     assert list(ckpt) == ["model"]
@@ -75,6 +76,45 @@ def test_export_folder_contents(export_dir, tiny_base, am_vocab, trained_gpt_sta
     assert config["model_args"]["gpt_number_text_tokens"] == n and config["model_args"]["tokenizer_file"] == ""
     meta = json.loads((export_dir / EXPORT_META).read_text(encoding="utf-8"))
     assert meta["vocab_fingerprint"] == vocab_fingerprint(am_vocab) and meta["step"] == 2 and meta["language"] == "am"
+
+
+def test_export_is_the_base_model_of_a_further_fine_tune(export_dir, trained_gpt_state, tmp_path):
+    """A new speaker on top of the Amharic model: the export is a complete base (its vocab the new base vocab)."""
+    from tokenizers import Tokenizer
+
+    from xtts_ft.base_model import resolve_base_model
+    from xtts_ft.config import BaseModelConfig
+    from xtts_ft.model import build_training_model
+    from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+
+    base = resolve_base_model(BaseModelConfig(source=str(export_dir)))  # what base_model.path / --base-model do
+    assert base.dvae_pth.is_file() and base.vocab_json == export_dir / "vocab.json"
+    tok = Tokenizer.from_file(str(base.vocab_json))
+    n_export = tok.get_vocab_size()
+    tok.add_tokens(["qq"])  # the second run's extension of its base (the export's extended) vocab
+    vocab = tmp_path / "vocab.json"
+    tok.save(str(vocab))
+    tokenizer = AmharicTokenizer(str(vocab), normalizer=identity, char_limit=200, fold_homophones=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_training_model(base, vocab, tokenizer)
+        emb = model.xtts.gpt.text_embedding.weight
+        assert emb.shape[0] == n_export + 1
+        assert torch.equal(emb[:n_export], trained_gpt_state["text_embedding.weight"])  # the fine-tuned rows carry on
+        before = {k: v.detach().clone() for k, v in model.xtts.gpt.state_dict().items()}
+        train_steps(model, tokenizer)
+    changed = [k for k, v in model.xtts.gpt.state_dict().items() if not torch.equal(v, before[k])]
+    assert "text_embedding.weight" in changed and len(changed) > 5
+
+
+def test_export_written_before_it_carried_the_dvae_is_named_as_such(export_dir, tmp_path):
+    from xtts_ft.base_model import BaseModelFiles
+
+    old = tmp_path / "old_export"
+    shutil.copytree(export_dir, old)
+    (old / "dvae.pth").unlink()
+    with pytest.raises(ModelError, match="export the checkpoint again"):
+        BaseModelFiles.from_dir(old)
 
 
 def test_stock_coqui_loads_the_export_and_the_readme_lines_synthesise(export_dir, trained_gpt_state, speaker_wav):
@@ -127,17 +167,17 @@ def test_export_refuses_mismatches(tmp_path, tiny_base, am_vocab, trained_gpt_st
                                tmp_path / "a" / "export", tiny_base)
     with pytest.raises(TokenizerError, match="text rows"):  # the base vocab lacks [am]: one row fewer
         export_model(base=tiny_base, vocab_path=tiny_base.vocab_json, gpt_state_dict=trained_gpt_state,
-                     out_dir=tmp_path / "b", text=TEXT)
+                     out_dir=tmp_path / "b", text=TEXT, language="am")
     with pytest.raises(CheckpointError, match="training_state.pt"):
         export_from_checkpoint(tmp_path, tmp_path / "c", tiny_base)
     with pytest.raises(CheckpointError, match="no GPT weights"):
         export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict={"x.weight": torch.zeros(1)},
-                     out_dir=tmp_path / "d", text=TEXT)
+                     out_dir=tmp_path / "d", text=TEXT, language="am")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine", encoding="utf-8")
     with pytest.raises(OutputFolderError, match="1 file\\(s\\) not written by this tool: notes.txt"):
         export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=tmp_path / "taken",
-                     text=TEXT)
+                     text=TEXT, language="am")
     assert (tmp_path / "taken" / "notes.txt").is_file()
 
 
@@ -149,9 +189,9 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path, tiny_base, am_vocab
 
 def test_reexport_replaces_an_earlier_export(tmp_path, tiny_base, am_vocab, trained_gpt_state):
     out = tmp_path / "export"
-    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT,
+    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT, language="am",
                  extra_meta={"step": 1})
-    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT,
+    export_model(base=tiny_base, vocab_path=am_vocab, gpt_state_dict=trained_gpt_state, out_dir=out, text=TEXT, language="am",
                  extra_meta={"step": 9})
     assert json.loads((out / EXPORT_META).read_text(encoding="utf-8"))["step"] == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]

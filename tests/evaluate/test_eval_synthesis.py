@@ -24,7 +24,7 @@ def test_samples_are_written_measured_and_the_model_is_left_as_it_was(trained, t
     keys, modes, rng = _snapshot(trained)
     results = synthesize_samples(
         trained.xtts, tokenizer, ["the quick fox"], [speaker_wav], tmp_path / "s",
-        max_new_tokens=MAX_NEW_TOKENS, seconds_per_char_range=(0.01, 10.0), temperature=0.7,
+        max_new_tokens=MAX_NEW_TOKENS, seconds_per_char_range=(0.01, 10.0), language="am", temperature=0.7,
     )
     assert len(results) == 1
     r = results[0]
@@ -47,7 +47,7 @@ def test_samples_are_written_measured_and_the_model_is_left_as_it_was(trained, t
 
 
 def test_same_seed_same_audio(trained, tokenizer, speaker_wav, tmp_path):
-    kw = dict(max_new_tokens=4, seed=3, temperature=0.7)
+    kw = dict(max_new_tokens=4, seed=3, language="am", temperature=0.7)
     a = synthesize_samples(trained.xtts, tokenizer, ["peter piper"], [speaker_wav], tmp_path / "a", **kw)[0]
     b = synthesize_samples(trained.xtts, tokenizer, ["peter piper"], [speaker_wav], tmp_path / "b", **kw)[0]
     assert np.array_equal(sf.read(str(a.path))[0], sf.read(str(b.path))[0])
@@ -61,7 +61,7 @@ def test_stop_token_is_detected(trained, tokenizer, speaker_wav, tmp_path):
         with torch.no_grad():
             bias[trained.xtts.gpt.stop_audio_token] = 1e4
         r = synthesize_samples(trained.xtts, tokenizer, ["the fox"], [speaker_wav], tmp_path, max_new_tokens=20,
-                               temperature=0.7)[0]
+                               language="am", temperature=0.7)[0]
     finally:
         with torch.no_grad():
             bias.copy_(saved)
@@ -86,17 +86,17 @@ def test_language_without_token_is_a_user_error(tiny_base, trained, speaker_wav,
     # the base vocab: no [am]
     plain = AmharicTokenizer(str(tiny_base.vocab_json), normalizer=identity, char_limit=200, fold_homophones=False)
     with pytest.raises(TokenizerError, match=r"\[am\]"):
-        synthesize_samples(trained.xtts, plain, ["x"], [speaker_wav], tmp_path, temperature=0.7)
+        synthesize_samples(trained.xtts, plain, ["x"], [speaker_wav], tmp_path, language="am", temperature=0.7)
 
 
 def test_missing_speaker_wav_is_a_user_error(trained, tokenizer, tmp_path):
     with pytest.raises(DataError, match="does not exist"):
-        synthesize_samples(trained.xtts, tokenizer, ["x"], [tmp_path / "nope.wav"], tmp_path, temperature=0.7)
+        synthesize_samples(trained.xtts, tokenizer, ["x"], [tmp_path / "nope.wav"], tmp_path, language="am", temperature=0.7)
 
 
 def test_too_long_sentence_is_a_user_error(trained, tokenizer, speaker_wav, tmp_path):
     with pytest.raises(DataError, match="split it"):
-        synthesize_samples(trained.xtts, tokenizer, ["the fox " * 200], [speaker_wav], tmp_path, temperature=0.7)
+        synthesize_samples(trained.xtts, tokenizer, ["the fox " * 200], [speaker_wav], tmp_path, language="am", temperature=0.7)
     assert "gpt_inference" not in trained.xtts.gpt._modules
 
 

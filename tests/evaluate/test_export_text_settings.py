@@ -21,8 +21,8 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import TextConfig, TokenizerConfig, load_config
 from xtts_ft.evaluate.export import EXPORT_META, export_from_checkpoint
 from xtts_ft.evaluate.infer import synthesize_command
-from xtts_ft.text_settings import TextSettings, make_tokenizer
-from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.text_settings import TextSettings
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer, make_tokenizer
 
 SENTENCE = "ሐሙስ ፀሐይ ወጣች፡ ሠራተኞቹ ዐረፉ።"  # homophone letters: folding would change its ids
 CHAR_LIMIT = 150

@@ -13,7 +13,7 @@ from xtts_ft.cli import main
 from xtts_ft.data import prepare_command
 from xtts_ft.data.readers import read_coqui
 from xtts_ft.ingest.command import ingest
-from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.text_settings import make_normalizer
 
 
 def test_the_command_line_writes_a_dataset_and_prints_a_summary(tmp_path):
@@ -72,7 +72,7 @@ def test_ingest_output_goes_through_prepare_with_every_clip_accounted_for(tmp_pa
     assert len(entries) == report.clips and all(e.rejection is None for e in entries)  # extra column ignored
     assert [e.text for e in entries] == [r["text"] for r in read_metadata(tmp_path / "ds")]
 
-    normalizer = make_normalizer(TextSettings(fold_homophones=True, char_limit=200))
+    normalizer = make_normalizer(fold_homophones=True)
     prepared = prepare_command(tmp_path / "ds", tmp_path / "prepared", "coqui", normalizer=normalizer,
                                eval_fraction=0.0, num_workers=1, progress=False)
     assert prepared.total == report.clips

@@ -19,11 +19,11 @@ import pytest
 from ingesthelpers import REPO_ROOT, build_recording, demo_sentences, read_metadata, read_segments
 
 from xtts_ft.asr import SMALL_MODEL_DIR
-from xtts_ft.asr.error_rates import cer
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.source_audio import IngestError
 from xtts_ft.layout import EARLIER_INGESTS
 from xtts_ft.output_folder import ADD, MOVE_ASIDE, OutputFolderError
+from xtts_ft.text.error_rates import cer
 
 
 def _text(tmp_path, recording, name):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from ingesthelpers import build_recording, near, read_metadata, read_segments
 
-from xtts_ft.asr.error_rates import cer
 from xtts_ft.ingest.clips import Piece
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.vad import snap_to_pause, speech_regions
+from xtts_ft.text.error_rates import cer
 
 
 def test_vad_finds_the_joins_and_marks_machine_transcripts(tmp_path, ingest_cfg, small_recognizer):

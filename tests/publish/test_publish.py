@@ -17,7 +17,7 @@ from xtts_ft.publish.hub import PUBLISH_RECORD
 REPO = "alice/xtts-amharic"
 HUB_METADATA = {"license": "other", "license_name": "coqui-public-model-license", "base_model": "coqui/XTTS-v2",
                 "language": "am", "pipeline_tag": "text-to-speech"}
-EXPORT_FILES = {"model.pth", "config.json", "vocab.json", "mel_stats.pth", "xtts_ft_meta.json"}
+EXPORT_FILES = {"model.pth", "config.json", "vocab.json", "dvae.pth", "mel_stats.pth", "xtts_ft_meta.json"}
 
 
 def _cli(*args: str) -> tuple[int, str, str]:

@@ -136,7 +136,7 @@ def test_transcribe_of_a_folder_names_what_it_expects_when_it_holds_no_audio(tmp
 
 def test_a_corrupt_mp3_in_a_common_voice_folder_says_cannot_decode_with_the_real_reason(tmp_path):
     from xtts_ft.data import prepare_command
-    from xtts_ft.text_settings import TextSettings, make_normalizer
+    from xtts_ft.text_settings import make_normalizer
 
     cv = tmp_path / "cv"
     (cv / "clips").mkdir(parents=True)
@@ -144,7 +144,7 @@ def test_a_corrupt_mp3_in_a_common_voice_folder_says_cannot_decode_with_the_real
     shutil.copyfile(DEMO / "wavs" / "spk1_001.flac", cv / "clips" / "good.flac")
     (cv / "validated.tsv").write_text("client_id\tpath\tsentence\nc1\tbroken.mp3\tሰላም ለሁሉም።\n"
                                       "c1\tgood.flac\tዛሬ ጠዋት ቡና ጠጥቼ ወደ ሥራ ሄድኩ።\n", encoding="utf-8")
-    normalizer = make_normalizer(TextSettings(fold_homophones=True, char_limit=200))
+    normalizer = make_normalizer(fold_homophones=True)
     prepare_command(cv, tmp_path / "out", "commonvoice", normalizer=normalizer, eval_fraction=0.0, num_workers=1,
                     progress=False)
     rows = (tmp_path / "out" / "rejected.tsv").read_text(encoding="utf-8").splitlines()[1:]
@@ -159,7 +159,7 @@ def test_a_corrupt_mp3_in_a_common_voice_folder_says_cannot_decode_with_the_real
 def test_mpg123_resync_notes_never_reach_the_console(tmp_path, capfd):
     if "MP3" not in sf.available_formats():
         pytest.skip("libsndfile here cannot read MP3: pip install 'soundfile>=0.12' (bundles libsndfile 1.1+)")
-    from xtts_ft.data.audio import DecodeError, decode
+    from xtts_ft.audio_io import DecodeError, decode
 
     t = np.arange(44100) / 22050
     sf.write(str(tmp_path / "ok.mp3"), (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 22050, format="MP3")

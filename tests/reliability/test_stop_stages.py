@@ -133,7 +133,7 @@ def test_one_handler_for_the_whole_command():
     import os
     import signal
 
-    from xtts_ft.train.signals import StopSignals, held_while_starting_workers, stop_requested
+    from xtts_ft.stop_signals import StopSignals, held_while_starting_workers, stop_requested
 
     before = signal.getsignal(signal.SIGTERM)
     with StopSignals() as command:

@@ -28,7 +28,7 @@ from xtts_ft.errors import CheckpointError, ConfigError, ModelError
 from xtts_ft.evaluate.export import export_from_checkpoint, load_checkpoint_gpt_state
 from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.model import build_training_model
-from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.text_settings import make_normalizer
 from xtts_ft.train.resume import choose_checkpoint
 
 REFUSAL = ("refused to load: it would import and call 'posix.system'; files are read as plain weights only, so "
@@ -155,7 +155,7 @@ def test_dataset_entries_outside_the_dataset_folder_are_rejected(tmp_path):
 
     report = prepare_command(root, tmp_path / "prepared", "coqui", num_workers=1, eval_fraction=0.0,
                              min_chars_per_second=0.0, progress=False,
-                             normalizer=make_normalizer(TextSettings(fold_homophones=False, char_limit=200)))
+                             normalizer=make_normalizer(fold_homophones=False))
     assert report.rejected["outside_root"] == 3 and report.kept == 3
     details = sorted(e["detail"] for e in report.examples["outside_root"])
     assert details == sorted([

@@ -22,7 +22,8 @@ def tiny_export(tiny_base_dir, tmp_path_factory) -> Path:
     from xtts_ft.base_model import BaseModelFiles
     from xtts_ft.evaluate.export import export_model
     from xtts_ft.model import build_xtts
-    from xtts_ft.text_settings import TextSettings, make_tokenizer
+    from xtts_ft.text_settings import TextSettings
+    from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
     root = tmp_path_factory.mktemp("serve_model")
     base = BaseModelFiles.from_dir(tiny_base_dir)
@@ -33,7 +34,7 @@ def tiny_export(tiny_base_dir, tmp_path_factory) -> Path:
     settings = TextSettings(fold_homophones=False, char_limit=200)
     xtts = build_xtts(base, vocab, make_tokenizer(vocab, settings))
     return export_model(base=base, vocab_path=vocab, gpt_state_dict=xtts.gpt.state_dict(), out_dir=root / "export",
-                        text=settings)
+                        text=settings, language="am")
 
 
 @pytest.fixture(scope="session")

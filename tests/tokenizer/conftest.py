@@ -43,7 +43,7 @@ def eval_lines(amharic_lines) -> list[str]:
 
 @pytest.fixture(scope="session")
 def tiny_vocab(tmp_path_factory) -> Path:
-    from xtts_ft.tiny_model import write_tiny_vocab
+    from xtts_ft.random_model import write_tiny_vocab
 
     path = tmp_path_factory.mktemp("tiny_vocab") / "vocab.json"
     write_tiny_vocab(path)

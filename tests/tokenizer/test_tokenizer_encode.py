@@ -125,12 +125,13 @@ def test_missing_vocab_file_is_a_tokenizer_error(tmp_path):
 def test_the_factory_trains_and_encodes_with_the_same_front_end(tiny_vocab, train_lines, tmp_path, fold):
     """make_normalizer (tokenizer stage) and make_tokenizer (training, inference) read text alike."""
     from xtts_ft.text import normalize_text
-    from xtts_ft.text_settings import TextSettings, make_normalizer, make_tokenizer
+    from xtts_ft.text_settings import TextSettings, make_normalizer
     from xtts_ft.tokenizer import build_extended_vocab
+    from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
     settings = TextSettings(fold_homophones=fold, char_limit=200)
     report = build_extended_vocab(tiny_vocab, train_lines, 800, tmp_path, min_frequency=2,
-                                  normalizer=make_normalizer(settings))
+                                  normalizer=make_normalizer(settings.fold_homophones))
     tok = make_tokenizer(tmp_path / "vocab.json", settings)
     sentence = "በ2014 ዓ.ም. ዶ/ር አበበ  ሰላም ሐሙስ አለ።"
     expected = normalize_text(sentence, fold_homophones=fold).text

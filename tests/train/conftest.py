@@ -22,7 +22,7 @@ from xtts_ft.config import Config
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> BaseModelFiles:
-    from xtts_ft.tiny_model import write_tiny_model
+    from xtts_ft.random_model import write_tiny_model
 
     return BaseModelFiles.from_dir(write_tiny_model(tmp_path_factory.mktemp("tiny_xtts")))
 

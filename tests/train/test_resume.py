@@ -13,7 +13,7 @@ import torch
 from trainhelpers import SCRIPT, read_metrics, small_config, train_lines
 
 from xtts_ft.checkpoint_store import CheckpointStore
-from xtts_ft.train.signals import StopSignals
+from xtts_ft.stop_signals import StopSignals
 
 STEPS = 6
 

@@ -1,6 +1,6 @@
 """Speech recognition for Amharic: hear what a model says and what a dataset's clips say.
 
-- ``error_rates``: how recognised text is scored (CER with and without spaces, WER), the one place
+(How recognised text is scored, CER and WER, is pure text work: :mod:`xtts_ft.text.error_rates`, below data and asr.)
 - ``model_files``: ``asr.model`` as a local folder or a Hugging Face repo fetched into the hub cache
 - ``recognizer``: ``Recognizer`` (transformers CTC model, 16 kHz, batched, greedy CTC decoding)
 - ``command``: ``python -m xtts_ft transcribe``

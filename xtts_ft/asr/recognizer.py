@@ -15,12 +15,12 @@ from typing import Optional
 
 import numpy as np
 
+from xtts_ft.audio_io import RECOGNIZER_RATE, DecodeError, decode, resample
 from xtts_ft.config import AsrConfig
 from xtts_ft.errors import DataError, ModelError
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
 
 
 def greedy_ctc_decode(
@@ -47,11 +47,7 @@ def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim == 2:
         audio = audio.mean(axis=1)
-    if sample_rate != SAMPLE_RATE:
-        import soxr
-
-        audio = soxr.resample(audio, sample_rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
-    return audio
+    return resample(audio, sample_rate, RECOGNIZER_RATE)
 
 
 MIN_AUDIO_S = 0.1  # shorter clips hold no word; wav2vec2's feature encoder fails below 25 ms
@@ -98,7 +94,7 @@ class Recognizer:
         import torch
 
         inputs = self.processor.feature_extractor(
-            clips, sampling_rate=SAMPLE_RATE, padding=True, return_attention_mask=True, return_tensors="pt"
+            clips, sampling_rate=RECOGNIZER_RATE, padding=True, return_attention_mask=True, return_tensors="pt"
         )
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
         with torch.inference_mode():
@@ -115,12 +111,12 @@ class Recognizer:
             for ids, n in zip(best, lengths)
         ]
 
-    def transcribe(self, clips: Sequence[np.ndarray], sample_rates: Sequence[int] | int = SAMPLE_RATE) -> list[str]:
+    def transcribe(self, clips: Sequence[np.ndarray], sample_rates: Sequence[int] | int = RECOGNIZER_RATE) -> list[str]:
         """Recognised text of each clip (float samples, mono or (frames, channels))."""
         rates = [sample_rates] * len(clips) if isinstance(sample_rates, int) else list(sample_rates)
         # A clip shorter than the feature encoder's window (a synthesised sample that stopped at once) is heard as
         # what it is, nothing, padded with silence rather than failing the whole batch.
-        shortest = int(MIN_AUDIO_S * SAMPLE_RATE)
+        shortest = int(MIN_AUDIO_S * RECOGNIZER_RATE)
         audio = [np.pad(a, (0, max(0, shortest - len(a)))) for a in (to_16k(c, r) for c, r in zip(clips, rates))]
         # Similar lengths share a batch, so padding (which can change a model's output) stays small.
         order = sorted(range(len(audio)), key=lambda i: len(audio[i]))
@@ -136,8 +132,6 @@ class Recognizer:
 
         ``refuse_short``: a file under ``MIN_AUDIO_S`` is a user mistake (the ``transcribe`` command), not a
         sample to score as unheard (evaluation, the transcript check)."""
-        from xtts_ft.data.audio import DecodeError, decode
-
         clips, rates = [], []
         for path in paths:
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import re
 import types
@@ -22,6 +23,12 @@ import yaml
 from xtts_ft.config.schema import LANGUAGE_ALIASES, Config, DatasetConfig, is_local_source
 from xtts_ft.errors import ConfigError
 from xtts_ft.tempfiles import atomic_write
+
+log = logging.getLogger(__name__)
+
+#: The configs shipped with the project (configs/ next to the package), where a bare ``--config NAME.yaml`` is
+#: also looked for: the README's ``python headless_train.py --config amharic.yaml`` works from any folder.
+PROJECT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 _YAML11_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -245,11 +252,25 @@ def duplicate_keys(text: str) -> list[str]:
     return found
 
 
+def locate_config(path: str | os.PathLike, project_configs: Path = PROJECT_CONFIGS) -> Path:
+    """The config file ``--config`` names: the path as given, else ``configs/NAME`` of the project.
+
+    A path that exists where the user stands always wins; only a name with no folder part that is not
+    there is looked up in ``project_configs``, and the file used is logged, so nobody wonders which one ran.
+    """
+    given = Path(path)
+    if given.is_file():
+        return given
+    shipped = project_configs / given.name
+    if not given.exists() and given.name == str(given) and shipped.is_file():
+        log.info("--config %s: not in %s; using %s", given, Path.cwd(), shipped)
+        return shipped
+    raise ConfigError(f"{given}: config file not found; pass --config with a YAML file (see configs/)")
+
+
 def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> Config:
     """Read, override, type-check and validate a run config; one ConfigError lists every problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found; pass --config with a YAML file (see configs/)")
+    path = locate_config(path)
     try:
         text = path.read_text(encoding="utf-8")
         duplicates = [f"{path}: {d}" for d in duplicate_keys(text)]

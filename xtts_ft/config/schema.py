@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+from xtts_ft.languages import AMHARIC, BASE_LANGUAGES, LANGUAGE_ALIASES
 from xtts_ft.layout import META_FILE, CheckpointLayout
 
 
@@ -34,11 +36,10 @@ def is_hub_id(source: str) -> bool:
     return not is_local_source(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
 
 
-LANGUAGE_ALIASES = {"am": "am", "amh": "am"}
-# Languages the XTTS-v2 base model already speaks: extra datasets in these go through coqui's own text handling.
-BASE_LANGUAGES = (
-    "en", "es", "fr", "de", "it", "pt", "pl", "tr", "ru", "nl", "cs", "ar", "zh-cn", "hu", "ko", "ja", "hi",
-)
+
+#: The dataset layouts ``dataset.format`` names (readers: xtts_ft/data/readers.py, commonvoice.py, hf_source.py).
+DatasetFormat = Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
+DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
@@ -60,7 +61,7 @@ DEFAULT_TEST_SENTENCES = [
 class RunConfig:
     output_dir: str = opt("runs/amharic", "Run directory: config, data, tokenizer, checkpoints, samples, logs.")
     seed: int = opt(1234, "Seed for every random generator (data split is hash-based and does not use it).")
-    language: str = opt("am", "Language code of the new language; 'am' or 'amh' (stored as 'am').")
+    language: str = opt(AMHARIC, "Language code of the new language; 'am' or 'amh' (stored as 'am').")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where to train: auto picks cuda when available.")
 
     def check(self, problems: list[str]) -> None:
@@ -101,7 +102,7 @@ class DatasetConfig:
         "folder (validated.tsv or train.tsv + clips/); for format hf: a parquet/arrow file or folder, or a Hugging "
         "Face dataset id.",
     )
-    format: Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"] = opt(
+    format: DatasetFormat = opt(
         "auto", "Layout of the dataset; auto detects the folder layouts (hf must be named)."
     )
     language: Optional[str] = opt(
@@ -322,7 +323,10 @@ class PrecisionConfig:
 
 @dataclass
 class StabilityConfig:
-    max_consecutive_bad_steps: int = opt(10, "Non-finite steps in a row before rolling back to the last good checkpoint.")
+    max_consecutive_bad_steps: int = opt(
+        10, "Non-finite steps in a row before rolling back to the in-memory snapshot of the last good steps "
+        "(refreshed every stability.snapshot_every steps; not a checkpoint on disk)."
+    )
     rollback_lr_factor: float = opt(0.5, "LR multiplier applied at each rollback.")
     max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
     snapshot_every: int = opt(

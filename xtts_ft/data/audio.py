@@ -1,23 +1,15 @@
 """The audio stage of one clip: decode, check, mono, resample, trim, normalise, write 16-bit WAV.
 
 :func:`process_audio` runs in worker processes, so this module imports only numpy,
-soundfile and soxr, and everything it receives and returns is a small picklable dataclass.
-Decoding goes through soundfile (libsndfile: WAV, FLAC, OGG, and MP3 from libsndfile 1.1 on);
-when soundfile cannot decode a file and the ``ffmpeg`` binary is on PATH, the file is decoded
-by ffmpeg into a temporary float WAV instead.
+soundfile, soxr and the project's audio reader, and everything it receives and returns is a
+small picklable dataclass. Decoding is :func:`xtts_ft.audio_io.decode` (soundfile, then ffmpeg),
+the one way the project reads audio files; the rate clips are written at is ``DATASET_RATE``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -26,6 +18,14 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from xtts_ft.audio_io import (
+    DATASET_RATE,
+    RESAMPLE_QUALITY,
+    DecodeError,
+    TooLongToDecode,
+    decode,
+    to_mono,
+)
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
@@ -33,22 +33,9 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from xtts_ft.config import DatasetConfig
 
-SAMPLE_RATE = 22050
-FULL_SCALE = 0.999  # a sample at or above this magnitude counts as clipped
-# 8-bit files cannot reach 0.999 on the positive side (their largest value is 127/128).
-FULL_SCALE_8BIT = 127.0 / 128.0
-RESAMPLE_QUALITY = "HQ"
 # Files longer than this are not decoded at all (memory bound), whatever trimming might remove.
 MIN_DECODE_LIMIT_S = 120.0
 FRAME, HOP = 1024, 256  # silence-trimming analysis at 22,050 Hz: 46 ms frames, 11.6 ms hop
-
-
-class DecodeError(Exception):
-    """The file could not be decoded by soundfile or ffmpeg (becomes an 'unreadable' rejection)."""
-
-
-class TooLongToDecode(Exception):
-    """The file is longer than the decode limit; it is not read into memory (a 'too_long' rejection)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +49,7 @@ class AudioSettings:
     min_duration_s: float
     max_duration_s: float
     silence_peak_db: float
-    sample_rate: int = SAMPLE_RATE
+    sample_rate: int = DATASET_RATE
     quality: str = RESAMPLE_QUALITY
 
     @classmethod
@@ -99,72 +86,6 @@ class AudioResult:
     pcm_sha1: str = ""  # of the written 16-bit samples
 
 
-def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int, float]:
-    """float32 samples (frames, channels), the sample rate, and the clipping threshold for the format.
-
-    Longer than limit_s: TooLongToDecode; not decodable by soundfile nor ffmpeg: DecodeError.
-    """
-    try:
-        with _quiet_decoder(path), sf.SoundFile(path) as f:
-            if f.samplerate > 0 and f.frames / f.samplerate > limit_s:
-                raise TooLongToDecode(f"{f.frames / f.samplerate:.0f} s long")
-            full_scale = FULL_SCALE_8BIT if f.subtype in ("PCM_U8", "PCM_S8") else FULL_SCALE
-            return f.read(dtype="float32", always_2d=True), f.samplerate, full_scale
-    except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
-        why = _short(str(exc), path)
-        if os.path.isfile(path) and "does not exist" in why:  # libsndfile's word for any file it cannot parse
-            why = "not a format it reads, or damaged data"
-        if shutil.which("ffmpeg") is None:
-            raise DecodeError(f"cannot decode ({why}); ffmpeg is not installed to try it") from None
-        return _decode_ffmpeg(path, why)
-
-
-@contextlib.contextmanager
-def _quiet_decoder(path: str):
-    """MP3s only: libsndfile's mpg123 prints notes ("Trying to resync...") on the process's stderr (fd 2), where
-    they would land between our progress lines. They go to a temp file instead, logged at debug level."""
-    if not str(path).lower().endswith(".mp3"):
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            notes = sink.read().decode("utf-8", "replace").strip()
-            if notes:
-                log.debug("%s: decoder notes: %s", path, " / ".join(notes.splitlines()[:5]))
-
-
-def _short(message: str, path: str) -> str:
-    """An error message without the (long, already known) file path in it."""
-    return message.replace(f"Error opening '{path}': ", "").replace(f"{path}: ", "").replace(path, "the file").strip()
-
-
-def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int, float]:
-    with tempfile.TemporaryDirectory(prefix="xtts_ft_decode_") as tmp:
-        out = os.path.join(tmp, "decoded.wav")
-        cmd = ["ffmpeg", "-nostdin", "-v", "error", "-i", path, "-vn", "-acodec", "pcm_f32le", "-f", "wav", out]
-        try:
-            done = subprocess.run(cmd, capture_output=True, timeout=300, check=False)
-        except subprocess.TimeoutExpired:
-            raise DecodeError("ffmpeg took over 300 s to decode it") from None
-        if done.returncode != 0 or not os.path.isfile(out):
-            msg = [re.sub(r"^\[[^]]*\] ", "", line) for line in done.stderr.decode("utf-8", "replace").strip().splitlines()]
-            said = "; ".join(_short(line, path) for line in msg[-2:]) if msg else "failed"  # the cause, then the verdict
-            raise DecodeError(f"cannot decode (soundfile: {why}; ffmpeg: {said})")
-        try:
-            data, rate = sf.read(out, dtype="float32", always_2d=True)
-        except (sf.LibsndfileError, RuntimeError) as exc:
-            raise DecodeError(f"ffmpeg output unreadable ({exc})") from None
-        return data, rate, FULL_SCALE
-
-
 def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
     """Cut leading/trailing frames whose energy is more than top_db below the loudest frame's.
 
@@ -190,17 +111,6 @@ def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
 def _peak(x: np.ndarray) -> float:
     """max |x| without a temporary array (NaN/Inf propagate)."""
     return max(float(x.max()), -float(x.min()))
-
-
-def to_mono(data: np.ndarray) -> np.ndarray:
-    """Average the channels of a (frames, channels) array (column sums: much faster than mean(axis=1))."""
-    if data.shape[1] == 1:
-        return data[:, 0]
-    mono = data[:, 0].copy()
-    for c in range(1, data.shape[1]):
-        mono += data[:, c]
-    mono *= np.float32(1.0 / data.shape[1])
-    return mono
 
 
 def to_pcm16(y: np.ndarray, gain: float = 1.0) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xtts_ft.data.readers import SourceEntry, _bad_row, _entry, read_text_lines
+from xtts_ft.data.entries import SourceEntry, bad_row, clip_entry, read_text_lines
 from xtts_ft.errors import DataError
 
 TSV_FILES = ("validated.tsv", "train.tsv")  # validated.tsv holds every validated clip (train/dev/test included)
@@ -57,13 +57,13 @@ def read_commonvoice(root: Path, files: list[str], speaker: str) -> list[SourceE
         for n, line in lines[1:]:
             fields = line.split("\t")
             if len(fields) < needed:
-                entries.append(_bad_row(name, n, f"{len(fields)} column(s); the header has {len(header)}", speaker))
+                entries.append(bad_row(name, n, f"{len(fields)} column(s); the header has {len(header)}", speaker))
                 continue
             ref = fields[col_path].strip()
             if not ref:
-                entries.append(_bad_row(name, n, "empty path column", speaker))
+                entries.append(bad_row(name, n, "empty path column", speaker))
                 continue
             client = fields[col_client] if col_client is not None and col_client < len(fields) else ""
             spk = speaker_of(client, speaker)
-            entries.append(_entry(root, f"{CLIPS_DIR}/{ref}", f"{name}:{n}", fields[col_text], spk))
+            entries.append(clip_entry(root, f"{CLIPS_DIR}/{ref}", f"{name}:{n}", fields[col_text], spk))
     return entries

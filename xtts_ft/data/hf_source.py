@@ -18,7 +18,8 @@ import logging
 from pathlib import Path
 from typing import Any, Optional
 
-from xtts_ft.data.readers import AUDIO_EXTENSIONS, SourceEntry
+from xtts_ft.data.entries import SourceEntry
+from xtts_ft.data.readers import AUDIO_EXTENSIONS
 from xtts_ft.errors import DataError
 from xtts_ft.tempfiles import atomic_write
 

@@ -20,8 +20,9 @@ from xtts_ft.config import DatasetConfig, config_from_dict
 from xtts_ft.data.audio import AudioJob, AudioResult, AudioSettings
 from xtts_ft.data.cache import WAVS_DIR, Manifest, clip_key
 from xtts_ft.data.checks import Normalizer, PostChecks, as_text_function, assign_names, check_text
+from xtts_ft.data.entries import SourceEntry
 from xtts_ft.data.metadata import write_metadata
-from xtts_ft.data.readers import SourceEntry, read_entries
+from xtts_ft.data.readers import read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_rejections, write_reports
 from xtts_ft.data.runner import run_jobs

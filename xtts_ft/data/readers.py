@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from xtts_ft.config.schema import DATASET_FORMATS
+from xtts_ft.data.commonvoice import default_files, is_commonvoice, read_commonvoice
+from xtts_ft.data.entries import SourceEntry, bad_row, clip_entry, read_text_lines
 from xtts_ft.errors import DataError
 
 log = logging.getLogger(__name__)
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg")
-FORMATS = ("ljspeech", "coqui", "folder", "commonvoice")  # hf is read by data/hf_source.py
+FORMATS = tuple(f for f in DATASET_FORMATS if f not in ("auto", "hf"))  # the layouts read here; hf: data/hf_source.py
 LJSPEECH_FILES = ("metadata.csv",)
 COQUI_FILES = ("metadata.csv", "metadata_train.csv", "metadata_eval.csv")
 # First-row values that mark a header line rather than a clip.
@@ -36,58 +38,8 @@ COQUI_COLUMNS = {
 }
 
 
-@dataclass
-class SourceEntry:
-    """One clip as the dataset names it, before any audio is read."""
-
-    clip_id: str  # audio path relative to the root (posix), or "<file>:<line>" for a bad row
-    where: str  # where the user can find it: "metadata.csv:12" or "a/b.txt"
-    text: str
-    speaker: str
-    audio: Optional[Path] = None  # resolved file inside the root; None when rejected
-    rejection: Optional[tuple[str, str]] = None  # (reason, detail)
-
-
 def _is_audio_name(name: str) -> bool:
     return name.strip().lower().endswith(AUDIO_EXTENSIONS)
-
-
-def resolve_inside(root: Path, ref: str) -> tuple[str, Optional[Path], Optional[tuple[str, str]]]:
-    """Resolve ``ref`` against ``root`` (already resolved); return (clip_id, file, rejection)."""
-    ref = ref.strip().replace("\\", "/")
-    given = Path(ref)
-    logical = Path(os.path.normpath(given if given.is_absolute() else root / given))
-    if logical != root and root not in logical.parents:
-        return ref, None, ("outside_root", f"'{ref}' points outside the dataset folder")
-    clip_id = logical.relative_to(root).as_posix()
-    real = logical.resolve()
-    if real != root and root not in real.parents:
-        return clip_id, None, ("outside_root", f"'{ref}' is a link to '{real}', outside the dataset folder")
-    if not real.is_file():
-        return clip_id, None, ("missing_file", f"audio file '{ref}' not found")
-    return clip_id, real, None
-
-
-def read_text_lines(path: Path) -> list[tuple[int, str]]:
-    """Non-blank lines of a UTF-8 file (BOM and CR stripped) with their 1-based line numbers."""
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line} is not UTF-8 text; save the file as UTF-8") from None
-    lines = [(i + 1, line.rstrip("\r")) for i, line in enumerate(text.split("\n"))]
-    return [(n, line) for n, line in lines if line.strip()]
-
-
-def _bad_row(name: str, n: int, detail: str, speaker: str) -> SourceEntry:
-    where = f"{name}:{n}"
-    return SourceEntry(clip_id=where, where=where, text="", speaker=speaker, rejection=("bad_row", detail))
-
-
-def _entry(root: Path, ref: str, where: str, text: str, speaker: str) -> SourceEntry:
-    clip_id, audio, rejection = resolve_inside(root, ref)
-    return SourceEntry(clip_id=clip_id, where=where, text=text.strip(), speaker=speaker, audio=audio, rejection=rejection)
 
 
 def read_ljspeech(root: Path, files: list[str], speaker: str) -> list[SourceEntry]:
@@ -104,14 +56,14 @@ def read_ljspeech(root: Path, files: list[str], speaker: str) -> list[SourceEntr
             if index == 0 and clip.lower() in HEADER_NAMES and _ljspeech_ref(root, clip) is None:
                 continue  # a header row such as "id|text|normalized_text"
             if len(fields) < 2:
-                entries.append(_bad_row(name, n, f"{len(fields)} column(s); expected id|text[|normalized_text]", speaker))
+                entries.append(bad_row(name, n, f"{len(fields)} column(s); expected id|text[|normalized_text]", speaker))
                 continue
             if not clip:
-                entries.append(_bad_row(name, n, "empty id column", speaker))
+                entries.append(bad_row(name, n, "empty id column", speaker))
                 continue
             text = fields[2] if len(fields) >= 3 and fields[2].strip() else fields[1]
             ref = _ljspeech_ref(root, clip) or (f"wavs/{clip}" if _is_audio_name(clip) else f"wavs/{clip}.wav")
-            entries.append(_entry(root, ref, f"{name}:{n}", text, speaker))
+            entries.append(clip_entry(root, ref, f"{name}:{n}", text, speaker))
     return entries
 
 
@@ -162,15 +114,15 @@ def read_coqui(root: Path, files: list[str], speaker: str) -> list[SourceEntry]:
         for n, line in lines:
             fields = line.split("|")
             if len(fields) < needed:
-                entries.append(_bad_row(name, n, f"{len(fields)} column(s); expected audio_file|text|speaker_name", speaker))
+                entries.append(bad_row(name, n, f"{len(fields)} column(s); expected audio_file|text|speaker_name", speaker))
                 continue
             ref = fields[columns["audio"]].strip()
             if not ref:
-                entries.append(_bad_row(name, n, "empty audio_file column", speaker))
+                entries.append(bad_row(name, n, "empty audio_file column", speaker))
                 continue
             spk_col = columns.get("speaker")
             spk = fields[spk_col].strip() if spk_col is not None and spk_col < len(fields) else ""
-            entries.append(_entry(root, ref, f"{name}:{n}", fields[columns["text"]], spk or speaker))
+            entries.append(clip_entry(root, ref, f"{name}:{n}", fields[columns["text"]], spk or speaker))
     return entries
 
 
@@ -210,7 +162,7 @@ def read_folder(root: Path, speaker: str, exclude: Optional[Path] = None) -> lis
                 entries.append(SourceEntry(rel, rel, "", speaker, rejection=("missing_file", f"no transcript {stem}.txt")))
                 continue
             text, problem = _read_transcript(root, here / f"{stem}.txt")
-            entry = _entry(root, rel, rel, text, speaker)
+            entry = clip_entry(root, rel, rel, text, speaker)
             if entry.rejection is None and problem is not None:
                 entry.audio, entry.rejection = None, problem
             entries.append(entry)
@@ -241,8 +193,6 @@ def _read_transcript(root: Path, path: Path) -> tuple[str, Optional[tuple[str, s
 
 def detect_format(root: Path, metadata_files: list[str]) -> str:
     """Tell the layout from the files present; DataError names what was looked for."""
-    from xtts_ft.data.commonvoice import is_commonvoice
-
     if not metadata_files and is_commonvoice(root):
         return "commonvoice"
     names = metadata_files or [n for n in COQUI_FILES if (root / n).is_file()]
@@ -278,8 +228,6 @@ def read_entries(
     if fmt == "folder":
         entries = read_folder(root, speaker, exclude)
     elif fmt == "commonvoice":
-        from xtts_ft.data.commonvoice import default_files, read_commonvoice
-
         files = list(metadata_files) or default_files(root)
         for name in files:
             if _escapes(root, name):

@@ -4,7 +4,7 @@ Jobs are submitted a few per worker at a time (not all at once), so memory stays
 the clips in flight whatever the dataset size. Workers are started with the ``spawn`` method:
 nothing of the caller's state (threads, CUDA, open files) is inherited.
 
-A stop request (``xtts_ft.train.signals``) is checked after every finished clip: the clips in
+A stop request (``xtts_ft.stop_signals``) is checked after every finished clip: the clips in
 flight finish (their results are kept by the caller's manifest), nothing new starts, and
 :class:`StopRequested` says "prepare" to the command. Workers ignore SIGINT/SIGTERM themselves
 (a Ctrl-C reaches the whole process group), so they print no KeyboardInterrupt tracebacks.
@@ -21,7 +21,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from xtts_ft.data.audio import AudioJob, AudioResult, process_audio
-from xtts_ft.train.signals import held_while_starting_workers, ignore_stop_signals, raise_if_stopped
+from xtts_ft.stop_signals import held_while_starting_workers, ignore_stop_signals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 

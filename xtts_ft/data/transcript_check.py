@@ -2,7 +2,7 @@
 
 Every clip that passed the other checks is transcribed by the speech recogniser (``asr.model``)
 from its prepared WAV, and its character error rate against the normalised transcript is
-measured with :func:`xtts_ft.asr.error_rates.error_rates` (homophones folded, numbers read out,
+measured with :func:`xtts_ft.text.error_rates.error_rates` (homophones folded, numbers read out,
 punctuation dropped). A clip above the threshold is rejected as ``transcript_mismatch`` with the
 recognised text in ``rejected.tsv``; the CER of every checked clip goes into the data report.
 Scraped Amharic data often pairs audio with the wrong line, and XTTS trained on such pairs learns
@@ -21,9 +21,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xtts_ft.asr.error_rates import error_rates
+from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.signals import raise_if_stopped
+from xtts_ft.text.error_rates import error_rates
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,15 @@
 """Export a fine-tuned model as a folder that stock coqui-tts loads unchanged.
 
-The folder holds ``model.pth`` (``{"model": state}``: the base Xtts weights with the fine-tuned
-GPT in place of ``gpt.*``, text rows at the extended size; no optimizer, no DVAE),
-``config.json`` (the base config with the new text-token counts and the new language),
-the extended ``vocab.json``, ``mel_stats.pth`` and ``speakers_xtts.pth`` (when the base has
-them), ``xtts_ft_meta.json`` and a ``README.md`` with the loading code. Stock
-``Xtts.load_checkpoint(config, checkpoint_dir=DIR)`` loads it; the project contributes only its
-tokenizer (Amharic text normalisation), plugged in as ``model.tokenizer``.
+The folder (file names: :mod:`xtts_ft.model_folder`) holds ``model.pth`` (``{"model": state}``:
+the base Xtts weights with the fine-tuned GPT in place of ``gpt.*``, text rows at the extended
+size; no optimizer), ``config.json`` (the base config with the new text-token counts and the new
+language), the extended ``vocab.json``, the base's ``dvae.pth``, ``mel_stats.pth`` and
+``speakers_xtts.pth`` (when the base has it), ``xtts_ft_meta.json`` and a ``README.md`` with the
+loading code. Stock ``Xtts.load_checkpoint(config, checkpoint_dir=DIR)`` loads it; the project
+contributes only its tokenizer (Amharic text normalisation), plugged in as ``model.tokenizer``.
+Because it carries every base-model file (the DVAE included), an export is itself a complete base
+model: ``base_model.source: DIR`` fine-tunes on top of it (a new speaker on an Amharic model), its
+extended vocabulary becoming the next run's base vocabulary.
 
 The folder is written to a temporary sibling and renamed into place, so a crash never leaves a
 half-written export under the requested name.
@@ -27,10 +30,13 @@ import yaml
 from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
+from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
+from xtts_ft.languages import canonical_language
 from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
+from xtts_ft.model_folder import EXPORT_META, ModelFolder
 from xtts_ft.output_folder import REFUSE, check_output, staged_output
 from xtts_ft.safe_load import load_weights
 from xtts_ft.text_settings import TextSettings
@@ -39,7 +45,6 @@ from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 
 log = logging.getLogger(__name__)
 
-EXPORT_META = "xtts_ft_meta.json"
 TRAINING_STATE = STATE_FILE  # the name callers of this module know it by
 _INFERENCE_PREFIXES = ("gpt_inference.", "gpt.wte.")  # copies made by GPT.init_gpt_for_inference
 
@@ -119,14 +124,14 @@ def export_model(
     gpt_state_dict: dict,
     out_dir: Path,
     text: TextSettings,
-    language: str = "am",
+    language: str,
     extra_meta: Optional[dict] = None,
     on_existing: str = REFUSE,
 ) -> Path:
     """Write the export folder (atomically) and return its path.
 
-    ``text`` (the run's text settings) is written into the metadata, so inference tokenises
-    exactly as training did.
+    ``text`` (the run's text settings) and ``language`` (the run's ``run.language``) are written
+    into the metadata, so inference tokenises exactly as training did.
     """
     vocab_path, out_dir = Path(vocab_path), Path(out_dir)
     _check_out_dir(out_dir, on_existing)
@@ -146,6 +151,7 @@ def export_model(
     config = _export_config(base, vocab_path, n_tokens, language)
     if base.speakers_pth is not None:
         load_weights(base.speakers_pth, ModelError)  # copied, not loaded: never pass on a file that would run code
+    load_weights(base.dvae_pth, ModelError)  # copied too (training read it through load_weights; --base-model may not)
 
     meta = {
         "format": 1,
@@ -162,15 +168,16 @@ def export_model(
     meta.update(extra_meta or {})
 
     with staged_output(out_dir, "export", on_existing, legacy=EXPORT_META) as staged:
-        tmp = staged.path
-        torch.save({"model": model_state}, tmp / "model.pth")
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-        shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
-        shutil.copyfile(base.mel_stats_pth, tmp / "mel_stats.pth")
+        folder = ModelFolder(staged.path)
+        torch.save({"model": model_state}, folder.model)
+        folder.config_json.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+        shutil.copyfile(vocab_path, folder.vocab)
+        shutil.copyfile(base.dvae_pth, folder.dvae)  # a complete model folder: the base of a further fine-tune
+        shutil.copyfile(base.mel_stats_pth, folder.mel_stats)
         if base.speakers_pth is not None:
-            shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
-        (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-        (tmp / "README.md").write_text(export_readme(out_dir.resolve(), meta), encoding="utf-8")
+            shutil.copyfile(base.speakers_pth, folder.speakers)
+        folder.export_meta.write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+        folder.readme.write_text(export_readme(out_dir.resolve(), meta), encoding="utf-8")
     if staged.moved_to is not None:
         log.info("moved the earlier content of %s to %s", out_dir, staged.moved_to)
     log.info("exported %d text tokens, language '%s' to %s", n_tokens, language, out_dir)
@@ -195,7 +202,7 @@ def checkpoint_settings(ckpt_dir: Path) -> dict:
             raise CheckpointError(f"{files.config}: not valid YAML ({exc})") from None
     section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
     return {
-        "language": section("run").get("language", "am"),
+        "language": canonical_language(section("run").get("language", RunConfig.language)),
         "text": TextSettings.from_sections(section("text"), section("tokenizer")),
         "step": record.step if record is not None else files.step,
         "checkpoint_meta": record.to_json() if record is not None else {},

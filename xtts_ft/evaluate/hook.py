@@ -22,18 +22,19 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from xtts_ft.audio_io import DATASET_RATE, load_audio
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
 from xtts_ft.layout import RunLayout
+from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.hooks import EvalHook
-from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
-MCD_SAMPLE_RATE = 22050  # both the recording and the synthesis are resampled to this for MCD
+MCD_SAMPLE_RATE = DATASET_RATE  # both the recording and the synthesis are resampled to this for MCD
 
 
 
@@ -81,11 +82,10 @@ def _json_safe(obj):
 
 
 def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) -> None:
-    import soundfile as sf
     import torch
 
     for r in results:
-        audio, sr = sf.read(str(r.path), dtype="float32")
+        audio, sr = load_audio(r.path)
         writer.add_audio(f"{prefix}/{r.name}", torch.from_numpy(audio).reshape(1, -1), step, sample_rate=sr)
 
 

@@ -17,12 +17,15 @@ from typing import Callable, Optional
 import torch
 
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, DataError, ModelError
-from xtts_ft.evaluate.export import EXPORT_META, TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
+from xtts_ft.evaluate.export import TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
-from xtts_ft.layout import VOCAB_FILE, CheckpointLayout
+from xtts_ft.layout import CheckpointLayout
+from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.safe_load import first_line, load_weights, unpickling_message
-from xtts_ft.text_settings import TextSettings, make_tokenizer
+from xtts_ft.text_settings import TextSettings
+from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +37,25 @@ def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] =
     from xtts_ft.model import load_xtts_config
 
     model_dir = Path(model_dir)
-    meta_path = model_dir / EXPORT_META
+    folder = ModelFolder(model_dir)
+    meta_path = folder.export_meta
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelError(f"{meta_path}: not valid JSON ({exc}); export the model again") from None
-    config = load_xtts_config(model_dir / "config.json")
-    speakers = model_dir / "speakers_xtts.pth"
+    config = load_xtts_config(folder.config_json)
+    speakers = folder.speakers
     if speakers.is_file():  # coqui's SpeakerManager reads it; refuse a file that would run code first
         load_weights(speakers, ModelError)
     xtts = Xtts(config)
     try:  # coqui reads model.pth with torch.load(weights_only=True) (torch >= 2.4, pinned in requirements.txt)
         xtts.load_checkpoint(config, checkpoint_dir=str(model_dir), eval=True)
     except pickle.UnpicklingError as exc:
-        raise ModelError(unpickling_message(model_dir / "model.pth", exc)) from None
+        raise ModelError(unpickling_message(folder.model, exc)) from None
     except (RuntimeError, FileNotFoundError, KeyError, EOFError) as exc:
         raise ModelError(f"{model_dir}: coqui cannot load this folder ({first_line(exc)})") from None
     settings = TextSettings.from_dict(meta.get("text"), str(meta_path), ModelError)
-    xtts.tokenizer = make_tokenizer(model_dir / VOCAB_FILE, settings, normalizer=normalizer)
+    xtts.tokenizer = make_tokenizer(folder.vocab, settings, normalizer=normalizer)
     return xtts.to(device), xtts.tokenizer, meta
 
 
@@ -109,7 +113,7 @@ def synthesize_command(
         raise DataError("--text: empty; give the text to speak")
     check_reference(speaker_wav)  # a clip too short or not audio: said before the model loads
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if (model_dir / "model.pth").is_file() and (model_dir / "config.json").is_file():
+    if is_export(model_dir):
         xtts, tokenizer, meta = load_export(model_dir, normalizer=normalizer, device=device)
     elif (model_dir / TRAINING_STATE).is_file():
         if base is None:
@@ -120,9 +124,9 @@ def synthesize_command(
         xtts, tokenizer, meta = load_checkpoint_folder(model_dir, base, normalizer=normalizer, device=device)
     else:
         raise ModelError(
-            f"{model_dir}: neither an export folder (model.pth + config.json) nor a checkpoint folder ({TRAINING_STATE})"
+            f"{model_dir}: neither an export folder ({' + '.join(EXPORT_FILES)}) nor a checkpoint folder ({TRAINING_STATE})"
         )
-    language = language or meta.get("language") or "am"
+    language = language or meta.get("language") or RunConfig.language  # an export before meta had it: the default
     results = synthesize_requests(
         xtts, tokenizer, [(out.stem, 0, text, speaker_wav)], out.parent, language=language,
         temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,

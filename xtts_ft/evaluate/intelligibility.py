@@ -1,7 +1,7 @@
 """Does a sample say its text, and does it sound like its reference voice?
 
 * ``cer``: the sample is transcribed by the run's speech recogniser (``asr.model``) and scored
-  against the text it was asked to say with :func:`xtts_ft.asr.error_rates.error_rates`
+  against the text it was asked to say with :func:`xtts_ft.text.error_rates.error_rates`
   (numbers read out, homophones folded, punctuation dropped; spaces count). 0 is perfect; a
   babbling sample that never stops scores above 1.
 * ``speaker_similarity``: cosine similarity of the speaker embeddings that XTTS's own speaker
@@ -37,10 +37,10 @@ def length_bucket(normalized_text: str) -> str:
 def _embedding(xtts, path: Path):
     import torch
 
-    from xtts_ft.data.audio import decode, to_mono
+    from xtts_ft.audio_io import load_audio
 
-    data, sr, _ = decode(str(path))
-    audio = torch.from_numpy(to_mono(data).astype(np.float32)).reshape(1, -1)
+    mono, sr = load_audio(path)
+    audio = torch.from_numpy(mono).reshape(1, -1)
     param = next(xtts.hifigan_decoder.parameters())
     with torch.inference_mode():
         return xtts.get_speaker_embedding(audio.to(param.device), sr).flatten().float().cpu()
@@ -68,7 +68,7 @@ def speaker_similarities(xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float
 
 def score_samples(samples: Sequence, xtts, recognizer=None) -> None:
     """Fill ``speaker_similarity`` (always) and ``recognized_text``/``cer`` (with a recogniser) in place."""
-    from xtts_ft.asr.error_rates import error_rates
+    from xtts_ft.text.error_rates import error_rates
 
     if not samples:
         return

@@ -20,16 +20,15 @@ from typing import Optional
 
 import numpy as np
 
+from xtts_ft.audio_io import DATASET_RATE, load_audio
+
 MCD_CONSTANT = 10.0 * math.sqrt(2.0) / math.log(10.0)
 SILENCE_DBFS = -40.0
 
 
 def load_wav(path: str | Path, sr: int) -> np.ndarray:
-    """Mono float32 audio resampled to ``sr``."""
-    import librosa
-
-    audio, _ = librosa.load(str(path), sr=sr, mono=True)
-    return audio.astype(np.float32)
+    """Mono float32 audio resampled to ``sr`` (the project's one audio reader)."""
+    return load_audio(path, sr)[0]
 
 
 def _frames_rms(audio: np.ndarray, frame_length: int, hop_length: int) -> np.ndarray:
@@ -105,6 +104,6 @@ def mcd_dtw(ref_wav: np.ndarray, syn_wav: np.ndarray, sr: int, *, trim_db: Optio
     return float(MCD_CONSTANT * np.mean(np.sqrt(np.sum(diff * diff, axis=1))))
 
 
-def mcd_files(ref_path: str | Path, syn_path: str | Path, sr: int = 22050) -> float:
+def mcd_files(ref_path: str | Path, syn_path: str | Path, sr: int = DATASET_RATE) -> float:
     """MCD between two audio files, both resampled to ``sr``."""
     return mcd_dtw(load_wav(ref_path, sr), load_wav(syn_path, sr), sr)

@@ -23,7 +23,7 @@ def tokenizer_lines(export_dir: Path, meta: dict) -> list[str]:
         f"fold_homophones={bool(text['fold_homophones'])}",
         f"char_limit={int(text['char_limit'])}",
     ]
-    language = meta.get("language", "am")
+    language = meta["language"]
     return [
         TOKENIZER_IMPORT,
         f"model.tokenizer = AmharicTokenizer({', '.join(args)})",
@@ -36,7 +36,7 @@ def export_readme(export_dir: Path, meta: dict) -> str:
     step = meta.get("step")
     source = meta.get("source_checkpoint") or "an in-memory model"
     lines = tokenizer_lines(export_dir, meta)
-    return f"""# XTTS-v2 fine-tuned for '{meta.get("language", "am")}' (xtts_ft)
+    return f"""# XTTS-v2 fine-tuned for '{meta["language"]}' (xtts_ft)
 
 Exported from {source}{f" at step {step}" if step is not None else ""}; vocabulary fingerprint
 `{meta.get("vocab_fingerprint")}`, {meta.get("text_tokens")} text tokens. Base model: `{meta.get("base_model")}`.

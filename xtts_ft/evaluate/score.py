@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError, ModelError
+from xtts_ft.model_folder import EXPORT_FILES, is_export
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +25,12 @@ def load_model(model_dir: Path, base_model: Optional[str], device: str):
     from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
     from xtts_ft.evaluate.standalone import base_for_checkpoint
 
-    if (model_dir / "model.pth").is_file() and (model_dir / "config.json").is_file():
+    if is_export(model_dir):
         return load_export(model_dir, device=device)
     if (model_dir / TRAINING_STATE).is_file():
         return load_checkpoint_folder(model_dir, base_for_checkpoint(model_dir, base_model), device=device)
     raise ModelError(
-        f"--model {model_dir}: neither an export folder (model.pth + config.json) nor a checkpoint folder "
+        f"--model {model_dir}: neither an export folder ({' + '.join(EXPORT_FILES)}) nor a checkpoint folder "
         f"({TRAINING_STATE})"
     )
 

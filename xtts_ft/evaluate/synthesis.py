@@ -29,8 +29,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
+from xtts_ft.languages import canonical_language
+from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
 from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.signals import raise_if_stopped, stopping_enabled
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class SampleResult:
     rtf: float  # synthesis_s / duration_s
     mcd: Optional[float] = None  # against the recording, for eval clips only
     recognized_text: Optional[str] = None  # what the speech recogniser heard (evaluation.recognize)
-    cer: Optional[float] = None  # of recognized_text against text (xtts_ft.asr.error_rates)
+    cer: Optional[float] = None  # of recognized_text against text (xtts_ft.text.error_rates)
     speaker_similarity: Optional[float] = None  # cosine of XTTS speaker embeddings, sample vs reference
 
     def to_json(self, relative_to: Optional[Path] = None) -> dict:
@@ -144,7 +145,7 @@ def _rng_devices(xtts) -> list[int]:
 
 
 def check_language(tokenizer, language: str) -> None:
-    code = "am" if language == "amh" else language.split("-")[0]
+    code = canonical_language(language).split("-")[0]
     if tokenizer.tokenizer is None or tokenizer.tokenizer.token_to_id(f"[{code}]") is None:
         raise TokenizerError(
             f"the vocabulary has no [{code}] token, so language '{language}' cannot be encoded; use the extended "
@@ -199,7 +200,7 @@ def synthesize_requests(
     requests: Sequence[tuple[str, int, str, Path]],
     out_dir: Path,
     *,
-    language: str = "am",
+    language: str,
     temperature: float,
     seed: int = 0,
     max_new_tokens: Optional[int] = None,
@@ -289,7 +290,7 @@ def synthesize_samples(
     speaker_wavs: list[Path],
     out_dir: Path,
     *,
-    language: str = "am",
+    language: str,
     temperature: float,
     seed: int = 0,
     max_new_tokens: Optional[int] = None,

@@ -27,7 +27,7 @@ import numpy as np
 
 from xtts_ft.ingest.analysis import Analysis
 from xtts_ft.ingest.text_units import TextUnit
-from xtts_ft.train.signals import raise_if_stopped
+from xtts_ft.stop_signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
 

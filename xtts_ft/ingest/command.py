@@ -33,7 +33,7 @@ from xtts_ft.ingest.subtitles import UnreadCue, fit_offset, read_cues
 from xtts_ft.ingest.text_units import Speller, split_sentences
 from xtts_ft.ingest.vad import pauses, snap_to_pause, speech_regions, transcribe_frames
 from xtts_ft.output_folder import ADD, REFUSE, check_output, staged_output
-from xtts_ft.train.signals import StopSignals, raise_if_stopped
+from xtts_ft.stop_signals import StopSignals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from xtts_ft.data.audio import to_pcm16
 from xtts_ft.ingest.clips import Clip
 from xtts_ft.ingest.source_audio import SourceFile, read_range
 from xtts_ft.layout import EARLIER_INGESTS
+from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.signals import raise_if_stopped
 
 SEGMENTS_HEADER = ["clip_file", "source_file", "start_s", "end_s", "score", "method"]
 

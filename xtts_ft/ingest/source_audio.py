@@ -18,10 +18,10 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from xtts_ft.data.audio import to_mono
+from xtts_ft.audio_io import RECOGNIZER_RATE, to_mono
 from xtts_ft.errors import DataError
 
-RATE = 16000  # what the recogniser and silero-vad read
+RATE = RECOGNIZER_RATE  # what the recogniser and silero-vad read: the one rate of an ingest analysis
 
 
 class IngestError(DataError):

@@ -2,7 +2,7 @@
 
 A sentence ends at ። ፧ ፨ ! ? (or ``፡፡`` / ``::``, old spellings of the full stop) and at every line
 break. What the recogniser can hear is the sentence's *scoring text*
-(:func:`xtts_ft.asr.error_rates.scoring_text`: numbers read out, homophones folded, punctuation
+(:func:`xtts_ft.text.error_rates.scoring_text`: numbers read out, homophones folded, punctuation
 dropped): the same text CER is computed on. Each of its letters becomes one CTC target id, a space
 the recogniser's word delimiter; letters the recogniser has no id for are counted, not guessed.
 The sentence itself (as written) is what goes into metadata.csv: ``prepare`` normalises it.
@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from xtts_ft.asr.error_rates import scoring_text
+from xtts_ft.text.error_rates import scoring_text
 
 _SENTENCE_END_RE = re.compile(r"(?<=[።፧፨!?])|(?<=፡፡)|(?<=::)|\n")
 

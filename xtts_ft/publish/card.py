@@ -20,6 +20,7 @@ from typing import Optional
 
 import yaml
 
+from xtts_ft.config import RunConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.readme import tokenizer_lines
@@ -147,7 +148,7 @@ def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
     if "XTTS-v2" not in str(export_meta.get("base_model")):
         log.warning("publish: the base model was %s, not %s; the card's base_model metadata says %s",
                     Path(str(export_meta.get("base_model"))).name, BASE_MODEL, BASE_MODEL)
-    facts = CardFacts(repo_id=repo_id, language=str(export_meta.get("language") or "am"), step=step,
+    facts = CardFacts(repo_id=repo_id, language=str(export_meta.get("language") or RunConfig.language), step=step,
                       export_meta=export_meta)
     run_dir = resolved.run_dir
     record = _eval_record(run_dir, step) if run_dir is not None and step is not None else None

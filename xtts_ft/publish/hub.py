@@ -24,8 +24,8 @@ from typing import Optional
 
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
-from xtts_ft.evaluate.export import EXPORT_META
 from xtts_ft.layout import OUTPUT_MARKER
+from xtts_ft.model_folder import EXPORT_META
 from xtts_ft.publish.card import BASE_MODEL, gather_facts, read_json, render_card
 from xtts_ft.tempfiles import atomic_write, replace_dir
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from transformers import StoppingCriteriaList
 
-from xtts_ft.config import EvaluationConfig, ServeConfig
+from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.synthesis import (
     _CodeRecorder,
@@ -101,7 +101,7 @@ class SpeechEngine:
         self.voices = voices
         self.settings = settings
         self.temperature = temperature
-        self.language: str = meta.get("language") or "am"
+        self.language: str = meta.get("language") or RunConfig.language
         known = [code for code in xtts.config.languages if tokenizer.tokenizer.token_to_id(f"[{code}]") is not None]
         self.languages: tuple[str, ...] = tuple(dict.fromkeys([self.language, *known]))  # the run's language first
         self.sample_rate: int = int(xtts.args.output_sample_rate)
@@ -128,7 +128,7 @@ class SpeechEngine:
         """
         start = time.perf_counter()
         xtts, tokenizer, meta = source.load(device)
-        language = meta.get("language") or "am"
+        language = meta.get("language") or RunConfig.language
         run_clips = run_speaker_clips(source.run_dir, language) if source.run_dir is not None else {}
         voices = VoiceLibrary(run_clips=run_clips, folder=voices_dir)
         engine = cls(xtts, tokenizer, meta, source, voices, settings=settings or ServeConfig(),

@@ -29,11 +29,11 @@ import yaml
 from xtts_ft.checkpoint_store import BEST_METRICS, CheckpointStore
 from xtts_ft.errors import ModelError
 from xtts_ft.layout import CHECKPOINTS_DIR, CONFIG_FILE, STATE_FILE, RunLayout
+from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 
 log = logging.getLogger(__name__)
 
 ModelKind = Literal["export", "checkpoint", "run"]
-EXPORT_FILES = ("model.pth", "config.json")
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,6 @@ class ResolvedModel:
         return load_checkpoint_folder(self.model_dir, base, device=device)
 
 
-def _is_export(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in EXPORT_FILES)
-
-
 def _is_checkpoint(folder: Path) -> bool:
     return (folder / STATE_FILE).is_file()
 
@@ -83,10 +79,8 @@ def _run_of_checkpoint(ckpt: Path) -> Optional[Path]:
 
 def _run_of_export(export: Path) -> Optional[Path]:
     """An export records the checkpoint it came from; its run folder, if it still exists here."""
-    from xtts_ft.evaluate.export import EXPORT_META
-
     try:
-        meta = json.loads((export / EXPORT_META).read_text(encoding="utf-8"))
+        meta = json.loads(ModelFolder(export).export_meta.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     source = meta.get("source_checkpoint") if isinstance(meta, dict) else None
@@ -138,7 +132,7 @@ def resolve_model(path: str | Path, base_model: Optional[str] = None) -> Resolve
         raise ModelError(f"--model {given}: not found; pass an export folder, a checkpoint folder or a run folder")
     if not given.is_dir():
         raise ModelError(f"--model {given}: is a file; pass the folder (an export, a checkpoint or a run folder)")
-    if _is_export(given):
+    if is_export(given):
         return ResolvedModel("export", given, given, "export", _run_of_export(given))
     if _is_checkpoint(given):
         return ResolvedModel("checkpoint", given, given, "checkpoint", _run_of_checkpoint(given), base_model)

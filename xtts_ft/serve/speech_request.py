@@ -12,6 +12,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from xtts_ft.config import ServeConfig
+from xtts_ft.languages import canonical_language
 from xtts_ft.serve.audio_formats import OPENAI_FORMATS, AudioFormat
 from xtts_ft.serve.voices import DEFAULT_VOICE, VoiceError, check_voice_name
 
@@ -58,8 +59,8 @@ def check_speech_request(body: SpeechRequest, engine, formats: dict[str, AudioFo
                        param="speed")
     if body.stream_format not in STREAM_FORMATS:
         raise ApiError(400, f"stream_format {body.stream_format!r}: use 'audio' or 'sse'", param="stream_format")
-    if body.language == "amh":
-        body.language = "am"  # the code some tools use; one is stored
+    if body.language is not None:
+        body.language = canonical_language(body.language)  # 'amh', the code some tools use: one is stored
     if body.language is not None and body.language not in engine.languages:
         raise ApiError(400, f"language {body.language!r}: this model knows {', '.join(engine.languages)}; leave it "
                             f"out for {engine.language!r}", param="language")

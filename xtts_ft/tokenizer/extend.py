@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.languages import AMHARIC
 from xtts_ft.layout import VOCAB_FILE
 from xtts_ft.tokenizer.bpe import learn_merges, target_words
 from xtts_ft.tokenizer.ethiopic import ethiopic_characters, is_ethiopic
@@ -39,7 +40,7 @@ from xtts_ft.tokenizer.vocab_file import (
 
 log = logging.getLogger(__name__)
 
-LANGUAGE_TOKEN = "[am]"
+LANGUAGE_TOKEN = f"[{AMHARIC}]"
 
 
 def _normalise_all(texts: Iterable[str], normalizer: Callable[[str], str]) -> list[str]:

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
+from xtts_ft.languages import AMHARIC
+
 TOKENS_PER_CHAR_DEFINITION = (
     "tokens/char = ids per normalised text, without the leading [am] language token, each [SPACE] "
     "counted as a token, divided by the characters of the normalised text, spaces included; summed "
@@ -65,7 +67,7 @@ class Compression:
         return self.unknown / self.tokens if self.tokens else 0.0
 
 
-def measure(tokenizer, texts: Sequence[str], lang: str = "am") -> Compression:
+def measure(tokenizer, texts: Sequence[str], lang: str = AMHARIC) -> Compression:
     """Tokens per character and [UNK] count of already-normalised ``texts`` (see module docstring)."""
     from xtts_ft.tokenizer.vocab_file import encode_many
 

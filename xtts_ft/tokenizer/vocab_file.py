@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.languages import AMHARIC
 from xtts_ft.tempfiles import atomic_write
 
 REQUIRED_SPECIALS = ("[STOP]", "[UNK]", "[SPACE]")
@@ -167,6 +168,6 @@ def xtts_words(text: str) -> list[str]:
     return [word for chunk in text.split(" ") if chunk for word, _ in pre.pre_tokenize_str(chunk)]
 
 
-def encode_many(tokenizer, texts: Iterable[str], lang: str = "am") -> list[list[int]]:
+def encode_many(tokenizer, texts: Iterable[str], lang: str = AMHARIC) -> list[list[int]]:
     """Ids as ``VoiceBpeTokenizer.encode`` gives them for already-preprocessed texts (batched, no warnings)."""
     return [enc.ids for enc in tokenizer.encode_batch([xtts_text(t, lang) for t in texts])]

@@ -20,14 +20,10 @@ from typing import Any, Callable, Optional
 from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.languages import AMHARIC, aliases_of, canonical_language
+from xtts_ft.text_settings import TextSettings, make_normalizer
 
-AMHARIC_CODES = ("am", "amh")
-LANGUAGE = "am"  # the one code stored in configs, vocabularies and checkpoints
-
-
-def canonical_language(lang: str) -> str:
-    """'amh' -> 'am'; every other code unchanged."""
-    return LANGUAGE if lang in AMHARIC_CODES else lang
+AMHARIC_CODES = aliases_of(AMHARIC)
 
 
 class AmharicTokenizer(VoiceBpeTokenizer):
@@ -37,7 +33,7 @@ class AmharicTokenizer(VoiceBpeTokenizer):
     one given to ``build_extended_vocab``. Default: the project's ``xtts_ft.text.normalize_text`` with
     ``fold_homophones`` (imported on first Amharic use, so English-only use works without it).
     ``char_limit`` and ``fold_homophones`` have no defaults here: build it with
-    ``xtts_ft.text_settings.make_tokenizer`` from the run's config or the export's settings.
+    :func:`make_tokenizer` from the run's config or the export's settings.
     """
 
     def __init__(
@@ -62,15 +58,13 @@ class AmharicTokenizer(VoiceBpeTokenizer):
     def preprocess_text(self, txt: str, lang: str) -> str:
         if lang in AMHARIC_CODES:
             if self._normalize is None:
-                from xtts_ft.text_settings import TextSettings, make_normalizer
-
-                self._normalize = make_normalizer(TextSettings(self._fold_homophones, self.char_limits[LANGUAGE]))
+                self._normalize = make_normalizer(self._fold_homophones)
             return self._normalize(txt)
         return super().preprocess_text(txt, lang)
 
     def encode(self, txt: str, lang: str) -> list[int]:
         lang = canonical_language(lang)
-        if lang == LANGUAGE and self.tokenizer is not None and self.tokenizer.token_to_id("[am]") is None:
+        if lang == AMHARIC and self.tokenizer is not None and self.tokenizer.token_to_id(f"[{AMHARIC}]") is None:
             raise TokenizerError(
                 f"{self.vocab_file}: this vocabulary has no [am] token, so it cannot encode Amharic; "
                 f"use the extended vocab.json written by the tokenizer stage (tokenizer/vocab.json in the run folder)"
@@ -91,3 +85,19 @@ class AmharicTokenizer(VoiceBpeTokenizer):
             for token_id, added in self.tokenizer.get_added_tokens_decoder().items()
             if added.special and added.content not in keep
         }
+
+
+def make_tokenizer(
+    vocab_path: str | os.PathLike[str],
+    settings: TextSettings,
+    *,
+    normalizer: Optional[Callable[[str], str]] = None,
+) -> AmharicTokenizer:
+    """The AmharicTokenizer for ``vocab_path`` with the run's settings: the one place it is built.
+
+    ``normalizer`` replaces the project's normaliser (tests use a stand-in); by default it is
+    ``make_normalizer(settings.fold_homophones)``, the one the tokenizer stage trained on.
+    """
+    return AmharicTokenizer(
+        vocab_path, char_limit=settings.char_limit, fold_homophones=settings.fold_homophones, normalizer=normalizer
+    )

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from xtts_ft.audio_io import DATASET_RATE
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.data import Clip, read_segment
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 CODE_TAIL_PAD = 2048  # zero samples after every clip (two code strides; one already suffices for the XTTS DVAE)
 MAX_BATCH_CLIPS = 16
-MAX_BATCH_SAMPLES = 16 * 22050 * 12  # padded samples per DVAE batch
+MAX_BATCH_SAMPLES = 16 * DATASET_RATE * 12  # padded samples per DVAE batch
 
 
 def dvae_fingerprint(model) -> str:

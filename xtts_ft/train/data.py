@@ -37,8 +37,8 @@ import torch
 from tqdm import tqdm
 
 from xtts_ft.errors import DataError
+from xtts_ft.stop_signals import ignore_stop_signals, raise_if_stopped
 from xtts_ft.train.sampler import ItemKey
-from xtts_ft.train.signals import ignore_stop_signals, raise_if_stopped
 
 log = logging.getLogger(__name__)
 

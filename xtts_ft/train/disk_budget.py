@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch.nn as nn
 
+from xtts_ft.audio_io import OUTPUT_RATE
 from xtts_ft.config import Config
 from xtts_ft.errors import DiskSpaceError
 from xtts_ft.layout import RunLayout
@@ -73,7 +74,7 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
     if evaluations is None:
         every = ev.every_steps or cfg.training.max_steps
         evaluations = cfg.training.max_steps // every + 2  # at the start and at the end too
-    per_eval = (len(ev.sentences) * ev.max_speakers + ev.mcd_clips) * _SAMPLE_SECONDS * 24000 * 2
+    per_eval = (len(ev.sentences) * ev.max_speakers + ev.mcd_clips) * _SAMPLE_SECONDS * OUTPUT_RATE * 2
     samples = evaluations * per_eval - folder_bytes(files.samples)
     export = base_model_pth.stat().st_size if base_model_pth and base_model_pth.is_file() else weights
     # one dataset: data/wavs; a dataset list: data/datasets/<i>_<name>/wavs (xtts_ft.data.multi)

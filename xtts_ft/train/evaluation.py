@@ -17,9 +17,9 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.train.data import ClipDataset, collate
 from xtts_ft.train.sampler import ItemKey
-from xtts_ft.train.signals import raise_if_stopped
 
 KEYS = ("loss", "loss_text_ce", "loss_mel_ce")
 

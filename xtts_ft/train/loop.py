@@ -39,6 +39,7 @@ from xtts_ft.errors import DataError, TrainingStopped
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
 from xtts_ft.run_folder import claim_run_folder, set_aside_foreign
+from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train.branch import set_aside_later_steps
 from xtts_ft.train.codes_cache import build_codes_cache, codes_for_batch
@@ -67,7 +68,6 @@ from xtts_ft.train.rng_state import capture_rng, restore_rng
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer, get_lr, set_lr
-from xtts_ft.train.signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.train.stability import (
     Snapshot,
     StabilityGuard,
@@ -288,7 +288,8 @@ class FineTuneRecipe:
     def _build_model(self) -> XttsTrainingModel:
         """The training model on the device (the run's tokenizer first, unless a test hook gave one)."""
         if self.tokenizer is None:
-            from xtts_ft.text_settings import TextSettings, make_tokenizer
+            from xtts_ft.text_settings import TextSettings
+            from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
             self.tokenizer = make_tokenizer(self.vocab_path, TextSettings.from_config(self.cfg))
         model = (self.hooks.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)

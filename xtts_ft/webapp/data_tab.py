@@ -7,13 +7,11 @@ from pathlib import Path
 import gradio as gr
 
 from xtts_ft.config import DatasetConfig
-from xtts_ft.config.schema import field_help
+from xtts_ft.config.schema import DATASET_FORMATS, field_help
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
 from xtts_ft.webapp import dataset_view
 from xtts_ft.webapp.context import AppContext
-
-FORMATS = ["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
 
 
 def _error(text: str) -> str:
@@ -25,7 +23,7 @@ def build(ctx: AppContext, run_box: gr.Textbox) -> None:
                 "into clips. The report below is the run's own `data/report.json` until you prepare another folder.")
     with gr.Row():
         path_box = gr.Textbox(label="dataset folder", info=field_help(DatasetConfig, "path"), elem_id="data-path")
-        fmt_box = gr.Dropdown(FORMATS, value="auto", label="format", info=field_help(DatasetConfig, "format"),
+        fmt_box = gr.Dropdown(list(DATASET_FORMATS), value="auto", label="format", info=field_help(DatasetConfig, "format"),
                               elem_id="data-format")
         out_box = gr.Textbox(label="prepared output folder", info="Where metadata_*.csv, wavs/ and report.json go.",
                              elem_id="data-out")

@@ -20,6 +20,7 @@ import yaml
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout, step_of
+from xtts_ft.model_folder import is_export
 
 # (metrics.jsonl key, title, which lines carry it)
 CURVES = (
@@ -147,7 +148,7 @@ def best_step(run_dir: Path) -> Optional[int]:
 
 def exports(run_dir: Path) -> list[Path]:
     folder = RunLayout(run_dir).exports
-    return sorted(p for p in folder.iterdir() if (p / "model.pth").is_file()) if folder.is_dir() else []
+    return sorted(p for p in folder.iterdir() if is_export(p)) if folder.is_dir() else []
 
 
 def file_url(path: Path) -> str:

@@ -62,7 +62,8 @@ def text_settings(model: Path) -> TextSettings:
     import json
 
     from xtts_ft.errors import ModelError
-    from xtts_ft.evaluate.export import EXPORT_META, checkpoint_settings
+    from xtts_ft.evaluate.export import checkpoint_settings
+    from xtts_ft.model_folder import EXPORT_META
 
     meta = Path(model) / EXPORT_META
     if meta.is_file():

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 import xtts_ft.data  # noqa: E402
 import xtts_ft.evaluate  # noqa: E402
-import xtts_ft.tiny_model  # noqa: E402
+import xtts_ft.random_model  # noqa: E402
 import xtts_ft.tokenizer  # noqa: E402
 import xtts_ft.train.loop as loop  # noqa: E402
 from xtts_ft.cli import headless_main  # noqa: E402
@@ -45,7 +45,7 @@ def counted(module, name: str) -> None:
 def main() -> int:
     out = Path(sys.argv[1])
     for module, name in [(xtts_ft.data, "prepare_dataset"), (xtts_ft.tokenizer, "build_extended_vocab"),
-                         (xtts_ft.evaluate, "write_report"), (xtts_ft.tiny_model, "write_tiny_model")]:
+                         (xtts_ft.evaluate, "write_report"), (xtts_ft.random_model, "write_tiny_model")]:
         counted(module, name)
     real_codes, real_build = loop.build_codes_cache, loop.build_training_model
 

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..text.normalizer import normalize_text
+from xtts_ft.text.normalizer import normalize_text
 
 _PUNCT_RE = re.compile(r"[.,;:?!\"']")
 

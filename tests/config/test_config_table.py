@@ -1,0 +1,35 @@
+"""README.md's configuration table is the schema's: every key, its default and its help text."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from xtts_ft.config.table import END_MARKER, START_MARKER, TableMarkersMissing, render_table, sections, table_in, with_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_table_matches_the_schema():
+    assert table_in(README.read_text(encoding="utf-8")) == render_table(), (
+        "README.md's configuration table differs from xtts_ft/config/schema.py; run python utils/config_table.py")
+
+
+def test_every_key_default_and_help_is_in_the_table():
+    rows = {line.split(" | ")[0].strip("| `"): line for line in render_table().splitlines()[2:]}
+    for name, section in sections():
+        for f in dataclasses.fields(section):
+            row = rows.pop(f"{name}.{f.name}")
+            assert f.metadata["help"].split()[0] in row  # every field has help text, and it is shown
+    assert not rows  # and nothing else
+
+
+def test_rewriting_puts_the_table_between_the_markers_and_keeps_the_rest():
+    text = f"intro\n{START_MARKER}\n| stale |\n{END_MARKER}\noutro\n"
+    new = with_table(text)
+    assert new.startswith(f"intro\n{START_MARKER}\n") and new.endswith(f"{END_MARKER}\noutro\n")
+    assert table_in(new) == render_table() and "stale" not in new
+    with pytest.raises(TableMarkersMissing):
+        with_table("no markers here")
