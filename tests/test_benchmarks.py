@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.standin_hub import StandInHub, serve_hub
+from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.base_model import REQUIRED_FILES
 
 

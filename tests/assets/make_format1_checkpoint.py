@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from trainhelpers import TEXTS, small_config, write_csv, write_wav
 
+from tests.train.trainhelpers import TEXTS, small_config, write_csv, write_wav
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.tiny_model import write_tiny_model
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, tone
 
+from tests.data.datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, tone
 from xtts_ft.data.prepare import prepare_dataset
 from xtts_ft.errors import DataError
 

@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from relhelpers import read_events, small_config
 
+from tests.reliability.relhelpers import read_events, small_config
 from xtts_ft.errors import CheckpointError, RunFolderError
 from xtts_ft.run_folder import OLD_RUNS, claim_run_folder, read_record
 from xtts_ft.train import checkpoint as ckpt

@@ -9,8 +9,8 @@ import logging
 import pytest
 import torch
 import yaml
-from trainhelpers import read_events, read_metrics, small_config, train_lines
 
+from tests.train.trainhelpers import read_events, read_metrics, small_config, train_lines
 from xtts_ft.errors import CheckpointError, TrainingStopped
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 import torch
-from trainhelpers import read_events, small_config
 
+from tests.train.trainhelpers import read_events, small_config
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.slim import SLIM_KEY, is_slim
 
