@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fixtures.hub import dead_endpoint, no_retry  # noqa: F401 - fixtures are found by name
+from tests.fixtures.demo_run import demo_run  # noqa: F401 - fixtures are found by name
+from tests.fixtures.hub import dead_endpoint, no_retry  # noqa: F401
 from tests.fixtures.tiny_model import tiny_base, tiny_base_dir, tiny_model_dir  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

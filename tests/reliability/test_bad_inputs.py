@@ -28,6 +28,8 @@ from xtts_ft.run_folder import RunRecord, read_record, run_fingerprint, write_re
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.train import checkpoint as ckpt
 
+pytestmark = pytest.mark.slow  # one process runs the whole sweep of bad inputs
+
 DEMO = REPO / "datasets" / "amharic_demo"
 NO_CODE = ("files are read as plain weights only, so nothing in it was run. Use the official file, or re-save the "
            "weights as a plain state dict")

@@ -27,6 +27,8 @@ from xtts_ft.config import config_from_dict
 from xtts_ft.run_folder import RunRecord, run_fingerprint, write_record
 from xtts_ft.train import checkpoint as ckpt
 
+pytestmark = pytest.mark.slow  # one process runs the sweep of bad inputs that stop a run
+
 DEMO = REPO / "datasets" / "amharic_demo"
 RUN_ID = "20260101-000000-cccccc"
 H = "headless"

@@ -33,6 +33,8 @@ from tests.fixtures.scripts import CHAOS_TRAIN, script_command, script_env
 from tests.reliability.relhelpers import copy_run
 from xtts_ft.train import checkpoint as ckpt
 
+pytestmark = pytest.mark.slow  # a training process killed and resumed seven times
+
 STEPS = 60  # a tiny-model step takes ~0.1 s: enough that no round runs to the end, even on a fast machine
 EVERY = 2
 SEED = 20240611

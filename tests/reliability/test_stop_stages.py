@@ -23,6 +23,8 @@ from tests.fixtures.scripts import STOP_AT_STAGE, script_command, script_env
 from tests.reliability.relhelpers import REPO, read_events
 from xtts_ft.train import checkpoint as ckpt
 
+pytestmark = pytest.mark.slow  # headless_train.py stopped in every stage, then resumed
+
 DEMO = REPO / "datasets" / "amharic_demo"
 STAGES = {"prepare": "prepare", "tokenizer": "the tokenizer", "codes": "the DVAE code cache",
           "probe": "the batch-size probe"}

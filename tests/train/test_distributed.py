@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 import torch
 
 from tests.fixtures.scripts import HEADLESS_RANKS, REPO_ROOT, RUN_SMALL, SLOW_CODES_RANKS, script_env, torchrun_command
 from tests.train.trainhelpers import read_events, train_lines
 from xtts_ft.train.stability import gpt_state_dict
+
+pytestmark = pytest.mark.slow  # two torchrun ranks per test
 
 
 def test_two_process_gloo_run_keeps_ranks_identical(script_args, built_model, tmp_path):
