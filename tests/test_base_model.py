@@ -1,7 +1,7 @@
 """Base-model resolution: a local folder, the explicit tiny model, and the Hugging Face download path.
 
 The download path runs the real huggingface_hub client against a local HTTP server that speaks
-the hub's file protocol (tests/standin_hub.py), never the network.
+the hub's file protocol (tests/fixtures/hub.py), never the network.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.standin_hub import StandInHub, serve_hub
+from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.base_model import OPTIONAL_FILES, REQUIRED_FILES, hf_fetcher, is_repo_id, resolve_base_model
 from xtts_ft.config import BaseModelConfig
 from xtts_ft.errors import ModelError
@@ -83,13 +83,36 @@ def test_second_resolution_uses_the_cache_in_offline_mode(hub, tmp_path, monkeyp
     assert len(StandInHub.requests) == n_requests  # served from the cache, no request made
 
 
-def test_no_network_without_cache_says_what_to_do(tmp_path, dead_endpoint):
+def test_no_network_without_cache_says_what_to_do(tmp_path, dead_endpoint, no_retry):
     cfg = BaseModelConfig(source="coqui/XTTS-v2", cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ModelError) as err:
-        resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint))
+        resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint, retry=no_retry))
     msg = str(err.value)
     assert "cannot download 'coqui/XTTS-v2'" in msg and "`hf download coqui/XTTS-v2 --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1
+
+
+def test_no_retry_policy_downloads_then_falls_back_to_the_cache_at_once(hub, tmp_path, dead_endpoint, no_retry):
+    """The test-speed policy changes only the waiting: a live hub is used, a dead one means "read the cache"."""
+    import time
+
+    cache = str(tmp_path / "hf")
+    cfg = BaseModelConfig(source="coqui/XTTS-v2", cache_dir=cache)
+    online = resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=hub, retry=no_retry))
+    assert {r.split("/")[-1] for r in StandInHub.requests if r.startswith("GET")} == set(REQUIRED_FILES)
+    began = time.monotonic()
+    offline = resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint, retry=no_retry))
+    assert offline.root == online.root and time.monotonic() - began < 10  # no back-off (the default waits ~25 s)
+
+
+def test_a_retry_policy_tries_the_hub_as_often_as_it_says(tmp_path, dead_endpoint, caplog):
+    from xtts_ft.base_model import RetryPolicy
+
+    cfg = BaseModelConfig(source="coqui/XTTS-v2", cache_dir=str(tmp_path / "hf"))
+    with caplog.at_level("INFO", logger="xtts_ft.base_model"), pytest.raises(ModelError, match="cannot download"):
+        resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint, retry=RetryPolicy(retries=2, wait_s=0.01)))
+    tries = [r.getMessage() for r in caplog.records if "not reachable" in r.getMessage()]
+    assert [t.rsplit("try ", 1)[1] for t in tries] == ["1 of 3", "2 of 3", "3 of 3"]  # config.json: first file asked
 
 
 def test_the_offline_hint_names_a_command_the_pinned_huggingface_hub_installs():

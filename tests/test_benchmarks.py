@@ -10,8 +10,10 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.standin_hub import StandInHub, serve_hub
+from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.base_model import REQUIRED_FILES
+
+pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
 
 
 def test_gpu_throughput_benchmark_runs_small_on_cpu(tmp_path):

@@ -1,67 +1,41 @@
 """The whole pipeline on CPU with the tiny model and the bundled demo data, as a user runs it.
 
-A smoke-size run of headless_train.py (a few steps), its outputs, then the same command with a
-larger step budget: stages whose inputs did not change are skipped and training continues from
-the saved step instead of starting again.
+The session's demo run (tests/fixtures/demo_run.py: headless_train.py for a few dozen steps) and its
+outputs, then the same command with a larger step budget: stages whose inputs did not change are
+skipped and training continues from the saved step instead of starting again.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.fixtures.demo_run import DEMO_STEPS, run_demo
 
-
-def headless(run_dir: Path, tiny_base_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "headless_train.py", "--config", "configs/demo.yaml",
-        "--set", f"run.output_dir={run_dir}",
-        "--set", f"base_model.source={tiny_base_dir}",
-        "--set", "training.num_workers=0",
-        "--set", "training.log_every=1",
-        "--set", "training.warmup_steps=2",
-        "--set", "checkpoint.every_steps=4",
-        "--set", "evaluation.every_steps=0",
-        "--set", "evaluation.sentences=['ሰላም ለዓለም።']",
-        "--set", "evaluation.max_new_tokens=20",
-        "--set", "evaluation.mcd_clips=1",
-        *extra,
-    ]
-    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out
+pytestmark = pytest.mark.slow  # the demo run (a full pipeline, once per session) and a continued run
 
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory, tiny_base_dir):
-    run_dir = tmp_path_factory.mktemp("e2e") / "run"
-    out = headless(run_dir, tiny_base_dir, "--max-steps", "8")
-    return run_dir, out
-
-
-def test_smoke_run_writes_every_output(smoke_run):
-    run_dir, out = smoke_run
+def test_smoke_run_writes_every_output(demo_run):
+    run_dir = demo_run.run_dir
     assert (run_dir / "config.yaml").is_file()
     assert (run_dir / "data" / "metadata_train.csv").is_file()
     report = json.loads((run_dir / "data" / "report.json").read_text())
     assert report["kept"] >= 40
     assert (run_dir / "tokenizer" / "vocab.json").is_file()
-    ckpt = run_dir / "checkpoints" / "step_000008"
+    ckpt = demo_run.last_checkpoint
     assert (ckpt / "training_state.pt").is_file() and (ckpt / "vocab.json").is_file()
     wavs = list((run_dir / "samples").rglob("*.wav"))
     assert wavs, "evaluation samples"
     train_lines = [m for m in metrics(run_dir) if m.get("split") != "eval"]
-    assert train_lines[-1]["step"] == 8
+    assert train_lines[-1]["step"] == DEMO_STEPS
     for key in ("step", "loss", "loss_text_ce", "loss_mel_ce", "lr", "grad_norm", "loss_scale", "skipped_steps"):
         assert key in train_lines[-1], key
     assert list((run_dir / "tensorboard").iterdir())
@@ -75,28 +49,29 @@ def test_smoke_run_writes_every_output(smoke_run):
     index = [json.loads(line) for line in (run_dir / "samples" / "index.jsonl").read_text().splitlines()]
     sample = index[-1]["samples"][0]
     assert isinstance(sample["recognized_text"], str) and sample["cer"] is not None
-    assert "report.html" in out.stderr  # the closing summary names the outputs
+    assert "report.html" in demo_run.stderr  # the closing summary names the outputs
 
 
-def test_rerun_skips_unchanged_stages_and_continues_training(smoke_run, tiny_base_dir):
-    run_dir, _ = smoke_run
-    out = headless(run_dir, tiny_base_dir, "--max-steps", "12")
-    assert "prepare: dataset unchanged" in out.stderr
-    assert "tokenizer: inputs unchanged" in out.stderr
-    steps = [m["step"] for m in metrics(run_dir) if m.get("split") != "eval"]
-    assert steps[-1] == 12
-    assert steps.count(8) == 1, "resumed after step 8 instead of starting again"
-    assert (run_dir / "checkpoints" / "step_000012").is_dir()
+def test_rerun_skips_unchanged_stages_and_continues_training(demo_run):
+    more = DEMO_STEPS + 4
+    with demo_run.changed_in_place() as run_dir:  # the stage records hold its path: a copy would be a new run
+        out = run_demo(run_dir, demo_run.base_dir, more)
+        assert "prepare: dataset unchanged" in out.stderr
+        assert "tokenizer: inputs unchanged" in out.stderr
+        steps = [m["step"] for m in metrics(run_dir) if m.get("split") != "eval"]
+        assert steps[-1] == more
+        assert steps.count(DEMO_STEPS) == 1, f"resumed after step {DEMO_STEPS} instead of starting again"
+        assert (run_dir / "checkpoints" / f"step_{more:06d}").is_dir()
 
 
-def test_a_new_normaliser_version_redoes_prepare_and_tokenizer(smoke_run, tiny_base_dir, tmp_path, monkeypatch,
+def test_a_new_normaliser_version_redoes_prepare_and_tokenizer(demo_run, tiny_base_dir, tmp_path, monkeypatch,
                                                               caplog):
     """Transcripts normalised by an older front-end are not reused: the stages hash NORMALIZER_VERSION."""
     from xtts_ft import pipeline
     from xtts_ft.base_model import resolve_base_model
     from xtts_ft.config import load_config
 
-    run_dir, _ = smoke_run
+    run_dir = demo_run.run_dir
     copy = tmp_path / "run"
     for stage in ("data", "tokenizer"):
         shutil.copytree(run_dir / stage, copy / stage)
@@ -113,13 +88,13 @@ def test_a_new_normaliser_version_redoes_prepare_and_tokenizer(smoke_run, tiny_b
     assert "unchanged" not in caplog.text and "tokenizer: 800 new tokens" in caplog.text
 
 
-def test_score_prints_cer_similarity_and_stop_rate(smoke_run, capsys, monkeypatch, tmp_path):
+def test_score_prints_cer_similarity_and_stop_rate(demo_run, capsys, monkeypatch, tmp_path):
     from xtts_ft.cli import main
 
-    run_dir, _ = smoke_run
+    run_dir = demo_run.run_dir
     monkeypatch.chdir(REPO_ROOT)  # configs/demo.yaml names its recogniser relative to the repository
     voice = sorted((run_dir / "data" / "wavs").glob("*.wav"))[0]
-    code = main(["score", "--config", "configs/demo.yaml", "--model", str(run_dir / "checkpoints" / "step_000008"),
+    code = main(["score", "--config", "configs/demo.yaml", "--model", str(demo_run.last_checkpoint),
                  "--speaker-wav", str(voice), "--out", str(tmp_path / "score"),
                  "--set", "evaluation.sentences=['ሰላም።', 'ስምህ ማን ነው?']", "--set", "evaluation.max_new_tokens=10"])
     out = capsys.readouterr().out

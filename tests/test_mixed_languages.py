@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # a full pipeline on two datasets
 
 ENGLISH = ["The weather is nice today, is it not?", "I bought 3 apples at the market.",
            "Please close the door behind you.", "We will meet again tomorrow morning.",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -77,14 +78,48 @@ def offline_download_hint(repo_id: str) -> str:
     return f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's command line)"
 
 
-def hf_fetcher(endpoint: Optional[str] = None) -> Fetcher:
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How patiently an unreachable Hub is asked before the cache alone is used.
+
+    ``retries=None`` is huggingface_hub's own patience: when a file is not cached yet it retries a failed
+    request five times, 1-8 s apart (about 25 s), before it gives up. With a number, one metadata request is
+    tried ``retries + 1`` times, ``wait_s`` apart (doubling), and when all fail only the cache is read; the
+    error for "no network and not cached" is the same either way.
+    """
+
+    retries: Optional[int] = None
+    wait_s: float = 1.0
+
+
+def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy()) -> Fetcher:
     """The real fetcher: huggingface_hub's per-file download into its cache (resumes partial files)."""
+
+    def reachable(repo_id: str, filename: str, revision: Optional[str]) -> bool:
+        import httpx2  # the HTTP client huggingface_hub 2.x sends every request with
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.errors import HfHubHTTPError
+
+        url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
+        for attempt in range(retry.retries + 1):
+            if attempt:
+                time.sleep(retry.wait_s * 2 ** (attempt - 1))
+            try:
+                get_hf_file_metadata(url)
+                return True
+            except HfHubHTTPError:  # the Hub answered (missing file, auth...): hf_hub_download reports it
+                return True
+            except (httpx2.TransportError, OSError) as exc:
+                log.info("hub at %s not reachable (%s), try %d of %d", url, exc, attempt + 1, retry.retries + 1)
+        return False
 
     def fetch(repo_id: str, filename: str, revision: Optional[str], cache_dir: Optional[str]) -> str:
         from huggingface_hub import hf_hub_download
 
+        offline = retry.retries is not None and not reachable(repo_id, filename, revision)
         return hf_hub_download(
-            repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir, endpoint=endpoint
+            repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir, endpoint=endpoint,
+            local_files_only=offline,
         )
 
     return fetch

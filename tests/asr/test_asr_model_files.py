@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.standin_hub import StandInHub, serve_hub
+from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.asr.model_files import resolve_asr_model
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.base_model import hf_fetcher
@@ -61,10 +61,10 @@ def test_download_through_huggingface_hub_then_offline_cache(asr_hub, tmp_path, 
     Recognizer(again, device="cpu")  # the cached snapshot is a loadable model
 
 
-def test_no_network_without_cache_is_one_line(tmp_path, dead_endpoint):
+def test_no_network_without_cache_is_one_line(tmp_path, dead_endpoint, no_retry):
     cfg = AsrConfig(model="someone/amharic-ctc", cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ModelError) as err:
-        resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint))
+        resolve_asr_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint, retry=no_retry))
     msg = str(err.value)
     assert "cannot download 'someone/amharic-ctc'" in msg and "`hf download someone/amharic-ctc --local-dir DIR`" in msg
     assert len(msg.splitlines()) == 1

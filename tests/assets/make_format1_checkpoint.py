@@ -1,8 +1,9 @@
 """Write tests/assets/checkpoint_format1/step_000002: a checkpoint as the code of commit cdd6580 saved it.
 
 Run once, with that commit's code first on the path (``git archive cdd6580 | tar -x -C /tmp/base``,
-then ``PYTHONPATH=/tmp/base:tests/train python tests/assets/make_format1_checkpoint.py``). The tiny
-model (seed 0) trains 2 steps on 12 synthetic clips, exactly like tests/train/conftest.py; the
+then, from the repository root, ``PYTHONPATH=/tmp/base:. python -m tests.assets.make_format1_checkpoint``:
+the old ``xtts_ft`` comes first, this checkout's ``tests`` package after it). The tiny model (seed 0)
+trains 2 steps on 12 synthetic clips, exactly like tests/fixtures/training.py; the
 checkpoint folder is then made weights-only by that code's own slimming (optimizer state dropped,
 as it does for older checkpoints), which keeps the asset small. tests/train/test_state_record.py
 loads it with today's code.
@@ -16,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from trainhelpers import TEXTS, small_config, write_csv, write_wav
 
+from tests.train.trainhelpers import TEXTS, small_config, write_csv, write_wav
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.random_model import write_tiny_model
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from datahelpers import SENTENCES, write_audio
+
+from tests.data.datahelpers import SENTENCES, write_audio
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from datahelpers import make_cfg, tone, write_audio
 
+from tests.data.datahelpers import make_cfg, tone, write_audio
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio, trim_silence
 
 

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, write_audio
 
+from tests.data.datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, write_audio
 from xtts_ft.data.commonvoice import speaker_of
 from xtts_ft.data.prepare import prepare_dataset
 from xtts_ft.data.readers import detect_format

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import threading
-import urllib.parse
 from pathlib import Path
 
 import pytest
 import soundfile as sf
-from datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, tone
 
+from tests.data.datahelpers import SENTENCES, make_cfg, read_tsv, standin_normalize, tone
+from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.data.prepare import prepare_dataset
 from xtts_ft.errors import DataError
 
@@ -133,75 +129,21 @@ print(json.dumps([first.to_dict(), second.to_dict()]))
 """
 
 
-class _DatasetHub(http.server.BaseHTTPRequestHandler):
-    """The few Hub routes ``datasets.load_dataset`` uses for a parquet-only dataset repo at one commit."""
-
-    repo: Path
-    commit = "c" * 40
-    requests: list[str] = []
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-    def _send(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
-        self.send_response(code)
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def do_GET(self):
-        path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
-        self.requests.append(f"{self.command} {path}")
-        files = sorted(p.relative_to(self.repo).as_posix() for p in self.repo.rglob("*") if p.is_file())
-        resolve = re.match(r"^/datasets/someone/amharic/resolve/[^/]+/(.+)$", path)
-        if resolve:
-            file = self.repo / resolve.group(1)
-            if not file.is_file():
-                return self._send(404, headers={"X-Error-Code": "EntryNotFound"})
-            data = file.read_bytes()
-            return self._send(200, data, {"ETag": f'"{hashlib.sha1(data).hexdigest()}"', "X-Repo-Commit": self.commit})
-        if re.match(r"^/api/datasets/someone/amharic(/revision/[^/]+)?$", path):
-            info = {"id": "someone/amharic", "sha": self.commit, "private": False, "gated": False,
-                    "siblings": [{"rfilename": f} for f in files], "cardData": {}}
-            return self._send(200, json.dumps(info).encode())
-        tree = re.match(r"^/api/datasets/someone/amharic/tree/[^/]+/?(.*)$", path)
-        if tree:
-            under = tree.group(1).strip("/")
-            listed = [f for f in files if not under or f.startswith(under + "/")]
-            entries = [{"type": "directory", "path": d, "oid": "d" * 40}
-                       for d in sorted({str(Path(f).parent) for f in listed if "/" in f})]
-            entries += [{"type": "file", "path": f, "size": (self.repo / f).stat().st_size, "oid": "f" * 40}
-                        for f in listed]
-            return self._send(200, json.dumps(entries).encode())
-        return self._send(404)
-
-    do_HEAD = do_GET
-
-
 def test_hub_id_downloads_once_then_prepares_offline_from_the_cache(tmp_path: Path):
     repo = tmp_path / "repo"
     write_parquet(repo / "data" / "train-00000.parquet")
     (repo / "README.md").write_text("---\nlicense: cc0-1.0\n---\n", encoding="utf-8")
-    handler = type("Hub", (_DatasetHub,), {"repo": repo, "requests": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",
-               "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    with serve_hub({}, datasets={"someone/amharic": repo}) as url:
+        env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1"}
         done = subprocess.run([sys.executable, "-c", HUB_SCRIPT, str(tmp_path / "out")], env=env,
                               capture_output=True, text=True, timeout=300)
-    finally:
-        server.shutdown()
     assert done.returncode == 0, done.stderr[-3000:]
     online, offline = json.loads(done.stdout.strip().splitlines()[-1])
     for report in (online, offline):
         assert report["layout"] == "hf" and report["total"] == 6 and report["kept"] == 3
         assert report["rejected"]["unreadable"] == 1 and report["rejected"]["missing_file"] == 1
         assert report["dataset"] == "hf:someone/amharic:train"
-    parquet_gets = [r for r in handler.requests if r.startswith("GET") and r.endswith("train-00000.parquet")]
+    parquet_gets = [r for r in StandInHub.requests if r.startswith("GET") and r.endswith("train-00000.parquet")]
     assert len(parquet_gets) == 1  # downloaded once; the offline run read the cache
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from datahelpers import SENTENCES, ethiopic_only, make_cfg, read_tsv, standin_normalize, tone, write_audio
 
+from tests.data.datahelpers import SENTENCES, ethiopic_only, make_cfg, read_tsv, standin_normalize, tone, write_audio
 from xtts_ft.data import REASONS, prepare_dataset, read_metadata
 
 S = SENTENCES

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datahelpers import SENTENCES, read_tsv, standin_normalize, write_audio
-
+from tests.data.datahelpers import SENTENCES, read_tsv, standin_normalize, write_audio
 from xtts_ft.config import config_from_dict
 from xtts_ft.data import read_metadata
 from xtts_ft.data.multi import prepare_datasets

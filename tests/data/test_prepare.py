@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from datahelpers import SENTENCES, make_cfg, standin_normalize, write_audio
 
 import xtts_ft.text
+from tests.data.datahelpers import SENTENCES, make_cfg, standin_normalize, write_audio
 from xtts_ft.data import PrepareReport, prepare_command, prepare_dataset, read_metadata
 from xtts_ft.errors import ConfigError, DataError, UserError
 from xtts_ft.text_settings import make_normalizer

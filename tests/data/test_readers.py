@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from datahelpers import write_audio
 
+from tests.data.datahelpers import write_audio
 from xtts_ft.data.entries import resolve_inside
 from xtts_ft.data.readers import detect_format, read_entries
 from xtts_ft.errors import DataError

@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny random XTTS, a vocab that knows [am], a voice, and a briefly trained model.
+"""Shared fixtures: a vocab that knows [am], a voice, and a briefly trained model (tiny model: tests/fixtures).
 
 The Amharic normaliser and the extended-vocab builder live elsewhere; here the tiny base vocab
 plus an ``[am]`` special token is enough, and "Amharic" requests use Latin-letter text with an
@@ -13,15 +13,8 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import torch
-from evalhelpers import SR, identity, train_steps, voice_like
 
-
-@pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory):
-    from xtts_ft.base_model import BaseModelFiles
-    from xtts_ft.random_model import write_tiny_model
-
-    return BaseModelFiles.from_dir(write_tiny_model(tmp_path_factory.mktemp("tiny_base"), seed=0))
+from tests.evaluate.evalhelpers import SR, identity, train_steps, voice_like
 
 
 @pytest.fixture(scope="session")

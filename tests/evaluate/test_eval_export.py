@@ -7,8 +7,8 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
-from evalhelpers import MAX_NEW_TOKENS, identity, train_steps
 
+from tests.evaluate.evalhelpers import MAX_NEW_TOKENS, identity, train_steps
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.export import export_from_checkpoint, export_model
 from xtts_ft.evaluate.infer import synthesize_command

@@ -3,8 +3,8 @@ import math
 
 import pytest
 import soundfile as sf
-from evalhelpers import MAX_NEW_TOKENS, SR, train_steps, voice_like
 
+from tests.evaluate.evalhelpers import MAX_NEW_TOKENS, SR, train_steps, voice_like
 from xtts_ft.config import config_from_dict
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.hook import make_eval_hook

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from evalhelpers import SR, voice_like
 
+from tests.evaluate.evalhelpers import SR, voice_like
 from xtts_ft.evaluate.hook import summarize
 from xtts_ft.evaluate.intelligibility import length_bucket, score_samples, speaker_similarities
 from xtts_ft.evaluate.synthesis import SampleResult

@@ -3,8 +3,8 @@ import math
 import librosa
 import numpy as np
 import pytest
-from evalhelpers import SR, voice_like
 
+from tests.evaluate.evalhelpers import SR, voice_like
 from xtts_ft.evaluate.metrics import in_range, mcd_dtw, seconds_per_char, silence_ratio
 
 

@@ -3,8 +3,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import unquote
 
-from evalhelpers import write_fake_run
-
+from tests.evaluate.evalhelpers import write_fake_run
 from xtts_ft.evaluate.report import write_report
 
 

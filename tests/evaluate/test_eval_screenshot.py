@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from evalhelpers import write_fake_run
 
+from tests.evaluate.evalhelpers import write_fake_run
 from xtts_ft.evaluate.report import write_report
 
 ROOT = Path(__file__).resolve().parents[2]

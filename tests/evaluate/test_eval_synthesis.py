@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from evalhelpers import MAX_NEW_TOKENS, identity
 
+from tests.evaluate.evalhelpers import MAX_NEW_TOKENS, identity
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.synthesis import gpt_ready_for_inference, speaker_names, synthesize_samples
 

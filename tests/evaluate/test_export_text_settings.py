@@ -1,8 +1,8 @@
 """A run with non-default text settings, exported: inference feeds the model the ids training did.
 
-The run (headless_train.py on the demo data and the tiny model) keeps homophone letters apart
-(``text.fold_homophones=false``; the schema's default folds them) and splits sentences at 150
-characters. Its export is then synthesised from, and every id the export's tokenizer hands the
+The run (the session's demo run, tests/fixtures/demo_run.py: headless_train.py on the demo data and the
+tiny model) keeps homophone letters apart (``text.fold_homophones=false``; the schema's default folds
+them) and splits sentences at 150 characters. Its export is then synthesised from, and every id the export's tokenizer hands the
 model is compared with what the training tokenizer (built from the run's config.yaml, as the
 recipe builds it) gives for the same text.
 """
@@ -10,13 +10,12 @@ recipe builds it) gives for the same text.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
+import pytest
 import soundfile as sf
 
-from tests.conftest import REPO_ROOT
+from tests.fixtures.demo_run import DEMO_CHAR_LIMIT
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import TextConfig, TokenizerConfig, load_config
 from xtts_ft.evaluate.export import EXPORT_META, export_from_checkpoint
@@ -24,23 +23,15 @@ from xtts_ft.evaluate.infer import synthesize_command
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer, make_tokenizer
 
+pytestmark = pytest.mark.slow  # reads the demo run (a full pipeline, once per session)
+
 SENTENCE = "ሐሙስ ፀሐይ ወጣች፡ ሠራተኞቹ ዐረፉ።"  # homophone letters: folding would change its ids
-CHAR_LIMIT = 150
+CHAR_LIMIT = DEMO_CHAR_LIMIT
 
 
-def test_export_of_a_non_default_run_synthesises_with_the_training_ids(tmp_path, tiny_base_dir, monkeypatch):
+def test_export_of_a_non_default_run_synthesises_with_the_training_ids(tmp_path, demo_run, tiny_base_dir, monkeypatch):
     assert TextConfig.fold_homophones is True and TokenizerConfig.char_limit != CHAR_LIMIT  # really non-default
-    run_dir = tmp_path / "run"
-    cmd = [
-        sys.executable, "headless_train.py", "--config", "configs/demo.yaml", "--max-steps", "2",
-        "--set", f"run.output_dir={run_dir}", "--set", f"base_model.source={tiny_base_dir}",
-        "--set", "text.fold_homophones=false", "--set", f"tokenizer.char_limit={CHAR_LIMIT}",
-        "--set", "training.num_workers=0", "--set", "training.warmup_steps=1", "--set", "checkpoint.every_steps=2",
-        "--set", "evaluation.every_steps=0", "--set", "evaluation.sentences=['ሰላም።']",
-        "--set", "evaluation.max_new_tokens=5", "--set", "evaluation.mcd_clips=1",
-    ]
-    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-4000:]
+    run_dir = demo_run.run_dir
 
     cfg = load_config(run_dir / "config.yaml")
     training = make_tokenizer(run_dir / "tokenizer" / "vocab.json", TextSettings.from_config(cfg))
@@ -48,7 +39,7 @@ def test_export_of_a_non_default_run_synthesises_with_the_training_ids(tmp_path,
     expected = training.encode(SENTENCE, "am")
     assert expected != folded.encode(SENTENCE, "am")  # the settings matter for this sentence
 
-    export = export_from_checkpoint(run_dir / "checkpoints" / "step_000002", tmp_path / "export",
+    export = export_from_checkpoint(demo_run.last_checkpoint, tmp_path / "export",
                                     BaseModelFiles.from_dir(tiny_base_dir))
     meta = json.loads((export / EXPORT_META).read_text(encoding="utf-8"))
     assert meta["text"] == {"fold_homophones": False, "char_limit": CHAR_LIMIT}

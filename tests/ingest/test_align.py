@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ingesthelpers import build_recording, demo_sentences, near, read_metadata, read_segments
-
+from tests.ingest.ingesthelpers import build_recording, demo_sentences, near, read_metadata, read_segments
 from xtts_ft.ingest.command import ingest
 
 PAUSE_S = 0.8

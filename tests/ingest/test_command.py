@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from ingesthelpers import REPO_ROOT, build_recording, read_metadata
 
+from tests.ingest.ingesthelpers import REPO_ROOT, build_recording, read_metadata
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.cli import main
 from xtts_ft.data import prepare_command

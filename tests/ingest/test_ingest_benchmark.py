@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from ingesthelpers import REPO_ROOT
+from tests.ingest.ingesthelpers import REPO_ROOT
 
 
 def test_ingest_speed_benchmark_runs_small(tmp_path):

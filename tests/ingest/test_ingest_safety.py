@@ -16,8 +16,8 @@ import sys
 import time
 
 import pytest
-from ingesthelpers import REPO_ROOT, build_recording, demo_sentences, read_metadata, read_segments
 
+from tests.ingest.ingesthelpers import REPO_ROOT, build_recording, demo_sentences, read_metadata, read_segments
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.source_audio import IngestError
@@ -174,8 +174,7 @@ def test_adding_to_a_dataset_made_by_hand_keeps_its_columns_and_rows(tmp_path):
     """The demo dataset (3 columns, its own file names): rows appended in its layout, no name reused."""
     import shutil
 
-    from ingesthelpers import DEMO
-
+    from tests.ingest.ingesthelpers import DEMO
     from xtts_ft.ingest.clips import Clip
     from xtts_ft.ingest.output import IngestReport, write_dataset
     from xtts_ft.ingest.source_audio import open_sources

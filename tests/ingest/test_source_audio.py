@@ -48,7 +48,7 @@ def test_blocks_are_bounded_and_equal_one_whole_resample(tmp_path, frames_per_re
 
 def test_ingest_never_reads_more_than_a_block_or_a_clip(tmp_path, frames_per_read, ingest_cfg, small_recognizer):
     """An hour of 48 kHz stereo must not be decoded at once: every read is one block (or one clip when cutting)."""
-    from ingesthelpers import build_recording
+    from tests.ingest.ingesthelpers import build_recording
 
     recording = build_recording(tmp_path / "talk.wav", 6, pause_s=0.8, channels=2)
     ingest_cfg.ingest.block_s = 2.0

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ingesthelpers import build_recording, near, read_metadata, read_segments
 
+from tests.ingest.ingesthelpers import build_recording, near, read_metadata, read_segments
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.source_audio import IngestError
 from xtts_ft.ingest.subtitles import fit_offset, read_cues

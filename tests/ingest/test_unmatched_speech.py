@@ -7,9 +7,8 @@ into the first sentence. Each clip here must hold exactly the speech of the sent
 
 from __future__ import annotations
 
-from ingesthelpers import build_recording, demo_sentences, read_metadata, read_segments
-from test_subtitles import _stamp
-
+from tests.ingest.ingesthelpers import build_recording, demo_sentences, read_metadata, read_segments
+from tests.ingest.test_subtitles import _stamp
 from xtts_ft.ingest.command import ingest
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from ingesthelpers import build_recording, near, read_metadata, read_segments
 
+from tests.ingest.ingesthelpers import build_recording, near, read_metadata, read_segments
 from xtts_ft.ingest.clips import Piece
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.vad import snap_to_pause, speech_regions

@@ -1,5 +1,5 @@
 """``python -m xtts_ft publish``: the folder and card from a run's records, the upload to the stand-in hub of
-tests/standin_hub.py (real huggingface_hub client, loopback only), and one line for each way it cannot upload."""
+tests/fixtures/hub.py (real huggingface_hub client, loopback only), and one line for each way it cannot upload."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pytest
 import soundfile as sf
 
-from tests.standin_hub import StandInHub, serve_hub
+from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.cli import main
 from xtts_ft.publish.hub import PUBLISH_RECORD
 

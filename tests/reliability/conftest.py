@@ -1,6 +1,6 @@
 """Fixtures for the reliability tests: the tiny XTTS, data and code cache of tests/train, reused.
 
-The fixtures are imported from ``tests/train/conftest.py`` (tiny model, extended vocabulary, 12+4
+The fixtures are imported from ``tests/fixtures/training.py`` (extended vocabulary, 12+4
 synthetic clips, their DVAE codes, the in-process ``trainer`` and the subprocess ``script_args``);
 helpers are in ``relhelpers.py``.
 """
@@ -12,19 +12,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-from relhelpers import small_config  # first: it puts tests/train on sys.path for the import below
 
-from tests.train.conftest import (  # noqa: F401 - fixtures are found by name
+from tests.fixtures.training import (  # noqa: F401 - fixtures are found by name
     built_model,
     codes_cache,
     dataset,
     model_factory,
     script_args,
-    tiny_base,
     tokenizer,
     trainer,
     vocab,
 )
+from tests.reliability.relhelpers import small_config
 from xtts_ft.checkpoint_store import CheckpointStore
 
 

@@ -9,18 +9,11 @@ own tests run.
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-for _path in (REPO, HERE.parent / "train"):  # the trainer's helpers import as `trainhelpers`, as in tests/train
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from tests.train.trainhelpers import read_events, read_metrics, small_config, train_lines, write_wav  # noqa: F401
 
-from trainhelpers import read_events, read_metrics, small_config, train_lines, write_wav  # noqa: E402,F401
-
-SCRIPTS = HERE / "scripts"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def copy_run(run: Path, dest: Path) -> Path:

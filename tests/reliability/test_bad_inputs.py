@@ -20,13 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from relhelpers import REPO, SCRIPTS
 
+from tests.fixtures.scripts import CLI_BATCH, script_command, script_env
+from tests.reliability.relhelpers import REPO
 from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.config import config_from_dict
 from xtts_ft.layout import META_FILE, STATE_FILE
 from xtts_ft.run_folder import RunRecord, read_record, run_fingerprint, write_record
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
+
+pytestmark = pytest.mark.slow  # one process runs the whole sweep of bad inputs
 
 DEMO = REPO / "datasets" / "amharic_demo"
 NO_CODE = ("files are read as plain weights only, so nothing in it was run. Use the official file, or re-save the "
@@ -390,8 +393,8 @@ def sweep(trained_run, tiny_base, vocab, tmp_path_factory):
             write(ws / fill(rel, own), fill(content, own))
         cases.append({"id": case_id, "command": command, "argv": fill(argv, own)})
     (ws / "cases.json").write_text(json.dumps(cases, ensure_ascii=False), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(SCRIPTS / "cli_batch.py"), str(ws / "cases.json"), str(ws / "results.json")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(script_command(CLI_BATCH, ws / "cases.json", ws / "results.json"),
+                          cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     results = {r["id"]: r for r in json.loads((ws / "results.json").read_text(encoding="utf-8"))}
     names["fp_ckpt"] = vocab_fingerprint(vocab[0])

@@ -15,18 +15,20 @@ import json
 import logging
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from relhelpers import REPO, SCRIPTS, copy_run, read_events, small_config
 
+from tests.fixtures.scripts import CLI_BATCH, script_command, script_env
+from tests.reliability.relhelpers import REPO, copy_run, read_events, small_config
 from xtts_ft.base_model import REQUIRED_FILES
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import config_from_dict
 from xtts_ft.layout import META_FILE
 from xtts_ft.run_folder import RunRecord, run_fingerprint, write_record
+
+pytestmark = pytest.mark.slow  # one process runs the sweep of bad inputs that stop a run
 
 DEMO = REPO / "datasets" / "amharic_demo"
 RUN_ID = "20260101-000000-cccccc"
@@ -94,8 +96,8 @@ def sweep(tmp_path_factory):
     ]
     (ws / "cases.json").write_text(json.dumps([{"id": c[0], "command": H, "argv": c[1]} for c in cases]),
                                    encoding="utf-8")
-    done = subprocess.run([sys.executable, str(SCRIPTS / "cli_batch.py"), str(ws / "cases.json"),
-                           str(ws / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(script_command(CLI_BATCH, ws / "cases.json", ws / "results.json"),
+                          cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     results = {r["id"]: r for r in json.loads((ws / "results.json").read_text(encoding="utf-8"))}
     return ws, cases, results

@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 import soundfile as sf
-from relhelpers import REPO
 
+from tests.reliability.relhelpers import REPO
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.cli import main
 from xtts_ft.config import Config

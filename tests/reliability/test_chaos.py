@@ -20,7 +20,6 @@ weights are bit-identical to those of an uninterrupted run (CPU, ``num_workers=0
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -30,17 +29,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from relhelpers import SCRIPTS, copy_run
 
+from tests.fixtures.scripts import CHAOS_TRAIN, script_command, script_env
+from tests.reliability.relhelpers import copy_run
 from xtts_ft import checkpoint_store as ckpt
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.layout import META_FILE, STATE_FILE, step_dir_name, step_of
+
+pytestmark = pytest.mark.slow  # a training process killed and resumed seven times
 
 STEPS = 60  # a tiny-model step takes ~0.1 s: enough that no round runs to the end, even on a fast machine
 EVERY = 2
 SEED = 20240611
 KILLS = ["startup", "random", "state", "random", "prune", "state", "random"]
-SCRIPT = SCRIPTS / "chaos_train.py"
 # One thread per process: with several processes on a small machine, torch's default (all cores each)
 # makes a step 20x slower. Both runs use the same setting, so their numbers stay comparable bit for bit.
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -50,8 +51,8 @@ SECTIONS = {"training": {"max_steps": STEPS, "num_workers": 0}, "checkpoint": {"
 def launch(args: Path, log: Path, **env: str) -> subprocess.Popen:
     out = open(log, "a", encoding="utf-8")
     try:
-        return subprocess.Popen([sys.executable, str(SCRIPT), str(args)], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **THREADS, **env})
+        return subprocess.Popen(script_command(CHAOS_TRAIN, args), stdout=out, stderr=subprocess.STDOUT,
+                                env=script_env(**THREADS, **env))
     finally:
         out.close()  # the child has its own copy of the descriptor
 
@@ -132,8 +133,8 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
             newest = latest
         assert mid_save_kills == 2 and newest < STEPS, trace
 
-        final = subprocess.run([sys.executable, str(SCRIPT), str(args)], capture_output=True, text=True, timeout=300,
-                               env={**os.environ, **THREADS})
+        final = subprocess.run(script_command(CHAOS_TRAIN, args), capture_output=True, text=True, timeout=300,
+                               env=script_env(**THREADS))
         assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
         assert f"RESULT step={STEPS} stopped_by_signal=False" in final.stdout
         assert reference.wait(timeout=300) == 0, (tmp_path / "reference.log").read_text()[-3000:]

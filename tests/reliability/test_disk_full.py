@@ -14,8 +14,8 @@ import errno
 import logging
 
 import pytest
-from relhelpers import read_events, small_config, train_lines
 
+from tests.reliability.relhelpers import read_events, small_config, train_lines
 from xtts_ft import checkpoint_store as ckpt
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped

@@ -13,8 +13,8 @@ import logging
 import os
 
 import pytest
-from relhelpers import copy_run, read_events, small_config
 
+from tests.reliability.relhelpers import copy_run, read_events, small_config
 from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.errors import CheckpointError
 from xtts_ft.evaluate.export import load_checkpoint_gpt_state

@@ -16,8 +16,8 @@ import signal
 
 import pytest
 import torch
-from relhelpers import read_events, read_metrics, small_config, train_lines
 
+from tests.reliability.relhelpers import read_events, read_metrics, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.layout import RunLayout
 from xtts_ft.run_folder import read_record

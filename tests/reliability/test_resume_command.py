@@ -16,8 +16,8 @@ import sys
 import time
 
 import yaml
-from relhelpers import REPO, read_events
 
+from tests.reliability.relhelpers import REPO, read_events
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.run_folder import read_record
 from xtts_ft.train.stopping import resume_command

@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from relhelpers import read_events, read_metrics, small_config, train_lines
 
-from tests.train.trainhelpers import SCRIPT
+from tests.fixtures.scripts import RUN_SMALL, script_command, script_env
+from tests.reliability.relhelpers import read_events, read_metrics, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 
 SENTENCES = ["the quick brown fox", "jumps over the lazy dog", "she sells sea shells", "by the sea shore",
@@ -36,7 +35,8 @@ def stop_during_evaluation(script_args, dataset, run: Path, eval_step: int, sect
     log = run.parent / f"{run.name}.log"
     samples = run / "samples" / f"step_{eval_step:06d}"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, str(SCRIPT), str(args)], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(script_command(RUN_SMALL, args), stdout=out, stderr=subprocess.STDOUT,
+                                env=script_env())
         try:
             deadline = time.time() + 240
             while not samples.is_dir():  # made just before the first sample is generated

@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
-from relhelpers import REPO, SCRIPTS, read_events
 
+from tests.fixtures.scripts import STOP_AT_STAGE, script_command, script_env
+from tests.reliability.relhelpers import REPO, read_events
 from xtts_ft.checkpoint_store import CheckpointStore
+
+pytestmark = pytest.mark.slow  # headless_train.py stopped in every stage, then resumed
 
 DEMO = REPO / "datasets" / "amharic_demo"
 STAGES = {"prepare": "prepare", "tokenizer": "the tokenizer", "codes": "the DVAE code cache",
@@ -65,8 +67,8 @@ def stage_stops(tmp_path_factory, tiny_base):
              {"id": "prepare_command", "command": "xtts_ft", "stops": ["prepare"],  # two workers: every core
               "argv": ["prepare", "--input", str(ws / "data"), "--out", str(ws / "prepared")]}]
     (ws / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "stop_at_stage.py"), str(ws / "cases.json"),
-                           str(ws / "results.json")], cwd=REPO, capture_output=True, text=True, timeout=900,
+    proc = subprocess.run(script_command(STOP_AT_STAGE, ws / "cases.json", ws / "results.json"),
+                          cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=900,
                           start_new_session=True)  # the Ctrl-C of the prepare stop goes to its own group only
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = {r["id"]: r["runs"] for r in json.loads((ws / "results.json").read_text(encoding="utf-8"))}

@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from relhelpers import read_events, small_config
 
+from tests.reliability.relhelpers import read_events, small_config
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.errors import CheckpointError, RunFolderError
 from xtts_ft.layout import STATE_FILE

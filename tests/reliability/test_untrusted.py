@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from relhelpers import copy_run, write_wav
 
+from tests.reliability.relhelpers import copy_run, write_wav
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.config import load_config

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from servehelpers import API_KEY, MAX_CODES, VOICE_CLIP, ServerThread
+
+from tests.serve.servehelpers import API_KEY, MAX_CODES, VOICE_CLIP, ServerThread
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,8 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from servehelpers import API_KEY, VOICE_CLIP, ServerThread
+
+from tests.serve.servehelpers import API_KEY, VOICE_CLIP, ServerThread
 
 THREE_SENTENCES = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት። ብዙ ሰዎች ዛሬ ወደ ገበያ ሄዱ።"
 

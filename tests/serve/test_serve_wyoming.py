@@ -7,7 +7,8 @@ import threading
 
 import numpy as np
 import pytest
-from servehelpers import free_port
+
+from tests.serve.servehelpers import free_port
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Shared fixtures: base vocabularies (tiny, and the project's full-size one in the real XTTS format), Amharic text,
-extended vocabularies built once per session, and the tiny base model (written once, ~5 s)."""
+extended vocabularies built once per session (the tiny model, ``tiny_model_dir``, is in tests/fixtures)."""
 
 from __future__ import annotations
 
@@ -76,8 +76,3 @@ def extended(base_vocab, train_lines, eval_lines, nfc, tmp_path_factory):
     report = build_extended_vocab(base_vocab, train_lines, NEW_TOKENS, out, normalizer=nfc, eval_texts=eval_lines,
                                   min_frequency=2)
     return base_vocab, out, report
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tiny_base_dir) -> Path:
-    return tiny_base_dir  # the session-wide tiny model from tests/conftest.py

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from trainhelpers import REPO
+from tests.train.trainhelpers import REPO
 
 
 def test_stability_overhead_benchmark_runs_small(tmp_path):

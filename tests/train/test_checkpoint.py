@@ -9,8 +9,8 @@ import logging
 import pytest
 import torch
 import yaml
-from trainhelpers import read_events, read_metrics, small_config, train_lines
 
+from tests.train.trainhelpers import read_events, read_metrics, small_config, train_lines
 from xtts_ft import checkpoint_store as ckpt
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore, file_sha256
 from xtts_ft.errors import CheckpointError, TrainingStopped

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from trainhelpers import read_metrics, small_config, train_lines
 
+from tests.train.trainhelpers import read_metrics, small_config, train_lines
 from xtts_ft.model import model_limits
 from xtts_ft.train.codes_cache import build_codes_cache, dvae_fingerprint
 from xtts_ft.train.data import Limits, load_clips

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from trainhelpers import SR, write_csv, write_wav
 
+from tests.train.trainhelpers import SR, write_csv, write_wav
 from xtts_ft.errors import DataError
 from xtts_ft.train.data import ClipDataset, Limits, collate, crop_bounds, load_clips, make_loader
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler

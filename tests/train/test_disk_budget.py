@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from trainhelpers import small_config
 
+from tests.train.trainhelpers import small_config
 from xtts_ft.errors import DiskSpaceError
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 

@@ -7,22 +7,24 @@ all-reduce their weights would differ after the first step.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
+import pytest
 import torch
-from trainhelpers import SCRIPT, read_events, train_lines
 
+from tests.fixtures.scripts import HEADLESS_RANKS, REPO_ROOT, RUN_SMALL, SLOW_CODES_RANKS, script_env, torchrun_command
+from tests.train.trainhelpers import read_events, train_lines
 from xtts_ft.train.stability import gpt_state_dict
+
+pytestmark = pytest.mark.slow  # two torchrun ranks per test
 
 
 def test_two_process_gloo_run_keeps_ranks_identical(script_args, built_model, tmp_path):
     run, out = tmp_path / "run", tmp_path / "weights"
     out.mkdir()
     args = script_args(run, sections={"training": {"max_steps": 3}}, weights_out=out)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT), str(args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = torchrun_command(RUN_SMALL, args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=script_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "process group: gloo, rank 0 of 2" in proc.stderr and "process group: gloo, rank 1 of 2" in proc.stderr
     assert "effective batch 4" in proc.stderr  # 2 clips x 1 accumulation x 2 processes
@@ -37,20 +39,17 @@ def test_two_process_gloo_run_keeps_ranks_identical(script_args, built_model, tm
     assert (run / "checkpoints" / "step_000003" / "meta.json").is_file()
 
 
-HEADLESS_RANKS = SCRIPT.parent / "headless_ranks.py"
-
-
 def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
     """The README's multi-GPU command on 2 gloo ranks from nothing: the stages that write files ran once
     (on rank 0; rank 1 read their outputs), training kept the ranks identical, and the run finished."""
     run, out = tmp_path / "run", tmp_path / "ranks"
     out.mkdir()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(HEADLESS_RANKS),
-           str(out), "--config", "configs/demo.yaml", "--max-steps", "2",
-           "--set", f"run.output_dir={run}", "--set", f"base_model.source={tmp_path / 'tiny_base'}",
-           "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0", "--set", "training.warmup_steps=0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[3],
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = torchrun_command(HEADLESS_RANKS, out, "--config", "configs/demo.yaml", "--max-steps", "2",
+                           "--set", f"run.output_dir={run}", "--set", f"base_model.source={tmp_path / 'tiny_base'}",
+                           "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0",
+                           "--set", "training.warmup_steps=0")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
+                          env=script_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     counts = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [c["exit"] for c in counts] == [0, 0]
@@ -66,9 +65,6 @@ def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
     assert (run / "train.log").read_text().count("xtts-ft run:") == 1  # one writer of the log and the header
 
 
-SLOW_CODES = SCRIPT.parent / "slow_codes_ranks.py"
-
-
 def test_ranks_wait_for_a_slow_code_cache_on_the_long_timeout_group(script_args, tmp_path):
     """Rank 0 builds the DVAE code cache for longer than the default group's timeout (60 min in a real run,
     5 s here); rank 1 waits on MainFirst's long-timeout gloo group instead, and the run finishes."""
@@ -78,9 +74,8 @@ def test_ranks_wait_for_a_slow_code_cache_on_the_long_timeout_group(script_args,
     args = json.loads(path.read_text())
     args.update(collective_timeout_s=5, slow_codes_s=8)
     path.write_text(json.dumps(args))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SLOW_CODES),
-           str(path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = torchrun_command(SLOW_CODES_RANKS, path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=script_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     waited = json.loads((out / "codes_rank1.json").read_text())["seconds"]
     assert waited >= 8 > 5, waited  # rank 1 sat through rank 0's build, past the default group's timeout

@@ -8,8 +8,8 @@ import types
 import pytest
 import torch
 import torch.nn as nn
-from trainhelpers import read_events, small_config
 
+from tests.train.trainhelpers import read_events, small_config
 from xtts_ft.model import model_limits
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips
 from xtts_ft.train.evaluation import eval_losses

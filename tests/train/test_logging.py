@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from trainhelpers import REPO, read_events, read_metrics, small_config, train_lines
 
+from tests.train.trainhelpers import REPO, read_events, read_metrics, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 
 

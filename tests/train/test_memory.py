@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from trainhelpers import small_config, train_lines
 
+from tests.train.trainhelpers import small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import loop as loop_module

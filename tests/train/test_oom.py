@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from trainhelpers import read_events, small_config, train_lines
 
+from tests.train.trainhelpers import read_events, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.train.oom import MicroBatchRunner, split_batch

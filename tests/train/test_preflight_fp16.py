@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from trainhelpers import small_config, train_lines
 
+from tests.train.trainhelpers import small_config, train_lines
 from xtts_ft.errors import TrainingStopped
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from trainhelpers import small_config
-
+from tests.train.trainhelpers import small_config
 from xtts_ft.train.hooks import TrainingHooks
 from xtts_ft.train.loop import BatchPlan, FineTuneRecipe
 

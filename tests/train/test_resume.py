@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
-from trainhelpers import SCRIPT, read_metrics, small_config, train_lines
 
+from tests.fixtures.scripts import RUN_SMALL, script_command, script_env
+from tests.train.trainhelpers import read_metrics, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.stop_signals import StopSignals
 
@@ -76,8 +76,8 @@ def test_sigterm_saves_the_last_finished_step_and_resumes(trainer, straight, tmp
 def test_sigterm_to_a_training_process(script_args, tmp_path):
     run = tmp_path / "run"
     args = script_args(run, sections={"training": {"max_steps": 400}, "checkpoint": {"every_steps": 1000}})
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(script_command(RUN_SMALL, args), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=script_env())
     try:
         deadline = time.time() + 120
         while time.time() < deadline:

@@ -6,8 +6,8 @@ import functools
 import logging
 
 import torch
-from trainhelpers import small_config
 
+from tests.train.trainhelpers import small_config
 from xtts_ft.train import loop as loop_module
 from xtts_ft.train import save_time
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes, measure_write_rate

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 import torch
-from trainhelpers import read_events, small_config
 
+from tests.train.trainhelpers import read_events, small_config
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.layout import STATE_FILE
 

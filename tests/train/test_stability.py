@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from trainhelpers import read_events, small_config, train_lines
 
+from tests.train.trainhelpers import read_events, small_config, train_lines
 from xtts_ft.errors import TrainingStopped
 
 

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from xtts_ft.config import Config
 
-from xtts_ft.config import Config  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 SR = 22050
 
@@ -79,5 +76,3 @@ def train_lines(run_dir: Path) -> list[dict]:
     assert all("loss" in r and "event" not in r for r in lines)  # metrics.jsonl: step lines and eval lines only
     return lines
 
-
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "run_small.py"

@@ -20,7 +20,8 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 from tests.webapp.conftest import AppServer  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.slow]  # the app as a real server, a training run started from the browser
 
 
 def wait_until(check, timeout: float, what: str):

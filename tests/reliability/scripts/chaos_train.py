@@ -1,6 +1,6 @@
 """tests/train/scripts/run_small.py, with pauses a test can aim a SIGKILL at (reliability tests only).
 
-Usage: python chaos_train.py ARGS.json (the JSON of tests/train's ``script_args``). The package
+Usage: python -m tests.reliability.scripts.chaos_train ARGS.json (the JSON of tests/train's ``script_args``). The package
 knows nothing of this: the environment variables below are read here, and only here.
 
 CHAOS_PAUSE=state  the first checkpoint save of this process writes half of training_state.pt into
@@ -17,14 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-TRAIN_SCRIPTS = HERE.parents[1] / "train" / "scripts"
-sys.path[:0] = [str(HERE.parents[2]), str(TRAIN_SCRIPTS)]
+import torch
 
-import run_small  # noqa: E402
-import torch  # noqa: E402
-
-from xtts_ft import checkpoint_store as ckpt  # noqa: E402
+from tests.train.scripts import run_small
+from xtts_ft import checkpoint_store as ckpt
 
 
 def _pause_forever() -> None:

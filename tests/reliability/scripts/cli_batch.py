@@ -1,6 +1,6 @@
 """Run many command lines in one Python process, recording what a user would see for each.
 
-Usage: python cli_batch.py CASES.json RESULTS.json
+Usage: python -m tests.reliability.scripts.cli_batch CASES.json RESULTS.json
 
 CASES.json is a list of ``{"id": ..., "command": "headless" | "xtts_ft", "argv": [...]}``. Each case
 calls the function behind the command line (``headless_main`` is all ``headless_train.py`` does;
@@ -22,9 +22,7 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
-from xtts_ft.cli import headless_main, main  # noqa: E402
+from xtts_ft.cli import headless_main, main
 
 
 def run_case(case: dict) -> dict:

@@ -1,6 +1,6 @@
 """Stop ``headless_train.py`` at chosen stages before training, each time running the printed resume command.
 
-Usage: python stop_at_stage.py CASES.json RESULTS.json  (start it in a session of its own: the
+Usage: python -m tests.reliability.scripts.stop_at_stage CASES.json RESULTS.json  (start it in a session of its own: the
 ``prepare`` stop sends SIGINT to the whole process group, as Ctrl-C in a terminal does)
 
 CASES.json is a list of ``{"id", "stops", "argv"}`` (and ``"command": "xtts_ft"`` for a
@@ -37,9 +37,7 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
-from xtts_ft.cli import headless_main, main  # noqa: E402
+from xtts_ft.cli import headless_main, main
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """``headless_train.py`` under torchrun, plus what a test needs to know about each rank afterwards.
 
-Usage: torchrun ... headless_ranks.py OUT_DIR headless_train.py-arguments...
+Usage: torchrun ... -m tests.train.scripts.headless_ranks OUT_DIR headless_train.py-arguments...
 
 Runs ``xtts_ft.cli.headless_main`` unchanged, counting in this process how often each stage that
 writes files really did its work (not only checked that its outputs were current), and writes
@@ -15,18 +15,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[2])]
+import torch
 
-import torch  # noqa: E402
-
-import xtts_ft.data  # noqa: E402
-import xtts_ft.evaluate  # noqa: E402
-import xtts_ft.random_model  # noqa: E402
-import xtts_ft.tokenizer  # noqa: E402
-import xtts_ft.train.loop as loop  # noqa: E402
-from xtts_ft.cli import headless_main  # noqa: E402
-from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
+import xtts_ft.data
+import xtts_ft.evaluate
+import xtts_ft.random_model
+import xtts_ft.tokenizer
+import xtts_ft.train.loop as loop
+from xtts_ft.cli import headless_main
+from xtts_ft.train.stability import gpt_state_dict
 
 calls: Counter = Counter()
 built: list = []

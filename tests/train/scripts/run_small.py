@@ -1,6 +1,6 @@
 """Run a small training in its own process (for the SIGTERM and the torchrun tests).
 
-Usage: python run_small.py ARGS.json   (or under torchrun). ARGS.json holds the paths of the test
+Usage: python -m tests.train.scripts.run_small ARGS.json   (or under torchrun, with -m). ARGS.json holds the paths of the test
 fixtures, config overrides (section -> {key: value}), ``weights_out``: a folder where every rank
 writes its final GPT weights as rank<N>.pt, and ``speaker_wav``: when set, evaluations synthesise
 ``evaluation.sentences`` in that voice (the pipeline's sample hook).
@@ -14,17 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[2]), str(HERE.parent)]
+import torch
 
-import torch  # noqa: E402
-from trainhelpers import small_config  # noqa: E402
-
-from xtts_ft.base_model import BaseModelFiles  # noqa: E402
-from xtts_ft.model import build_training_model  # noqa: E402
-from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer  # noqa: E402
-from xtts_ft.train.loop import run_training  # noqa: E402
-from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
+from tests.train.trainhelpers import small_config
+from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.model import build_training_model
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.train.loop import run_training
+from xtts_ft.train.stability import gpt_state_dict
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """run_small.py under torchrun with a short default-group timeout and a slow DVAE code cache on rank 0.
 
-Usage: torchrun --nproc_per_node=2 slow_codes_ranks.py ARGS.json. Besides run_small's keys, ARGS.json
+Usage: torchrun --nproc_per_node=2 -m tests.train.scripts.slow_codes_ranks ARGS.json. Besides run_small's keys, ARGS.json
 holds ``collective_timeout_s`` (the default process group's timeout, which is 60 min in a real run)
 and ``slow_codes_s`` (how long rank 0's cache build sleeps first: a large dataset on a slow disk).
 Every rank writes how long it spent preparing the codes to ``weights_out``/codes_rank<N>.json.
@@ -15,12 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[2]), str(HERE.parent), str(HERE)]
-
-import run_small  # noqa: E402
-
-from xtts_ft.train import distributed, loop  # noqa: E402
+from tests.train.scripts import run_small
+from xtts_ft.train import distributed, loop
 
 
 def main() -> int:
