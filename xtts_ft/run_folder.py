@@ -345,12 +345,3 @@ def archive_run(run_dir: Path, record: Optional[RunRecord], *, move_inputs: bool
         if source.exists():
             os.replace(source, dest / item)
     return dest
-
-
-def set_aside_foreign(run_dir: Path, checkpoint: Path) -> Path:
-    """Move a checkpoint of another run out of the way of a save with the same step number (never overwrite it)."""
-    dest = Path(run_dir) / OLD_RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}_foreign_checkpoints"
-    dest.mkdir(parents=True, exist_ok=True)
-    os.replace(checkpoint, dest / Path(checkpoint).name)
-    log.warning("%s belongs to another run: moved to %s before saving this run's step there", checkpoint, dest)
-    return dest / Path(checkpoint).name

@@ -97,7 +97,7 @@ def trainer(tiny_base, vocab, tokenizer, dataset, model_factory, codes_cache):
 
     The run dir starts with the session's DVAE code cache unless ``seed_cache=False``.
     """
-    from xtts_ft.train.loop import run_training
+    from xtts_ft.pipeline import run_training
 
     def run(cfg: Config, seed_cache: bool = True, **kwargs):
         kwargs.setdefault("model_factory", model_factory)

@@ -22,8 +22,8 @@ from trainhelpers import small_config  # noqa: E402
 
 from xtts_ft.base_model import BaseModelFiles  # noqa: E402
 from xtts_ft.model import build_training_model  # noqa: E402
+from xtts_ft.pipeline import run_training  # noqa: E402
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer  # noqa: E402
-from xtts_ft.train.loop import run_training  # noqa: E402
 from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
 
 
