@@ -12,7 +12,7 @@ old branch stays whole beside it, to be exported or resumed from by path. The co
 Only a checkpoint named by ``checkpoint.resume`` (``--resume PATH``) starts a branch: ``auto`` takes the
 newest good checkpoint, so all it may pass over is a damaged one, which stays where it is for inspection.
 
-A save whose step folder holds *another run's* checkpoint moves that one aside too (``set_aside_foreign``,
+A save whose step folder holds *another run's* checkpoint moves that one aside too (``keep_foreign_aside``,
 into ``old_runs/``): the recipe never overwrites what it did not write.
 """
 
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, METRICS_FILE, OLD_RUNS, SAMPLES_DIR, RunLayout, step_dir_name, step_of
 from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.checkpoint import Owner, owned_checkpoints
+from xtts_ft.train.checkpoint import Owner, checkpoint_root, owned_checkpoints, read_meta
 from xtts_ft.train.metrics import drop_lines_after
 
 log = logging.getLogger(__name__)
@@ -89,3 +90,16 @@ def set_aside_foreign(run_dir: Path, checkpoint: Path) -> Path:
     os.replace(checkpoint, dest / Path(checkpoint).name)
     log.warning("%s belongs to another run: moved to %s before saving this run's step there", checkpoint, dest)
     return dest / Path(checkpoint).name
+
+
+def keep_foreign_aside(run_dir: Path, step: int, owner: Owner) -> None:
+    """Before saving ``step``: a folder of that step's name that another run wrote is moved aside."""
+    target = checkpoint_root(run_dir) / step_dir_name(step)
+    if not target.is_dir():
+        return
+    try:
+        meta = read_meta(target)
+    except CheckpointError:
+        meta = {}  # unreadable: nobody's we know of, so not ours either
+    if not owner(meta):
+        set_aside_foreign(run_dir, target)

@@ -9,14 +9,15 @@ The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_me
 one sync at the end; a non-finite mean is returned as it is, for the caller to report.
 A stop request is honoured between batches (``StopRequested``).
 
-Around them the recipe runs the integrator's evaluation hook (``run_eval_hook``) and reports a
-non-finite eval loss (``report_nonfinite_eval``).
+``evaluate_on_main`` is what rank 0 does for one evaluation: these losses, then the integrator's
+evaluation hook (``run_eval_hook``: sample synthesis); the recipe reports a non-finite eval loss
+(``report_nonfinite_eval``) and decides whether the result is a new best (progress.py).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -24,7 +25,7 @@ import torch.nn as nn
 from xtts_ft.train.data import ClipDataset, collate
 from xtts_ft.train.memory import modules_on
 from xtts_ft.train.sampler import ItemKey
-from xtts_ft.train.signals import raise_if_stopped
+from xtts_ft.train.signals import StopRequested, raise_if_stopped
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +75,21 @@ def report_nonfinite_eval(value: float, step: int, precision: str, metrics, is_m
                     "eval loss and cannot become the best one. If it repeats, set precision.mode: fp32 or lower "
                     "training.lr", step, value, precision)
         metrics.event(step, "eval_nonfinite", eval_loss=str(value), precision=precision)
+
+
+def evaluate_on_main(model, eval_set: ClipDataset, batches: list, autocast: Callable, model_inputs: Callable[..., dict],
+                     *, hook: Optional[Callable], step: int, offloaded: tuple, device: torch.device,
+                     metrics) -> Optional[dict]:
+    """Rank 0's evaluation of ``step``: the eval losses, then the hook's results, logged (metrics.jsonl) and
+    returned as one dict; the model is in eval mode meanwhile. None when a stop request cut it short."""
+    model.eval()
+    try:
+        losses = eval_losses(model, eval_set, batches, autocast, model_inputs)
+        extra = run_eval_hook(hook, step, model, offloaded=offloaded, device=device, metrics=metrics) if hook else {}
+    except StopRequested:  # the stop comes first: the step is saved, this evaluation is redone on resume
+        log.warning("stop requested: the evaluation at step %d is abandoned", step)
+        return None
+    finally:
+        model.train()
+    metrics.evaluation(step, losses, extra)
+    return {**losses, **extra}

@@ -1,27 +1,14 @@
-"""The fine-tuning recipe, readable top to bottom: setup, train (train_step), evaluate, save_checkpoint, cleanup.
+"""The fine-tuning recipe, readable top to bottom: setup, train, evaluate, save_checkpoint, cleanup.
 
 It is assembled from parts that each return what they build (docs/DESIGN.md, "Training recipe"):
 ``session.py`` (runtime, model, data, resume source, batch plan, optimiser, loader), ``progress.py``
 (step, data position, LR factor, best and last evaluation; saved in the checkpoint),
-``stability_control.py`` (guard, snapshot/rollback, GradScaler, precision fallback) and
-``stopping.StopCoordinator`` (agreed stop across ranks, abandoned steps, the stop report). What the
-pipeline sets up once per command (distributed handle, run-folder claim, tokenizer) arrives as
-``session.RunHandles``.
-
-One optimizer step (``train_step``):
-
-1. ``lr = get_lr(step) * lr_factor`` on every param group (a pure function of the step);
-2. ``grad_accum_steps`` micro-batches: forward through the (DDP) wrapper under the precision
-   policy's autocast, ``scaler.scale(loss / accum).backward()`` (DDP all-reduces on the last one);
-   a micro-batch that runs out of GPU memory is split in halves or its clip skipped (``oom.py``);
-3. ``scaler.unscale_``, then clip to ``grad_clip`` (the norm is of unscaled gradients);
-4. one fetch of losses, finite-loss count, grad norm and loss scale (the step's only sync);
-5. all finite: ``optimizer.step()`` (+ the new-token row LR correction) and ``scaler.update()``;
-   otherwise the step is skipped and counted (stability.py); ``zero_grad``.
-
-Around the step: rollbacks and the fp16 -> bf16/fp32 switch (the stability controller), evaluation
-every ``evaluation.every_steps``, checkpoints every ``checkpoint.every_steps``, a clean stop on
-SIGINT/SIGTERM, and a final evaluation and checkpoint.
+``stability_control.py`` (guard, snapshot/rollback, GradScaler, precision fallback),
+``stopping.StopCoordinator`` (agreed stop across ranks, abandoned steps, the stop report) and
+``step.py`` (one optimizer step). What the pipeline sets up once per command (distributed handle,
+run-folder claim, tokenizer) arrives as ``session.RunHandles``. Around each step: rollbacks and the
+fp16 -> bf16/fp32 switch, evaluation every ``evaluation.every_steps``, checkpoints every
+``checkpoint.every_steps``, a clean stop on SIGINT/SIGTERM, and a final evaluation and checkpoint.
 """
 
 from __future__ import annotations
@@ -39,16 +26,15 @@ import torch
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, TrainingConfig, dump_config
-from xtts_ft.errors import CheckpointError, TrainingStopped
+from xtts_ft.errors import TrainingStopped
 from xtts_ft.model import model_limits
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train import session
-from xtts_ft.train.branch import set_aside_foreign
-from xtts_ft.train.codes_cache import codes_for_batch
+from xtts_ft.train.branch import keep_foreign_aside
 from xtts_ft.train.data import Limits, eval_batches
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import wrap_model
-from xtts_ft.train.evaluation import eval_losses, report_nonfinite_eval, run_eval_hook
+from xtts_ft.train.evaluation import evaluate_on_main, report_nonfinite_eval
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import ddp_ignore, offload_plan, place_modules, release_memory
 from xtts_ft.train.metrics import MetricsLogger
@@ -56,13 +42,13 @@ from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.resume import apply_checkpoint, check_compatible
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
-from xtts_ft.train.schedule import get_lr, set_lr
 from xtts_ft.train.session import BatchPlan, RunHandles  # noqa: F401 - BatchPlan: part of this module's interface
 from xtts_ft.train.signals import StopRequested, StopSignals
 from xtts_ft.train.slim import slim_older_checkpoints
-from xtts_ft.train.stability import StabilityGuard, StepStats, fetch_step_stats, gpt_state_dict, to_cpu
+from xtts_ft.train.stability import StabilityGuard, StepStats, gpt_state_dict, to_cpu
 from xtts_ft.train.stability_control import StabilityController
 from xtts_ft.train.state_record import TrainingState
+from xtts_ft.train.step import StepRunner, model_inputs
 from xtts_ft.train.stopping import CommandLine, StopCoordinator
 
 log = logging.getLogger(__name__)
@@ -126,19 +112,15 @@ class FineTuneRecipe:
         self.stop = StopCoordinator(signals or StopSignals(), self.dist, command_line=command_line,
                                     config_resume=cfg.checkpoint.resume, run_dir=self.run_dir)
         self.progress = Progress()
-        # built by setup(), in this order
-        self.runtime: Optional[session.Runtime] = None
-        self.device: Optional[torch.device] = None
-        self.model = None
-        self.data: Optional[session.TrainingData] = None
-        self.offloaded: tuple = ()
-        self.plan: Optional[BatchPlan] = None
-        self.opt: Optional[session.Optimisation] = None
-        self.save_time: Optional[SaveTimeCheck] = None
+        # built by setup(), in this order (types: session.Runtime, torch.device, XttsTrainingModel,
+        # session.TrainingData, BatchPlan, session.Optimisation, SaveTimeCheck, StabilityController,
+        # ResumableBatchSampler, MetricsLogger, StepRunner)
+        self.runtime = self.device = self.model = self.data = self.plan = self.opt = self.save_time = None
         self.stability: Optional[StabilityController] = None
-        self.sampler = self.ddp_model = self.runner = self.train_iter = self.metrics = None
-        self.last_checkpoint: Optional[Path] = None
-        self.lr, self.last_step_seconds = 0.0, 0.0
+        self.sampler = self.metrics = self.stepper = None
+        self.offloaded: tuple = ()  # modules kept on the CPU (training.offload_frozen)
+        self.last_checkpoint: Optional[Path] = None  # the newest saved or loaded
+        self.last_step_seconds = 0.0
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -191,20 +173,22 @@ class FineTuneRecipe:
                                              optimizer=self.optimizer,
                                              scaler_state=source.state.scaler if source.state is not None else None)
 
-        self.sampler, self.train_iter = session.build_loader(cfg, self.runtime, self.data, self.plan,
-                                                             self.progress.data_position, self.progress.step)
+        self.sampler, loader = session.build_loader(cfg, self.runtime, self.data, self.plan,
+                                                     self.progress.data_position, self.progress.step)
         self.progress.data_position = self.sampler.position
         session.preflight(self.model, self.optimizer, self.runtime, self.data, self.plan, self.offloaded,
                           self.base_vocab_size, self.stability.scaler, self.stability.policy, self.model_inputs)
         if dist.enabled:
             ddp_ignore(self.model, self.offloaded)
-        self.ddp_model = wrap_model(self.model, dist)
-        self.runner = MicroBatchRunner(counters=guard, device=self.device, describe=self._batch_names,
-                                       zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True),
-                                       recover=not dist.enabled)
-        self.stability.take_snapshot(self.progress.step)
+        ddp_model = wrap_model(self.model, dist)
+        runner = MicroBatchRunner(counters=guard, device=self.device, describe=self._batch_names,
+                                  zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True), recover=not dist.enabled)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps,
                                      start_step=self.progress.step, log_every=tcfg.log_every)
+        self.stepper = StepRunner(tcfg=tcfg, plan=self.plan, opt=self.opt, stability=self.stability, stop=self.stop,
+                                  hooks=self.hooks, model=self.model, ddp_model=ddp_model, dist=dist, device=self.device,
+                                  runner=runner, sampler=self.sampler, train_iter=iter(loader), metrics=self.metrics)
+        self.stability.take_snapshot(self.progress.step)
         if source.path is not None:
             self.metrics.event(self.progress.step, "resume", checkpoint=str(source.path))
             self.metrics.load_interval_state(source.state.log_interval)
@@ -257,7 +241,7 @@ class FineTuneRecipe:
                 stopped = self.stop.agreed()
             while not stopped and p.step < self.max_steps:
                 started = time.perf_counter()
-                stats = self.train_step()
+                stats = self.stepper.run(p)
                 if stats is None:  # a stop between micro-batches: the step was abandoned, nothing changed
                     stopped = True
                     break
@@ -283,7 +267,7 @@ class FineTuneRecipe:
 
     def _log_step(self, stats: StepStats) -> Callable[[], None]:
         def write() -> None:
-            self.metrics.train_step(self.progress.step, stats, lr=self.lr, guard=self.stability.guard,
+            self.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=self.stability.guard,
                                     precision=self.stability.policy.name, epoch=self.progress.epoch,
                                     samples=self.plan.samples_per_step, seconds=self.last_step_seconds)
         return write
@@ -309,78 +293,8 @@ class FineTuneRecipe:
         self.stop.report(p.step, self.last_checkpoint, p.saved_step == p.step, self.metrics)
         return self._result(stopped=True)
 
-    def train_step(self) -> Optional[StepStats]:
-        """One optimizer step over ``grad_accum_steps`` micro-batches; returns the fetched StepStats."""
-        accum, step, opt, stability = self.plan.grad_accum_steps, self.progress.step, self.opt, self.stability
-        lr = get_lr(step, self.tcfg) * self.progress.lr_factor
-        set_lr(opt.optimizer, lr)
-        fault = self.hooks.fault_at(step)
-        rows, kept_inputs, kept_clips = [], [], []
-
-        def forward(piece: dict) -> tuple[torch.Tensor, torch.Tensor]:
-            inputs = self.model_inputs(piece, train=True)
-            with stability.policy.autocast():
-                # a copy of cond_idxs: the GPT edits it in place
-                out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
-            loss = self.hooks.corrupt_loss(fault, out["loss"])
-            kept_inputs.append(inputs)
-            kept_clips.extend(piece["clips"].tolist())
-            return loss, torch.stack([loss.detach(), out["loss_text_ce"].detach(), out["loss_mel_ce"].detach()])
-
-        self.runner.begin()  # an out-of-memory micro-batch is split or skipped (oom.py)
-        start = self.stop.step_start(self.progress.data_position, self.device)
-        for micro in range(accum):
-            restored = self.stop.abandon_step(start, step, micro, accum, self.device)
-            if restored is not None:
-                opt.optimizer.zero_grad(set_to_none=True)
-                self.progress.data_position = restored
-                return None
-            batch = next(self.train_iter)
-            self.progress.data_position = self.sampler.next_position(*batch["position"])
-            last = micro == accum - 1
-            sync = self.ddp_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
-            with sync:
-                row = self.runner.run(batch, 1.0 / (len(batch["clips"]) * accum), forward,
-                                      lambda loss: stability.scaler.scale(loss).backward(), step=step)
-            if row is not None:
-                rows.append(row)
-        for event in self.runner.events:
-            self.metrics.event(step + 1, **event)
-        self.lr = lr
-        if not self.runner.finish([p.grad for p in opt.trainable]):  # every clip ran out of memory: no update
-            opt.optimizer.zero_grad(set_to_none=True)
-            nan = float("nan")
-            return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
-                             grad_norm=0.0, loss_scale=float(stability.scaler.get_scale()),
-                             stop_requested=self.stop.requested)
-        self.hooks.corrupt_grads(fault, opt.trainable)
-        stability.scaler.unscale_(opt.optimizer)
-        if self.tcfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(opt.trainable, self.tcfg.grad_clip)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in opt.trainable if p.grad is not None])
-        stop_flag = torch.full((1,), float(self.stop.requested), device=self.device)
-        stats = fetch_step_stats(rows, norm, stability.scale_tensor(), stop_flag,
-                                 all_reduce=self.dist.all_reduce_sum if self.dist.enabled else None,
-                                 world_size=self.dist.world_size)
-        stability.apply_step(stats, self._optimizer_step, kept_inputs, kept_clips)
-        opt.optimizer.zero_grad(set_to_none=True)
-        return stats
-
-    def _optimizer_step(self) -> None:
-        self.opt.new_rows.before_step()
-        self.opt.optimizer.step()
-        self.opt.new_rows.after_step()
-
     def model_inputs(self, batch: dict, *, train: bool) -> dict:
-        """A collated batch -> XttsTrainingModel.forward arguments on the device (prompt mels and codes in fp32)."""
-        nb = self.device.type == "cuda"
-        to = lambda t: t.to(self.device, non_blocking=nb)  # noqa: E731
-        codes = to(batch["codes"]) if "codes" in batch else codes_for_batch(self.model, to(batch["wav"]))
-        return {"text_inputs": to(batch["padded_text"]), "text_lengths": to(batch["text_lengths"]),
-                "audio_codes": codes, "wav_lengths": to(batch["wav_lengths"]),
-                "cond_mels": self.model.conditioning_mels(to(batch["conditioning"])),
-                "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
+        return model_inputs(self.model, self.device, batch, train=train)
 
     # ------------------------------------------------------------------ evaluate
     def evaluate(self) -> bool:
@@ -389,24 +303,12 @@ class FineTuneRecipe:
         p, policy = self.progress, self.stability.policy
         results, abandoned = None, False
         if self.is_main and self.data.eval_clips:
-            self.model.eval()
-            try:
-                batches = eval_batches(self.data.eval_clips, self.sampler.batch_size,
-                                       self.cfg.evaluation.max_eval_batches)
-                losses = eval_losses(self.model, self.data.eval_set, batches, policy.autocast, self.model_inputs)
-                extra = {}
-                if self.eval_hook is not None:
-                    extra = run_eval_hook(self.eval_hook, p.step, self.model, offloaded=self.offloaded,
-                                          device=self.device, metrics=self.metrics)
-                results = {**losses, **extra}
-            except StopRequested:  # the stop comes first: the step is saved, this evaluation is redone on resume
-                abandoned, p.eval_cut_short = True, p.step
-                self.stop.where = f"the evaluation at step {p.step}"
-                log.warning("stop requested: the evaluation at step %d is abandoned", p.step)
-            finally:
-                self.model.train()
-            if not abandoned:
-                self.metrics.evaluation(p.step, losses, extra)
+            batches = eval_batches(self.data.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
+            results = evaluate_on_main(self.model, self.data.eval_set, batches, policy.autocast, self.model_inputs,
+                                       hook=self.eval_hook, step=p.step, offloaded=self.offloaded, device=self.device,
+                                       metrics=self.metrics)
+            if results is None:  # saved as eval_pending with this step's checkpoint, redone on resume
+                abandoned, p.eval_cut_short, self.stop.where = True, p.step, f"the evaluation at step {p.step}"
         results, abandoned = self.dist.broadcast_object((results, abandoned))
         if abandoned:
             return False
@@ -443,7 +345,7 @@ class FineTuneRecipe:
                     "eval_metrics": p.last_eval_metrics if evaluated else None, "precision": stability.policy.name,
                     "base_vocab_size": self.base_vocab_size, "run_id": run.run_id, "eval_pending": state.eval_pending}
             try:
-                self._keep_foreign_checkpoint()
+                keep_foreign_aside(self.run_dir, p.step, run.owns)  # never overwrite another run's step
                 started = time.perf_counter()
                 path = ckpt.save_checkpoint(self.run_dir, state, meta, vocab_path=self.vocab_path,
                                             write_config=lambda out: dump_config(self.effective_config(), out))
@@ -467,18 +369,6 @@ class FineTuneRecipe:
             return
         p.saved_step = p.step
 
-    def _keep_foreign_checkpoint(self) -> None:
-        """A folder of this step's name that another run wrote is moved aside, never overwritten."""
-        target = ckpt.checkpoint_root(self.run_dir) / ckpt.step_dir_name(self.progress.step)
-        if not target.is_dir():
-            return
-        try:
-            meta = ckpt.read_meta(target)
-        except CheckpointError:
-            meta = {}
-        if not self.handles.run.owns(meta):
-            set_aside_foreign(self.run_dir, target)
-
     # ------------------------------------------------------------------ cleanup
     def _result(self, stopped: bool) -> TrainResult:
         p, run = self.progress, self.handles.run
@@ -492,6 +382,7 @@ class FineTuneRecipe:
 
     def cleanup(self) -> None:
         """The loader's workers and the metrics files; the distributed handle belongs to whoever set it up."""
-        self.train_iter = None  # shuts the loader's worker processes down
+        if self.stepper is not None:
+            self.stepper.train_iter = None  # shuts the loader's worker processes down
         if self.metrics is not None:
             self.metrics.close()

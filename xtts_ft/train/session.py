@@ -213,7 +213,7 @@ def sampler_key(runtime: Runtime, plan: BatchPlan, data: TrainingData, seed: int
 
 def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchPlan, position: tuple[int, int],
                  step: int) -> tuple[ResumableBatchSampler, Any]:
-    """(the resumable sampler at ``position``, an iterator over the training loader's batches)."""
+    """(the resumable sampler at ``position``, the training loader; iterating it starts its workers)."""
     dist = runtime.dist
     sampler = ResumableBatchSampler([c.num_samples for c in data.train_clips], plan.batch_size, cfg.run.seed,
                                     rank=dist.rank, world_size=dist.world_size,
@@ -221,7 +221,7 @@ def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchP
     loader = make_loader(data.train_set, sampler, num_workers=runtime.cpu_plan.workers,
                          pin_memory=runtime.device.type == "cuda",
                          base_seed=(cfg.run.seed * 1_000_003 + step * 101 + dist.rank) % 2**31)
-    return sampler, iter(loader)
+    return sampler, loader
 
 
 def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: BatchPlan, offloaded: tuple,

@@ -20,8 +20,9 @@ from xtts_ft.errors import CheckpointError
 # checkpoint.best_metric is saved (format 1 has none: a resume from it starts with "no best yet")
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
-# Fields added later without changing the meaning of the others: absent in older files, written only when set.
-ADDED_FIELDS = ("log_interval", "eval_pending")
+# Fields added later without changing the meaning of the others: absent in older files, written only when set
+# (so an older record read and written again keeps its keys).
+ADDED_FIELDS = ("log_interval", "eval_pending", "best_score", "best_step")
 
 
 @dataclass
