@@ -24,7 +24,7 @@ import xtts_ft.data  # noqa: E402
 import xtts_ft.evaluate  # noqa: E402
 import xtts_ft.tiny_model  # noqa: E402
 import xtts_ft.tokenizer  # noqa: E402
-import xtts_ft.train.loop as loop  # noqa: E402
+import xtts_ft.train.session as session  # noqa: E402
 from xtts_ft.cli import headless_main  # noqa: E402
 from xtts_ft.train.stability import gpt_state_dict  # noqa: E402
 
@@ -47,7 +47,7 @@ def main() -> int:
     for module, name in [(xtts_ft.data, "prepare_dataset"), (xtts_ft.tokenizer, "build_extended_vocab"),
                          (xtts_ft.evaluate, "write_report"), (xtts_ft.tiny_model, "write_tiny_model")]:
         counted(module, name)
-    real_codes, real_build = loop.build_codes_cache, loop.build_training_model
+    real_codes, real_build = session.build_codes_cache, session.build_training_model
 
     def codes(model, clips, cache_dir, *args, **kwargs):
         cached = {p.name for p in Path(cache_dir).glob("*.npy")} if Path(cache_dir).is_dir() else set()
@@ -59,7 +59,7 @@ def main() -> int:
         built.append(real_build(*args))
         return built[-1]
 
-    loop.build_codes_cache, loop.build_training_model = codes, build
+    session.build_codes_cache, session.build_training_model = codes, build
     code = headless_main(sys.argv[2:])
     rank = int(os.environ.get("RANK", "0"))
     (out / f"rank{rank}.json").write_text(json.dumps({"exit": code, **calls}))
