@@ -214,16 +214,17 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     raise_if_stopped("prepare")  # its work is kept: the next run reuses every finished clip
     vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir, keep_existing=new_data))
     raise_if_stopped("the tokenizer")
-    if resume_from is not None:  # before the model and the data: a named checkpoint of another vocabulary is refused
-        from xtts_ft.tokenizer import vocab_fingerprint
+    handles = training_handles(cfg, main_first.ctx, vocab_path, record) if train_model else None
+    if resume_from is not None:  # before the recogniser, model and data load: a named checkpoint of another
+        from xtts_ft.tokenizer import vocab_fingerprint  # vocabulary is refused (the recipe checks auto's at load)
         from xtts_ft.train.resume import check_vocab
 
-        check_vocab(resume_from[1].get("vocab_fingerprint"), resume_from[0], vocab_fingerprint(vocab_path), cfg)
+        fingerprint_now = handles.vocab_fingerprint if handles is not None else vocab_fingerprint(vocab_path)
+        check_vocab(resume_from[1].get("vocab_fingerprint"), resume_from[0], fingerprint_now, cfg)
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result
 
-    handles = training_handles(cfg, main_first.ctx, vocab_path, record)
     eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir, tokenizer=handles.tokenizer) if is_main else None
     outcome = train(
         cfg,
