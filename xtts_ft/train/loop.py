@@ -166,9 +166,9 @@ class FineTuneRecipe:
                              gpt=self.model.gpt, cfg=cfg)
             point = apply_checkpoint(state, source.path, gpt=self.model.gpt, optimizer=self.optimizer, guard=guard,
                                      tcfg=self.effective_training(), policy=policy, device=self.device,
-                                     rank=dist.rank, world_size=dist.world_size, sampler_key=self._sampler_key())
-            self.progress.load_state_dict(state, metric=cfg.checkpoint.best_metric, position=point.position)
-            policy, rng_state, self.last_checkpoint = point.policy, point.rng, source.path
+                                     rank=dist.rank, world_size=dist.world_size, sampler_key=self._sampler_key(),
+                                     best_metric=cfg.checkpoint.best_metric)
+            self.progress, policy, rng_state, self.last_checkpoint = point.progress, point.policy, point.rng, source.path
         self.stability = StabilityController(cfg, self.device, policy, guard, model=self.model,
                                              optimizer=self.optimizer,
                                              scaler_state=source.state.scaler if source.state is not None else None)
