@@ -72,14 +72,6 @@ def read_record(run_dir: Path) -> Optional[RunRecord]:
                              f"aside and start a new run.output_dir") from None
 
 
-def append_event(run_dir: Path, record: dict) -> None:
-    """One line of ``<run_dir>/events.jsonl`` written outside the training loop (which has its own writer)."""
-    from xtts_ft.layout import RunLayout
-
-    with RunLayout(run_dir).events.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({**record, "time": time.time()}, default=str, ensure_ascii=False) + "\n")
-
-
 def write_record(run_dir: Path, record: RunRecord) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -289,6 +281,8 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
                     "checkpoints and vocabulary are kept", run_dir, record.run_id, "; ".join(differences))
         record.fingerprint = fingerprint
         write_record(run_dir, record)
+        from xtts_ft.train.metrics import append_event
+
         append_event(run_dir, {"step": None, "event": "data_changed", "changes": differences})
         return record
     if checkpoints:

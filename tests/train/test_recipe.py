@@ -85,3 +85,19 @@ def test_progress_state_round_trips_and_older_checkpoints_have_no_best():
         loaded = Progress()
         loaded.load_state_dict(TrainingState.from_dict(old, "x"), metric=metric, position=(0, 0))
         assert loaded.best_score == best
+
+
+def test_the_training_package_never_reaches_up_to_the_run_folder():
+    """The pipeline claims the run folder and hands the record in: no module of xtts_ft/train imports run_folder
+    or the pipeline (at the top or inside a function)."""
+    import ast
+
+    import xtts_ft.train
+
+    found = []
+    for path in sorted(Path(xtts_ft.train.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.name}: {n}" for n in names if n in ("xtts_ft.run_folder", "xtts_ft.pipeline")]
+    assert found == []

@@ -30,6 +30,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from xtts_ft.train.metrics import append_event
+
 log = logging.getLogger(__name__)
 
 _DROP_WITH_VALUE = ("--resume",)
@@ -130,8 +132,6 @@ def write_stop_event(run_dir: Path, record: dict) -> None:
 
     Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
     """
-    from xtts_ft.run_folder import append_event
-
     if Path(run_dir).is_dir():
         append_event(run_dir, record)
 
