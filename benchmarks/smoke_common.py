@@ -100,8 +100,7 @@ def train_run(args, cfg, prep, *, injector=None, eval_hook=None, edit_model=None
     """run_training on the prepared data; returns (result, the trained model, its GPT weights before training)."""
     from xtts_ft.base_model import resolve_base_model
     from xtts_ft.model import build_training_model
-    from xtts_ft.pipeline import base_vocab_size
-    from xtts_ft.train.loop import run_training
+    from xtts_ft.pipeline import base_vocab_size, run_training
     from xtts_ft.train.stability import gpt_state_dict, to_cpu
 
     base = resolve_base_model(cfg.base_model)

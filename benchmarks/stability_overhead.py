@@ -3,10 +3,10 @@
     python benchmarks/stability_overhead.py                  # CPU
     python benchmarks/stability_overhead.py --device cuda    # the GPU at hand (precision: auto)
 
-1. Stability checks: the trainer's real ``train_step`` (finite-loss flags, grad norm and loss scale
+1. Stability checks: the trainer's real step (``StepRunner.run``) (finite-loss flags, grad norm and loss scale
    fetched in one sync, skip/rollback bookkeeping) against the same step without them (forward,
    backward, unscale, clip, ``scaler.step``, update - a loop with no defence). Target: < 1 %.
-2. DVAE code cache: ``train_step`` with codes read from the cache against codes computed by the
+2. DVAE code cache: the same step with codes read from the cache against codes computed by the
    DVAE every step (coqui's way). Target: >= 1.3x faster steps.
 
 Both runs use a synthetic dataset (sums of sines, 1-3 s clips), the same data order and batch size;
@@ -66,7 +66,10 @@ def write_fixture(root: Path, clips: int) -> dict:
 def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: int, model):
     import copy
 
+    from xtts_ft.pipeline import training_handles
+    from xtts_ft.run_folder import claim_run_folder
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+    from xtts_ft.train.distributed import setup_distributed
     from xtts_ft.train.hooks import TrainingHooks
     from xtts_ft.train.loop import FineTuneRecipe
 
@@ -77,13 +80,13 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
     t.max_steps, t.batch_size, t.lr, t.warmup_steps, t.num_workers = 10_000, batch_size, 1e-4, 0, 0
     t.cache_dvae_codes = cache
     t.min_conditioning_s, t.max_conditioning_s = 0.5, 1.0
+    tokenizer = AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False)
+    record = claim_run_folder(run_dir, fingerprint=None, resume=cfg.checkpoint.resume)
     recipe = FineTuneRecipe(
-        cfg, base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
+        cfg, handles=training_handles(cfg, setup_distributed(device), fx["vocab"], record, tokenizer),
+        base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
         train_csv=fx["data"] / "metadata_train.csv", eval_csv=fx["data"] / "metadata_eval.csv", run_dir=run_dir,
-        hooks=TrainingHooks(
-            tokenizer=AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False),
-            model_factory=lambda *_: copy.deepcopy(model),
-        ),
+        hooks=TrainingHooks(model_factory=lambda *_: copy.deepcopy(model)),
     )
     recipe.setup()
     return recipe
@@ -91,17 +94,17 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
 
 def unchecked_step(r) -> None:
     """The same optimizer step with no defence: no finite flags, no fetch, no skip logic."""
-    accum = r.tcfg.grad_accum_steps
+    accum, stepper, scaler = r.plan.grad_accum_steps, r.stepper, r.stability.scaler
     for _ in range(accum):
-        batch = next(r.train_iter)
+        batch = next(stepper.train_iter)
         inputs = r.model_inputs(batch, train=True)
-        with r.policy.autocast():
-            out = r.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
-        r.scaler.scale(out["loss"] / accum).backward()
-    r.scaler.unscale_(r.optimizer)
-    torch.nn.utils.clip_grad_norm_(r.trainable, r.tcfg.grad_clip)
-    r.scaler.step(r.optimizer)
-    r.scaler.update()
+        with r.stability.policy.autocast():
+            out = stepper.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
+        scaler.scale(out["loss"] / accum).backward()
+    scaler.unscale_(r.optimizer)
+    torch.nn.utils.clip_grad_norm_(r.opt.trainable, r.tcfg.grad_clip)
+    scaler.step(r.optimizer)
+    scaler.update()
     r.optimizer.zero_grad(set_to_none=True)
 
 
@@ -164,15 +167,17 @@ def main() -> int:
         cached = make_recipe(fx, root / "run_cache", args.device, True, args.batch_size, model)
         uncached = make_recipe(fx, root / "run_nocache", args.device, False, args.batch_size, model)
         try:
-            checked_s, unchecked_s = compare(cached.train_step, lambda: unchecked_step(cached), device, args.steps)
-            cache_s, nocache_s = compare(cached.train_step, uncached.train_step, device, max(2, args.steps // 2))
+            checked = lambda: cached.stepper.run(cached.progress)  # noqa: E731 - the recipe's step, all checks on
+            checked_s, unchecked_s = compare(checked, lambda: unchecked_step(cached), device, args.steps)
+            cache_s, nocache_s = compare(checked, lambda: uncached.stepper.run(uncached.progress), device,
+                                         max(2, args.steps // 2))
             alone_s = isolated_check_cost(device)
         finally:
             cached.cleanup()
             uncached.cleanup()
     overhead = checked_s / unchecked_s - 1.0
     speedup = nocache_s / cache_s
-    precision = cached.policy.name
+    precision = cached.stability.policy.name
     print(f"tiny XTTS on {device} ({precision}), batch {args.batch_size}, median of {args.steps} steps per variant")
     print(f"stability checks: {1e3 * checked_s:8.1f} ms/step with, {1e3 * unchecked_s:8.1f} ms/step without "
           f"-> overhead {100 * overhead:+.2f}% (target < 1%)")

@@ -200,14 +200,15 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
-    fingerprint = run_fingerprint(cfg)
+    fingerprint, record = run_fingerprint(cfg), None
     if is_main:
         # only rank 0 claims (and may archive); a refusal there stops every rank (MainFirst)
-        main_first.run("run folder", lambda: claim_run_folder(
+        record = main_first.run("run folder", lambda: claim_run_folder(
             run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run, new_data=new_data))
         dump_config(cfg, RunLayout(run_dir).config)
     else:
         main_first.run("run folder", lambda: None)
+    record = main_first.ctx.broadcast_object(record)  # whose checkpoints are this run's
     raise_if_stopped("the run folder check")
     base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
     raise_if_stopped("the base model check")
@@ -215,18 +216,21 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     raise_if_stopped("prepare")  # its work is kept: the next run reuses every finished clip
     vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir, keep_existing=new_data))
     raise_if_stopped("the tokenizer")
-    if resume_from is not None:
-        from xtts_ft.tokenizer import vocab_fingerprint
+    handles = training_handles(cfg, main_first.ctx, vocab_path, record) if train_model else None
+    if resume_from is not None:  # before the recogniser, model and data load: a named checkpoint of another
+        from xtts_ft.tokenizer import vocab_fingerprint  # vocabulary is refused (the recipe checks auto's at load)
         from xtts_ft.train.resume import check_vocab
 
-        check_vocab(resume_from[1].vocab_fingerprint, resume_from[0], vocab_fingerprint(vocab_path), cfg)
+        fingerprint_now = handles.vocab_fingerprint if handles is not None else vocab_fingerprint(vocab_path)
+        check_vocab(resume_from[1].vocab_fingerprint, resume_from[0], fingerprint_now, cfg)
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result
 
-    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir) if is_main else None  # rank 0 evaluates
+    eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir, tokenizer=handles.tokenizer) if is_main else None
     outcome = train(
         cfg,
+        handles=handles,
         base=base,
         vocab_path=vocab_path,
         base_vocab_size=base_vocab_size(base),
@@ -259,14 +263,43 @@ def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, CheckpointRecord]]:
     return path, CheckpointStore.verify(path)
 
 
-def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path):
-    """The sample-synthesis hook the trainer calls after each evaluation."""
+def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path, tokenizer=None):
+    """The sample-synthesis hook the trainer calls after each evaluation (``tokenizer``: the run's, else built)."""
     from xtts_ft.evaluate import make_eval_hook
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
     from xtts_ft.evaluate.references import pick_references
-    tokenizer = make_tokenizer(vocab_path, TextSettings.from_config(cfg))
+
+    tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
         recognizer=load_eval_recognizer(cfg),
     )
+
+
+def training_handles(cfg: Config, dist, vocab_path: Path, record, tokenizer=None):
+    """What the recipe gets from the command: the distributed handle, the run folder's record, the tokenizer
+    (built here once, unless a test gives a ready one) and the vocabulary's fingerprint."""
+    from xtts_ft.tokenizer import vocab_fingerprint
+    from xtts_ft.train.session import RunHandles
+
+    tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
+    return RunHandles(dist=dist, run=record, tokenizer=tokenizer, vocab_fingerprint=vocab_fingerprint(vocab_path))
+
+
+def run_training(cfg: Config, *, vocab_path: Path, run_dir: Path, tokenizer=None, **kwargs):
+    """The training stage alone on prepared data (tests, benchmarks): what ``run_pipeline`` sets up before training
+    (distributed handle, the run-folder claim without a fingerprint, the tokenizer), then ``xtts_ft.train.train``
+    with ``kwargs`` (base, base_vocab_size, train_csv, eval_csv, eval_hook, max_steps_override, command_line,
+    model_factory, fault_injector)."""
+    from xtts_ft.run_folder import claim_run_folder
+    from xtts_ft.train import train
+    from xtts_ft.train.distributed import cleanup_distributed, setup_distributed
+
+    ctx = setup_distributed(cfg.run.device)
+    try:
+        record = claim_run_folder(Path(run_dir), fingerprint=None, resume=cfg.checkpoint.resume) if ctx.is_main else None
+        handles = training_handles(cfg, ctx, vocab_path, ctx.broadcast_object(record), tokenizer)
+        return train(cfg, handles=handles, vocab_path=vocab_path, run_dir=run_dir, **kwargs)
+    finally:
+        cleanup_distributed(ctx)

@@ -73,14 +73,6 @@ def read_record(run_dir: Path) -> Optional[RunRecord]:
                              f"aside and start a new run.output_dir") from None
 
 
-def append_event(run_dir: Path, record: dict) -> None:
-    """One line of ``<run_dir>/events.jsonl`` written outside the training loop (which has its own writer)."""
-    from xtts_ft.layout import RunLayout
-
-    with RunLayout(run_dir).events.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({**record, "time": time.time()}, default=str, ensure_ascii=False) + "\n")
-
-
 def write_record(run_dir: Path, record: RunRecord) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -273,6 +265,8 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
                     "checkpoints and vocabulary are kept", run_dir, record.run_id, "; ".join(differences))
         record.fingerprint = fingerprint
         write_record(run_dir, record)
+        from xtts_ft.train.metrics import append_event
+
         append_event(run_dir, {"step": None, "event": "data_changed", "changes": differences})
         return record
     if checkpoints:
@@ -329,12 +323,3 @@ def archive_run(run_dir: Path, record: Optional[RunRecord], *, move_inputs: bool
         if source.exists():
             os.replace(source, dest / item)
     return dest
-
-
-def set_aside_foreign(run_dir: Path, checkpoint: Path) -> Path:
-    """Move a checkpoint of another run out of the way of a save with the same step number (never overwrite it)."""
-    dest = Path(run_dir) / OLD_RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}_foreign_checkpoints"
-    dest.mkdir(parents=True, exist_ok=True)
-    os.replace(checkpoint, dest / Path(checkpoint).name)
-    log.warning("%s belongs to another run: moved to %s before saving this run's step there", checkpoint, dest)
-    return dest / Path(checkpoint).name

@@ -16,10 +16,13 @@ from typing import Any, Optional
 
 from xtts_ft.errors import CheckpointError
 
-FORMAT = 1  # raise it, and teach from_dict the older one, when the record changes meaning
-READABLE_FORMATS = (1,)
-# Fields added later without changing the meaning of the others: absent in older files, written only when set.
-ADDED_FIELDS = ("log_interval", "eval_pending")
+# raise it, and teach from_dict the older one, when the record changes meaning. 2: the best score under
+# checkpoint.best_metric is saved (format 1 has none: a resume from it starts with "no best yet")
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
+# Fields added later without changing the meaning of the others: absent in older files, written only when set
+# (so an older record read and written again keeps its keys).
+ADDED_FIELDS = ("log_interval", "eval_pending", "best_score", "best_step")
 
 
 @dataclass
@@ -42,6 +45,8 @@ class TrainingState:
     first_eval_loss: Optional[float] = None
     best_eval_loss: Optional[float] = None
     last_eval_loss: Optional[float] = None
+    best_score: Optional[float] = None  # format 2: the best evaluation's score under checkpoint.best_metric
+    best_step: Optional[int] = None  # format 2: the step of that evaluation
     # added without a format change (older files lack them, and read as the defaults):
     log_interval: Optional[dict[str, Any]] = None  # the loss running average since the last logged row (metrics.py)
     eval_pending: bool = False  # the evaluation of this step was cut short by a stop: the resume redoes it
@@ -63,8 +68,9 @@ class TrainingState:
         """Read a training_state.pt dict; anything else raises CheckpointError naming ``source``."""
         if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            readable = " or ".join(str(f) for f in READABLE_FORMATS)
             raise CheckpointError(
-                f"{source}: not a training state of format {FORMAT} (found {found!r}); start a new run dir"
+                f"{source}: not a training state of format {readable} (found {found!r}); start a new run dir"
             )
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls)

@@ -20,9 +20,9 @@ import torch
 
 from tests.train.trainhelpers import TEXTS, small_config, write_csv, write_wav
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.pipeline import run_training
 from xtts_ft.random_model import write_tiny_model
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
-from xtts_ft.train.loop import run_training
 from xtts_ft.train.slim import strip_optimizer_state
 
 OUT = Path(__file__).resolve().parent / "checkpoint_format1"

@@ -43,7 +43,7 @@ def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, 
     """A finished 4-step run with checkpoints at steps 2 and 4; tests copy it (``copy_run``) before damaging it."""
     import torch
 
-    from xtts_ft.train.loop import run_training
+    from xtts_ft.pipeline import run_training
 
     run = tmp_path_factory.mktemp("trained") / "run"  # never changed: tests copy it before damaging it
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes")

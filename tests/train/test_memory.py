@@ -16,7 +16,7 @@ from tests.train.trainhelpers import small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.train import loop as loop_module
-from xtts_ft.train import memory
+from xtts_ft.train import memory, session
 from xtts_ft.train.memory import (
     auto_batch_limit,
     enable_gradient_checkpointing,
@@ -85,7 +85,7 @@ def test_effective_batch_sets_the_accumulation():
 
 def test_auto_batch_probes_real_steps_at_the_longest_clip(trainer, model_factory, tmp_path, monkeypatch, caplog):
     """On CPU the probe is forced; the GPT 'runs out of memory' above 3 clips. A resume reuses the size."""
-    monkeypatch.setattr(loop_module, "probe_batch_size", functools.partial(memory.probe_batch_size, probe=True))
+    monkeypatch.setattr(session, "probe_batch_size", functools.partial(memory.probe_batch_size, probe=True))
     shapes = []
 
     def factory(*args):

@@ -1,13 +1,22 @@
-"""The recipe's shape: attributes declared up front, setup builds a batch plan, the config it was given stays."""
+"""The recipe's shape: attributes declared up front, setup builds a batch plan, the config it was given stays;
+and its progress (the best score included) survives a stop and a resume."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from tests.train.trainhelpers import small_config
+import torch
+
+from tests.train.trainhelpers import read_events, small_config
+from xtts_ft.checkpoint_store import CheckpointStore
+from xtts_ft.pipeline import training_handles
+from xtts_ft.run_folder import claim_run_folder
+from xtts_ft.train.distributed import setup_distributed
 from xtts_ft.train.hooks import TrainingHooks
 from xtts_ft.train.loop import BatchPlan, FineTuneRecipe
+from xtts_ft.train.progress import Progress
+from xtts_ft.training_state import TrainingState
 
 
 def test_setup_adds_no_attribute_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset, model_factory,
@@ -15,9 +24,11 @@ def test_setup_adds_no_attribute_and_keeps_the_config(tiny_base, vocab, tokenize
     run = tmp_path / "run"
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
     cfg = small_config(run, training={"max_steps": 2, "batch_size": 2, "effective_batch_size": 8})
-    recipe = FineTuneRecipe(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1],
+    record = claim_run_folder(run, fingerprint=None, resume=cfg.checkpoint.resume)
+    handles = training_handles(cfg, setup_distributed("cpu"), vocab[0], record, tokenizer)
+    recipe = FineTuneRecipe(cfg, handles=handles, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1],
                             train_csv=dataset[0], eval_csv=dataset[1], run_dir=Path(run),
-                            hooks=TrainingHooks(tokenizer=tokenizer, model_factory=model_factory))
+                            hooks=TrainingHooks(model_factory=model_factory))
     declared = set(vars(recipe))
     try:
         recipe.setup()
@@ -28,3 +39,65 @@ def test_setup_adds_no_attribute_and_keeps_the_config(tiny_base, vocab, tokenize
         assert recipe.model is not None and recipe.optimizer is not None and len(recipe.train_clips) == 12
     finally:
         recipe.cleanup()
+
+
+CER_AT_STEP = {1: 0.30, 2: 0.20, 3: 0.50, 4: 0.60}  # the best evaluation comes before the stop; later ones are worse
+
+
+def cer_hook(step, model):
+    return {"sample_cer": CER_AT_STEP[step]}
+
+
+def test_a_resumed_run_keeps_its_best_score(trainer, tmp_path):
+    """best_metric cer: after a resume, worse evaluations are not declared best and save no extra checkpoint."""
+    run = tmp_path / "run"
+    sections = dict(evaluation={"every_steps": 1}, checkpoint={"every_steps": 100, "keep_last": 10,
+                                                              "best_metric": "cer"})
+    first = trainer(small_config(run, training={"max_steps": 2}, **sections), eval_hook=cer_hook)
+    assert first.step == 2 and first.best_checkpoint.name == "step_000002"
+    state = CheckpointStore.load_state(first.last_checkpoint)
+    assert state.best_score == 0.20 and state.best_step == 2
+
+    resumed = trainer(small_config(run, training={"max_steps": 4}, **sections), eval_hook=cer_hook)
+    assert resumed.step == 4
+    # step 3 (CER 0.50) is no new best: nothing saved there; step 4 is saved only as the run's final step
+    assert [c.step for c in CheckpointStore.of_run(run).list()] == [1, 2, 4]
+    assert resumed.best_checkpoint.name == "step_000002"
+    assert [e["step"] for e in read_events(run) if e.get("event") == "checkpoint"] == [1, 2, 4]
+    final = CheckpointStore.load_state(resumed.last_checkpoint)
+    assert final.best_score == 0.20 and final.best_step == 2
+
+
+def test_progress_state_round_trips_and_older_checkpoints_have_no_best():
+    progress = Progress(step=5, data_position=(1, 3), lr_factor=0.5)
+    assert progress.record_evaluation(2.0, {"sample_cer": 0.4}, "cer")
+    assert not progress.record_evaluation(1.0, {"sample_cer": 0.4}, "cer")  # a tie is no improvement
+    state = TrainingState(**progress.state_dict(), gpt={"w": torch.ones(1)}, sampler={}, rng=[{}], stability={},
+                          precision="fp32", training_config={}, vocab_fingerprint="v", base_vocab_size=1)
+    loaded = Progress()
+    loaded.load_state_dict(TrainingState.from_dict(state.to_dict(), "x"), metric="cer", position=(1, 3))
+    assert (loaded.step, loaded.data_position, loaded.lr_factor) == (5, (1, 3), 0.5)
+    assert (loaded.best_score, loaded.best_step, loaded.best_eval_loss) == (0.4, 5, 1.0)
+
+    old = {k: v for k, v in state.to_dict().items() if k not in ("best_score", "best_step")}
+    old["format"] = 1
+    for metric, best in ("cer", None), ("eval_loss", 1.0):  # eval_loss: format 1 always carried best_eval_loss
+        loaded = Progress()
+        loaded.load_state_dict(TrainingState.from_dict(old, "x"), metric=metric, position=(0, 0))
+        assert loaded.best_score == best
+
+
+def test_the_training_package_never_reaches_up_to_the_run_folder():
+    """The pipeline claims the run folder and hands the record in: no module of xtts_ft/train imports run_folder
+    or the pipeline (at the top or inside a function)."""
+    import ast
+
+    import xtts_ft.train
+
+    found = []
+    for path in sorted(Path(xtts_ft.train.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.name}: {n}" for n in names if n in ("xtts_ft.run_folder", "xtts_ft.pipeline")]
+    assert found == []

@@ -324,15 +324,18 @@ class PrecisionConfig:
 @dataclass
 class StabilityConfig:
     max_consecutive_bad_steps: int = opt(
-        10, "Non-finite steps in a row before rolling back to the in-memory snapshot of the last good steps "
-        "(refreshed every stability.snapshot_every steps; not a checkpoint on disk)."
+        10,
+        "Non-finite steps in a row (each is skipped) before a rollback: the GPT weights and optimizer state return "
+        "to the in-memory snapshot of a recent good step (see snapshot_every), not to a checkpoint on disk; the step "
+        "count goes back with them and the loss scale stays as it is.",
     )
-    rollback_lr_factor: float = opt(0.5, "LR multiplier applied at each rollback.")
+    rollback_lr_factor: float = opt(0.5, "LR multiplier applied at each rollback (they add up: two rollbacks at 0.5 "
+                                         "train at a quarter of the LR).")
     max_rollbacks: int = opt(3, "Rollbacks allowed before the run stops with a diagnosis.")
     snapshot_every: int = opt(
         100,
-        "Refresh the in-memory rollback copy (GPT weights and optimizer; kept in CPU RAM, about 3x the "
-        "GPT's size) every this many good steps.",
+        "Refresh the in-memory rollback snapshot (GPT weights and optimizer state; kept in CPU RAM, about 3x the "
+        "GPT's size) after a good step once this many steps have passed since the last one.",
     )
 
     def check(self, problems: list[str]) -> None:

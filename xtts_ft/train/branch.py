@@ -11,6 +11,9 @@ old branch stays whole beside it, to be exported or resumed from by path. The co
 
 Only a checkpoint named by ``checkpoint.resume`` (``--resume PATH``) starts a branch: ``auto`` takes the
 newest good checkpoint, so all it may pass over is a damaged one, which stays where it is for inspection.
+
+A save whose step folder holds *another run's* checkpoint moves that one aside too (``keep_foreign_aside``,
+into ``old_runs/``): the recipe never overwrites what it did not write.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.checkpoint_store import CheckpointStore, Owner
-from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, METRICS_FILE, SAMPLES_DIR, RunLayout, step_dir_name, step_of
+from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, METRICS_FILE, OLD_RUNS, SAMPLES_DIR, RunLayout, step_dir_name, step_of
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.metrics import drop_lines_after
 
@@ -77,3 +80,19 @@ def set_aside_later_steps(run_dir: Path, step: int, owner: Optional[Owner]) -> O
                 "samples to %s; training continues from step %d as a new branch", step,
                 ", ".join(str(s) for s in branch.steps) or "none, only samples", folder, step)
     return branch
+
+
+def set_aside_foreign(run_dir: Path, checkpoint: Path) -> Path:
+    """Move a checkpoint of another run out of the way of a save with the same step number (never overwrite it)."""
+    dest = Path(run_dir) / OLD_RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}_foreign_checkpoints"
+    dest.mkdir(parents=True, exist_ok=True)
+    os.replace(checkpoint, dest / Path(checkpoint).name)
+    log.warning("%s belongs to another run: moved to %s before saving this run's step there", checkpoint, dest)
+    return dest / Path(checkpoint).name
+
+
+def keep_foreign_aside(run_dir: Path, step: int, owner: Owner) -> None:
+    """Before saving ``step``: a folder of that step's name that another run wrote is moved aside."""
+    target = CheckpointStore.of_run(run_dir, owner=owner).foreign_at(step)
+    if target is not None:
+        set_aside_foreign(run_dir, target)

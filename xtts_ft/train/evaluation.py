@@ -8,18 +8,26 @@ which shifts the log-mels (by up to 0.03 in bf16) and turns a loud clip into +in
 The result is the clip-weighted mean of ``loss``, ``loss_text_ce`` and ``loss_mel_ce``, read with
 one sync at the end; a non-finite mean is returned as it is, for the caller to report.
 A stop request is honoured between batches (``StopRequested``).
+
+``evaluate_on_main`` is what rank 0 does for one evaluation: these losses, then the integrator's
+evaluation hook (``run_eval_hook``: sample synthesis); the recipe reports a non-finite eval loss
+(``report_nonfinite_eval``) and decides whether the result is a new best (progress.py).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import logging
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
 
-from xtts_ft.stop_signals import raise_if_stopped
+from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.data import ClipDataset, collate
+from xtts_ft.train.memory import modules_on
 from xtts_ft.train.sampler import ItemKey
+
+log = logging.getLogger(__name__)
 
 KEYS = ("loss", "loss_text_ce", "loss_mel_ce")
 
@@ -44,3 +52,44 @@ def eval_losses(
         count += len(keys)
     values = (totals / max(count, 1)).tolist()
     return {f"eval_{k}": v for k, v in zip(KEYS, values)}
+
+
+def run_eval_hook(hook: Callable, step: int, model, *, offloaded: tuple, device: torch.device, metrics) -> dict:
+    """The integrator's hook (sample synthesis) -> its numeric results. Its random draws are isolated from
+    training's, and a failure inside it is logged with its traceback instead of ending hours of training."""
+    try:  # offloaded modules (training.offload_frozen) are on the device for synthesis, on the CPU after it
+        with modules_on(model, offloaded, device), \
+                torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            extra = hook(step, model) or {}
+    except Exception as exc:  # noqa: BLE001 - any hook bug; reported, training continues
+        log.exception("eval hook failed at step %d; training continues", step)
+        metrics.event(step, "eval_hook_failed", error=f"{type(exc).__name__}: {exc}")
+        return {}
+    return {k: float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def report_nonfinite_eval(value: float, step: int, precision: str, metrics, is_main: bool) -> None:
+    """A NaN/Inf eval loss is a finding, not a gap: warned and recorded (the caller keeps it out of best/last)."""
+    if is_main:
+        log.warning("eval loss at step %d is %s (%s): the model's eval outputs overflow; this checkpoint gets no "
+                    "eval loss and cannot become the best one. If it repeats, set precision.mode: fp32 or lower "
+                    "training.lr", step, value, precision)
+        metrics.event(step, "eval_nonfinite", eval_loss=str(value), precision=precision)
+
+
+def evaluate_on_main(model, eval_set: ClipDataset, batches: list, autocast: Callable, model_inputs: Callable[..., dict],
+                     *, hook: Optional[Callable], step: int, offloaded: tuple, device: torch.device,
+                     metrics) -> Optional[dict]:
+    """Rank 0's evaluation of ``step``: the eval losses, then the hook's results, logged (metrics.jsonl) and
+    returned as one dict; the model is in eval mode meanwhile. None when a stop request cut it short."""
+    model.eval()
+    try:
+        losses = eval_losses(model, eval_set, batches, autocast, model_inputs)
+        extra = run_eval_hook(hook, step, model, offloaded=offloaded, device=device, metrics=metrics) if hook else {}
+    except StopRequested:  # the stop comes first: the step is saved, this evaluation is redone on resume
+        log.warning("stop requested: the evaluation at step %d is abandoned", step)
+        return None
+    finally:
+        model.train()
+    metrics.evaluation(step, losses, extra)
+    return {**losses, **extra}

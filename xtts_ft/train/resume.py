@@ -30,6 +30,7 @@ from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
+from xtts_ft.train.progress import Progress
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
 from xtts_ft.training_state import TrainingState
 
@@ -129,22 +130,25 @@ def log_config_changes(state: TrainingState, current: TrainingConfig) -> list[st
 
 @dataclass
 class ResumePoint:
-    """What the loop continues from, besides the weights and optimizer state loaded in place."""
+    """What the loop continues from, besides the weights, optimizer and guard state loaded in place."""
 
-    step: int
-    lr_factor: float
+    progress: Progress  # step, data position, LR factor, eval results and best score of the checkpoint
     policy: PrecisionPolicy
-    position: tuple[int, int]  # sampler (epoch, batch_index) of the next batch
     rng: Optional[dict]  # this rank's RNG states, None when they cannot be matched
-    first_eval_loss: Optional[float]
-    best_eval_loss: Optional[float]
-    last_eval_loss: Optional[float]
+
+    @property
+    def step(self) -> int:
+        return self.progress.step
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return self.progress.data_position
 
 
 def apply_checkpoint(
     state: TrainingState, path: Path, *, gpt: nn.Module, optimizer: torch.optim.Optimizer, guard: StabilityGuard,
     tcfg: TrainingConfig, policy: PrecisionPolicy, device: torch.device, rank: int, world_size: int,
-    sampler_key: dict,
+    sampler_key: dict, best_metric: str = "eval_loss",
 ) -> ResumePoint:
     """Load a verified checkpoint into the fresh GPT/optimizer/guard; return where training continues.
 
@@ -175,9 +179,7 @@ def apply_checkpoint(
         log.warning("resume: world size, batch size, seed or training set changed since %s; the data order restarts "
                     "at the next epoch and random streams are reseeded (not bit-exact)", path)
     log.info("resuming from %s at step %d", path, state.step)
-    return ResumePoint(
-        step=int(state.step), lr_factor=float(state.lr_factor), policy=policy,
-        position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0), rng=rng,
-        first_eval_loss=state.first_eval_loss, best_eval_loss=state.best_eval_loss,
-        last_eval_loss=state.last_eval_loss,
-    )
+    progress = Progress()
+    progress.load_state_dict(state, metric=best_metric,
+                             position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0))
+    return ResumePoint(progress=progress, policy=policy, rng=rng)

@@ -9,10 +9,15 @@ print it.
 ``StepStart`` remembers the data position and the random generators at the start of an optimizer
 step, so a step abandoned between micro-batches leaves the run exactly at the end of the last
 finished step: the checkpoint saved then resumes bit-identically.
+
+``StopCoordinator`` is the training recipe's one contact with stop requests: the agreed stop across
+ranks (a collective every rank makes at the same point), abandoning a step between micro-batches,
+what the run was doing when it noticed the stop, and the closing line and event of a stopped run.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shlex
@@ -24,6 +29,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 import torch
+
+from xtts_ft.train.metrics import append_event
+
+log = logging.getLogger(__name__)
 
 _DROP_WITH_VALUE = ("--resume",)
 _DROP_FLAGS = ("--archive-old-run",)
@@ -123,8 +132,6 @@ def write_stop_event(run_dir: Path, record: dict) -> None:
 
     Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
     """
-    from xtts_ft.run_folder import append_event
-
     if Path(run_dir).is_dir():
         append_event(run_dir, record)
 
@@ -140,3 +147,55 @@ def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: O
         write_stop_event(run_dir, {"step": step, "event": "stop", "signal": signal_name, "during": where,
                                    "checkpoint": str(checkpoint) if checkpoint is not None else None,
                                    "resume_command": hint})
+
+
+class StopCoordinator:
+    """Stop requests as the training recipe sees them (``signals``: the command's StopSignals)."""
+
+    def __init__(self, signals, dist, *, command_line: Optional[CommandLine], config_resume: str,
+                 run_dir: Path) -> None:
+        self.signals, self.dist = signals, dist
+        self.command_line, self.config_resume, self.run_dir = command_line, config_resume, Path(run_dir)
+        self.where: Optional[str] = None  # what the run was doing when it noticed a stop request
+
+    @property
+    def requested(self) -> bool:
+        """This process was asked to stop (not collective: for checks inside one rank's work)."""
+        return self.signals.requested
+
+    def agreed(self) -> bool:
+        """Whether any process was asked to stop (a collective call: every rank makes it at the same point)."""
+        return not self.dist.all_true(not self.signals.requested)
+
+    def note(self, where: str) -> None:
+        """Remember the first place a stop was noticed."""
+        self.where = self.where or where
+
+    def step_start(self, position: tuple[int, int], device: torch.device) -> Optional[StepStart]:
+        """What an abandoned step goes back to; None under torchrun (every rank would have to agree to abandon)."""
+        return None if self.dist.enabled else StepStart.capture(position, device)
+
+    def abandon_step(self, start: Optional[StepStart], step: int, micro: int, accum: int,
+                     device: torch.device) -> Optional[tuple[int, int]]:
+        """Between micro-batches: with a stop requested, the data position the step started at, else None."""
+        if start is None or not self.signals.requested:
+            return None
+        self.where = f"step {step + 1} (abandoned after {micro} of {accum} micro-batches)"
+        return start.restore(device)
+
+    def report(self, step: int, checkpoint: Optional[Path], saved_now: bool, metrics) -> None:
+        """The stop's console line with the resume command, and its event (events.jsonl) on rank 0."""
+        if not self.dist.is_main:
+            return
+        where = self.where or f"step {step}"
+        hint = continue_command(self.command_line, self.config_resume, self.run_dir, checkpoint)
+        saved = (f"saved {checkpoint}" if checkpoint is not None and saved_now
+                 else "nothing new to save" if step == 0 or saved_now
+                 else f"the last checkpoint is {checkpoint}")
+        log.warning("stopped by %s during %s; %s. Resume with: %s", self.signals.signal_name, where, saved, hint)
+        event = {"signal": self.signals.signal_name, "during": where, "checkpoint": checkpoint,
+                 "resume_command": hint}
+        if metrics is not None and metrics.enabled:
+            metrics.event(step, "stop", **{k: str(v) if isinstance(v, Path) else v for k, v in event.items()})
+        else:
+            write_stop_event(self.run_dir, {"step": step, "event": "stop", **event})

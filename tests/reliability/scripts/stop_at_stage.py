@@ -83,7 +83,7 @@ def stop_at(stage: str) -> contextlib.AbstractContextManager:
 
         return patched(tokenizer, "build_extended_vocab", then_sigterm)
     if stage == "codes":
-        from xtts_ft.train import loop
+        from xtts_ft.train import session
 
         def sigterm_first(build):
             def wrapped(*args, **kwargs):
@@ -91,7 +91,7 @@ def stop_at(stage: str) -> contextlib.AbstractContextManager:
                 return build(*args, **kwargs)
             return wrapped
 
-        return patched(loop, "build_codes_cache", sigterm_first)
+        return patched(session, "build_codes_cache", sigterm_first)
     if stage == "probe":
         from xtts_ft.train import memory
 

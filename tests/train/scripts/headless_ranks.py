@@ -21,7 +21,7 @@ import xtts_ft.data
 import xtts_ft.evaluate
 import xtts_ft.random_model
 import xtts_ft.tokenizer
-import xtts_ft.train.loop as loop
+import xtts_ft.train.session as session
 from xtts_ft.cli import headless_main
 from xtts_ft.train.stability import gpt_state_dict
 
@@ -44,7 +44,7 @@ def main() -> int:
     for module, name in [(xtts_ft.data, "prepare_dataset"), (xtts_ft.tokenizer, "build_extended_vocab"),
                          (xtts_ft.evaluate, "write_report"), (xtts_ft.random_model, "write_tiny_model")]:
         counted(module, name)
-    real_codes, real_build = loop.build_codes_cache, loop.build_training_model
+    real_codes, real_build = session.build_codes_cache, session.build_training_model
 
     def codes(model, clips, cache_dir, *args, **kwargs):
         cached = {p.name for p in Path(cache_dir).glob("*.npy")} if Path(cache_dir).is_dir() else set()
@@ -56,7 +56,7 @@ def main() -> int:
         built.append(real_build(*args))
         return built[-1]
 
-    loop.build_codes_cache, loop.build_training_model = codes, build
+    session.build_codes_cache, session.build_training_model = codes, build
     code = headless_main(sys.argv[2:])
     rank = int(os.environ.get("RANK", "0"))
     (out / f"rank{rank}.json").write_text(json.dumps({"exit": code, **calls}))

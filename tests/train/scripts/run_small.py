@@ -19,8 +19,8 @@ import torch
 from tests.train.trainhelpers import small_config
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.model import build_training_model
+from xtts_ft.pipeline import run_training
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
-from xtts_ft.train.loop import run_training
 from xtts_ft.train.stability import gpt_state_dict
 
 

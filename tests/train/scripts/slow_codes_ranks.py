@@ -16,29 +16,29 @@ import time
 from pathlib import Path
 
 from tests.train.scripts import run_small
-from xtts_ft.train import distributed, loop
+from xtts_ft.train import distributed, session
 
 
 def main() -> int:
     args = json.loads(Path(sys.argv[1]).read_text())
     rank = int(os.environ["RANK"])
     distributed.COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=args["collective_timeout_s"])
-    build, prepare = loop.build_codes_cache, loop.FineTuneRecipe._prepare_codes
+    build, prepare = session.build_codes_cache, session.load_data
 
     def slow_build(*a, **kw):
         if rank == 0:
             time.sleep(args["slow_codes_s"])
         return build(*a, **kw)
 
-    def timed_prepare(recipe):
+    def timed_prepare(*a, **kw):
         started = time.perf_counter()
-        out = prepare(recipe)
+        out = prepare(*a, **kw)
         seconds = time.perf_counter() - started
         Path(args["weights_out"], f"codes_rank{rank}.json").write_text(json.dumps({"seconds": seconds}))
         return out
 
-    loop.build_codes_cache = slow_build
-    loop.FineTuneRecipe._prepare_codes = timed_prepare
+    session.build_codes_cache = slow_build
+    session.load_data = timed_prepare
     return run_small.main()
 
 

@@ -1,0 +1,247 @@
+"""Session setup of the training recipe: each function builds one thing and returns it.
+
+``FineTuneRecipe.setup`` (train/loop.py) calls them in order: the runtime (device, precision, CPU
+threads) around the distributed handle the pipeline set up, the model, the data (checked clips, the
+DVAE code cache, the datasets), the resume state, the batch plan, the optimiser, the sampler and
+loader, the pre-flight check and the random streams. Nothing here stores into the recipe; what the
+pipeline sets up once per command (distributed handle, run-folder claim, tokenizer, vocabulary
+fingerprint) arrives as :class:`RunHandles`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.checkpoint_store import CheckpointStore
+from xtts_ft.config import Config, TrainingConfig
+from xtts_ft.errors import DataError
+from xtts_ft.layout import RunLayout
+from xtts_ft.model import XttsTrainingModel, build_training_model
+from xtts_ft.stop_signals import raise_if_stopped
+from xtts_ft.train.branch import set_aside_later_steps
+from xtts_ft.train.codes_cache import build_codes_cache
+from xtts_ft.train.cpu_threads import apply_cpu_plan
+from xtts_ft.train.data import ClipDataset, Limits, collate, load_clips, make_loader
+from xtts_ft.train.distributed import DistContext, MainFirst
+from xtts_ft.train.memory import enable_gradient_checkpointing, plan_accumulation, probe_batch_size
+from xtts_ft.train.precision import PrecisionPolicy, apply_tf32, resolve_precision
+from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
+from xtts_ft.train.resume import choose_checkpoint
+from xtts_ft.train.rng_state import restore_rng
+from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
+from xtts_ft.train.schedule import NewTokenRows, build_optimizer
+from xtts_ft.training_state import TrainingState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunHandles:
+    """What the pipeline sets up once per command and hands to the recipe."""
+
+    dist: DistContext
+    run: Any  # the run folder's RunRecord (xtts_ft.run_folder): ``run_id`` and ``owns(meta)``, whose checkpoints
+    tokenizer: Any  # the run's tokenizer (text_settings.make_tokenizer of vocab.json)
+    vocab_fingerprint: str  # of vocab.json: checkpoints record it, a resume must match it
+
+
+@dataclass(frozen=True)
+class Runtime:
+    dist: DistContext
+    device: torch.device
+    cpu_plan: Any  # cpu_threads.CpuPlan: threads and loader workers
+    policy: PrecisionPolicy  # the precision the run starts with (the stability controller may fall back)
+
+    @property
+    def is_main(self) -> bool:
+        return self.dist.is_main
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What one optimizer step consumes: ``batch_size`` clips x ``grad_accum_steps`` micro-batches x ranks."""
+
+    batch_size: int
+    grad_accum_steps: int
+    world_size: int
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.batch_size * self.grad_accum_steps * self.world_size
+
+
+@dataclass
+class TrainingData:
+    train_clips: list
+    eval_clips: list
+    reports: dict  # per split: clips kept / rejected per reason
+    train_set: ClipDataset
+    eval_set: ClipDataset
+
+    def clip_names(self, indices: list[int], limit: int = 4) -> str:
+        names = [self.train_clips[i].audio_path.name for i in indices]
+        return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+@dataclass(frozen=True)
+class Optimisation:
+    optimizer: torch.optim.Optimizer
+    trainable: list  # the parameters it updates (gradient clipping and the step's norm)
+    new_rows: NewTokenRows  # the LR correction of the new token rows
+
+
+@dataclass(frozen=True)
+class ResumeSource:
+    """The checkpoint a run continues from (``path`` None: a new run) and what it left behind."""
+
+    path: Optional[Path]
+    state: Optional[TrainingState]
+    branch: Any = None  # branch.Branch: later steps set aside by a resume from an older checkpoint
+
+
+def build_runtime(cfg: Config, dist: DistContext) -> Runtime:
+    device = dist.device
+    cpu_plan = apply_cpu_plan(cfg.training.cpu_threads, cfg.training.num_workers, device.type)
+    policy = resolve_precision(cfg.precision.mode, device)
+    apply_tf32(cfg.precision.tf32, device)  # process-wide: set with the run's device, not at import
+    return Runtime(dist=dist, device=device, cpu_plan=cpu_plan, policy=policy)
+
+
+def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer, device: torch.device,
+                factory: Optional[Callable[..., XttsTrainingModel]] = None) -> XttsTrainingModel:
+    """The training model on the device, in train mode (``factory``: a test seam, TrainingHooks.model_factory)."""
+    model = (factory or build_training_model)(base, vocab_path, tokenizer)
+    model.to(device)
+    if cfg.training.gradient_checkpointing:
+        enable_gradient_checkpointing(model.xtts.gpt)
+    model.train()
+    return model
+
+
+def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: Limits, *, model, runtime: Runtime,
+              run_dir: Path, should_stop: Callable[[], bool]) -> TrainingData:
+    """Every clip checked up front; with ``training.cache_dvae_codes`` the DVAE codes of every clip on disk."""
+    lang, show = cfg.run.language, runtime.is_main
+    train_clips, train_report = load_clips(train_csv, tokenizer, lang, limits, progress=show)
+    eval_clips, eval_report = load_clips(eval_csv, tokenizer, lang, limits, progress=show)
+    for report in (train_report, eval_report):
+        if show:
+            (log.warning if report.rejected else log.info)("data: %s", report.summary())
+    if not train_clips:
+        raise DataError(f"{train_csv}: no usable training clip; {train_report.summary()}")
+    if not eval_clips and show:
+        log.warning("data: %s has no usable clip: eval losses are skipped", eval_csv)
+    paths = None
+    if cfg.training.cache_dvae_codes:
+        cache_dir, clips = RunLayout(run_dir).codes_cache, train_clips + eval_clips
+
+        def build() -> list[Path]:  # on a shared run dir the other ranks find every code cached
+            return build_codes_cache(model, clips, cache_dir, runtime.device, progress=show, should_stop=should_stop)
+
+        # rank 0 first; the others wait on MainFirst's long-timeout gloo group, not on the default (NCCL)
+        # group, whose watchdog would abort them after COLLECTIVE_TIMEOUT on a large dataset or slow disk
+        paths = MainFirst(runtime.dist).run("the DVAE code cache", build)
+    n = len(train_clips)
+    common = dict(sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,
+                  cond_max_s=cfg.training.max_conditioning_s, seed=cfg.run.seed)
+    return TrainingData(
+        train_clips=train_clips, eval_clips=eval_clips,
+        reports={"train": train_report.to_dict(), "eval": eval_report.to_dict()},
+        train_set=ClipDataset(train_clips, train=True, code_paths=paths[:n] if paths else None, **common),
+        eval_set=ClipDataset(eval_clips, train=False, code_paths=paths[n:] if paths else None, **common))
+
+
+def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> ResumeSource:
+    """The checkpoint to continue from, loaded (the recipe's one checkpoint read; rank 0 chooses, all load)."""
+    dist, run = handles.dist, handles.run
+    chosen = choose_checkpoint(cfg.checkpoint.resume, run_dir, run.owns) if dist.is_main else None
+    path = dist.broadcast_object(chosen)
+    state = CheckpointStore.load_state(path) if path is not None else None
+    branch = None
+    if state is not None and dist.is_main and cfg.checkpoint.resume not in ("auto", "never"):
+        # resume from a named (older) checkpoint: this run's later steps are kept, never overwritten (branch.py)
+        branch = set_aside_later_steps(run_dir, int(state.step), run.owns)
+    return ResumeSource(path=path, state=state, branch=branch)
+
+
+def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model, data: TrainingData, state: Optional[TrainingState],
+                 model_inputs: Callable[..., dict]) -> BatchPlan:
+    """The micro-batch size (``auto``: reused from the checkpoint, else probed) and the accumulation."""
+    dist, world = runtime.dist, runtime.dist.world_size
+    auto = tcfg.batch_size == "auto"
+    saved = int(state.sampler.get("batch_size", -1)) if state is not None else -1
+    if auto and saved > 0:  # the same batches as before the stop: exact resume
+        size = saved
+        log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again", size)
+    elif auto:
+        def inputs_or_stop(batch: dict, *, train: bool) -> dict:  # each try may take seconds on a GPU
+            raise_if_stopped("the batch-size probe")
+            return model_inputs(batch, train=train)
+
+        choice = probe_batch_size(model, data.train_set, data.train_clips, inputs_or_stop, runtime.policy.autocast,
+                                  runtime.device, rank=dist.rank, world_size=world, effective=tcfg.effective_batch_size)
+        size = min(dist.all_gather_object(choice.size))  # every rank must fit
+    else:
+        size = int(tcfg.batch_size)
+    size, accum = plan_accumulation(size, tcfg.effective_batch_size, world, tcfg.grad_accum_steps,
+                                    lower_batch=auto and saved <= 0)
+    if tcfg.effective_batch_size is not None:
+        log.info("effective batch: %d x %d accumulation x %d process(es) = %d (training.effective_batch_size %d)",
+                 size, accum, world, size * accum * world, tcfg.effective_batch_size)
+    return BatchPlan(batch_size=size, grad_accum_steps=accum, world_size=world)
+
+
+def build_optimisation(model: XttsTrainingModel, tcfg: TrainingConfig, device: torch.device,
+                       base_vocab_size: int) -> Optimisation:
+    optimizer = build_optimizer(model.gpt, tcfg, device)
+    return Optimisation(optimizer=optimizer, trainable=[p for g in optimizer.param_groups for p in g["params"]],
+                        new_rows=NewTokenRows(model.gpt, base_vocab_size, tcfg.new_token_lr_multiplier))
+
+
+def sampler_key(runtime: Runtime, plan: BatchPlan, data: TrainingData, seed: int) -> dict:
+    """What must not change for a saved data position to mean the same batches."""
+    return {"world_size": runtime.dist.world_size, "batch_size": plan.batch_size, "num_clips": len(data.train_clips),
+            "seed": seed}
+
+
+def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchPlan, position: tuple[int, int],
+                 step: int) -> tuple[ResumableBatchSampler, Any]:
+    """(the resumable sampler at ``position``, the training loader; iterating it starts its workers)."""
+    dist = runtime.dist
+    sampler = ResumableBatchSampler([c.num_samples for c in data.train_clips], plan.batch_size, cfg.run.seed,
+                                    rank=dist.rank, world_size=dist.world_size,
+                                    bucketing=cfg.training.length_bucketing, start=position)
+    loader = make_loader(data.train_set, sampler, num_workers=runtime.cpu_plan.workers,
+                         pin_memory=runtime.device.type == "cuda",
+                         base_seed=(cfg.run.seed * 1_000_003 + step * 101 + dist.rank) % 2**31)
+    return sampler, loader
+
+
+def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: BatchPlan, offloaded: tuple,
+              base_vocab_size: int, scaler, policy: PrecisionPolicy, model_inputs: Callable[..., dict]) -> None:
+    """One real forward/backward on the clips most likely to fail, before hours of training."""
+    check_setup(model, optimizer, runtime.device, offloaded)
+    vocab_rows = model.gpt.text_embedding.weight.shape[0]
+    picked = pick_check_clips([c.tokens for c in data.train_clips], base_vocab_size, vocab_rows, plan.batch_size)
+    items = collate([data.train_set[ItemKey(i, 0, 0, slot, runtime.dist.rank)] for slot, i in enumerate(picked)])
+    check_forward_backward(model, model_inputs(items, train=True), policy.autocast, base_vocab_size,
+                           runtime.device, scaler=scaler)
+
+
+def seed_or_restore_rng(rng_state: Optional[dict], seed: int, rank: int, step: int, device: torch.device) -> None:
+    """The checkpoint's random streams of this rank, or fresh ones from the seed (last in setup)."""
+    if rng_state is not None:
+        restore_rng(rng_state, device)
+        return
+    seed = seed + 7919 * rank + step
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
