@@ -140,6 +140,17 @@ class DatasetConfig:
     max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
     num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
     silence_peak_db: float = opt(-60.0, "Reject a clip as silent when its peak is below this level, in dBFS.")
+    cut_ending_check: bool = opt(
+        True,
+        "Reject clips that end in speech (a word cut off by the segmenter) as cut_ending: such clips teach the "
+        "model to stop mid-word.",
+    )
+    cut_ending_tail_ms: float = opt(30.0, "cut_ending: the length of the clip's end that must be quiet, in ms.")
+    cut_ending_margin_db: float = opt(
+        10.0,
+        "cut_ending: reject when the end is louder than the clip's own pauses by more than this many dB "
+        "(its pause level: its quietest 20 ms, or 50 dB below its speech if that is louder).",
+    )
     metadata_files: list[str] = opt(
         [],
         "CSV files (relative to the dataset root) to read for the ljspeech/coqui layouts; empty: the standard "
@@ -184,6 +195,10 @@ class DatasetConfig:
             problems.append("dataset.trim_silence_db: must be >= 0 (0 disables trimming)")
         if not 0.0 <= self.max_clipped_fraction <= 1.0:
             problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
+        if not 5.0 <= self.cut_ending_tail_ms <= 500.0:
+            problems.append(f"dataset.cut_ending_tail_ms: {self.cut_ending_tail_ms} must be in [5, 500] ms")
+        if self.cut_ending_margin_db <= 0:
+            problems.append("dataset.cut_ending_margin_db: must be > 0 dB, e.g. 20")
         if self.silence_peak_db >= 0:
             problems.append("dataset.silence_peak_db: must be below 0 dBFS, e.g. -60")
         if not self.speaker_name.strip() or any(c in self.speaker_name for c in "|\r\n"):
