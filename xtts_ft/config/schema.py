@@ -140,6 +140,11 @@ class DatasetConfig:
     max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
     num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
     silence_peak_db: float = opt(-60.0, "Reject a clip as silent when its peak is below this level, in dBFS.")
+    short_clip_min_share: float = opt(
+        0.05,
+        "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
+        "characters: with too few short clips, short inputs babble (a judgement, not a measured threshold).",
+    )
     cut_ending_check: bool = opt(
         True,
         "Reject clips that end in speech (a word cut off by the segmenter) as cut_ending: such clips teach the "
@@ -195,6 +200,8 @@ class DatasetConfig:
             problems.append("dataset.trim_silence_db: must be >= 0 (0 disables trimming)")
         if not 0.0 <= self.max_clipped_fraction <= 1.0:
             problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
+        if not 0.0 <= self.short_clip_min_share <= 1.0:
+            problems.append(f"dataset.short_clip_min_share: {self.short_clip_min_share} must be in [0, 1]")
         if not 5.0 <= self.cut_ending_tail_ms <= 500.0:
             problems.append(f"dataset.cut_ending_tail_ms: {self.cut_ending_tail_ms} must be in [5, 500] ms")
         if self.cut_ending_margin_db <= 0:
