@@ -420,6 +420,11 @@ class EvaluationConfig:
         "Transcribe every sample with asr.model for sample_cer (and CER per length bucket). Off: no download "
         "and no CER; speaker similarity is still measured.",
     )
+    cer_floor_clips: int = opt(
+        50,
+        "The CER floor: eval clips whose real recordings asr.model transcribes once per run; the report shows "
+        "each checkpoint's CER against this floor (a sample is not heard better than the real voice); 0: off.",
+    )
     eval_at_start: bool = opt(
         True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
     )
@@ -432,6 +437,8 @@ class EvaluationConfig:
                 problems.append(f"evaluation.speaker_wavs: file '{f}' does not exist")
         if self.mcd_clips < 0:
             problems.append("evaluation.mcd_clips: must be >= 0 (0 = no MCD)")
+        if self.cer_floor_clips < 0:
+            problems.append("evaluation.cer_floor_clips: must be >= 0 (0 = no CER floor)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             problems.append("evaluation.max_new_tokens: must be >= 1, or null for the model's limit")
         if not 0.0 < self.temperature <= 5.0:
