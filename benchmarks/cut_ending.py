@@ -2,6 +2,7 @@
 
     python benchmarks/cut_ending.py                 # the bundled demo dataset
     python benchmarks/cut_ending.py --dataset DIR   # any coqui-layout folder (audio_file|text|speaker_name)
+    python benchmarks/cut_ending.py --clips 4       # the first 4 clips only (the test's quick form)
 
 Copies every clip of the dataset twice into a temporary coqui-layout folder: as it is (espeak-ng's
 clips end in silence) and cut mid-word (at the first loud 20 ms frame between 50 % and 90 % of the
@@ -49,10 +50,12 @@ def cut_mid_word(y: np.ndarray, sr: int) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", type=Path, default=ROOT / "datasets" / "amharic_demo")
+    ap.add_argument("--clips", type=int, default=0, help="use only the first N clips (0: all)")
     ap.add_argument("--tail-ms", type=float, default=DatasetConfig.cut_ending_tail_ms)
     args = ap.parse_args()
     with open(args.dataset / "metadata.csv", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="|", quoting=csv.QUOTE_NONE))
+    rows = rows[: args.clips] if args.clips > 0 else rows
     with tempfile.TemporaryDirectory(prefix="cut_ending_") as tmp:
         root = Path(tmp) / "ds"
         (root / "wavs").mkdir(parents=True)

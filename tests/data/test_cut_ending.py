@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,8 @@ from datahelpers import make_cfg, read_tsv, standin_normalize, tone
 from xtts_ft.data import prepare_dataset
 from xtts_ft.data.checks import ending_level
 
-DEMO = Path(__file__).resolve().parents[2] / "datasets" / "amharic_demo"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO = REPO_ROOT / "datasets" / "amharic_demo"
 
 
 def _cut_in_speech(y: np.ndarray, sr: int) -> np.ndarray:
@@ -67,3 +70,10 @@ def test_ending_level_judges_the_tail_against_the_clips_own_pauses():
     assert level > pause + 30.0
     # a steady sound with nothing quieter in it shows no pause to compare with: no verdict, not a rejection
     assert ending_level(tone(2.0, sr, pad=0.0), sr, 30.0) is None
+
+
+def test_the_measurement_script_runs_on_a_few_demo_clips():
+    out = subprocess.run([sys.executable, "benchmarks/cut_ending.py", "--clips", "3"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "good:   0 of 3 rejected as cut_ending" in out.stdout and "cut :   3 of 3 rejected" in out.stdout
