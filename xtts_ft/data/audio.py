@@ -63,9 +63,9 @@ class AudioSettings:
     min_duration_s: float
     max_duration_s: float
     silence_peak_db: float
-    cut_ending_check: bool = True
-    cut_ending_tail_ms: float = 30.0
-    cut_ending_margin_db: float = 10.0
+    cut_ending_check: bool
+    cut_ending_tail_ms: float
+    cut_ending_margin_db: float
     sample_rate: int = SAMPLE_RATE
     quality: str = RESAMPLE_QUALITY
 
