@@ -169,6 +169,21 @@ def short_clip_share(durations: list[float], text_chars: list[int], min_share: f
     }
 
 
+def combine_short_clips(parts: list[dict]) -> dict:
+    """Several datasets' short_clip_share dicts as one (counts summed; the strictest min_share)."""
+    parts = [p for p in parts if p.get("clips")]
+    if not parts:
+        return {}
+    n = sum(p["clips"] for p in parts)
+    out = {"clips": n}
+    for key in ("under_2s", "under_20_chars"):
+        out[key] = sum(p[key] for p in parts)
+        out[key + "_share"] = round(out[key] / n, 4)
+    out["min_share"] = max(p["min_share"] for p in parts)
+    return {k: out[k] for k in ("clips", "under_2s", "under_2s_share", "under_20_chars", "under_20_chars_share",
+                                "min_share")}
+
+
 def write_reports(
     report: PrepareReport,
     out_dir: Path,
