@@ -149,8 +149,6 @@ def prepare_dataset(
     }
     report.transcript_cer_stats = stats(cer_values) if cfg.transcript_check is not None else {}
     report.short_clips = short_clip_share(durations, [len(texts[e.clip_id]) for e in kept], cfg.short_clip_min_share)
-    if report.short_clip_warning():
-        log.warning("dataset %s: %s", root, report.short_clip_warning())
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)
