@@ -282,8 +282,9 @@ def render_report(run_dir: Path) -> str:
         f'<p class="muted">Generated {time.strftime("%Y-%m-%d %H:%M:%S")}. {html.escape(summary)}</p>',
         *(f'<p class="bad">{html.escape(n)}</p>' for n in notes),
         "<h2>Pick a checkpoint</h2>",
-        "<p>Lower eval loss and MCD are better; a stop rate below 1 means some samples ran to the length "
-        "limit instead of ending. Listen before you choose.</p>",
+        "<p>Short texts come first: they are where fine-tunes babble and miss the stop token. Lower CER, eval "
+        "loss and MCD are better; a stop rate below 1 means some samples ran to the length limit instead of "
+        "ending. Listen before you choose.</p>",
         _checkpoint_table(run_dir, evals, index),
         "<h2>Curves</h2>",
         '<div class="plots">' + "\n".join(plots) + "</div>" if plots else '<p class="muted">Nothing to plot yet.</p>',
