@@ -44,6 +44,7 @@ CODES_CACHE = "dvae_codes"
 CHECKPOINTS_DIR = "checkpoints"
 SAMPLES_DIR = "samples"
 INDEX_FILE = "index.jsonl"  # samples/index.jsonl: one record per evaluation
+CER_FLOOR_FILE = "cer_floor.json"  # samples/cer_floor.json: the recogniser's CER on the real eval recordings
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -114,6 +115,7 @@ class RunLayout(_Folder):
     checkpoints = property(lambda self: self.root / CHECKPOINTS_DIR)
     samples = property(lambda self: self.root / SAMPLES_DIR)
     samples_index = property(lambda self: self.samples / INDEX_FILE)
+    cer_floor = property(lambda self: self.samples / CER_FLOOR_FILE)
     metrics = property(lambda self: self.root / METRICS_FILE)
     events = property(lambda self: self.root / EVENTS_FILE)
     tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)

@@ -44,6 +44,7 @@ def _build(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
     sf.write(str(w / "silent.wav"), np.zeros(44100), 22050)
     sf.write(str(w / "clipped.wav"), np.clip(tone(2.0) * 5, -1, 1), 22050, subtype="FLOAT")
     write_audio(w / "short.wav", 0.2, freq=650)
+    sf.write(str(w / "cut.wav"), tone(2.0, freq=660)[: -int(0.4 * 22050)], 22050)  # ends mid-"word", no pause
     shutil.copyfile(w / "stereo44.wav", w / "zz_dup_audio.wav")
     write_audio(w / "zz_dup_text.wav", 2.0, freq=370)
     write_audio(w / "eval_ok.wav", 2.0, freq=390)
@@ -74,6 +75,7 @@ def _build(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
         ("ann", "wavs/clipped.wav", S[7], "clipped"),
         ("ann", "wavs/short.wav", S[7], "too_short"),
         ("ann", "wavs/long.wav", S[7], "too_long"),
+        ("ann", "wavs/cut.wav", S[7], "cut_ending"),
         ("ann", "wavs/cps.wav", "ሀሁ", "chars_per_second"),
         ("ann", "wavs/zz_dup_audio.wav", S[8], "duplicate_audio"),
         ("ann", "wavs/zz_dup_text.wav", S[1], "duplicate_text"),

@@ -58,6 +58,8 @@ def test_two_languages_prepare_into_one_training_set(tmp_path: Path):
     assert not any(t in seen for t in ENGLISH)  # English text never met the Amharic normaliser
 
     rows = read_metadata(out / "metadata_train.csv")
+    short = report.short_clips  # both datasets' counts together
+    assert short["clips"] == len(rows) == 8 and short["under_20_chars"] == sum(len(r["text"]) < 20 for r in rows)
     assert {r["language"] for r in rows} == {"am", "en"}
     english = [r for r in rows if r["language"] == "en"]
     assert [r["text"] for r in english] == ENGLISH[:3]  # stored as written: coqui's English cleaners run at encode

@@ -18,6 +18,13 @@ def _cfg(tmp_path, run_dir, **evaluation):
     return config_from_dict({"run": {"output_dir": str(run_dir), "seed": 7}, "dataset": {"path": str(data)}, "evaluation": ev})
 
 
+class HearsPeterPiper:
+    """A recogniser that hears the eval clips' text in every file."""
+
+    def transcribe_files(self, paths):
+        return ["peter piper" for _ in paths]
+
+
 def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(trained, tokenizer, speaker_wav, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
@@ -30,7 +37,8 @@ def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(train
         sf.write(str(wavs / f"clip_{i}.wav"), voice_like(2.0, seed=10 + i), SR)
         clips.append((wavs / f"clip_{i}.wav", "peter piper"))
     writer = SummaryWriter(str(run_dir / "tensorboard"))
-    hook = make_eval_hook(_cfg(tmp_path, run_dir), run_dir, tokenizer, [speaker_wav], clips, (0.01, 10.0), writer=writer)
+    hook = make_eval_hook(_cfg(tmp_path, run_dir), run_dir, tokenizer, [speaker_wav], clips, (0.01, 10.0), writer=writer,
+                          recognizer=HearsPeterPiper())
 
     trained.train()
     keys = set(trained.state_dict())
@@ -62,7 +70,12 @@ def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(train
     acc.Reload()
     assert {"samples/voice_a_0", "mcd_samples/mcd_0_clip_0"} <= set(acc.Tags()["audio"])
 
+    floor = json.loads((run_dir / "samples" / "cer_floor.json").read_text(encoding="utf-8"))
+    assert floor["clips"] == 2 and floor["cer_floor"] == 0.0  # the real clips say exactly their text
+    assert metrics["sample_cer"] > 0  # the samples were asked for "the quick fox"
+
     html = write_report(run_dir).read_text(encoding="utf-8")
+    assert "against a floor of 0</td>" in html
     assert html.count("<audio") == 3  # the sample, the MCD sample and its recording
     assert 'src="samples/step_000005/voice_a_0.wav"' in html and 'src="data/wavs/clip_0.wav"' in html
 

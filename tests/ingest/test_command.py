@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -77,3 +78,5 @@ def test_ingest_output_goes_through_prepare_with_every_clip_accounted_for(tmp_pa
                                eval_fraction=0.0, num_workers=1, progress=False)
     assert prepared.total == report.clips
     assert prepared.kept + sum(prepared.rejected.values()) == report.clips and prepared.kept >= 6
+    assert prepared.rejected["cut_ending"] == 0  # ingest moved or dropped every end that fell in speech
+    assert json.loads((tmp_path / "ds" / "ingest_report.json").read_text(encoding="utf-8"))["endings_moved"] >= 0

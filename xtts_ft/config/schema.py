@@ -141,6 +141,22 @@ class DatasetConfig:
     max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
     num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
     silence_peak_db: float = opt(-60.0, "Reject a clip as silent when its peak is below this level, in dBFS.")
+    short_clip_min_share: float = opt(
+        0.05,
+        "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
+        "characters: with too few short clips, short inputs babble (a judgement, not a measured threshold).",
+    )
+    cut_ending_check: bool = opt(
+        True,
+        "Reject clips that end in speech (a word cut off by the segmenter) as cut_ending: such clips teach the "
+        "model to stop mid-word.",
+    )
+    cut_ending_tail_ms: float = opt(30.0, "cut_ending: the length of the clip's end that must be quiet, in ms.")
+    cut_ending_margin_db: float = opt(
+        10.0,
+        "cut_ending: reject when the end is louder than the clip's own pauses by more than this many dB "
+        "(its pause level: its quietest 20 ms, or 50 dB below its speech if that is louder).",
+    )
     metadata_files: list[str] = opt(
         [],
         "CSV files (relative to the dataset root) to read for the ljspeech/coqui layouts; empty: the standard "
@@ -185,6 +201,12 @@ class DatasetConfig:
             problems.append("dataset.trim_silence_db: must be >= 0 (0 disables trimming)")
         if not 0.0 <= self.max_clipped_fraction <= 1.0:
             problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
+        if not 0.0 <= self.short_clip_min_share <= 1.0:
+            problems.append(f"dataset.short_clip_min_share: {self.short_clip_min_share} must be in [0, 1]")
+        if not 5.0 <= self.cut_ending_tail_ms <= 500.0:
+            problems.append(f"dataset.cut_ending_tail_ms: {self.cut_ending_tail_ms} must be in [5, 500] ms")
+        if self.cut_ending_margin_db <= 0:
+            problems.append("dataset.cut_ending_margin_db: must be > 0 dB, e.g. 20")
         if self.silence_peak_db >= 0:
             problems.append("dataset.silence_peak_db: must be below 0 dBFS, e.g. -60")
         if not self.speaker_name.strip() or any(c in self.speaker_name for c in "|\r\n"):
@@ -405,6 +427,11 @@ class EvaluationConfig:
         "Transcribe every sample with asr.model for sample_cer (and CER per length bucket). Off: no download "
         "and no CER; speaker similarity is still measured.",
     )
+    cer_floor_clips: int = opt(
+        50,
+        "The CER floor: eval clips whose real recordings asr.model transcribes once per run; the report shows "
+        "each checkpoint's CER against this floor (a sample is not heard better than the real voice); 0: off.",
+    )
     eval_at_start: bool = opt(
         True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
     )
@@ -417,6 +444,8 @@ class EvaluationConfig:
                 problems.append(f"evaluation.speaker_wavs: file '{f}' does not exist")
         if self.mcd_clips < 0:
             problems.append("evaluation.mcd_clips: must be >= 0 (0 = no MCD)")
+        if self.cer_floor_clips < 0:
+            problems.append("evaluation.cer_floor_clips: must be >= 0 (0 = no CER floor)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             problems.append("evaluation.max_new_tokens: must be >= 1, or null for the model's limit")
         if not 0.0 < self.temperature <= 5.0:

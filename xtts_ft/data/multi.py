@@ -23,7 +23,14 @@ from xtts_ft.config import DatasetConfig
 from xtts_ft.data.metadata import read_metadata, write_metadata
 from xtts_ft.data.prepare import prepare_dataset
 from xtts_ft.data.reasons import REASONS, Rejection
-from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_rejections, write_reports
+from xtts_ft.data.report import (
+    MAX_EXAMPLES,
+    PrepareReport,
+    combine_short_clips,
+    stats,
+    write_rejections,
+    write_reports,
+)
 from xtts_ft.layout import DATASETS_SUBDIR, EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
@@ -116,6 +123,7 @@ def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> Pr
         speakers_without_eval=sorted({s for _, _, r in reports for s in r.speakers_without_eval}),
         seconds=round(sum(r.seconds for _, _, r in reports), 2),
         datasets=per_dataset,
+        short_clips=combine_short_clips([r.short_clips for _, _, r in reports]),
     )
 
 

@@ -24,7 +24,14 @@ from xtts_ft.data.entries import SourceEntry
 from xtts_ft.data.metadata import write_metadata
 from xtts_ft.data.readers import read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
-from xtts_ft.data.report import MAX_EXAMPLES, PrepareReport, stats, write_rejections, write_reports
+from xtts_ft.data.report import (
+    MAX_EXAMPLES,
+    PrepareReport,
+    short_clip_share,
+    stats,
+    write_rejections,
+    write_reports,
+)
 from xtts_ft.data.runner import run_jobs
 from xtts_ft.data.split import split_clips
 from xtts_ft.errors import ConfigError, DataError
@@ -142,6 +149,7 @@ def prepare_dataset(
         "chars_per_second": (cfg.min_chars_per_second, cfg.max_chars_per_second),
     }
     report.transcript_cer_stats = stats(cer_values) if cfg.transcript_check is not None else {}
+    report.short_clips = short_clip_share(durations, [len(texts[e.clip_id]) for e in kept], cfg.short_clip_min_share)
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)

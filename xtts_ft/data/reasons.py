@@ -24,6 +24,8 @@ REASONS: dict[str, str] = {
     "clipped": "re-record or lower the gain (too many samples at full scale), or raise dataset.max_clipped_fraction",
     "too_short": "clip shorter than dataset.min_duration_s after trimming silence",
     "too_long": "split the clip (longer than dataset.max_duration_s after trimming silence)",
+    "cut_ending": "the audio ends in speech (a word cut off): re-cut the clip after the last word, or raise "
+    "dataset.cut_ending_margin_db",
     "chars_per_second": "transcript and audio probably do not match; check both",
     "duplicate_audio": "the same audio appears more than once; the first clip (by id) is kept",
     "duplicate_text": "the same speaker says the same normalised text more than once; the first clip is kept",
@@ -32,7 +34,7 @@ REASONS: dict[str, str] = {
 }
 
 # Reasons a worker process can return for the audio stage (all others are decided in the main process).
-AUDIO_REASONS = ("unreadable", "empty_audio", "non_finite", "silent", "clipped", "too_short", "too_long")
+AUDIO_REASONS = ("unreadable", "empty_audio", "non_finite", "silent", "clipped", "too_short", "too_long", "cut_ending")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,10 @@ from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.tempfiles import atomic_write
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
+# What counts as a short clip (issue 24): XTTS fine-tunes babble on one-word inputs when their data holds
+# too few utterances this short, in time or in text.
+SHORT_CLIP_S = 2.0
+SHORT_TEXT_CHARS = 20
 
 
 @dataclass
@@ -38,6 +42,7 @@ class PrepareReport:
     duration_stats: dict[str, float] = field(default_factory=dict)  # seconds, kept clips
     chars_per_second_stats: dict[str, float] = field(default_factory=dict)  # kept clips
     transcript_cer_stats: dict[str, float] = field(default_factory=dict)  # every clip dataset.transcript_check heard
+    short_clips: dict = field(default_factory=dict)  # kept clips under 2 s / 20 characters: see short_clip_share
     seconds: float = 0.0  # wall-clock time of the run
     # several datasets in one run (data/multi.py): one dict each, {name, path, layout, language, total, kept,
     # kept_train, kept_eval, hours, rejected_total, rejected, folder}; empty for a single dataset
@@ -70,6 +75,7 @@ class PrepareReport:
                     f"{name}: min {stats['min']:g}{unit}, median {stats['median']:g}{unit}, "
                     f"mean {stats['mean']:g}{unit}, max {stats['max']:g}{unit}"
                 )
+        lines.extend(self.short_clip_lines())
         for d in self.datasets:
             lines.append(
                 f"  dataset {d['name']} [{d['language']}] ({d['layout']}): kept {d['kept']} of {d['total']} "
@@ -92,6 +98,34 @@ class PrepareReport:
                 "dataset.eval_max_clips: " + ", ".join(self.speakers_without_eval[:5])
             )
         return lines
+
+    def short_clip_lines(self) -> list[str]:
+        """The share of short clips, and a warning with the numbers when there are too few of them."""
+        s = self.short_clips
+        if not s.get("clips"):
+            return []
+        lines = [
+            f"Short clips: {s['under_2s']} of {s['clips']} under {SHORT_CLIP_S:g} s ({s['under_2s_share']:.1%}), "
+            f"{s['under_20_chars']} under {SHORT_TEXT_CHARS} characters ({s['under_20_chars_share']:.1%})"
+        ]
+        warning = self.short_clip_warning()
+        if warning:
+            lines.append(f"Warning: {warning}")
+        return lines
+
+    def short_clip_warning(self) -> Optional[str]:
+        """None when both shares reach dataset.short_clip_min_share; else what is missing, with the numbers."""
+        s = self.short_clips
+        if not s.get("clips"):
+            return None
+        low = [f"{s[key + '_share']:.1%} of clips are under {what}" for key, what in
+               (("under_2s", f"{SHORT_CLIP_S:g} s"), ("under_20_chars", f"{SHORT_TEXT_CHARS} characters"))
+               if s[key + "_share"] < s["min_share"]]
+        if not low:
+            return None
+        return (f"too few short clips for short inputs to work: {' and '.join(low)} (want at least "
+                f"{s['min_share']:.0%}, dataset.short_clip_min_share); one-word or short texts may babble or run on. "
+                f"Add short utterances (single words, short phrases, clips split at pauses)")
 
     def detail_lines(self) -> list[str]:
         """Examples of each rejection (report.txt)."""
@@ -118,6 +152,36 @@ def stats(values: list[float]) -> dict[str, float]:
         "max": round(float(a.max()), 2),
         "total": round(float(a.sum()), 2),
     }
+
+
+def short_clip_share(durations: list[float], text_chars: list[int], min_share: float) -> dict:
+    """Counts and shares of kept clips under SHORT_CLIP_S seconds and under SHORT_TEXT_CHARS characters."""
+    n = len(durations)
+    short_s = sum(1 for d in durations if d < SHORT_CLIP_S)
+    short_c = sum(1 for c in text_chars if c < SHORT_TEXT_CHARS)
+    return {
+        "clips": n,
+        "under_2s": short_s,
+        "under_2s_share": round(short_s / n, 4) if n else 0.0,
+        "under_20_chars": short_c,
+        "under_20_chars_share": round(short_c / n, 4) if n else 0.0,
+        "min_share": min_share,
+    }
+
+
+def combine_short_clips(parts: list[dict]) -> dict:
+    """Several datasets' short_clip_share dicts as one (counts summed; the strictest min_share)."""
+    parts = [p for p in parts if p.get("clips")]
+    if not parts:
+        return {}
+    n = sum(p["clips"] for p in parts)
+    out = {"clips": n}
+    for key in ("under_2s", "under_20_chars"):
+        out[key] = sum(p[key] for p in parts)
+        out[key + "_share"] = round(out[key] / n, 4)
+    out["min_share"] = max(p["min_share"] for p in parts)
+    return {k: out[k] for k in ("clips", "under_2s", "under_2s_share", "under_20_chars", "under_20_chars_share",
+                                "min_share")}
 
 
 def write_reports(

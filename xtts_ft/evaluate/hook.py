@@ -25,6 +25,7 @@ import numpy as np
 from xtts_ft.audio_io import DATASET_RATE, load_audio
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
+from xtts_ft.evaluate.cer_floor import measure_cer_floor
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
@@ -60,6 +61,10 @@ def summarize(samples: Sequence[SampleResult], mcd_samples: Sequence[SampleResul
         out["mcd"] = _mean([s.mcd for s in mcd_samples])
         out["mcd_stop_rate"] = _mean([float(s.ended_with_stop) for s in mcd_samples])
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _recognizer_name(cfg: Config) -> str:
+    return f"{cfg.asr.model}@{cfg.asr.revision or 'main'}"
 
 
 def _append_jsonl(path: Path, record: dict) -> None:
@@ -128,6 +133,8 @@ def evaluate_step(
             r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)
         raise_if_stopped("the sample scoring")
         score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
+        # the recogniser on the real recordings: measured at the first evaluation, read back after that
+        measure_cer_floor(run_dir, recognizer, _recognizer_name(cfg), eval_clips, ev.cer_floor_clips)
     except StopRequested:  # the run is stopping: no half evaluation is left behind
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -181,7 +188,8 @@ def make_eval_hook(
     eval_clips = [(Path(w), str(t)) for w, t in eval_clips]
     if not speaker_wavs and cfg.evaluation.sentences:
         raise DataError("evaluation: no reference voice; set evaluation.speaker_wavs or keep eval clips in the data")
-    for wav in speaker_wavs + [w for w, _ in eval_clips[: cfg.evaluation.mcd_clips]]:
+    measured = max(cfg.evaluation.mcd_clips, cfg.evaluation.cer_floor_clips if recognizer is not None else 0)
+    for wav in speaker_wavs + [w for w, _ in eval_clips[:measured]]:
         if not wav.is_file():
             raise DataError(f"evaluation: reference wav '{wav}' does not exist")
     check_language(tokenizer, cfg.run.language)

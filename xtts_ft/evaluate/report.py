@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 from urllib.parse import quote
 
+from xtts_ft.evaluate.cer_floor import read_cer_floor
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
 from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
 from xtts_ft.tempfiles import atomic_write
@@ -155,6 +156,13 @@ def _best_step(values: dict[int, Optional[float]]) -> Optional[int]:
     return min(finite, key=finite.get) if finite else None
 
 
+def _cer_cell(cer, floor: Optional[dict]) -> str:
+    """A sample CER, with the recogniser's floor beside it when the run measured one."""
+    if cer is None or floor is None:
+        return _fmt(cer)
+    return f"{_fmt(cer, 2)} against a floor of {_fmt(floor['cer_floor'], 2)}"
+
+
 def _checkpoint_table(run_dir: Path, evals: list[dict], index: list[dict]) -> str:
     eval_loss = {int(r["step"]): r.get("eval_loss") for r in evals}
     sample_metrics = {int(r["step"]): r.get("metrics") or {} for r in index}
@@ -163,17 +171,26 @@ def _checkpoint_table(run_dir: Path, evals: list[dict], index: list[dict]) -> st
     steps = sorted(set(eval_loss) | set(sample_metrics) | set(ckpts))
     if not steps:
         return '<p class="muted">No evaluations or checkpoints yet.</p>'
+    floor = read_cer_floor(run_dir)
     best_loss, best_mcd = _best_step(eval_loss), _best_step(mcd)
-    out = ["<table><tr><th>step</th><th>eval loss</th><th>MCD (dB)</th><th>stop rate</th>"
-           "<th>silence ratio</th><th>checkpoint</th></tr>"]
+    # short texts first: where fine-tunes babble and miss the stop token (issue 24)
+    out = []
+    if floor is not None:
+        out.append(f'<p>CER floor {_fmt(floor["cer_floor"], 2)}: the recogniser\'s own CER on '
+                   f'{floor.get("clips", "?")} real eval recordings. A sample is not heard better than the real '
+                   f"voice, so a CER near the floor is as good as this recogniser can tell.</p>")
+    out.append("<table><tr><th>step</th><th>short-text CER</th><th>short-text stop rate</th><th>CER</th>"
+               "<th>stop rate</th><th>eval loss</th><th>MCD (dB)</th><th>silence ratio</th><th>checkpoint</th></tr>")
     for s in steps:
         m = sample_metrics.get(s, {})
         cls = ' class="best"' if s in (best_loss, best_mcd) else ""
         marks = ", ".join(x for x, b in (("lowest eval loss", best_loss), ("lowest MCD", best_mcd)) if b == s)
         ck = f'<a href="{_src(ckpts[s])}">{html.escape(ckpts[s])}</a>' if s in ckpts else '<span class="muted">—</span>'
         out.append(
-            f"<tr{cls}><td>{s}{(' (' + marks + ')') if marks else ''}</td><td>{_fmt(eval_loss.get(s), 4)}</td>"
-            f"<td>{_fmt(mcd.get(s))}</td><td>{_fmt(m.get('sample_stop_rate'))}</td>"
+            f"<tr{cls}><td>{s}{(' (' + marks + ')') if marks else ''}</td>"
+            f"<td>{_fmt(m.get('sample_cer_short'))}</td><td>{_fmt(m.get('sample_stop_rate_short'))}</td>"
+            f"<td>{_cer_cell(m.get('sample_cer'), floor)}</td><td>{_fmt(m.get('sample_stop_rate'))}</td>"
+            f"<td>{_fmt(eval_loss.get(s), 4)}</td><td>{_fmt(mcd.get(s))}</td>"
             f"<td>{_fmt(m.get('sample_silence_ratio'))}</td><td>{ck}</td></tr>"
         )
     out.append("</table>")
@@ -265,8 +282,9 @@ def render_report(run_dir: Path) -> str:
         f'<p class="muted">Generated {time.strftime("%Y-%m-%d %H:%M:%S")}. {html.escape(summary)}</p>',
         *(f'<p class="bad">{html.escape(n)}</p>' for n in notes),
         "<h2>Pick a checkpoint</h2>",
-        "<p>Lower eval loss and MCD are better; a stop rate below 1 means some samples ran to the length "
-        "limit instead of ending. Listen before you choose.</p>",
+        "<p>Short texts come first: they are where fine-tunes babble and miss the stop token. Lower CER, eval "
+        "loss and MCD are better; a stop rate below 1 means some samples ran to the length limit instead of "
+        "ending. Listen before you choose.</p>",
         _checkpoint_table(run_dir, evals, index),
         "<h2>Curves</h2>",
         '<div class="plots">' + "\n".join(plots) + "</div>" if plots else '<p class="muted">Nothing to plot yet.</p>',

@@ -26,6 +26,7 @@ from xtts_ft.config import Config
 from xtts_ft.ingest.align import AlignedUnit, align_units
 from xtts_ft.ingest.analysis import Analysis, analyse
 from xtts_ft.ingest.clips import Clip, Piece, plan_clips, split_long
+from xtts_ft.ingest.endings import settle_endings
 from xtts_ft.ingest.gaps import guard_unclaimed_speech, reject_overfull
 from xtts_ft.ingest.output import IngestReport, write_dataset
 from xtts_ft.ingest.source_audio import IngestError, open_sources
@@ -227,6 +228,7 @@ def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optio
     else:
         clips = _subtitle_clips(cfg, analysis, recognizer, Path(subtitles), report)
     clips.sort(key=lambda c: (c.file, c.start))
+    report.endings_moved = settle_endings(clips, sources, cfg.dataset)  # no clip ends inside a word
     kept = sum(c.rejection is None for c in clips)
     if kept == 0:
         raise IngestError(_no_clips_message(clips, report, out_dir))

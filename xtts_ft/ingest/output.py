@@ -45,6 +45,7 @@ class IngestReport:
     unknown_letters: dict = field(default_factory=dict)  # letters of the text the recogniser has no id for
     subtitle_offset: Optional[dict] = None
     blocks_read: int = 0
+    endings_moved: int = 0  # clips whose planned end fell in speech, moved to the next pause (see endings.py)
     seconds: float = 0.0
     added_to_existing: bool = False  # --add-to-existing: the clips were added after an earlier dataset's
     moved_aside: Optional[str] = None  # --move-old-aside: where the folder's earlier content went
@@ -54,6 +55,9 @@ class IngestReport:
         lines = [f"ingest ({self.mode}): {self.clips} clips, {self.hours:.3f} h of {self.source_hours:.3f} h audio "
                  f"-> {self.out_dir}",
                  f"  rejected: {sum(self.rejected.values())} ({rejected})"]
+        if self.endings_moved:
+            lines.append(f"  cut words avoided: {self.endings_moved} clip end(s) fell in speech and were moved to the "
+                         f"next pause")
         if self.text_without_audio:
             lines.append(f"  text without audio: {len(self.text_without_audio)} sentence(s), first: "
                          f"#{self.text_without_audio[0]['sentence']} {self.text_without_audio[0]['text'][:50]}")
@@ -77,6 +81,8 @@ class IngestReport:
                f"- clips made: {self.clips} ({self.hours:.3f} h of {self.source_hours:.3f} h of audio)",
                f"- rejected: {sum(self.rejected.values())}"]
         out += [f"  - {reason}: {n}" for reason, n in sorted(self.rejected.items())]
+        out.append(f"- cut words avoided: {self.endings_moved} clip end(s) fell in speech and were moved to the next "
+                   f"pause (clips with no pause near their end are rejected as cut_ending)")
         machine = "machine (recogniser output, not checked by a person)"
         out.append(f"- transcripts: {machine if self.machine_transcripts else 'given'}")
         if self.subtitle_offset:

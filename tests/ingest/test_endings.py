@@ -1,0 +1,60 @@
+"""Ingest never cuts a word: a clip end planned inside speech moves to the next pause, or the clip is dropped."""
+
+from __future__ import annotations
+
+import numpy as np
+import soundfile as sf
+
+from tests.ingest.ingesthelpers import build_recording
+from xtts_ft.config import DatasetConfig
+from xtts_ft.data.checks import ending_level
+from xtts_ft.ingest.clips import Clip
+from xtts_ft.ingest.endings import settle_endings
+from xtts_ft.ingest.output import IngestReport
+from xtts_ft.ingest.source_audio import open_sources, read_range
+
+
+def _loud_point(y: np.ndarray, rate: int, t0: float, t1: float) -> float:
+    """The middle of the loudest 20 ms frame between t0 and t1: inside a vowel."""
+    frame = rate // 50
+    seg = y[int(t0 * rate): int(t1 * rate)]
+    n = len(seg) // frame
+    power = (seg[: n * frame].reshape(n, frame).astype(np.float64) ** 2).mean(1)
+    return t0 + (int(np.argmax(power)) + 0.5) * frame / rate
+
+
+def test_ends_in_speech_move_to_the_next_pause_or_the_clip_is_rejected(tmp_path):
+    rec = build_recording(tmp_path / "talk.wav", 2, pause_s=0.8, lead_s=0.5)
+    y, rate = sf.read(str(rec.path), dtype="float32")
+    (a0, a1), (b0, b1) = rec.spans
+    stop = _loud_point(y, rate, b0 + 0.5 * (b1 - b0), b1)  # the recording stops mid-word in sentence 2
+    sf.write(str(rec.path), y[: int(stop * rate)], rate, subtype="PCM_16")
+    sources = open_sources([rec.path])
+    cfg = DatasetConfig()
+    inside = round(_loud_point(y, rate, a0 + 0.6 * (a1 - a0), a1), 3)  # an alignment that ends a little early
+
+    def clip(end: float, **kw) -> Clip:
+        return Clip(0, round(a0 - 0.2, 3), end, "ሰላም", 0.9, "alignment", [0], **kw)
+
+    early, fenced, fine = clip(inside), clip(inside, not_after=inside + 0.02), clip(round(a1 + 0.3, 3))
+    at_file_end = Clip(0, round(b0 - 0.3, 3), round(stop, 3), "ሰላም", 0.9, "alignment", [1])
+    rejected_before = Clip(0, 0.0, inside, "", 0.0, "alignment", [], rejection=("no_text", "x"))
+    moved = settle_endings([early, fenced, fine, at_file_end, rejected_before], sources, cfg)
+
+    assert moved == 1
+    assert early.rejection is None and a1 - 0.15 <= early.end <= a1 + 0.3  # into the pause after the sentence
+    level, pause = ending_level(read_range(sources[0], early.start, early.end), rate, cfg.cut_ending_tail_ms)
+    assert level <= pause + cfg.cut_ending_margin_db  # what prepare's cut_ending check will find
+    assert fine.end == round(a1 + 0.3, 3) and fine.rejection is None  # already in a pause: untouched
+    for dropped in (fenced, at_file_end):  # speech beyond its fence, or no audio after it
+        assert dropped.rejection[0] == "cut_ending" and dropped.end == (inside if dropped is fenced else round(stop, 3))
+    assert rejected_before.rejection == ("no_text", "x") and rejected_before.end == inside
+
+    off = clip(inside)
+    assert settle_endings([off], sources, DatasetConfig(cut_ending_check=False)) == 0 and off.end == inside
+
+
+def test_the_ingest_report_says_how_many_cuts_it_avoided():
+    report = IngestReport(mode="text", out_dir="ds", endings_moved=3)
+    assert "cut words avoided: 3 clip end(s)" in report.markdown()
+    assert any("cut words avoided: 3" in line for line in report.summary_lines())
