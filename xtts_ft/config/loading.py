@@ -94,6 +94,9 @@ def _build_section(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
         if key not in names:
             problems.append(f"{where}.{key}: unknown key{_did_you_mean(str(key), names)}")
             continue
+        if dataclasses.is_dataclass(hints[key]):  # a sub-section, e.g. training.early_stopping
+            values[key] = _build_section(hints[key], value, f"{where}.{key}", problems)
+            continue
         ok, coerced = _coerce(value, hints[key])
         if not ok:
             problems.append(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
@@ -203,6 +206,14 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
     if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
         problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
                         f"set evaluation.recognize: true or best_metric: eval_loss")
+    stopping = cfg.training.early_stopping
+    metric = cfg.checkpoint.best_metric if stopping.metric == "best_metric" else stopping.metric
+    if stopping.enabled and metric != "eval_loss" and not cfg.evaluation.recognize:
+        problems.append(f"training.early_stopping.metric: '{metric}' needs the sample CER; set evaluation.recognize: "
+                        f"true or early_stopping.metric: eval_loss")
+    if stopping.enabled and cfg.evaluation.every_steps == 0:
+        problems.append("training.early_stopping: needs evaluations during training; set evaluation.every_steps "
+                        "(e.g. 1000) or early_stopping.enabled: false")
     problems.extend(_unmet_needs(raw, cfg))
     if problems:
         raise ConfigError("\n".join(f"{source}: {p}" for p in problems))

@@ -225,8 +225,42 @@ class TokenizerConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    enabled: bool = opt(False, "Stop training when the metric has not improved for `patience` evaluations in a row.")
+    metric: Literal["best_metric", "eval_loss", "cer", "cer_similarity"] = opt(
+        "best_metric",
+        "What must keep improving: best_metric (the same as checkpoint.best_metric, so the step it names is the "
+        "checkpoint kept as best), eval_loss, cer or cer_similarity (xtts_ft/evaluate/best_metric.py).",
+    )
+    patience: int = opt(3, "Evaluations in a row without an improvement before the run stops.")
+    min_improvement: float = opt(
+        0.0, "How much lower than the best so far a score must be to count as an improvement (in the metric's units)."
+    )
+
+    def check(self, problems: list[str]) -> None:
+        if self.patience < 1:
+            problems.append("training.early_stopping.patience: must be >= 1 (evaluations without improvement)")
+        if self.min_improvement < 0:
+            problems.append("training.early_stopping.min_improvement: must be >= 0")
+
+
+@dataclass
 class TrainingConfig:
-    max_steps: int = opt(10000, "Optimizer steps to train for.")
+    max_steps: int = opt(10000, "Optimizer steps to train for (see also max_epochs: whichever comes first).")
+    max_epochs: Optional[float] = opt(
+        None,
+        "Passes over the training clips to train for (fractions allowed); the run ends at max_steps or max_epochs, "
+        "whichever comes first. Null: max_steps alone.",
+    )
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    overfit_warning_evals: int = opt(
+        3,
+        "Warn once (console, events.jsonl, report banner) when the eval metric has been worse than its best for "
+        "this many evaluations in a row while the training loss kept falling; 0: never. Independent of early_stopping.",
+    )
+    export_best_at_end: bool = opt(
+        False, "At the end of training, export the best checkpoint into <run>/exports/best (a stock-coqui model folder)."
+    )
     batch_size: Union[int, Literal["auto"]] = opt(4, "Clips per micro-batch, or 'auto' to find the largest that fits.")
     grad_accum_steps: int = opt(1, "Micro-batches per optimizer step (effective batch = batch_size x this x GPUs).")
     effective_batch_size: Optional[int] = opt(
@@ -269,6 +303,11 @@ class TrainingConfig:
     def check(self, problems: list[str]) -> None:
         if self.max_steps < 1:
             problems.append("training.max_steps: must be >= 1")
+        if self.max_epochs is not None and not self.max_epochs > 0:
+            problems.append("training.max_epochs: must be > 0, or null to size the run by max_steps alone")
+        if self.overfit_warning_evals < 0:
+            problems.append("training.overfit_warning_evals: must be >= 0 (0 = never warn)")
+        self.early_stopping.check(problems)
         if isinstance(self.batch_size, int) and self.batch_size < 1:
             problems.append("training.batch_size: must be >= 1 or 'auto'")
         if self.grad_accum_steps < 1:

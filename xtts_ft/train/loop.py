@@ -34,7 +34,7 @@ import torch
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config, TrainingConfig, dump_config
-from xtts_ft.errors import CheckpointError, DataError, TrainingStopped
+from xtts_ft.errors import CheckpointError, ConfigError, DataError, TrainingStopped
 from xtts_ft.evaluate.best_metric import best_score
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model, model_limits
@@ -47,7 +47,8 @@ from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed, wrap_model
-from xtts_ft.train.evaluation import eval_losses
+from xtts_ft.train.early_stopping import RunJudges
+from xtts_ft.train.evaluation import eval_losses, eval_losses_by_language
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import (
     ddp_ignore,
@@ -107,6 +108,9 @@ class TrainResult:
     final_eval_loss: Optional[float]
     first_eval_loss: Optional[float]
     data_reports: dict = field(default_factory=dict)  # per split: clips kept / rejected per reason
+    best_step: Optional[int] = None  # the step of best_checkpoint
+    stopped_early: bool = False  # training.early_stopping ended the run before max_steps / max_epochs
+    overfit_warning: Optional[dict] = None  # the overfitting detector's finding, when it fired (this run or before)
 
 
 def train(cfg: Config, *, base: BaseModelFiles, vocab_path: Path, base_vocab_size: int, train_csv: Path,
@@ -201,6 +205,9 @@ class FineTuneRecipe:
         self.last_step_seconds = 0.0
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
+        self.judges = RunJudges(self.tcfg, cfg.checkpoint.best_metric)  # early stopping + overfit detector
+        self.early_stop = False
+        self.train_hours = 0.0  # hours of audio in the training clips (epochs and hours seen are logged)
         self._rng_state: Optional[dict] = None
 
     # ------------------------------------------------------------------ setup
@@ -240,6 +247,8 @@ class FineTuneRecipe:
             self.branch = set_aside_later_steps(self.run_dir, int(state.step), self.run.owns)
         self.plan = self._plan_batches(state)
         batch_size = self.plan.batch_size
+        self.train_hours = sum(c.num_samples for c in self.train_clips) / self.limits.sample_rate / 3600
+        self._size_by_epochs()
 
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
@@ -361,6 +370,28 @@ class FineTuneRecipe:
                      size, accum, world, size * accum * world, tcfg.effective_batch_size)
         return BatchPlan(batch_size=size, grad_accum_steps=accum, world_size=world)
 
+    def _size_by_epochs(self) -> None:
+        """``training.max_epochs``: the run ends at whichever of max_steps / max_epochs comes first; the schedule
+        (warm-up, cosine) is laid over the steps that will run."""
+        epochs = self.tcfg.max_epochs
+        if epochs is None:
+            return
+        steps = max(1, math.ceil(epochs * len(self.train_clips) / self.plan.samples_per_step))
+        if steps >= self.tcfg.max_steps:
+            log.info("training.max_epochs %g = %d steps: training.max_steps %d comes first", epochs, steps,
+                     self.tcfg.max_steps)
+            return
+        if self.tcfg.warmup_steps >= steps:
+            raise ConfigError(
+                f"training.max_epochs: {epochs:g} epochs of {len(self.train_clips)} clips at {self.plan.samples_per_step} "
+                f"clips per step is {steps} steps, not more than training.warmup_steps {self.tcfg.warmup_steps}; "
+                f"lower warmup_steps or raise max_epochs")
+        log.info("training.max_epochs %g: %d steps of %d clips (before training.max_steps %d)", epochs, steps,
+                 self.plan.samples_per_step, self.tcfg.max_steps)
+        self.tcfg = dataclasses.replace(self.tcfg, max_steps=steps)
+        self.cfg = dataclasses.replace(self.cfg, training=self.tcfg)
+        self.max_steps = steps
+
     def effective_config(self) -> Config:
         return dataclasses.replace(self.cfg, training=self.effective_training())
 
@@ -378,6 +409,7 @@ class FineTuneRecipe:
         )
         self.step, self.fresh, self.saved_step, self.last_checkpoint = point.step, False, point.step, path
         self.redo_eval = bool(state.eval_pending)
+        self.judges.load_state_dict(state.early_stopping)
         self.lr_factor, self.policy, self._rng_state = point.lr_factor, point.policy, point.rng
         self.first_eval_loss, self.best_eval_loss, self.last_eval_loss = (
             point.first_eval_loss, point.best_eval_loss, point.last_eval_loss)
@@ -445,10 +477,14 @@ class FineTuneRecipe:
                 new_best = False
                 if every and self.step % every == 0 and self.step < self.max_steps:
                     new_best = self.evaluate() and self.cfg.checkpoint.keep_best
+                    new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == self.step)
                     stopped = self._stop_agreed()
                 if (self.step % self.cfg.checkpoint.every_steps == 0 and self.step < self.max_steps) or new_best \
-                        or stopped:
-                    self.save_checkpoint(final=stopped)
+                        or stopped or self.early_stop:
+                    self.save_checkpoint(final=stopped or self.early_stop)
+                if self.early_stop and not stopped:
+                    self._stop_early()
+                    break
             if not stopped:
                 if self.last_eval_step != self.step:
                     self.evaluate()
@@ -579,8 +615,11 @@ class FineTuneRecipe:
         if self.scaler.is_enabled() and not stats.grad_ok and stats.loss_scale * pcfg.backoff_factor < pcfg.min_scale:
             self._switch_precision(stats.loss_scale * pcfg.backoff_factor)
             outcome = "skip"
+        self.judges.after_step(stats.loss if stats.good else float("nan"))
+        epochs = self.step * self.plan.samples_per_step / len(self.train_clips)  # clips drawn / clips in the set
         self.metrics.train_step(self.step, stats, lr=self.lr, guard=self.guard, precision=self.policy.name,
-                                epoch=self.data_position[0], samples=self.plan.samples_per_step, seconds=seconds)
+                                epoch=self.data_position[0], samples=self.plan.samples_per_step, seconds=seconds,
+                                epochs=epochs, audio_hours=epochs * self.train_hours)
         if outcome == "rollback":
             failed_at = self.step
             self.step = self.snapshot.restore(self.model.gpt, self.optimizer)  # the loss scale stays as it is
@@ -631,6 +670,9 @@ class FineTuneRecipe:
             try:
                 batches = eval_batches(self.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
                 losses = eval_losses(self.model, self.eval_set, batches, self.policy.autocast, self.model_inputs)
+                losses.update(eval_losses_by_language(self.model, self.eval_set, self.eval_clips, self.sampler.batch_size,
+                                                      self.cfg.evaluation.max_eval_batches, self.policy.autocast,
+                                                      self.model_inputs))  # a run with base-language data
                 extra = {}
                 if self.eval_hook is not None:
                     extra = self._run_eval_hook()
@@ -664,7 +706,29 @@ class FineTuneRecipe:
             score = self.dist.broadcast_object(best_score(self.cfg.checkpoint.best_metric, self.last_eval_metrics))
             is_best = score is not None and (self.best_score is None or score < self.best_score)
             self.best_score = score if is_best else self.best_score
+        # early stopping and the overfit detector judge every evaluation (every rank: they agree on stopping)
+        metrics = self.dist.broadcast_object(self.last_eval_metrics if self.is_main else None)
+        self.early_stop, finding = self.judges.after_eval(self.step, metrics)
+        if finding is not None and self.is_main:
+            self._warn_overfitting(finding)
         return is_best
+
+    def _warn_overfitting(self, finding: dict) -> None:
+        """Said once per run (the detector remembers it across resumes): console, events.jsonl, report banner."""
+        log.warning("overfitting: %s has been worse than its best (%.4g at step %d) for %d evaluations while the "
+                    "training loss fell from %.4g to %.4g; the best checkpoint is step %d. Set "
+                    "training.early_stopping.enabled: true, lower training.lr or add data", finding["metric"],
+                    finding["best_score"], finding["best_step"], finding["evals_worse"], finding["train_loss_from"],
+                    finding["train_loss_to"], finding["best_step"])
+        self.metrics.event(self.step, "overfitting", **finding)
+
+    def _stop_early(self) -> None:
+        stopper = self.judges.stopper
+        log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; the best was %.4g at "
+                    "step %d", self.step, self.judges.metric, stopper.min_improvement, stopper.evals_without_improvement,
+                    stopper.best_score, stopper.best_step)
+        self.metrics.event(self.step, "early_stop", metric=self.judges.metric, best_step=stopper.best_step,
+                           best_score=stopper.best_score, patience=stopper.patience)
 
     def _report_nonfinite_eval(self, value: float) -> None:
         """A NaN/Inf eval loss is a finding, not a gap: warned, recorded, and kept out of best/last losses."""
@@ -703,7 +767,7 @@ class FineTuneRecipe:
                 best_eval_loss=self.best_eval_loss, last_eval_loss=self.last_eval_loss,
                 training_config=dataclasses.asdict(self.effective_training()), vocab_fingerprint=self.vocab_fp,
                 base_vocab_size=self.base_vocab_size, log_interval=self.metrics.interval_state(),
-                eval_pending=self.eval_cut_short == self.step,
+                eval_pending=self.eval_cut_short == self.step, early_stopping=self.judges.state_dict(),
             )
             meta = {"epoch": self.data_position[0], "vocab_fingerprint": self.vocab_fp,
                     "base_model": str(self.base.root),
@@ -757,8 +821,13 @@ class FineTuneRecipe:
                 if self.is_main and self.run is not None else None)
         last, best = self.dist.broadcast_object((self.last_checkpoint, best))
         final = self.last_eval_loss if (self.last_eval_step == self.step or stopped) else None
+        best_step = ckpt.step_of(best.name) if best is not None else None
+        if self.is_main and best is not None:
+            log.info("best checkpoint (%s): %s (step %d)", self.cfg.checkpoint.best_metric, best, best_step)
         return TrainResult(step=self.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,
-                           final_eval_loss=final, first_eval_loss=self.first_eval_loss, data_reports=self.data_reports)
+                           final_eval_loss=final, first_eval_loss=self.first_eval_loss, data_reports=self.data_reports,
+                           best_step=best_step, stopped_early=self.early_stop and not stopped,
+                           overfit_warning=self.judges.overfit.finding)
 
     def cleanup(self) -> None:
         self.train_iter = None  # shuts the loader's worker processes down
