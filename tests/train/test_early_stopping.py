@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -98,8 +99,10 @@ def _csv(path: Path, rows: list[dict], language: bool = False) -> Path:
     return path
 
 
-def test_a_run_driven_to_overfit_stops_at_the_patience_and_keeps_the_best(run_on, dataset, tmp_path):
+def test_a_run_driven_to_overfit_stops_at_the_patience_and_keeps_the_best(run_on, dataset, tiny_base, tmp_path,
+                                                                         caplog):
     """Two training clips at a high LR, evaluated on four others every two steps: the eval loss turns up."""
+    caplog.set_level(logging.INFO, logger="xtts_ft")
     train_csv = _csv(tmp_path / "train2.csv", read_metadata(dataset[0])[:2])
     run = tmp_path / "run"
     patience = 3
@@ -133,6 +136,13 @@ def test_a_run_driven_to_overfit_stops_at_the_patience_and_keeps_the_best(run_on
 
     page = render_report(run)
     assert f"The best checkpoint is step {best}" in page and f"Stopped early at step {result.step}" in page
+    assert f"best checkpoint (eval_loss): {result.best_checkpoint} (step {best})" in caplog.text  # the console
+    from xtts_ft.evaluate.export import EXPORT_META
+    from xtts_ft.pipeline import _export_best  # training.export_best_at_end
+
+    exported = _export_best(result.best_checkpoint, run, tiny_base)
+    assert exported == run / "exports" / f"step_{best:06d}"
+    assert json.loads((exported / EXPORT_META).read_text())["step"] == best
 
 
 def test_max_epochs_sizes_the_run_and_epochs_and_hours_are_logged(trainer, dataset, tmp_path):
