@@ -82,7 +82,7 @@ def run_on(tiny_base, vocab, tokenizer, model_factory, codes_cache):
 
     def run(cfg, train_csv: Path, eval_csv: Path):
         run_dir = Path(cfg.run.output_dir)
-        shutil.copytree(codes_cache, run_dir / "cache" / "dvae_codes")  # keyed by the audio's hash
+        shutil.copytree(codes_cache, run_dir / "cache" / "dvae_codes", dirs_exist_ok=True)  # keyed by audio hash
         return run_training(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=train_csv,
                             eval_csv=eval_csv, run_dir=run_dir, tokenizer=tokenizer, model_factory=model_factory)
 
@@ -131,6 +131,9 @@ def test_a_run_driven_to_overfit_stops_at_the_patience_and_keeps_the_best(run_on
     judges = RunJudges(cfg.training, cfg.checkpoint.best_metric)
     judges.load_state_dict(saved)
     assert judges.stopper.should_stop and judges.overfit.finding["best_step"] == best
+    again = run_on(cfg, train_csv, dataset[1])  # the same command again (resume: auto) trains nothing more
+    assert again.stopped_early and again.step == result.step and again.best_step == best
+    assert [e["event"] for e in read_events(run)].count("overfitting") == 1
 
     from xtts_ft.evaluate.report import render_report
 

@@ -451,6 +451,12 @@ class FineTuneRecipe:
         if self.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)
             return self._result(stopped=False)
+        if self.judges.stopper is not None and self.judges.stopper.should_stop:  # the same command run again
+            self.early_stop = True
+            log.info("early stopping ended this run at step %d (best step %s); to train on, raise "
+                     "training.early_stopping.patience or set training.early_stopping.enabled: false", self.step,
+                     self.judges.stopper.best_step)
+            return self._result(stopped=False)
         redirect = contextlib.nullcontext()
         if self.is_main:
             from tqdm.contrib.logging import logging_redirect_tqdm
