@@ -206,7 +206,8 @@ class FineTuneRecipe:
         self.last_checkpoint: Optional[Path] = None
         self.last_bad: tuple[list[dict], list[int]] = ([], [])
         self.judges = RunJudges(self.tcfg, cfg.checkpoint.best_metric)  # early stopping + overfit detector
-        self.early_stop = False
+        self.early_stop = False  # the last evaluation ran out of patience (training.early_stopping)
+        self.stopped_early = False  # ... and that ended training before max_steps
         self.train_hours = 0.0  # hours of audio in the training clips (epochs and hours seen are logged)
         self._rng_state: Optional[dict] = None
 
@@ -452,7 +453,7 @@ class FineTuneRecipe:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", self.step, self.max_steps)
             return self._result(stopped=False)
         if self.judges.stopper is not None and self.judges.stopper.should_stop:  # the same command run again
-            self.early_stop = True
+            self.stopped_early = True
             log.info("early stopping ended this run at step %d (best step %s); to train on, raise "
                      "training.early_stopping.patience or set training.early_stopping.enabled: false", self.step,
                      self.judges.stopper.best_step)
@@ -730,6 +731,9 @@ class FineTuneRecipe:
 
     def _stop_early(self) -> None:
         stopper = self.judges.stopper
+        self.stopped_early = True
+        if not self.is_main:
+            return
         log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; the best was %.4g at "
                     "step %d", self.step, self.judges.metric, stopper.min_improvement, stopper.evals_without_improvement,
                     stopper.best_score, stopper.best_step)
@@ -832,7 +836,7 @@ class FineTuneRecipe:
             log.info("best checkpoint (%s): %s (step %d)", self.cfg.checkpoint.best_metric, best, best_step)
         return TrainResult(step=self.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,
                            final_eval_loss=final, first_eval_loss=self.first_eval_loss, data_reports=self.data_reports,
-                           best_step=best_step, stopped_early=self.early_stop and not stopped,
+                           best_step=best_step, stopped_early=self.stopped_early and not stopped,
                            overfit_warning=self.judges.overfit.finding)
 
     def cleanup(self) -> None:
