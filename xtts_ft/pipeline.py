@@ -283,10 +283,11 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     """The sample-synthesis hook the trainer calls after each evaluation."""
     from xtts_ft.evaluate import make_eval_hook
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
+    from xtts_ft.evaluate.languages import language_evals
     from xtts_ft.evaluate.references import pick_references
     tokenizer = make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
-        recognizer=load_eval_recognizer(cfg),
+        recognizer=load_eval_recognizer(cfg), languages=language_evals(cfg, data_dir),  # CER per language
     )

@@ -25,6 +25,7 @@ from xtts_ft.config.schema import (
     EarlyStoppingConfig,
     EvaluationConfig,
     IngestConfig,
+    LanguageAsrConfig,
     PrecisionConfig,
     RunConfig,
     ServeConfig,
@@ -42,7 +43,8 @@ from xtts_ft.errors import ConfigError
 __all__ = [
     "BASE_LANGUAGES", "DEFAULT_TEST_SENTENCES", "LANGUAGE_ALIASES", "AsrConfig", "BaseModelConfig",
     "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "EarlyStoppingConfig", "EvaluationConfig", "IngestConfig",
-    "PrecisionConfig", "RunConfig", "ServeConfig", "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
+    "LanguageAsrConfig", "PrecisionConfig", "RunConfig", "ServeConfig", "StabilityConfig", "TextConfig",
+    "TokenizerConfig", "TrainingConfig",
     "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_help", "is_hub_id",
     "is_local_source", "load_config", "opt", "parse_override",
 ]

@@ -437,6 +437,11 @@ class EvaluationConfig:
         "Transcribe every sample with asr.model for sample_cer (and CER per length bucket). Off: no download "
         "and no CER; speaker similarity is still measured.",
     )
+    language_clips: int = opt(
+        4,
+        "Eval clips per other language of the run (one with a recogniser in asr.per_language) re-synthesised in "
+        "that language, with their own recording as the voice, for sample_cer_<language>; 0: none.",
+    )
     eval_at_start: bool = opt(
         True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
     )
@@ -449,10 +454,20 @@ class EvaluationConfig:
                 problems.append(f"evaluation.speaker_wavs: file '{f}' does not exist")
         if self.mcd_clips < 0:
             problems.append("evaluation.mcd_clips: must be >= 0 (0 = no MCD)")
+        if self.language_clips < 0:
+            problems.append("evaluation.language_clips: must be >= 0 (0 = no CER for the run's other languages)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             problems.append("evaluation.max_new_tokens: must be >= 1, or null for the model's limit")
         if not 0.0 < self.temperature <= 5.0:
             problems.append(f"evaluation.temperature: {self.temperature} must be in (0, 5]")
+
+
+@dataclass
+class LanguageAsrConfig:
+    """``asr.per_language.<code>``: the recogniser for one more language (batch size, device, cache: as ``asr``)."""
+
+    model: str = opt("", "Speech recogniser for this language: a Hugging Face repo id or a local CTC model folder.")
+    revision: Optional[str] = opt(None, "Hugging Face revision of this model when it is a repo id; null: main.")
 
 
 @dataclass
@@ -468,12 +483,26 @@ class AsrConfig:
     cache_dir: Optional[str] = opt(None, "Hugging Face cache directory (default: the hub's own cache).")
     batch_size: int = opt(8, "Clips recognised per forward pass.")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where the recogniser runs: auto picks cuda when available.")
+    per_language: dict[str, LanguageAsrConfig] = opt(
+        {},
+        "Recognisers for the run's other languages (datasets with another `language`, e.g. English replay), by "
+        "language code: `en: {model: ...}`. Evaluation then logs sample_cer_<code> for that language's eval clips; "
+        "a language without one gets eval_loss_<code> only. asr.model stays the run language's recogniser.",
+    )
 
     def check(self, problems: list[str]) -> None:
         if not self.model:
             problems.append("asr.model: must name a repo id or a local folder")
         if self.batch_size < 1:
             problems.append("asr.batch_size: must be >= 1")
+        for code, entry in self.per_language.items():
+            if not entry.model:
+                problems.append(f"asr.per_language.{code}.model: must name a repo id or a local folder")
+
+    def for_language(self, language: str) -> AsrConfig:
+        """Settings of ``asr.per_language[language]`` (model, revision) with the shared ones of ``asr``."""
+        entry = self.per_language[language]
+        return dataclasses.replace(self, model=entry.model, revision=entry.revision, per_language={})
 
 
 @dataclass
@@ -565,6 +594,14 @@ class Config:
 
     def dataset_language(self, ds: DatasetConfig) -> str:
         return ds.language or self.run.language
+
+    def recognizer_settings(self, language: str) -> Optional[AsrConfig]:
+        """The ``asr`` settings that recognise ``language``: ``asr`` itself for the run's language, an
+        ``asr.per_language`` entry for another; None: no recogniser is named for it."""
+        run = LANGUAGE_ALIASES.get(self.run.language, self.run.language)
+        if LANGUAGE_ALIASES.get(language, language) == run:
+            return self.asr
+        return self.asr.for_language(language) if language in self.asr.per_language else None
 
 
 def field_help(section: type, name: str) -> str:

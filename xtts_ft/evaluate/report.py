@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 from urllib.parse import quote
 
+from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
 from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
 from xtts_ft.tempfiles import atomic_write
@@ -87,6 +88,9 @@ def _figure(title: str, uri: Optional[str]) -> str:
     return f'<figure><img alt="{html.escape(title)}" src="{uri}"></figure>'
 
 
+_CER_BUCKETS = {f"sample_cer_{name}" for name, _ in LENGTH_BUCKETS}  # per text length, not per language
+
+
 def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
     loss = PlotSpec("Loss", "loss", [
         clean_series("train loss", _points(train, "loss")),
@@ -94,6 +98,7 @@ def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
         clean_series("mel CE", _points(train, "loss_mel_ce")),
         clean_series("eval loss", _points(evals, "eval_loss"), "points"),
     ])
+    language_cers = sorted({k for r in evals for k in r if k.startswith("sample_cer_")} - _CER_BUCKETS)
     specs = [
         loss,
         PlotSpec("Eval loss", "loss", [
@@ -104,6 +109,11 @@ def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
             clean_series(f"eval loss {key.removeprefix('eval_loss_')}", _points(evals, key), "points")
             for key in sorted({k for r in evals for k in r if k.startswith("eval_loss_")} - {"eval_loss_text_ce",
                                                                                             "eval_loss_mel_ce"})
+        ]),
+        PlotSpec("Sample CER per language (the run's other languages heard by their own recognisers)", "CER", [
+            clean_series("CER run language" if key == "sample_cer" else f"CER {key.removeprefix('sample_cer_')}",
+                         _points(evals, key), "points")
+            for key in (["sample_cer", *language_cers] if language_cers else [])
         ]),
         PlotSpec("Learning rate", "lr", [clean_series("lr", _points(train, "lr"))]),
         PlotSpec("Gradient norm (before clipping)", "norm", [clean_series("grad norm", _points(train, "grad_norm"))]),
