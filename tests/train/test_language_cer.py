@@ -129,3 +129,23 @@ def test_a_two_language_run_logs_cer_per_language_and_says_once_why_one_has_none
     tags = EventAccumulator(str(run / "tensorboard")).Reload().Tags()["scalars"]
     assert {"eval/sample_cer_en", "eval/loss_fr"} <= set(tags) and "eval/sample_cer_fr" not in tags
     assert "Sample CER per language" in render_report(run)
+
+
+def test_a_missing_per_language_recogniser_is_named_by_its_key(dataset, tmp_path):
+    from xtts_ft.config import Config
+    from xtts_ft.errors import UserError
+    from xtts_ft.evaluate.languages import language_evals
+
+    rows = read_metadata(dataset[1])
+    for r, language in zip(rows, ("am", "en", "am", "en")):
+        r["language"] = language
+    _write_csv(tmp_path / EVAL_CSV, rows)
+    _write_csv(tmp_path / TRAIN_CSV, rows)
+    cfg = Config()
+    cfg.more_datasets = [DatasetConfig(language="en")]
+    cfg.asr.per_language = {"en": LanguageAsrConfig(model=str(tmp_path / "no_such_model"))}
+    with pytest.raises(UserError, match=r"^asr\.per_language\.en\.model: folder '.*no_such_model' does not exist"):
+        language_evals(cfg, tmp_path)
+    cfg.evaluation.recognize = False  # nothing is loaded: English keeps its eval loss and is told why
+    assert [(lang.language, lang.recognizer, lang.why_no_cer) for lang in language_evals(cfg, tmp_path)] == [
+        ("en", None, "evaluation.recognize is off")]

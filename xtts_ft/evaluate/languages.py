@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from xtts_ft.config import LANGUAGE_ALIASES, Config
+from xtts_ft.errors import UserError
 from xtts_ft.train.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,11 @@ def language_evals(cfg: Config, data_dir: Path, load_recognizer=None) -> list[La
             out.append(LanguageEval(language, clips, None, f"asr.per_language names no recogniser for '{language}'"))
         else:
             log.info("evaluation: '%s' samples are transcribed by %s", language, settings.model)
-            out.append(LanguageEval(language, clips, load_recognizer(settings)))
+            try:
+                recognizer = load_recognizer(settings)
+            except UserError as exc:  # its messages name asr.model; this one is the language's entry
+                raise type(exc)(str(exc).replace("asr.model", f"asr.per_language.{language}.model", 1)) from None
+            out.append(LanguageEval(language, clips, recognizer))
     return out
 
 
