@@ -50,6 +50,10 @@ def test_smoke_run_writes_every_output(demo_run):
     sample = index[-1]["samples"][0]
     assert isinstance(sample["recognized_text"], str) and sample["cer"] is not None
     assert "report.html" in demo_run.stderr  # the closing summary names the outputs
+    summary = json.loads((run_dir / "summary.json").read_text())  # the end names the best checkpoint and its step
+    assert Path(summary["best_checkpoint"]).name == f"step_{summary['best_step']:06d}"
+    assert f"(step {summary['best_step']}, by checkpoint.best_metric" in demo_run.stderr
+    assert train_lines[-1]["epochs"] > 0 and train_lines[-1]["audio_hours"] > 0
 
 
 def test_rerun_skips_unchanged_stages_and_continues_training(demo_run):

@@ -61,6 +61,7 @@ def test_mixed_language_run_trains_and_reports_both(tmp_path: Path, tiny_base_di
     counts = {d["language"]: (d["kept"], d["total"]) for d in report["datasets"]}
     assert counts == {"am": (66, 66), "en": (6, 6)}
     assert "(am " in out.stderr and ", en " in out.stderr  # the trainer's data check counted both languages
+    assert out.stderr.count("no sample_cer_en (evaluation.recognize is off)") == 1  # said once, why no English CER
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert max(m["step"] for m in metrics if m.get("split") != "eval") == 3
 

@@ -244,7 +244,16 @@ def _headless(args: argparse.Namespace) -> int:
     log.info("stopped." if result.stopped_by_signal else "done.")
     log.info("  last checkpoint  %s", result.last_checkpoint)
     if result.best_checkpoint:
-        log.info("  best checkpoint  %s", result.best_checkpoint)
+        log.info("  best checkpoint  %s (step %s, by checkpoint.best_metric %s)", result.best_checkpoint,
+                 result.best_step, cfg.checkpoint.best_metric)
+    if result.stopped_early:
+        log.info("  early stopping   ended training: no improvement for %d evaluations",
+                 cfg.training.early_stopping.patience)
+    if result.overfit_warning:
+        log.info("  overfitting      seen from step %s on (best step %s): see events.jsonl and the report",
+                 result.overfit_warning.get("at_step"), result.overfit_warning.get("best_step"))
+    if result.best_export:
+        log.info("  best exported    %s", result.best_export)
     log.info("  samples          %s", result.samples_dir)
     log.info("  report           %s", result.report)
     if result.first_eval_loss is not None and result.final_eval_loss is not None:

@@ -46,6 +46,10 @@ class PipelineResult:
     stopped_by_signal: bool = False
     first_eval_loss: Optional[float] = None
     final_eval_loss: Optional[float] = None
+    best_step: Optional[int] = None
+    stopped_early: bool = False  # training.early_stopping ended training
+    overfit_warning: Optional[dict] = None  # the overfitting detector's finding (events.jsonl "overfitting")
+    best_export: Optional[Path] = None  # training.export_best_at_end: the best checkpoint exported
 
 
 def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
@@ -247,12 +251,28 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     result.stopped_by_signal = outcome.stopped_by_signal
     result.first_eval_loss = outcome.first_eval_loss
     result.final_eval_loss = outcome.final_eval_loss
+    result.best_step, result.stopped_early = outcome.best_step, outcome.stopped_early
+    result.overfit_warning = outcome.overfit_warning
+    if is_main and cfg.training.export_best_at_end and outcome.best_checkpoint is not None \
+            and not outcome.stopped_by_signal:
+        result.best_export = _export_best(outcome.best_checkpoint, run_dir, base)
     result.samples_dir = RunLayout(run_dir).samples
     result.report = RunLayout(run_dir).report
     if is_main:
         result.report = write_report(run_dir)
         atomic_write(RunLayout(run_dir).summary, json.dumps(dataclasses.asdict(result), indent=2, default=str))
     return result
+
+
+def _export_best(checkpoint: Path, run_dir: Path, base: BaseModelFiles) -> Path:
+    """``training.export_best_at_end``: the best checkpoint -> ``exports/step_NNNNNN`` (an older one moved aside)."""
+    from xtts_ft.evaluate.export import export_from_checkpoint
+    from xtts_ft.output_folder import MOVE_ASIDE
+
+    out = RunLayout(run_dir).exports / checkpoint.name
+    path = export_from_checkpoint(checkpoint, out, base, on_existing=MOVE_ASIDE)
+    log.info("best checkpoint %s exported to %s", checkpoint, path)
+    return path
 
 
 def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, CheckpointRecord]]:
@@ -267,13 +287,14 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     """The sample-synthesis hook the trainer calls after each evaluation (``tokenizer``: the run's, else built)."""
     from xtts_ft.evaluate import make_eval_hook
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
+    from xtts_ft.evaluate.languages import language_evals
     from xtts_ft.evaluate.references import pick_references
 
     tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
-        recognizer=load_eval_recognizer(cfg),
+        recognizer=load_eval_recognizer(cfg), languages=language_evals(cfg, data_dir),  # CER per language
     )
 
 

@@ -22,7 +22,7 @@ FORMAT = 2
 READABLE_FORMATS = (1, 2)
 # Fields added later without changing the meaning of the others: absent in older files, written only when set
 # (so an older record read and written again keeps its keys).
-ADDED_FIELDS = ("log_interval", "eval_pending", "best_score", "best_step")
+ADDED_FIELDS = ("log_interval", "eval_pending", "best_score", "best_step", "early_stopping")
 
 
 @dataclass
@@ -50,6 +50,7 @@ class TrainingState:
     # added without a format change (older files lack them, and read as the defaults):
     log_interval: Optional[dict[str, Any]] = None  # the loss running average since the last logged row (metrics.py)
     eval_pending: bool = False  # the evaluation of this step was cut short by a stop: the resume redoes it
+    early_stopping: Optional[dict[str, Any]] = None  # {"stopper", "overfit"} state dicts (train/early_stopping.py)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict written to training_state.pt (no optimizer key for a weights-only checkpoint)."""

@@ -101,12 +101,38 @@ def _build_section(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
         if key not in names:
             problems.append(f"{where}.{key}: unknown key{_did_you_mean(str(key), names)}")
             continue
+        if dataclasses.is_dataclass(hints[key]):  # a sub-section, e.g. training.early_stopping
+            values[key] = _build_section(hints[key], value, f"{where}.{key}", problems)
+            continue
+        if _is_section_map(hints[key]):  # named sub-sections, e.g. asr.per_language.en
+            values[key] = _build_section_map(typing.get_args(hints[key])[1], value, f"{where}.{key}", problems)
+            continue
         ok, coerced = _coerce(value, hints[key])
         if not ok:
             problems.append(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
             continue
         values[key] = coerced
     return cls(**values)
+
+
+def _is_section_map(tp: Any) -> bool:
+    """``dict[str, SomeSection]``: a mapping of names to sub-sections of one kind."""
+    return typing.get_origin(tp) is dict and dataclasses.is_dataclass(typing.get_args(tp)[1])
+
+
+def _build_section_map(cls: type, raw: Any, where: str, problems: list[str]) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: expected a mapping of names to sections, got {type(raw).__name__}")
+        return {}
+    out = {}
+    for name, value in raw.items():
+        if not isinstance(value, dict):  # one problem for it, not a second one about its empty fields
+            problems.append(f"{where}.{name}: expected a mapping of keys, got {type(value).__name__}")
+            continue
+        out[str(name)] = _build_section(cls, value, f"{where}.{name}", problems)
+    return out
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -165,6 +191,14 @@ def _check_datasets(cfg: Config, listed: bool, problems: list[str]) -> None:
             where = f"dataset[{i}]" if listed else "dataset"
             problems.append(f"{where}.transcript_check: the recogniser (asr.model) hears {cfg.run.language}, not "
                             f"'{cfg.dataset_language(d)}'; set it to null for this dataset")
+    run = LANGUAGE_ALIASES.get(cfg.run.language, cfg.run.language)
+    for code in cfg.asr.per_language:
+        if LANGUAGE_ALIASES.get(code, code) == run:
+            problems.append(f"asr.per_language.{code}: '{code}' is the run's language, whose recogniser is asr.model; "
+                            f"remove this entry or set asr.model")
+        elif code not in langs:
+            problems.append(f"asr.per_language.{code}: no dataset is in '{code}' (the run's datasets are in "
+                            f"{', '.join(sorted(set(langs)))}); remove it or add that language's dataset")
     seen: dict[tuple, int] = {}
     for i, d in enumerate(cfg.datasets):
         key = (d.path, d.format, d.hf_split)
@@ -210,6 +244,14 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
     if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
         problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
                         f"set evaluation.recognize: true or best_metric: eval_loss")
+    stopping = cfg.training.early_stopping
+    metric = cfg.checkpoint.best_metric if stopping.metric == "best_metric" else stopping.metric
+    if stopping.enabled and metric != "eval_loss" and not cfg.evaluation.recognize:
+        problems.append(f"training.early_stopping.metric: '{metric}' needs the sample CER; set evaluation.recognize: "
+                        f"true or early_stopping.metric: eval_loss")
+    if stopping.enabled and cfg.evaluation.every_steps == 0:
+        problems.append("training.early_stopping: needs evaluations during training; set evaluation.every_steps "
+                        "(e.g. 1000) or early_stopping.enabled: false")
     problems.extend(_unmet_needs(raw, cfg))
     if problems:
         raise ConfigError("\n".join(f"{source}: {p}" for p in problems))

@@ -248,8 +248,42 @@ class TokenizerConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    enabled: bool = opt(False, "Stop training when the metric has not improved for `patience` evaluations in a row.")
+    metric: Literal["best_metric", "eval_loss", "cer", "cer_similarity"] = opt(
+        "best_metric",
+        "What must keep improving: best_metric (the same as checkpoint.best_metric, so the step it names is the "
+        "checkpoint kept as best), eval_loss, cer or cer_similarity (xtts_ft/checkpoint_store.py score_of).",
+    )
+    patience: int = opt(3, "Evaluations in a row without an improvement before the run stops.")
+    min_improvement: float = opt(
+        0.0, "How much lower than the best so far a score must be to count as an improvement (in the metric's units)."
+    )
+
+    def check(self, problems: list[str]) -> None:
+        if self.patience < 1:
+            problems.append("training.early_stopping.patience: must be >= 1 (evaluations without improvement)")
+        if self.min_improvement < 0:
+            problems.append("training.early_stopping.min_improvement: must be >= 0")
+
+
+@dataclass
 class TrainingConfig:
-    max_steps: int = opt(10000, "Optimizer steps to train for.")
+    max_steps: int = opt(10000, "Optimizer steps to train for (see also max_epochs: whichever comes first).")
+    max_epochs: Optional[float] = opt(
+        None,
+        "Passes over the training clips to train for (fractions allowed); the run ends at max_steps or max_epochs, "
+        "whichever comes first. Null: max_steps alone.",
+    )
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    overfit_warning_evals: int = opt(
+        3,
+        "Warn once (console, events.jsonl, report banner) when the eval metric has been worse than its best for "
+        "this many evaluations in a row while the training loss kept falling; 0: never. Independent of early_stopping.",
+    )
+    export_best_at_end: bool = opt(
+        False, "At the end of training, export the best checkpoint into <run>/exports/best (a stock-coqui model folder)."
+    )
     batch_size: Union[int, Literal["auto"]] = opt(4, "Clips per micro-batch, or 'auto' to find the largest that fits.")
     grad_accum_steps: int = opt(1, "Micro-batches per optimizer step (effective batch = batch_size x this x GPUs).")
     effective_batch_size: Optional[int] = opt(
@@ -292,6 +326,11 @@ class TrainingConfig:
     def check(self, problems: list[str]) -> None:
         if self.max_steps < 1:
             problems.append("training.max_steps: must be >= 1")
+        if self.max_epochs is not None and not self.max_epochs > 0:
+            problems.append("training.max_epochs: must be > 0, or null to size the run by max_steps alone")
+        if self.overfit_warning_evals < 0:
+            problems.append("training.overfit_warning_evals: must be >= 0 (0 = never warn)")
+        self.early_stopping.check(problems)
         if isinstance(self.batch_size, int) and self.batch_size < 1:
             problems.append("training.batch_size: must be >= 1 or 'auto'")
         if self.grad_accum_steps < 1:
@@ -432,6 +471,11 @@ class EvaluationConfig:
         "The CER floor: eval clips whose real recordings asr.model transcribes once per run; the report shows "
         "each checkpoint's CER against this floor (a sample is not heard better than the real voice); 0: off.",
     )
+    language_clips: int = opt(
+        4,
+        "Eval clips per other language of the run (one with a recogniser in asr.per_language) re-synthesised in "
+        "that language, with their own recording as the voice, for sample_cer_<language>; 0: none.",
+    )
     eval_at_start: bool = opt(
         True, "Evaluate once before the first step of a new run: the baseline that later eval losses compare with."
     )
@@ -446,10 +490,20 @@ class EvaluationConfig:
             problems.append("evaluation.mcd_clips: must be >= 0 (0 = no MCD)")
         if self.cer_floor_clips < 0:
             problems.append("evaluation.cer_floor_clips: must be >= 0 (0 = no CER floor)")
+        if self.language_clips < 0:
+            problems.append("evaluation.language_clips: must be >= 0 (0 = no CER for the run's other languages)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             problems.append("evaluation.max_new_tokens: must be >= 1, or null for the model's limit")
         if not 0.0 < self.temperature <= 5.0:
             problems.append(f"evaluation.temperature: {self.temperature} must be in (0, 5]")
+
+
+@dataclass
+class LanguageAsrConfig:
+    """``asr.per_language.<code>``: the recogniser for one more language (batch size, device, cache: as ``asr``)."""
+
+    model: str = opt("", "Speech recogniser for this language: a Hugging Face repo id or a local CTC model folder.")
+    revision: Optional[str] = opt(None, "Hugging Face revision of this model when it is a repo id; null: main.")
 
 
 @dataclass
@@ -465,12 +519,26 @@ class AsrConfig:
     cache_dir: Optional[str] = opt(None, "Hugging Face cache directory (default: the hub's own cache).")
     batch_size: int = opt(8, "Clips recognised per forward pass.")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where the recogniser runs: auto picks cuda when available.")
+    per_language: dict[str, LanguageAsrConfig] = opt(
+        {},
+        "Recognisers for the run's other languages (datasets with another `language`, e.g. English replay), by "
+        "language code: `en: {model: ...}`. Evaluation then logs sample_cer_<code> for that language's eval clips; "
+        "a language without one gets eval_loss_<code> only. asr.model stays the run language's recogniser.",
+    )
 
     def check(self, problems: list[str]) -> None:
         if not self.model:
             problems.append("asr.model: must name a repo id or a local folder")
         if self.batch_size < 1:
             problems.append("asr.batch_size: must be >= 1")
+        for code, entry in self.per_language.items():
+            if not entry.model:
+                problems.append(f"asr.per_language.{code}.model: must name a repo id or a local folder")
+
+    def for_language(self, language: str) -> AsrConfig:
+        """Settings of ``asr.per_language[language]`` (model, revision) with the shared ones of ``asr``."""
+        entry = self.per_language[language]
+        return dataclasses.replace(self, model=entry.model, revision=entry.revision, per_language={})
 
 
 @dataclass
@@ -562,6 +630,14 @@ class Config:
 
     def dataset_language(self, ds: DatasetConfig) -> str:
         return ds.language or self.run.language
+
+    def recognizer_settings(self, language: str) -> Optional[AsrConfig]:
+        """The ``asr`` settings that recognise ``language``: ``asr`` itself for the run's language, an
+        ``asr.per_language`` entry for another; None: no recogniser is named for it."""
+        run = LANGUAGE_ALIASES.get(self.run.language, self.run.language)
+        if LANGUAGE_ALIASES.get(language, language) == run:
+            return self.asr
+        return self.asr.for_language(language) if language in self.asr.per_language else None
 
 
 def field_help(section: type, name: str) -> str:

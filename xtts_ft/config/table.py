@@ -45,11 +45,20 @@ def render_table() -> str:
     """The Markdown table of every config key: ``section.key``, default, help."""
     rows = ["| key | default | what it sets |", "|---|---|---|"]
     for name, section in sections():
-        defaults = section()
-        for f in dataclasses.fields(section):
-            rows.append(f"| `{name}.{f.name}` | {_cell(_default_text(getattr(defaults, f.name)))} | "
-                        f"{_cell(f.metadata.get('help', ''))} |")
+        rows += _rows(name, section())
     return "\n".join(rows)
+
+
+def _rows(prefix: str, defaults: object) -> list[str]:
+    """One row per field; a nested section (e.g. training.early_stopping) gives one row per field of its own."""
+    rows = []
+    for f in dataclasses.fields(defaults):
+        value = getattr(defaults, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += _rows(f"{prefix}.{f.name}", value)
+            continue
+        rows.append(f"| `{prefix}.{f.name}` | {_cell(_default_text(value))} | {_cell(f.metadata.get('help', ''))} |")
+    return rows
 
 
 def _span(readme: str) -> tuple[int, int]:

@@ -27,6 +27,7 @@ from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.cer_floor import measure_cer_floor
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
+from xtts_ft.evaluate.languages import LanguageEval, evaluate_languages, say_why_no_cer
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
 from xtts_ft.layout import RunLayout
@@ -106,6 +107,7 @@ def evaluate_step(
     duration_range: Optional[tuple[float, float]] = None,
     writer=None,
     recognizer=None,
+    languages: Sequence[LanguageEval] = (),
 ) -> dict[str, float]:
     """One evaluation of ``model`` (an XttsTrainingModel, possibly DDP-wrapped, or a bare Xtts) at ``step``."""
     model = getattr(model, "module", model)  # DistributedDataParallel wraps the training model
@@ -135,19 +137,24 @@ def evaluate_step(
         score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
         # the recogniser on the real recordings: measured at the first evaluation, read back after that
         measure_cer_floor(run_dir, recognizer, _recognizer_name(cfg), eval_clips, ev.cer_floor_clips)
+        language_metrics, language_samples = evaluate_languages(  # the run's other languages: sample_cer_<code>
+            xtts, tokenizer, languages, out_dir, temperature=ev.temperature, seed=cfg.run.seed,
+            max_new_tokens=ev.max_new_tokens)
     except StopRequested:  # the run is stopping: no half evaluation is left behind
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
     finally:
         for module, mode in modes:
             module.training = mode
-    metrics = summarize(samples, mcd_samples)
+    metrics = {**summarize(samples, mcd_samples), **language_metrics}
     record = {
         "step": int(step),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "dir": out_dir.relative_to(run_dir).as_posix(),
         "samples": [s.to_json(relative_to=run_dir) for s in samples],
         "mcd_samples": [s.to_json(relative_to=run_dir) for s in mcd_samples],
+        "language_samples": {code: [s.to_json(relative_to=run_dir) for s in found]
+                             for code, found in language_samples.items()},
         "metrics": metrics,
         "seconds_per_char_range": list(duration_range) if duration_range is not None else None,
         "eval_seconds": round(time.perf_counter() - started, 3),
@@ -156,6 +163,8 @@ def evaluate_step(
     if writer is not None:
         _log_audio(writer, step, samples, "samples")
         _log_audio(writer, step, mcd_samples, "mcd_samples")
+        for code, found in language_samples.items():
+            _log_audio(writer, step, found, f"samples_{code}")
     log.info(
         "step %d: %d samples, %d MCD clips in %.1f s: %s", step, len(samples), len(mcd_samples),
         record["eval_seconds"], ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
@@ -173,6 +182,7 @@ def make_eval_hook(
     *,
     writer=None,
     recognizer=None,
+    languages: Sequence[LanguageEval] = (),
 ) -> EvalHook:
     """``hook(step, model) -> dict[str, float]`` for the trainer.
 
@@ -180,7 +190,8 @@ def make_eval_hook(
     checked). ``eval_clips`` are ``(wav_path, text)`` pairs; the first ``evaluation.mcd_clips`` are used.
     ``recognizer`` (an :class:`xtts_ft.asr.recognizer.Recognizer`, see
     :func:`xtts_ft.evaluate.intelligibility.load_eval_recognizer`) transcribes every sample for CER;
-    None: no CER (speaker similarity is always measured).
+    None: no CER (speaker similarity is always measured). ``languages`` are the run's other languages
+    (:func:`xtts_ft.evaluate.languages.language_evals`): CER per language where each has a recogniser.
     Bad inputs (missing reference wavs, a vocabulary without the language token) fail here, at
     construction, not hours into training.
     """
@@ -193,6 +204,13 @@ def make_eval_hook(
         if not wav.is_file():
             raise DataError(f"evaluation: reference wav '{wav}' does not exist")
     check_language(tokenizer, cfg.run.language)
+    for lang in languages:
+        if lang.recognizer is not None:
+            check_language(tokenizer, lang.language)
+            for wav, _ in lang.clips:
+                if not Path(wav).is_file():
+                    raise DataError(f"evaluation: {lang.language} eval clip '{wav}' does not exist")
+    say_why_no_cer(languages)
     if duration_range is not None:
         lo, hi = (float(x) for x in duration_range)
         duration_range = (lo, hi)
@@ -201,6 +219,7 @@ def make_eval_hook(
         return evaluate_step(
             step, model, cfg=cfg, run_dir=Path(run_dir), tokenizer=tokenizer, speaker_wavs=speaker_wavs,
             eval_clips=eval_clips, duration_range=duration_range, writer=writer, recognizer=recognizer,
+            languages=languages,
         )
 
     return eval_hook

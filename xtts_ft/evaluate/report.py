@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 from urllib.parse import quote
 
 from xtts_ft.evaluate.cer_floor import read_cer_floor
+from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
 from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
 from xtts_ft.tempfiles import atomic_write
@@ -88,6 +89,9 @@ def _figure(title: str, uri: Optional[str]) -> str:
     return f'<figure><img alt="{html.escape(title)}" src="{uri}"></figure>'
 
 
+_CER_BUCKETS = {f"sample_cer_{name}" for name, _ in LENGTH_BUCKETS}  # per text length, not per language
+
+
 def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
     loss = PlotSpec("Loss", "loss", [
         clean_series("train loss", _points(train, "loss")),
@@ -95,11 +99,22 @@ def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
         clean_series("mel CE", _points(train, "loss_mel_ce")),
         clean_series("eval loss", _points(evals, "eval_loss"), "points"),
     ])
+    language_cers = sorted({k for r in evals for k in r if k.startswith("sample_cer_")} - _CER_BUCKETS)
     specs = [
         loss,
         PlotSpec("Eval loss", "loss", [
             clean_series("eval loss", _points(evals, "eval_loss"), "points"),
             clean_series("eval mel CE", _points(evals, "eval_loss_mel_ce"), "points"),
+        ]),
+        PlotSpec("Eval loss per language (a rising base language: forgetting)", "loss", [
+            clean_series(f"eval loss {key.removeprefix('eval_loss_')}", _points(evals, key), "points")
+            for key in sorted({k for r in evals for k in r if k.startswith("eval_loss_")} - {"eval_loss_text_ce",
+                                                                                            "eval_loss_mel_ce"})
+        ]),
+        PlotSpec("Sample CER per language (the run's other languages heard by their own recognisers)", "CER", [
+            clean_series("CER run language" if key == "sample_cer" else f"CER {key.removeprefix('sample_cer_')}",
+                         _points(evals, key), "points")
+            for key in (["sample_cer", *language_cers] if language_cers else [])
         ]),
         PlotSpec("Learning rate", "lr", [clean_series("lr", _points(train, "lr"))]),
         PlotSpec("Gradient norm (before clipping)", "norm", [clean_series("grad norm", _points(train, "grad_norm"))]),
@@ -260,6 +275,22 @@ def _sample_sections(run_dir: Path, index: list[dict]) -> str:
     return "\n".join(parts)
 
 
+def _training_banners(run_dir: Path) -> list[str]:
+    """What the training loop found about the run as a whole (events.jsonl): overfitting, an early stop."""
+    events, _ = read_jsonl(RunLayout(run_dir).events)
+    out = []
+    for e in events:
+        if e.get("event") == "overfitting":
+            out.append(f"Overfitting: {e.get('metric')} has been worse than its best (step {e.get('best_step')}) for "
+                       f"{e.get('evals_worse')} evaluations by step {e.get('at_step')} while the training loss fell "
+                       f"({_fmt(e.get('train_loss_from'), 4)} -> {_fmt(e.get('train_loss_to'), 4)}). The best "
+                       f"checkpoint is step {e.get('best_step')}.")
+        elif e.get("event") == "early_stop":
+            out.append(f"Stopped early at step {e.get('step')}: {e.get('metric')} did not improve for "
+                       f"{e.get('patience')} evaluations; the best was step {e.get('best_step')}.")
+    return out
+
+
 def render_report(run_dir: Path) -> str:
     """The report page for ``run_dir`` as an HTML string."""
     run_dir = Path(run_dir)
@@ -281,6 +312,7 @@ def render_report(run_dir: Path) -> str:
         f"<h1>XTTS fine-tune report: {html.escape(run_dir.resolve().name)}</h1>",
         f'<p class="muted">Generated {time.strftime("%Y-%m-%d %H:%M:%S")}. {html.escape(summary)}</p>',
         *(f'<p class="bad">{html.escape(n)}</p>' for n in notes),
+        *(f'<p class="bad banner">{html.escape(n)}</p>' for n in _training_banners(run_dir)),
         "<h2>Pick a checkpoint</h2>",
         "<p>Short texts come first: they are where fine-tunes babble and miss the stop token. Lower CER, eval "
         "loss and MCD are better; a stop rate below 1 means some samples ran to the length limit instead of "

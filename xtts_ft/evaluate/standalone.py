@@ -71,9 +71,11 @@ def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None) -> Path:
     xtts, tokenizer, meta = load_checkpoint_folder(Path(ckpt), base)
     refs = pick_references(cfg.evaluation, RunLayout(run_dir).data, cfg.run.language)
     from xtts_ft.evaluate.intelligibility import load_eval_recognizer
+    from xtts_ft.evaluate.languages import language_evals
 
     hook = make_eval_hook(cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
-                          recognizer=load_eval_recognizer(cfg))
+                          recognizer=load_eval_recognizer(cfg),
+                          languages=language_evals(cfg, RunLayout(run_dir).data))
     metrics = hook(int(meta["step"]), xtts)
     log.info("evaluated %s: %s", ckpt, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()))
     return write_report(run_dir)

@@ -22,12 +22,18 @@ inserts a lot):
   inconsistency, so CER is the number to read for Amharic.
 
 An empty reference scores 0.0 against an empty hypothesis and 1.0 against anything else.
+
+Other languages (a run's base-language replay data, scored by their own recogniser) have no
+normaliser here: :func:`plain_scoring_text` only lower-cases, turns punctuation into spaces and
+collapses spaces, so "Dr." against "doctor" or "3" against "three" counts as an error there.
+:func:`error_rates` takes the ``language`` and picks the scoring text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xtts_ft.text.normalizer import normalize_text
@@ -40,6 +46,17 @@ def scoring_text(text: str) -> str:
     normalised = normalize_text(text, fold_homophones=True).text
     normalised = _PUNCT_RE.sub(" ", normalised.replace("-", " "))
     return " ".join(normalised.split())
+
+
+def plain_scoring_text(text: str) -> str:
+    """A language without a normaliser here: lower-cased, punctuation (Unicode P*) as spaces, single spaces."""
+    kept = "".join(" " if unicodedata.category(c).startswith("P") else c for c in text.lower())
+    return " ".join(kept.split())
+
+
+def scoring_text_for(language: str) -> Callable[[str], str]:
+    """Amharic (``am``/``amh``): :func:`scoring_text` with the project's normaliser; any other: plain."""
+    return scoring_text if language in ("am", "amh") else plain_scoring_text
 
 
 def edit_distance(ref: Sequence[object], hyp: Sequence[object]) -> int:
@@ -70,9 +87,10 @@ class ErrorRates:
     hypothesis: str  # the scoring text of the recognised text
 
 
-def error_rates(reference: str, hypothesis: str) -> ErrorRates:
-    """CER, CER without spaces and WER of ``hypothesis`` against ``reference`` (raw texts)."""
-    ref, hyp = scoring_text(reference), scoring_text(hypothesis)
+def error_rates(reference: str, hypothesis: str, language: str = "am") -> ErrorRates:
+    """CER, CER without spaces and WER of ``hypothesis`` against ``reference`` (raw texts in ``language``)."""
+    score_text = scoring_text_for(language)
+    ref, hyp = score_text(reference), score_text(hypothesis)
     return ErrorRates(
         cer=_rate(ref, hyp),
         cer_no_space=_rate(ref.replace(" ", ""), hyp.replace(" ", "")),

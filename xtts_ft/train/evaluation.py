@@ -12,18 +12,22 @@ A stop request is honoured between batches (``StopRequested``).
 ``evaluate_on_main`` is what rank 0 does for one evaluation: these losses, then the integrator's
 evaluation hook (``run_eval_hook``: sample synthesis); the recipe reports a non-finite eval loss
 (``report_nonfinite_eval``) and decides whether the result is a new best (progress.py).
+
+A run whose eval clips are in several languages (a dataset list replaying base-language data)
+also gets ``eval_loss_<language>`` per language (``language_eval_batches``, used by ``evaluate_on_main``): forgetting the base
+language shows up as a rising curve of its own.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
-from xtts_ft.train.data import ClipDataset, collate
+from xtts_ft.train.data import Clip, ClipDataset, collate
 from xtts_ft.train.memory import modules_on
 from xtts_ft.train.sampler import ItemKey
 
@@ -79,12 +83,16 @@ def report_nonfinite_eval(value: float, step: int, precision: str, metrics, is_m
 
 def evaluate_on_main(model, eval_set: ClipDataset, batches: list, autocast: Callable, model_inputs: Callable[..., dict],
                      *, hook: Optional[Callable], step: int, offloaded: tuple, device: torch.device,
-                     metrics) -> Optional[dict]:
+                     metrics, language_batches: Optional[dict] = None) -> Optional[dict]:
     """Rank 0's evaluation of ``step``: the eval losses, then the hook's results, logged (metrics.jsonl) and
-    returned as one dict; the model is in eval mode meanwhile. None when a stop request cut it short."""
+    returned as one dict; the model is in eval mode meanwhile. None when a stop request cut it short.
+    ``language_batches`` (``language_eval_batches``): also ``eval_loss_<language>`` for each language."""
     model.eval()
     try:
         losses = eval_losses(model, eval_set, batches, autocast, model_inputs)
+        for language, language_keys in (language_batches or {}).items():  # a run with base-language data
+            losses[f"eval_loss_{language}"] = eval_losses(model, eval_set, language_keys, autocast,
+                                                          model_inputs)["eval_loss"]
         extra = run_eval_hook(hook, step, model, offloaded=offloaded, device=device, metrics=metrics) if hook else {}
     except StopRequested:  # the stop comes first: the step is saved, this evaluation is redone on resume
         log.warning("stop requested: the evaluation at step %d is abandoned", step)
@@ -93,3 +101,18 @@ def evaluate_on_main(model, eval_set: ClipDataset, batches: list, autocast: Call
         model.train()
     metrics.evaluation(step, losses, extra)
     return {**losses, **extra}
+
+
+def language_eval_batches(clips: Sequence[Clip], batch_size: int, max_batches: int) -> dict[str, list[list[ItemKey]]]:
+    """Fixed eval batches per language (clips in CSV order, at most ``max_batches`` each); empty for one language."""
+    by_language: dict[str, list[int]] = {}
+    for i, clip in enumerate(clips):
+        by_language.setdefault(clip.language, []).append(i)
+    if len(by_language) < 2:
+        return {}
+    out = {}
+    for language, indices in sorted(by_language.items()):
+        picked = indices[: batch_size * max_batches]
+        keys = [ItemKey(c, 0, n // batch_size, n % batch_size, 0) for n, c in enumerate(picked)]
+        out[language] = [keys[s : s + batch_size] for s in range(0, len(keys), batch_size)]
+    return out

@@ -27,7 +27,8 @@ import torch
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.config import Config, TrainingConfig, dump_config
-from xtts_ft.errors import TrainingStopped
+from xtts_ft.errors import ConfigError, TrainingStopped
+from xtts_ft.layout import step_of
 from xtts_ft.model import model_limits
 from xtts_ft.stop_signals import StopRequested, StopSignals
 from xtts_ft.train import session
@@ -35,7 +36,8 @@ from xtts_ft.train.branch import keep_foreign_aside
 from xtts_ft.train.data import Limits, eval_batches
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import wrap_model
-from xtts_ft.train.evaluation import evaluate_on_main, report_nonfinite_eval
+from xtts_ft.train.early_stopping import RunJudges
+from xtts_ft.train.evaluation import evaluate_on_main, language_eval_batches, report_nonfinite_eval
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import ddp_ignore, offload_plan, place_modules, release_memory
 from xtts_ft.train.metrics import MetricsLogger
@@ -63,6 +65,9 @@ class TrainResult:
     final_eval_loss: Optional[float]
     first_eval_loss: Optional[float]
     data_reports: dict = field(default_factory=dict)  # per split: clips kept / rejected per reason
+    best_step: Optional[int] = None  # the step of best_checkpoint
+    stopped_early: bool = False  # training.early_stopping ended the run before max_steps / max_epochs
+    overfit_warning: Optional[dict] = None  # the overfitting detector's finding, when it fired (this run or before)
 
 
 def train(cfg: Config, *, handles: RunHandles, base: BaseModelFiles, vocab_path: Path, base_vocab_size: int,
@@ -112,6 +117,10 @@ class FineTuneRecipe:
         self.stop = StopCoordinator(signals or StopSignals(), self.dist, command_line=command_line,
                                     config_resume=cfg.checkpoint.resume, run_dir=self.run_dir)
         self.progress = Progress()
+        self.judges = RunJudges(self.tcfg, cfg.checkpoint.best_metric)  # early stopping + overfit detector
+        self.early_stop = False  # the last evaluation ran out of patience (training.early_stopping)
+        self.stopped_early = False  # ... and that ended training before max_steps
+        self.train_hours = 0.0  # hours of audio in the training clips (epochs and hours seen are logged)
         # built by setup(), in this order (types: session.Runtime, torch.device, XttsTrainingModel,
         # session.TrainingData, BatchPlan, session.Optimisation, SaveTimeCheck, StabilityController,
         # ResumableBatchSampler, MetricsLogger, StepRunner)
@@ -154,6 +163,9 @@ class FineTuneRecipe:
         release_memory(self.device)
         source = session.find_resume_source(cfg, self.run_dir, self.handles)
         self.plan = session.plan_batches(tcfg, self.runtime, self.model, self.data, source.state, self.model_inputs)
+        self.train_hours = sum(c.num_samples for c in self.train_clips) / limits.sample_rate / 3600
+        self._size_by_epochs()
+        tcfg = self.tcfg
 
         self.opt = session.build_optimisation(self.model, tcfg, self.device, self.base_vocab_size)
         self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
@@ -169,6 +181,7 @@ class FineTuneRecipe:
                                      rank=dist.rank, world_size=dist.world_size, sampler_key=self._sampler_key(),
                                      best_metric=cfg.checkpoint.best_metric)
             self.progress, policy, rng_state, self.last_checkpoint = point.progress, point.policy, point.rng, source.path
+            self.judges.load_state_dict(state.early_stopping)
         self.stability = StabilityController(cfg, self.device, policy, guard, model=self.model,
                                              optimizer=self.optimizer,
                                              scaler_state=source.state.scaler if source.state is not None else None)
@@ -209,6 +222,28 @@ class FineTuneRecipe:
         """training config with the planned accumulation (what the checkpoint records and resume compares)."""
         return dataclasses.replace(self.tcfg, grad_accum_steps=self.plan.grad_accum_steps)
 
+    def _size_by_epochs(self) -> None:
+        """``training.max_epochs``: the run ends at whichever of max_steps / max_epochs comes first; the schedule
+        (warm-up, cosine) is laid over the steps that will run."""
+        epochs = self.tcfg.max_epochs
+        if epochs is None:
+            return
+        steps = max(1, math.ceil(epochs * len(self.train_clips) / self.plan.samples_per_step))
+        if steps >= self.tcfg.max_steps:
+            log.info("training.max_epochs %g = %d steps: training.max_steps %d comes first", epochs, steps,
+                     self.tcfg.max_steps)
+            return
+        if self.tcfg.warmup_steps >= steps:
+            raise ConfigError(
+                f"training.max_epochs: {epochs:g} epochs of {len(self.train_clips)} clips at {self.plan.samples_per_step} "
+                f"clips per step is {steps} steps, not more than training.warmup_steps {self.tcfg.warmup_steps}; "
+                f"lower warmup_steps or raise max_epochs")
+        log.info("training.max_epochs %g: %d steps of %d clips (before training.max_steps %d)", epochs, steps,
+                 self.plan.samples_per_step, self.tcfg.max_steps)
+        self.tcfg = dataclasses.replace(self.tcfg, max_steps=steps)
+        self.cfg = dataclasses.replace(self.cfg, training=self.tcfg)
+        self.max_steps = steps
+
     def _sampler_key(self) -> dict:
         return session.sampler_key(self.runtime, self.plan, self.data, self.cfg.run.seed)
 
@@ -228,6 +263,12 @@ class FineTuneRecipe:
             return self.finish_stop()
         if p.step >= self.max_steps:
             log.info("step %d already reaches training.max_steps=%d: nothing to train", p.step, self.max_steps)
+            return self._result(stopped=False)
+        if self.judges.stopper is not None and self.judges.stopper.should_stop:  # the same command run again
+            self.stopped_early = True
+            log.info("early stopping ended this run at step %d (best step %s); to train on, raise "
+                     "training.early_stopping.patience or set training.early_stopping.enabled: false", p.step,
+                     self.judges.stopper.best_step)
             return self._result(stopped=False)
         redirect = contextlib.nullcontext()
         if self.is_main:
@@ -255,9 +296,14 @@ class FineTuneRecipe:
                 new_best = False
                 if every and p.step % every == 0 and p.step < self.max_steps:
                     new_best = self.evaluate() and self.cfg.checkpoint.keep_best
+                    new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == p.step)
                     stopped = self.stop.agreed()
-                if (p.step % self.cfg.checkpoint.every_steps == 0 and p.step < self.max_steps) or new_best or stopped:
-                    self.save_checkpoint(final=stopped)
+                if (p.step % self.cfg.checkpoint.every_steps == 0 and p.step < self.max_steps) or new_best \
+                        or stopped or self.early_stop:
+                    self.save_checkpoint(final=stopped or self.early_stop)
+                if self.early_stop and not stopped:
+                    self._stop_early()
+                    break
             if not stopped and p.last_eval_step != p.step:
                 self.evaluate()
                 stopped = self.stop.agreed()
@@ -266,10 +312,14 @@ class FineTuneRecipe:
         return self.finish_stop() if stopped else self._result(stopped=False)
 
     def _log_step(self, stats: StepStats) -> Callable[[], None]:
+        self.judges.after_step(stats.loss if stats.good else float("nan"))
+
         def write() -> None:
+            epochs = self.progress.step * self.plan.samples_per_step / len(self.train_clips)  # clips drawn / in the set
             self.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=self.stability.guard,
                                     precision=self.stability.policy.name, epoch=self.progress.epoch,
-                                    samples=self.plan.samples_per_step, seconds=self.last_step_seconds)
+                                    samples=self.plan.samples_per_step, seconds=self.last_step_seconds,
+                                    epochs=epochs, audio_hours=epochs * self.train_hours)
         return write
 
     def _redo_cut_short_evaluation(self) -> bool:
@@ -304,9 +354,11 @@ class FineTuneRecipe:
         results, abandoned = None, False
         if self.is_main and self.data.eval_clips:
             batches = eval_batches(self.data.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
+            per_language = language_eval_batches(self.data.eval_clips, self.sampler.batch_size,
+                                                 self.cfg.evaluation.max_eval_batches)
             results = evaluate_on_main(self.model, self.data.eval_set, batches, policy.autocast, self.model_inputs,
                                        hook=self.eval_hook, step=p.step, offloaded=self.offloaded, device=self.device,
-                                       metrics=self.metrics)
+                                       metrics=self.metrics, language_batches=per_language)
             if results is None:  # saved as eval_pending with this step's checkpoint, redone on resume
                 abandoned, p.eval_cut_short, self.stop.where = True, p.step, f"the evaluation at step {p.step}"
         results, abandoned = self.dist.broadcast_object((results, abandoned))
@@ -320,7 +372,32 @@ class FineTuneRecipe:
             p.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
             report_nonfinite_eval(results["eval_loss"], p.step, policy.name, self.metrics, self.is_main)
             return False
-        return p.record_evaluation(results["eval_loss"], results, self.cfg.checkpoint.best_metric)
+        is_best = p.record_evaluation(results["eval_loss"], results, self.cfg.checkpoint.best_metric)
+        # early stopping and the overfit detector judge every evaluation (every rank has rank 0's results)
+        self.early_stop, finding = self.judges.after_eval(p.step, results)
+        if finding is not None and self.is_main:
+            self._warn_overfitting(finding)
+        return is_best
+
+    def _warn_overfitting(self, finding: dict) -> None:
+        """Said once per run (the detector remembers it across resumes): console, events.jsonl, report banner."""
+        log.warning("overfitting: %s has been worse than its best (%.4g at step %d) for %d evaluations while the "
+                    "training loss fell from %.4g to %.4g; the best checkpoint is step %d. Set "
+                    "training.early_stopping.enabled: true, lower training.lr or add data", finding["metric"],
+                    finding["best_score"], finding["best_step"], finding["evals_worse"], finding["train_loss_from"],
+                    finding["train_loss_to"], finding["best_step"])
+        self.metrics.event(self.progress.step, "overfitting", **finding)
+
+    def _stop_early(self) -> None:
+        stopper = self.judges.stopper
+        self.stopped_early = True
+        if not self.is_main:
+            return
+        log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; the best was %.4g at "
+                    "step %d", self.progress.step, self.judges.metric, stopper.min_improvement,
+                    stopper.evals_without_improvement, stopper.best_score, stopper.best_step)
+        self.metrics.event(self.progress.step, "early_stop", metric=self.judges.metric, best_step=stopper.best_step,
+                           best_score=stopper.best_score, patience=stopper.patience)
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self, final: bool = False) -> None:
@@ -337,7 +414,7 @@ class FineTuneRecipe:
                 rng=rngs, stability=stability.guard.state_dict(), precision=stability.policy.name,
                 training_config=dataclasses.asdict(self.effective_training()),
                 vocab_fingerprint=self.handles.vocab_fingerprint, base_vocab_size=self.base_vocab_size,
-                log_interval=self.metrics.interval_state(),
+                log_interval=self.metrics.interval_state(), early_stopping=self.judges.state_dict(),
             )
             evaluated = p.last_eval_step == p.step
             try:
@@ -375,9 +452,14 @@ class FineTuneRecipe:
         best = self._store().best(self.cfg.checkpoint.best_metric) if self.is_main else None
         last, best = self.dist.broadcast_object((self.last_checkpoint, best))
         final = p.last_eval_loss if (p.last_eval_step == p.step or stopped) else None
+        best_step = step_of(best.name) if best is not None else None
+        if self.is_main and best is not None:
+            log.info("best checkpoint (%s): %s (step %d)", self.cfg.checkpoint.best_metric, best, best_step)
         return TrainResult(step=p.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,
                            final_eval_loss=final, first_eval_loss=p.first_eval_loss,
-                           data_reports=self.data.reports if self.data is not None else {})
+                           data_reports=self.data.reports if self.data is not None else {},
+                           best_step=best_step, stopped_early=self.stopped_early and not stopped,
+                           overfit_warning=self.judges.overfit.finding)
 
     def cleanup(self) -> None:
         """The loader's workers and the metrics files; the distributed handle belongs to whoever set it up."""

@@ -121,9 +121,10 @@ class MetricsLogger:
 
     def train_step(
         self, step: int, stats: StepStats, *, lr: float, guard: StabilityGuard, precision: str, epoch: int,
-        samples: int, seconds: float,
+        samples: int, seconds: float, epochs: Optional[float] = None, audio_hours: Optional[float] = None,
     ) -> None:
-        """Record optimizer step ``step`` (1-based count of steps done)."""
+        """Record optimizer step ``step`` (1-based count of steps done); ``epochs``: passes over the training clips
+        so far (fractional), ``audio_hours``: hours of training audio seen so far."""
         if not self.enabled:
             return
         self._n += 1
@@ -133,9 +134,10 @@ class MetricsLogger:
             self._finite += 1
             for i, v in enumerate((stats.loss, stats.loss_text_ce, stats.loss_mel_ce)):
                 self._sums[i] += v
-        scalars = (("loss", stats.loss), ("lr", lr), ("grad_norm", stats.grad_norm), ("loss_scale", stats.loss_scale))
+        scalars = (("loss", stats.loss), ("lr", lr), ("grad_norm", stats.grad_norm), ("loss_scale", stats.loss_scale),
+                   ("epochs", epochs), ("audio_hours", audio_hours))
         for key, value in scalars:
-            if math.isfinite(value):
+            if value is not None and math.isfinite(value):
                 self._tb.add_scalar(f"train/{key}", value, step)
         self._bar.update(1)
         self._bar.set_postfix(loss=f"{stats.loss:.4f}", lr=f"{lr:.2e}", grad=f"{stats.grad_norm:.3f}", refresh=False)
@@ -144,7 +146,8 @@ class MetricsLogger:
         per_step = self._seconds / max(1, self._n)
         mean = [s / self._finite if self._finite else float("nan") for s in self._sums]
         record = {
-            "step": step, "epoch": epoch, "loss": mean[0], "loss_text_ce": mean[1], "loss_mel_ce": mean[2],
+            "step": step, "epoch": epoch, "epochs": epochs, "audio_hours": audio_hours,
+            "loss": mean[0], "loss_text_ce": mean[1], "loss_mel_ce": mean[2],
             "lr": lr, "grad_norm": stats.grad_norm, "loss_scale": stats.loss_scale,
             "skipped_steps": guard.skipped_steps, "skipped_nonfinite_loss": guard.skipped_nonfinite_loss,
             "skipped_nonfinite_grad": guard.skipped_nonfinite_grad, "rollbacks": guard.rollbacks,
@@ -156,10 +159,11 @@ class MetricsLogger:
         for key in ("samples_per_s", "skipped_steps"):
             if record[key] is not None:
                 self._tb.add_scalar(f"train/{key}", record[key], step)
+        seen = f" | epoch {epochs:.2f}, {audio_hours:.2f} h of audio" if epochs is not None and audio_hours is not None else ""
         log.info(
-            "step %d/%d | loss %.4f (text %.4f, mel %.4f) | lr %.3g | grad %.3f | scale %g | skipped %d | "
+            "step %d/%d%s | loss %.4f (text %.4f, mel %.4f) | lr %.3g | grad %.3f | scale %g | skipped %d | "
             "%.1f samples/s | eta %s",
-            step, self.max_steps, mean[0], mean[1], mean[2], lr, stats.grad_norm, stats.loss_scale,
+            step, self.max_steps, seen, mean[0], mean[1], mean[2], lr, stats.grad_norm, stats.loss_scale,
             guard.skipped_steps, record["samples_per_s"] or 0.0, _fmt_duration(record["eta_s"]),
         )
         self._reset_interval()
