@@ -36,6 +36,7 @@ from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 from xtts_ft.train.state_record import TrainingState
+from xtts_ft.train.trainable import merged_gpt_state
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,8 @@ def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
         verify_checkpoint(ckpt_dir)  # a truncated or corrupted file is named, never exported
     obj = load_weights(path, CheckpointError)
     if isinstance(obj, dict) and "format" in obj:  # what this project's trainer writes
-        return gpt_relative_state(TrainingState.from_dict(obj, str(path)).gpt, str(path))
+        record = TrainingState.from_dict(obj, str(path))  # a LoRA run's adapters are merged into plain weights
+        return merged_gpt_state(gpt_relative_state(record.gpt, str(path)), record.training_config, str(path))
     for key in ("gpt", "model"):  # a bare state dict under either name (e.g. coqui trainer style)
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             return gpt_relative_state(obj[key], str(path))

@@ -81,6 +81,7 @@ from xtts_ft.train.stability import (
 )
 from xtts_ft.train.state_record import TrainingState
 from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
+from xtts_ft.train.trainable import TrainableSetup, apply_trainable
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,7 @@ class FineTuneRecipe:
         self.plan: Optional[BatchPlan] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.trainable: list = []
+        self.trainable_setup: Optional[TrainableSetup] = None  # training.trainable: all / freeze / lora
         self.save_time: Optional[SaveTimeCheck] = None
         self.new_rows: Optional[NewTokenRows] = None
         self.guard: Optional[StabilityGuard] = None
@@ -244,6 +246,7 @@ class FineTuneRecipe:
         # optimizer, scaler, stability; then the checkpoint (if any) overrides the fresh state
         self.optimizer = build_optimizer(self.model.gpt, tcfg, self.device)
         self.trainable = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.trainable_setup.attach(self.optimizer)  # frozen base-vocabulary rows are put back after each step
         self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
         if self.is_main:  # a stop must save within torchrun's 30 s: warn up front when the disk is too slow
             self.save_time.estimate(checkpoint_bytes(list(self.model.gpt.parameters())), self.run_dir)
@@ -294,6 +297,8 @@ class FineTuneRecipe:
             self.tokenizer = make_tokenizer(self.vocab_path, TextSettings.from_config(self.cfg))
         model = (self.hooks.model_factory or build_training_model)(self.base, self.vocab_path, self.tokenizer)
         model.to(self.device)
+        # before the optimizer (it takes what requires gradients) and the resume (a LoRA checkpoint has adapter keys)
+        self.trainable_setup = apply_trainable(model.xtts.gpt, self.tcfg, self.base_vocab_size, seed=self.cfg.run.seed)
         if self.tcfg.gradient_checkpointing:
             enable_gradient_checkpointing(model.xtts.gpt)
         model.train()
