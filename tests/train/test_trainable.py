@@ -9,11 +9,11 @@ import pytest
 import torch
 from trainhelpers import small_config, train_lines
 
-from xtts_ft.errors import ConfigError
+from xtts_ft.errors import CheckpointError, ConfigError
 from xtts_ft.evaluate.export import export_from_checkpoint
 from xtts_ft.train import checkpoint as ckpt
 from xtts_ft.train.stability import gpt_state_dict
-from xtts_ft.train.trainable import apply_trainable, merge_adapters, merged_gpt_state
+from xtts_ft.train.trainable import apply_trainable, check_resume_trainable, merge_adapters, merged_gpt_state
 
 ROWS = ("text_embedding.weight", "text_head.weight", "text_head.bias")
 STEPS = 6
@@ -85,6 +85,8 @@ def test_lora_trains_resumes_exactly_and_exports_to_stock_coqui(trainer, built_m
     assert _losses(split_run) == expected  # bit-identical per-step losses and grad norms on CPU
     final = _final_gpt(resumed)
     assert all(torch.equal(final[k], state[k]) for k in state)
+    with pytest.raises(CheckpointError, match="trained with training.trainable: lora, the config says all"):
+        trainer(small_config(split_run, training={"max_steps": STEPS + 2}))
 
     # export: adapters merged into plain weights; stock coqui loads it unchanged
     out = export_from_checkpoint(resumed.last_checkpoint, tmp_path / "export", tiny_base)
@@ -110,3 +112,14 @@ def test_lora_trains_resumes_exactly_and_exports_to_stock_coqui(trainer, built_m
     same = _gpt_outputs(stock.gpt, n_tokens)
     assert torch.equal(same, _gpt_outputs(model.xtts.gpt, n_tokens))
     torch.testing.assert_close(same, unmerged, rtol=1e-4, atol=1e-5)  # merging changes only rounding
+
+
+def test_a_resume_with_another_trainable_option_is_refused_naming_the_key(tmp_path):
+    tcfg = small_config(tmp_path).training
+    lora = dataclasses.replace(tcfg, trainable="lora")
+    check_resume_trainable(dataclasses.asdict(lora), lora, tmp_path)  # the same: accepted
+    check_resume_trainable({"lr": 1e-3}, tcfg, tmp_path)  # written before the option: it trained everything
+    with pytest.raises(CheckpointError, match="trained with training.trainable: lora, the config says all"):
+        check_resume_trainable(dataclasses.asdict(lora), tcfg, tmp_path)
+    with pytest.raises(CheckpointError, match="training.lora_rank: 16, the config says 8"):
+        check_resume_trainable(dataclasses.asdict(lora), dataclasses.replace(lora, lora_rank=8), tmp_path)

@@ -81,7 +81,7 @@ from xtts_ft.train.stability import (
 )
 from xtts_ft.train.state_record import TrainingState
 from xtts_ft.train.stopping import CommandLine, StepStart, continue_command, write_stop_event
-from xtts_ft.train.trainable import TrainableSetup, apply_trainable
+from xtts_ft.train.trainable import TrainableSetup, apply_trainable, check_resume_trainable
 
 log = logging.getLogger(__name__)
 
@@ -375,6 +375,7 @@ class FineTuneRecipe:
 
     def _restore(self, state: TrainingState, path: Path) -> tuple[int, int]:
         """Continue from a verified checkpoint; returns the sampler position."""
+        check_resume_trainable(state.training_config, self.tcfg, path)  # before the tensor check: names the key
         check_compatible(state, path, vocab_fingerprint=self.vocab_fp, gpt=self.model.gpt, cfg=self.cfg)
         point = apply_checkpoint(
             state, path, gpt=self.model.gpt, optimizer=self.optimizer, guard=self.guard, tcfg=self.effective_training(),

@@ -199,3 +199,24 @@ def merged_gpt_state(state: dict[str, torch.Tensor], training_config: Optional[d
             raise CheckpointError(f"{source}: {key} has no LoRA A/B weights beside it; the checkpoint is incomplete") from None
         out[plain] = value + (b @ a).T * scaling
     return out
+
+
+# settings that change the GPT's tensors (or, for alpha, what the adapters mean): a resume keeps them
+_STRUCTURAL = {"lora": ("lora_rank", "lora_alpha", "lora_targets")}
+
+
+def check_resume_trainable(saved: Optional[dict], tcfg: TrainingConfig, ckpt_dir) -> None:
+    """Refuse a resume whose ``training.trainable`` (or LoRA shape) differs from the checkpoint's, naming the key.
+
+    Checkpoints written before the option existed trained everything (``all``)."""
+    saved = saved or {}
+    before = saved.get("trainable", "all")
+    if before != tcfg.trainable:
+        raise CheckpointError(
+            f"{ckpt_dir}: was trained with training.trainable: {before}, the config says {tcfg.trainable}; set "
+            f"training.trainable: {before} to continue this run, or start a new run dir for {tcfg.trainable}")
+    for key in _STRUCTURAL.get(tcfg.trainable, ()):
+        if key in saved and saved[key] != getattr(tcfg, key):
+            raise CheckpointError(
+                f"{ckpt_dir}: was trained with training.{key}: {saved[key]}, the config says {getattr(tcfg, key)}; "
+                f"set it back to {saved[key]} to continue this run, or start a new run dir")
