@@ -123,3 +123,11 @@ def test_a_resume_with_another_trainable_option_is_refused_naming_the_key(tmp_pa
         check_resume_trainable(dataclasses.asdict(lora), tcfg, tmp_path)
     with pytest.raises(CheckpointError, match="training.lora_rank: 16, the config says 8"):
         check_resume_trainable(dataclasses.asdict(lora), dataclasses.replace(lora, lora_rank=8), tmp_path)
+
+
+def test_config_checks_name_the_trainable_keys():
+    problems: list[str] = []
+    dataclasses.replace(small_config(".").training, lora_targets=["q_proj"], lora_rank=0, frozen_blocks=-1).check(problems)
+    text = "\n".join(problems)
+    assert "training.lora_targets: ['q_proj']" in text and "unknown: ['q_proj']" in text
+    assert "training.lora_rank must be >= 1" in text and "training.frozen_blocks: must be >= 0" in text
