@@ -97,6 +97,7 @@ def measure(mode: str, args) -> dict:
         "rss_after_build_mb": built_rss,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_s": statistics.median(times),
+        "load_avg_1min": os.getloadavg()[0],  # step times on a shared machine depend on it
         "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
     }
 
@@ -126,8 +127,10 @@ def print_table(rows: list[dict], args) -> None:
         if r["gpu_peak_mb"] is not None:
             line += f" {r['gpu_peak_mb']:>12.0f}"
         print(line + (f"   x{r['step_s'] / first['step_s']:.2f} time of {first['mode']}" if r is not first else ""))
+    loads = ", ".join(f"{r['load_avg_1min']:.1f}" for r in rows)
     print(f"(the GPT has {first['gpt_params_m']:.1f} M weights; RSS after building it: "
-          f"{first['rss_after_build_mb']:.0f} MB)")
+          f"{first['rss_after_build_mb']:.0f} MB; 1-minute load average at the end of each option: "
+          f"{loads} on {os.cpu_count()} cores)")
 
 
 def main() -> None:
