@@ -1,7 +1,7 @@
 """What each ``training.trainable`` option costs: memory and step time of all / freeze / lora, side by side.
 
     python benchmarks/trainable_cost.py                        # full-size XTTS-v2 GPT on the CPU (~10 GB RAM)
-    python benchmarks/trainable_cost.py --size small --steps 1 # a small GPT (CI checks it runs)
+    python benchmarks/trainable_cost.py --size small --steps 1 # a small GPT (the tests run it)
     python benchmarks/trainable_cost.py --device cuda           # the same on a GPU (adds the allocator's peak)
 
 Each option is measured in a fresh child process (so its peak RSS is its own): the GPT with random
@@ -10,8 +10,9 @@ weights (speed and memory do not depend on them), ``apply_trainable`` with the c
 (``build_optimizer``) with the row keeper attached, then real training steps on a synthetic batch
 (forward, backward, clip, optimizer step), the first one untimed. Reported: weights that train,
 the optimizer's state (AdamW keeps two fp32 moments per trained weight), the process's peak RSS,
-the median step time, and on a GPU the allocator's peak. Only the GPT is built: a run also holds
-the frozen DVAE, HiFiGAN decoder and speaker encoder, the same for every option.
+the median step time in wall and in CPU seconds (all threads; on a shared machine the steadier of
+the two), and on a GPU the allocator's peak. Only the GPT is built: a run also holds the frozen
+DVAE, HiFiGAN decoder and speaker encoder, the same for every option.
 """
 
 from __future__ import annotations
@@ -75,10 +76,10 @@ def measure(mode: str, args) -> dict:
     host = gt.synthetic_batch(size, args.batch, args.text_len, args.codes_len, cond_frames=args.cond_frames)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    times = []
+    times, cpu_times = [], []
     for i in range(args.steps + 1):  # the first step (allocations, optimizer state creation) is not timed
         gt.sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         text, text_lens, codes, wav_len, cond, cond_idxs = (t.to(device) for t in host)
         loss_text, loss_mel, _ = gpt(text, text_lens, codes, wav_len, cond_mels=cond, cond_idxs=cond_idxs.clone())
         (loss_text * 0.01 + loss_mel).backward()
@@ -88,6 +89,7 @@ def measure(mode: str, args) -> dict:
         gt.sync(device)
         if i:
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
     state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.numel() > 1]
     return {
         "mode": mode,
@@ -97,6 +99,7 @@ def measure(mode: str, args) -> dict:
         "rss_after_build_mb": built_rss,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_s": statistics.median(times),
+        "step_cpu_s": statistics.median(cpu_times),  # CPU seconds of all threads: steadier than wall time under load
         "load_avg_1min": os.getloadavg()[0],  # step times on a shared machine depend on it
         "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
     }
@@ -116,17 +119,18 @@ def _child(mode: str, args) -> dict:
 def print_table(rows: list[dict], args) -> None:
     print(f"training.trainable on the {args.size} GPT, {args.device}, batch {args.batch}, text {args.text_len} "
           f"tokens, {args.codes_len} audio codes, {args.threads} thread(s), median of {args.steps} step(s)")
-    head = f"{'option':8} {'trains (M)':>11} {'optimizer MB':>13} {'peak RSS MB':>12} {'step s':>8}"
+    head = f"{'option':8} {'trains (M)':>11} {'optimizer MB':>13} {'peak RSS MB':>12} {'step s':>8} {'CPU s':>7}"
     if args.device == "cuda":
         head += f" {'GPU peak MB':>12}"
     print(head)
     first = rows[0]
     for r in rows:
         line = (f"{r['mode']:8} {r['trained_m']:>11.1f} {r['optimizer_state_mb']:>13.0f} {r['peak_rss_mb']:>12.0f} "
-                f"{r['step_s']:>8.2f}")
+                f"{r['step_s']:>8.2f} {r['step_cpu_s']:>7.1f}")
         if r["gpu_peak_mb"] is not None:
             line += f" {r['gpu_peak_mb']:>12.0f}"
-        print(line + (f"   x{r['step_s'] / first['step_s']:.2f} time of {first['mode']}" if r is not first else ""))
+        print(line + (f"   x{r['step_cpu_s'] / first['step_cpu_s']:.2f} CPU time of {first['mode']}"
+                      if r is not first else ""))
     loads = ", ".join(f"{r['load_avg_1min']:.1f}" for r in rows)
     print(f"(the GPT has {first['gpt_params_m']:.1f} M weights; RSS after building it: "
           f"{first['rss_after_build_mb']:.0f} MB; 1-minute load average at the end of each option: "
