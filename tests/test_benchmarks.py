@@ -109,3 +109,21 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     for run in ("train", "resume", "memory_options", "stop"):  # in-process runs and the child process
         metas = list((tmp_path / "smoke" / run / "checkpoints").glob("step_*/meta.json"))
         assert metas and all(json.loads(m.read_text())["base_model"].startswith(cache) for m in metas), run
+
+
+def test_trainable_cost_benchmark_measures_each_option_small(capsys):
+    """In-process (the full benchmark runs each option in a child process, for its own peak RSS)."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trainable_cost", REPO_ROOT / "benchmarks" / "trainable_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(size="small", steps=1, batch=1, text_len=8, codes_len=12, cond_frames=64,
+                              device="cpu", threads=1)
+    rows = [bench.measure(mode, args) for mode in bench.MODES]
+    bench.print_table(rows, args)
+    trained = {r["mode"]: r["trained_m"] for r in rows}
+    assert 0 < trained["lora"] < trained["freeze"] < trained["all"] == rows[0]["gpt_params_m"]
+    assert all(r["step_s"] > 0 and r["step_cpu_s"] > 0 and r["optimizer_state_mb"] > 0 for r in rows)
+    assert "CPU time of all" in capsys.readouterr().out.splitlines()[3]  # each option's cost next to all's

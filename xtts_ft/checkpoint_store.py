@@ -49,6 +49,7 @@ import torch
 
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import CONFIG_FILE, META_FILE, STATE_FILE, VOCAB_FILE, CheckpointLayout, RunLayout, step_dir_name, step_of
+from xtts_ft.lora_weights import merged_gpt_state
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import atomic_write, fsync_dir, process_alive, replace_dir, staging_sibling, staging_writer_dead
 from xtts_ft.training_state import FORMAT, TrainingState
@@ -317,8 +318,9 @@ class CheckpointStore:
 
     @staticmethod
     def load_gpt_weights(folder: Path) -> dict[str, Any]:
-        """The GPT state dict of ``folder`` as saved: this project's training state (verified when its record
-        has a sha256), or a bare ``{"gpt": ...}`` / ``{"model": ...}`` file (coqui trainer style)."""
+        """The GPT state dict of ``folder`` in plain weights: this project's training state (verified when its
+        record has a sha256; LoRA adapters merged, xtts_ft/lora_weights.py), or a bare ``{"gpt": ...}`` /
+        ``{"model": ...}`` file (coqui trainer style)."""
         path = CheckpointLayout(folder).state
         if not path.is_file():
             raise CheckpointError(f"{folder}: no {STATE_FILE}; pass a checkpoint folder such as checkpoints/step_001000")
@@ -326,8 +328,9 @@ class CheckpointStore:
         if record is not None and record.state_sha256:
             CheckpointStore.verify(folder)  # a truncated or corrupted file is named, never used
         obj = load_weights(path, CheckpointError)
-        if isinstance(obj, dict) and "format" in obj:
-            return TrainingState.from_dict(obj, str(path)).gpt
+        if isinstance(obj, dict) and "format" in obj:  # a LoRA run's adapters merged into plain weights
+            record = TrainingState.from_dict(obj, str(path))
+            return merged_gpt_state(record.gpt, record.training_config, str(path))
         for key in ("gpt", "model"):
             if isinstance(obj, dict) and isinstance(obj.get(key), dict):
                 return obj[key]

@@ -75,8 +75,8 @@ def test_a_two_language_run_logs_cer_per_language_and_says_once_why_one_has_none
     from xtts_ft.evaluate.languages import language_evals
     from xtts_ft.evaluate.references import pick_references
     from xtts_ft.evaluate.report import render_report
-    from xtts_ft.text.error_rates import error_rates
     from xtts_ft.pipeline import run_training
+    from xtts_ft.text.error_rates import error_rates
 
     caplog.set_level(logging.INFO, logger="xtts_ft")
     rows = read_metadata(dataset[1])

@@ -316,6 +316,23 @@ class TrainingConfig:
         "Keep the frozen HiFiGAN decoder (with its speaker encoder) and, when DVAE codes are cached, the DVAE on the "
         "CPU during training; evaluation moves what synthesis needs to the device and back.",
     )
+    trainable: Literal["all", "freeze", "lora"] = opt(
+        "all",
+        "Which GPT weights train (xtts_ft/train/trainable.py). all: every GPT weight. freeze: the first "
+        "training.frozen_blocks GPT blocks and the base vocabulary's text rows stay as the base has them (less "
+        "forgetting of the base languages). lora: low-rank adapters (peft) on the GPT blocks' attention and MLP, plus "
+        "the new token rows and the text and mel heads; an export merges the adapters into plain weights.",
+    )
+    frozen_blocks: int = opt(15, "trainable: freeze: how many GPT blocks, counted from the input, stay frozen "
+                                 "(XTTS-v2 has 30).")
+    lora_rank: int = opt(16, "trainable: lora: the adapters' rank r.")
+    lora_alpha: float = opt(32.0, "trainable: lora: the adapters' alpha (their update is scaled by alpha / rank).")
+    lora_dropout: float = opt(0.05, "trainable: lora: dropout on the adapters' input while training.")
+    lora_targets: list[str] = opt(
+        ["c_attn", "c_proj", "c_fc"],
+        "trainable: lora: GPT-2 modules that get adapters: c_attn (attention q/k/v), c_proj (attention and MLP "
+        "output projections), c_fc (MLP input).",
+    )
     min_conditioning_s: float = opt(
         3.0, "Shortest voice prompt cut from the target clip each step, in seconds (coqui: 66,150 samples)."
     )
@@ -355,6 +372,14 @@ class TrainingConfig:
             problems.append("training.cpu_threads: must be >= 1 or 'auto'")
         if self.new_token_lr_multiplier <= 0:
             problems.append("training.new_token_lr_multiplier: must be > 0 (1.0 = same LR as every other row)")
+        if self.frozen_blocks < 0:
+            problems.append("training.frozen_blocks: must be >= 0 (0 freezes only the base vocabulary's text rows)")
+        if self.lora_rank < 1 or self.lora_alpha <= 0 or not 0 <= self.lora_dropout < 1:
+            problems.append("training.lora_rank must be >= 1, training.lora_alpha > 0 and training.lora_dropout in [0, 1)")
+        unknown = sorted(set(self.lora_targets) - {"c_attn", "c_proj", "c_fc"})
+        if not self.lora_targets or unknown:
+            problems.append(f"training.lora_targets: {self.lora_targets} must be a non-empty list of c_attn, c_proj, "
+                            f"c_fc (unknown: {unknown})")
         if not 0 < self.min_conditioning_s <= self.max_conditioning_s:
             problems.append("training.min_conditioning_s/max_conditioning_s: need 0 < min <= max (seconds)")
 

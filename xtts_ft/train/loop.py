@@ -51,6 +51,7 @@ from xtts_ft.train.stability import StabilityGuard, StepStats, gpt_state_dict, t
 from xtts_ft.train.stability_control import StabilityController
 from xtts_ft.train.step import StepRunner, model_inputs
 from xtts_ft.train.stopping import CommandLine, StopCoordinator
+from xtts_ft.train.trainable import TrainableSetup, apply_trainable, check_resume_trainable
 from xtts_ft.training_state import TrainingState
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class FineTuneRecipe:
         self.early_stop = False  # the last evaluation ran out of patience (training.early_stopping)
         self.stopped_early = False  # ... and that ended training before max_steps
         self.train_hours = 0.0  # hours of audio in the training clips (epochs and hours seen are logged)
+        self.trainable_setup: Optional[TrainableSetup] = None  # training.trainable: all / freeze / lora
         # built by setup(), in this order (types: session.Runtime, torch.device, XttsTrainingModel,
         # session.TrainingData, BatchPlan, session.Optimisation, SaveTimeCheck, StabilityController,
         # ResumableBatchSampler, MetricsLogger, StepRunner)
@@ -149,6 +151,8 @@ class FineTuneRecipe:
             CheckpointStore.of_run(self.run_dir).clean_staging()
         self.model = session.build_model(cfg, self.base, self.vocab_path, self.handles.tokenizer, self.device,
                                          self.hooks.model_factory)
+        # what trains (training.trainable): before the optimizer (it takes what requires gradients) and the resume
+        self.trainable_setup = apply_trainable(self.model.xtts.gpt, tcfg, self.base_vocab_size, seed=cfg.run.seed)
         limits = Limits(**model_limits(self.model.xtts))
         # every rank checks (same disk, same answer), before the data, the code cache and the first step
         check_disk_budget(cfg, estimate_run_disk(cfg, self.model.gpt, run_dir=self.run_dir,
@@ -168,12 +172,14 @@ class FineTuneRecipe:
         tcfg = self.tcfg
 
         self.opt = session.build_optimisation(self.model, tcfg, self.device, self.base_vocab_size)
+        self.trainable_setup.attach(self.optimizer)  # frozen base-vocabulary rows are put back after each step
         self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
         if self.is_main:  # a stop must save within torchrun's 30 s: warn up front when the disk is too slow
             self.save_time.estimate(checkpoint_bytes(list(self.model.gpt.parameters())), self.run_dir)
         guard, policy, rng_state = StabilityGuard(cfg.stability), self.runtime.policy, None
         if source.state is not None:  # the checkpoint's state replaces the fresh one
             state = source.state
+            check_resume_trainable(state.training_config, tcfg, source.path)  # names the key, before the tensors
             check_compatible(state, source.path, vocab_fingerprint=self.handles.vocab_fingerprint,
                              gpt=self.model.gpt, cfg=cfg)
             point = apply_checkpoint(state, source.path, gpt=self.model.gpt, optimizer=self.optimizer, guard=guard,
