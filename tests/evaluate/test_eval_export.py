@@ -57,7 +57,7 @@ def _checkpoint(tmp_path, am_vocab, gpt_state, *, prefix="", fingerprint=None, e
 
 def test_export_folder_contents(export_dir, tiny_base, am_vocab, trained_gpt_state):
     names = sorted(p.name for p in export_dir.iterdir())
-    assert names == sorted(["model.pth", "config.json", "vocab.json", "mel_stats.pth", EXPORT_META, "README.md",
+    assert names == sorted(["model.pth", "config.json", "vocab.json", "mel_stats.pth", "dvae.pth", EXPORT_META, "README.md",
                             OUTPUT_MARKER])  # the marker: export wrote this folder (xtts_ft/output_folder.py)
     assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
     ckpt = torch.load(export_dir / "model.pth", map_location="cpu", weights_only=True)

@@ -22,6 +22,7 @@ from xtts_ft.config.schema import (
     CheckpointConfig,
     Config,
     DatasetConfig,
+    DvaeConfig,
     EvaluationConfig,
     IngestConfig,
     PrecisionConfig,
@@ -40,7 +41,7 @@ from xtts_ft.errors import ConfigError
 
 __all__ = [
     "BASE_LANGUAGES", "DEFAULT_TEST_SENTENCES", "LANGUAGE_ALIASES", "AsrConfig", "BaseModelConfig",
-    "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "EvaluationConfig", "IngestConfig",
+    "CheckpointConfig", "Config", "DvaeConfig", "ConfigError", "DatasetConfig", "EvaluationConfig", "IngestConfig",
     "PrecisionConfig", "RunConfig", "ServeConfig", "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
     "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_help", "is_hub_id",
     "is_local_source", "load_config", "opt", "parse_override",

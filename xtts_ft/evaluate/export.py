@@ -14,6 +14,7 @@ half-written export under the requested name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -28,7 +29,7 @@ from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
 from xtts_ft.evaluate.readme import export_readme
-from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
+from xtts_ft.layout import DVAE_FILE, STATE_FILE, VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.output_folder import REFUSE, check_output, staged_output
 from xtts_ft.safe_load import load_weights
@@ -167,6 +168,7 @@ def export_model(
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
         shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
         shutil.copyfile(base.mel_stats_pth, tmp / "mel_stats.pth")
+        shutil.copyfile(base.dvae_pth, tmp / DVAE_FILE)  # the base's, or the run's fine-tuned one (DVAE stage)
         if base.speakers_pth is not None:
             shutil.copyfile(base.speakers_pth, tmp / "speakers_xtts.pth")
         (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
@@ -251,6 +253,8 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, 
     if recorded and recorded != vocab_fingerprint(vocab):
         raise TokenizerError(f"{vocab}: fingerprint differs from the one in meta.json ({recorded}); the vocab was changed")
     gpt_state = load_checkpoint_gpt_state(ckpt_dir)
+    if CheckpointLayout(ckpt_dir).dvae.is_file():  # a run with the DVAE stage: its fine-tuned DVAE goes along
+        base = dataclasses.replace(base, dvae_pth=CheckpointLayout(ckpt_dir).dvae)
     extra = {
         "source_checkpoint": str(ckpt_dir.resolve()),
         "step": settings["step"],

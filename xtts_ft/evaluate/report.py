@@ -244,6 +244,8 @@ def _sample_sections(run_dir: Path, index: list[dict]) -> str:
 
 
 def render_report(run_dir: Path) -> str:
+    from xtts_ft.train.dvae_stage import dvae_summary
+
     """The report page for ``run_dir`` as an HTML string."""
     run_dir = Path(run_dir)
     metrics, bad_metrics = read_jsonl(RunLayout(run_dir).metrics)
@@ -264,6 +266,7 @@ def render_report(run_dir: Path) -> str:
         f"<h1>XTTS fine-tune report: {html.escape(run_dir.resolve().name)}</h1>",
         f'<p class="muted">Generated {time.strftime("%Y-%m-%d %H:%M:%S")}. {html.escape(summary)}</p>',
         *(f'<p class="bad">{html.escape(n)}</p>' for n in notes),
+        *([f"<p>{html.escape(dvae_line)}</p>"] if (dvae_line := dvae_summary(run_dir)) else []),
         "<h2>Pick a checkpoint</h2>",
         "<p>Lower eval loss and MCD are better; a stop rate below 1 means some samples ran to the length "
         "limit instead of ending. Listen before you choose.</p>",

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from xtts_ft.errors import CheckpointError
-from xtts_ft.layout import CONFIG_FILE, META_FILE, STATE_FILE, VOCAB_FILE, RunLayout, step_dir_name, step_of
+from xtts_ft.layout import CONFIG_FILE, DVAE_FILE, META_FILE, STATE_FILE, VOCAB_FILE, RunLayout, step_dir_name, step_of
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import atomic_write, fsync_dir, replace_dir
 from xtts_ft.train.state_record import FORMAT, TrainingState
@@ -73,9 +73,13 @@ def file_sha256(path: Path) -> str:
 
 
 def save_checkpoint(
-    run_dir: Path, state: TrainingState, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None]
+    run_dir: Path, state: TrainingState, meta: dict, *, vocab_path: Path, write_config: Callable[[Path], None],
+    dvae_pth: Optional[Path] = None,
 ) -> Path:
-    """Write ``checkpoints/step_<step>/`` atomically and return its path."""
+    """Write ``checkpoints/step_<step>/`` atomically and return its path.
+
+    ``dvae_pth``: the run's fine-tuned DVAE (the DVAE stage), copied in as ``dvae.pth``: the checkpoint's
+    codes, evaluation and export need it, and the stage's own file may change on a later run."""
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     step = state.step
@@ -86,6 +90,9 @@ def save_checkpoint(
     try:
         atomic_write(stage / STATE_FILE, lambda f: write_state(state.to_dict(), f), durable=True)
         atomic_write(stage / VOCAB_FILE, Path(vocab_path).read_bytes(), durable=True)
+        if dvae_pth is not None:
+            with open(dvae_pth, "rb") as src:
+                atomic_write(stage / DVAE_FILE, lambda f: shutil.copyfileobj(src, f), durable=True)
         tmp_cfg = stage / ".config.yaml.tmp"
         write_config(tmp_cfg)
         atomic_write(stage / CONFIG_FILE, tmp_cfg.read_bytes(), durable=True)

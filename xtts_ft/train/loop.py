@@ -47,6 +47,7 @@ from xtts_ft.train.cpu_threads import apply_cpu_plan
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, make_loader
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed, wrap_model
+from xtts_ft.train.dvae_stage import fine_tuned_dvae
 from xtts_ft.train.evaluation import eval_losses
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import (
@@ -715,7 +716,8 @@ class FineTuneRecipe:
                 self._keep_foreign_checkpoint()
                 started = time.perf_counter()
                 path = ckpt.save_checkpoint(self.run_dir, state, meta, vocab_path=self.vocab_path,
-                                            write_config=lambda p: dump_config(self.effective_config(), p))
+                                            write_config=lambda p: dump_config(self.effective_config(), p),
+                                            dvae_pth=fine_tuned_dvae(self.run_dir, self.base))
                 self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_best,
                                        owner=self.run.owns, metric=self.cfg.checkpoint.best_metric)
