@@ -211,6 +211,8 @@ def main() -> None:
     train_s = time.perf_counter() - t_train
     if outcome.last_checkpoint is None:
         raise SystemExit("training wrote no checkpoint; see the log above")
+    if outcome.stopped_by_signal:  # rerunning the same command continues the run (checkpoint.resume: auto)
+        print(f"training was stopped at step {outcome.step}: the comparison below uses that checkpoint")
     trained, _ = load_model(base, vocab, cfg, outcome.last_checkpoint)
     after = compare(trained, eval_clips, cfg, args)
 

@@ -67,7 +67,7 @@ def test_a_stopped_stage_resumes_where_it_stopped(uninterrupted, tiny_base, demo
     saved = torch.load(RunLayout(tmp_path).dvae / DVAE_STATE_FILE, weights_only=True)
     assert saved["step"] == 1 and not (RunLayout(tmp_path).dvae / DVAE_FILE).exists()
     resumed = dvae_stage(cfg, tiny_base, demo_data)  # continues at step 1 (the crops depend on the step only)
-    assert resumed.steps == 2
+    assert resumed.steps == 2 and not (RunLayout(tmp_path).dvae / DVAE_STATE_FILE).exists()  # done: state removed
     a = torch.load(resumed.dvae_pth, weights_only=True)
     b = torch.load(uninterrupted[1].dvae_pth, weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in b)  # bit-identical to the run that was never stopped

@@ -14,8 +14,9 @@ It is a stage of its own (``<run>/dvae/``):
   folder and the export use it; the DVAE code cache is keyed on the DVAE weights' hash
   (``codes_cache.dvae_fingerprint``), so codes of the base DVAE are never reused.
 - ``dvae_state.pt``: weights, optimizer, scaler and step, saved every ``dvae.every_steps`` steps and when a
-  stop is requested; a stopped stage continues from it (the crops of a step depend on the seed and the step
-  only, so a resumed stage sees the same data as an uninterrupted one).
+  stop is requested, removed when the stage is done (it is 3x the size of dvae.pth); a stopped stage
+  continues from it (the crops of a step depend on the seed and the step only, so a resumed stage sees the
+  same data as an uninterrupted one).
 - ``report.json``: the held-out reconstruction loss (the DVAE in eval mode: decoded from its codes, the way
   the codes the GPT learns are made) on the first ``dvae.eval_clips`` eval clips, before and after.
 
@@ -298,6 +299,7 @@ class DvaeTrainer:
                   "seconds": round(self.seconds, 1), "precision": self.policy.name}
         atomic_write(self.out / DVAE_REPORT_FILE, json.dumps(report, indent=2))
         stages.mark_done(self.out, self.key, steps=self.step)
+        (self.out / DVAE_STATE_FILE).unlink(missing_ok=True)  # 3x dvae.pth; only a stage cut short needs it
         log.info("dvae: held-out reconstruction loss %s -> %s after %d steps (%d skipped); %s",
                  _fmt(self.loss_before), _fmt(after), self.step, self.skipped, self.out / DVAE_FILE)
         return result
