@@ -89,3 +89,23 @@ def test_the_gpt_stage_uses_the_fine_tuned_dvae_and_its_codes_are_recomputed(
     old = build_codes_cache(built_model, clips[:2], tmp_path, cpu, progress=False)
     new = build_codes_cache(model, clips[:2], tmp_path, cpu, progress=False)
     assert set(new).isdisjoint(old) and all(p.is_file() for p in new)  # never the base DVAE's codes
+
+
+def test_checkpoints_and_the_export_carry_the_fine_tuned_dvae(uninterrupted, tiny_base, vocab, built_model, tmp_path):
+    from xtts_ft.config import Config, dump_config
+    from xtts_ft.evaluate.export import export_from_checkpoint
+    from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
+    from xtts_ft.train.checkpoint import save_checkpoint
+    from xtts_ft.train.state_record import TrainingState
+
+    run_dir, result = uninterrupted
+    base = dataclasses.replace(tiny_base, dvae_pth=result.dvae_pth)
+    state = TrainingState(step=1, epoch=0, gpt=built_model.xtts.gpt.state_dict(), sampler={}, rng=[], stability={},
+                          lr_factor=1.0, precision="fp32", training_config={},
+                          vocab_fingerprint=vocab_fingerprint(vocab[0]), base_vocab_size=vocab[1])
+    ckpt = save_checkpoint(tmp_path / "run", state, {"base_model": str(tiny_base.root)}, vocab_path=vocab[0],
+                           write_config=lambda p: dump_config(Config(), p), dvae_pth=fine_tuned_dvae(run_dir, base))
+    tuned = result.dvae_pth.read_bytes()
+    assert (ckpt / DVAE_FILE).read_bytes() == tuned
+    out = export_from_checkpoint(ckpt, tmp_path / "export", tiny_base)  # the base model as meta.json names it
+    assert (out / DVAE_FILE).read_bytes() == tuned  # the checkpoint's DVAE, not the base model's
