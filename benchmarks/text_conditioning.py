@@ -111,22 +111,21 @@ def derangements(n: int, count: int, seed: int) -> list[list[int]]:
     return out
 
 
-def held_out_mel_loss(model, clips, cfg, batch: int) -> float:
+def held_out_mel_loss(model, clips, code_paths, cfg, batch: int) -> float:
     """Clip-weighted mean of the prompt-masked mel cross-entropy over ``clips`` (fixed eval prompt crops)."""
     import torch
 
-    from xtts_ft.train.codes_cache import codes_for_batch
     from xtts_ft.train.data import ClipDataset, collate, eval_batches
 
     tcfg = cfg.training
     dataset = ClipDataset(clips, sample_rate=22050, cond_min_s=tcfg.min_conditioning_s,
-                          cond_max_s=tcfg.max_conditioning_s, seed=cfg.run.seed, train=False)
+                          cond_max_s=tcfg.max_conditioning_s, seed=cfg.run.seed, train=False, code_paths=code_paths)
     total = 0.0
     with torch.no_grad():
         for keys in eval_batches(clips, batch, max_batches=10_000):
             b = collate([dataset[k] for k in keys])
             out = model(text_inputs=b["padded_text"], text_lengths=b["text_lengths"],
-                        audio_codes=codes_for_batch(model, b["wav"]), wav_lengths=b["wav_lengths"],
+                        audio_codes=b["codes"], wav_lengths=b["wav_lengths"],
                         cond_mels=model.conditioning_mels(b["conditioning"]), cond_idxs=b["cond_idxs"])
             total += float(out["loss_mel_ce"]) * len(keys)
     return total / len(clips)
@@ -136,12 +135,19 @@ def compare(model, clips, cfg, args) -> dict:
     """Mel loss with the true texts and, averaged, with ``args.shuffles`` derangements of them."""
     import dataclasses
 
+    import torch
+
+    from xtts_ft.layout import RunLayout
+    from xtts_ft.train.codes_cache import build_codes_cache
+
     model.eval()
-    true = held_out_mel_loss(model, clips, cfg, args.batch)
+    # the DVAE codes of the audio, computed once (the run's own code cache: training reuses them)
+    paths = build_codes_cache(model, clips, RunLayout(cfg.run_dir).codes_cache, torch.device("cpu"), progress=False)
+    true = held_out_mel_loss(model, clips, paths, cfg, args.batch)
     shuffled = []
     for perm in derangements(len(clips), args.shuffles, args.seed):
         wrong = [dataclasses.replace(c, tokens=clips[p].tokens, text=clips[p].text) for c, p in zip(clips, perm)]
-        shuffled.append(held_out_mel_loss(model, wrong, cfg, args.batch))
+        shuffled.append(held_out_mel_loss(model, wrong, paths, cfg, args.batch))
     mean_shuffled = sum(shuffled) / len(shuffled)
     return {"true_text": true, "shuffled_text": mean_shuffled, "shuffled_each": shuffled,
             "gap": mean_shuffled - true, "ratio": mean_shuffled / true}
