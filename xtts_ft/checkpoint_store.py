@@ -48,7 +48,17 @@ from typing import Any, Callable, Mapping, Optional, Union
 import torch
 
 from xtts_ft.errors import CheckpointError
-from xtts_ft.layout import CONFIG_FILE, META_FILE, STATE_FILE, VOCAB_FILE, CheckpointLayout, RunLayout, step_dir_name, step_of
+from xtts_ft.layout import (
+    CONFIG_FILE,
+    DVAE_FILE,
+    META_FILE,
+    STATE_FILE,
+    VOCAB_FILE,
+    CheckpointLayout,
+    RunLayout,
+    step_dir_name,
+    step_of,
+)
 from xtts_ft.lora_weights import merged_gpt_state
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import atomic_write, fsync_dir, process_alive, replace_dir, staging_sibling, staging_writer_dead
@@ -366,18 +376,19 @@ class CheckpointStore:
     # --- writing ---------------------------------------------------------------------------------
     def save(self, state: TrainingState, *, vocab_path: Path, write_config: Callable[[Path], None],
              run_id: Optional[str] = None, base_model: Optional[str] = None, eval_loss: Optional[float] = None,
-             eval_metrics: Optional[dict] = None) -> Path:
+             eval_metrics: Optional[dict] = None, dvae_pth: Optional[Path] = None) -> Path:
         """Write ``step_<state.step>/`` through a staging folder and return it; the rest of the record
-        (epoch, vocab, precision, whether the optimizer state is in it) comes from ``state``."""
+        (epoch, vocab, precision, whether the optimizer state is in it) comes from ``state``. ``dvae_pth``: the
+        run's fine-tuned DVAE (the DVAE stage), copied in: the checkpoint's codes, evaluation and export need it."""
         record = CheckpointRecord(
             step=int(state.step), state_sha256=None, epoch=int(state.epoch), run_id=run_id,
             vocab_fingerprint=state.vocab_fingerprint, base_model=base_model, base_vocab_size=state.base_vocab_size,
             precision=state.precision, eval_loss=eval_loss, eval_metrics=eval_metrics, eval_pending=state.eval_pending,
             optimizer_state=state.optimizer is not None)
-        return self._write(state, record, Path(vocab_path).read_bytes(), write_config)
+        return self._write(state, record, Path(vocab_path).read_bytes(), write_config, dvae_pth)
 
     def _write(self, state: TrainingState, record: CheckpointRecord, vocab: bytes,
-               write_config: Callable[[Path], None]) -> Path:
+               write_config: Callable[[Path], None], dvae_pth: Optional[Path] = None) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / step_dir_name(state.step)
         stage = staging_sibling(final, "new")
@@ -386,6 +397,9 @@ class CheckpointStore:
         try:
             atomic_write(stage / STATE_FILE, lambda f: write_state(state.to_dict(), f), durable=True)
             atomic_write(stage / VOCAB_FILE, vocab, durable=True)
+            if dvae_pth is not None:
+                with open(dvae_pth, "rb") as src:
+                    atomic_write(stage / DVAE_FILE, lambda f: shutil.copyfileobj(src, f), durable=True)
             tmp_cfg = stage / f".{CONFIG_FILE}.tmp"
             write_config(tmp_cfg)
             atomic_write(stage / CONFIG_FILE, tmp_cfg.read_bytes(), durable=True)
@@ -406,7 +420,8 @@ class CheckpointStore:
         state = self.load_state(c.folder).without_optimizer()
         config, vocab = files.config.read_bytes(), files.vocab.read_bytes()  # read before the old folder is swapped
         record = dataclasses.replace(c.record or self.verify(c.folder), optimizer_state=False)
-        self._write(state, record, vocab, lambda p: p.write_bytes(config))
+        dvae = files.dvae if files.dvae.is_file() else None  # copied before the old folder is swapped out
+        self._write(state, record, vocab, lambda p: p.write_bytes(config), dvae)
 
     def apply_retention(self, policy: RetentionPolicy, latest: Optional[Path] = None) -> RetentionOutcome:
         """One pass: keep the newest ``keep_last`` good checkpoints and (``keep_best``) the best one, remove the

@@ -9,7 +9,7 @@ module constants, for code that only needs a name (a glob, a list of outputs).
     <run.output_dir>/                 RunLayout
       run.json  old_runs/  config.yaml  summary.json  report.html
       data/  (metadata_train.csv, metadata_eval.csv, wavs/, report.json; a dataset list: datasets/<i>_<name>/)
-      tokenizer/vocab.json  cache/dvae_codes/
+      tokenizer/vocab.json  cache/dvae_codes/  dvae/ (dvae.pth, dvae_state.pt, report.json: dvae.finetune)
       checkpoints/step_000500/        CheckpointLayout: training_state.pt, meta.json, vocab.json, config.yaml
       samples/step_000500/*.wav  samples/index.jsonl
       metrics.jsonl  events.jsonl  tensorboard/
@@ -41,6 +41,10 @@ DATASETS_SUBDIR = "datasets"  # data/datasets/<i>_<name>/: one prepared dataset 
 TOKENIZER_DIR = "tokenizer"
 CACHE_DIR = "cache"
 CODES_CACHE = "dvae_codes"
+DVAE_DIR = "dvae"  # dvae/: the DVAE stage (xtts_ft/train/dvae_stage.py): dvae.pth, its resumable state, report.json
+DVAE_FILE = "dvae.pth"  # the DVAE weights file, as coqui/XTTS-v2 names it (also in a checkpoint of a DVAE run)
+DVAE_STATE_FILE = "dvae_state.pt"  # the DVAE stage's resumable state (weights, optimizer, step)
+DVAE_REPORT_FILE = "report.json"  # the DVAE stage's held-out reconstruction loss before and after
 CHECKPOINTS_DIR = "checkpoints"
 SAMPLES_DIR = "samples"
 INDEX_FILE = "index.jsonl"  # samples/index.jsonl: one record per evaluation
@@ -94,6 +98,7 @@ class CheckpointLayout(_Folder):
     meta = property(lambda self: self.root / META_FILE)
     vocab = property(lambda self: self.root / VOCAB_FILE)
     config = property(lambda self: self.root / CONFIG_FILE)
+    dvae = property(lambda self: self.root / DVAE_FILE)  # only in a run with the DVAE stage
     step = property(lambda self: step_of(self.root.name))
 
 
@@ -112,6 +117,7 @@ class RunLayout(_Folder):
     vocab = property(lambda self: self.tokenizer / VOCAB_FILE)
     cache = property(lambda self: self.root / CACHE_DIR)
     codes_cache = property(lambda self: self.cache / CODES_CACHE)
+    dvae = property(lambda self: self.root / DVAE_DIR)
     checkpoints = property(lambda self: self.root / CHECKPOINTS_DIR)
     samples = property(lambda self: self.root / SAMPLES_DIR)
     samples_index = property(lambda self: self.samples / INDEX_FILE)

@@ -94,6 +94,13 @@ def new_dvae(num_audio_tokens: int) -> nn.Module:
         )
 
 
+def new_dvae_mel(mel_stats_pth: Path, sample_rate: int) -> nn.Module:
+    """The DVAE's mel front end (normalised by mel_stats), as coqui's GPTTrainer builds it."""
+    from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
+
+    return TorchMelSpectrogram(mel_norm_file=str(mel_stats_pth), sampling_rate=sample_rate)
+
+
 def dvae_state_problem(dvae: nn.Module, state: dict, dvae_pth: Path) -> Optional[str]:
     """One line saying why ``state`` does not fit ``dvae`` (missing tensors or other shapes), else None."""
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -144,7 +151,7 @@ class XttsTrainingModel(nn.Module):
             **style, normalize=False, sampling_rate=sr, mel_fmin=0, mel_fmax=8000, n_mel_channels=80,
             mel_norm_file=str(mel_stats_pth),
         )
-        self.mel_dvae = TorchMelSpectrogram(mel_norm_file=str(mel_stats_pth), sampling_rate=xtts.config.audio.dvae_sample_rate)
+        self.mel_dvae = new_dvae_mel(mel_stats_pth, xtts.config.audio.dvae_sample_rate)
         self.requires_grad_(False)
         self.xtts.gpt.requires_grad_(True)
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xtts_ft.layout import VOCAB_FILE
+from xtts_ft.layout import DVAE_FILE, VOCAB_FILE
 
 CONFIG_JSON = "config.json"
 MODEL_FILE = "model.pth"
-DVAE_FILE = "dvae.pth"
 MEL_STATS_FILE = "mel_stats.pth"
 SPEAKERS_FILE = "speakers_xtts.pth"
 EXPORT_META = "xtts_ft_meta.json"  # what this project adds to an export: language, text settings, source

@@ -50,6 +50,7 @@ class PipelineResult:
     stopped_early: bool = False  # training.early_stopping ended training
     overfit_warning: Optional[dict] = None  # the overfitting detector's finding (events.jsonl "overfitting")
     best_export: Optional[Path] = None  # training.export_best_at_end: the best checkpoint exported
+    dvae: Optional[dict] = None  # the DVAE stage (dvae.finetune): dvae.pth, held-out reconstruction loss before/after
 
 
 def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
@@ -201,6 +202,7 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
     from xtts_ft.stop_signals import raise_if_stopped
     from xtts_ft.train import train
+    from xtts_ft.train.dvae_stage import dvae_stage
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
@@ -230,6 +232,11 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result
+    dvae = main_first.run("dvae", lambda: dvae_stage(cfg, base, data_dir))  # None unless dvae.finetune
+    if dvae is not None:  # the GPT stage, its code cache, checkpoints and export use the fine-tuned DVAE
+        base = dataclasses.replace(base, dvae_pth=dvae.dvae_pth)
+        result.dvae = dvae.to_dict()
+    raise_if_stopped("the DVAE stage")
 
     eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir, tokenizer=handles.tokenizer) if is_main else None
     outcome = train(

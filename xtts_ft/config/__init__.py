@@ -22,6 +22,7 @@ from xtts_ft.config.schema import (
     CheckpointConfig,
     Config,
     DatasetConfig,
+    DvaeConfig,
     EarlyStoppingConfig,
     EvaluationConfig,
     IngestConfig,
@@ -42,9 +43,9 @@ from xtts_ft.errors import ConfigError
 
 __all__ = [
     "BASE_LANGUAGES", "DEFAULT_TEST_SENTENCES", "LANGUAGE_ALIASES", "AsrConfig", "BaseModelConfig",
-    "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "EarlyStoppingConfig", "EvaluationConfig", "IngestConfig",
-    "LanguageAsrConfig", "PrecisionConfig", "RunConfig", "ServeConfig", "StabilityConfig", "TextConfig",
-    "TokenizerConfig", "TrainingConfig",
+    "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "DvaeConfig", "EarlyStoppingConfig",
+    "EvaluationConfig", "IngestConfig", "LanguageAsrConfig", "PrecisionConfig", "RunConfig", "ServeConfig",
+    "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
     "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_help", "is_hub_id",
     "is_local_source", "load_config", "opt", "parse_override",
 ]

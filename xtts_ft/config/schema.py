@@ -434,6 +434,36 @@ class StabilityConfig:
 
 
 @dataclass
+class DvaeConfig:
+    """The optional DVAE stage (xtts_ft/train/dvae_stage.py): runs before the GPT stage when finetune is set."""
+
+    finetune: bool = opt(
+        False,
+        "Fine-tune the DVAE (the audio -> code model the GPT learns to predict) on the run's training audio before "
+        "the GPT stage; the GPT, evaluation, checkpoints and export then use the fine-tuned dvae.pth. Off in every "
+        "public XTTS recipe; peers report it helps languages whose sounds differ from XTTS's (unmeasured).",
+    )
+    steps: int = opt(2000, "Optimizer steps of the DVAE stage.")
+    lr: float = opt(1e-5, "Learning rate of the DVAE stage (AdamW, constant after warm-up).")
+    warmup_steps: int = opt(100, "Linear warm-up of the DVAE stage, in steps.")
+    batch_size: int = opt(8, "Audio crops per DVAE step.")
+    crop_s: float = opt(3.0, "Seconds of audio per crop (a random window of a training clip; shorter clips whole).")
+    grad_clip: float = opt(1.0, "Max gradient norm of the DVAE stage; 0 disables clipping.")
+    commitment_weight: float = opt(0.25, "Weight of the codebook commitment loss next to the mel reconstruction loss.")
+    every_steps: int = opt(500, "Save the DVAE stage's resumable checkpoint every this many steps (and at the end).")
+    eval_clips: int = opt(32, "Held-out clips (from the eval split) whose reconstruction loss is measured before and after.")
+    max_bad_steps: int = opt(10, "Non-finite steps in a row (each skipped) before the DVAE stage stops with a diagnosis.")
+
+    def check(self, problems: list[str]) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.every_steps < 1 or self.eval_clips < 1:
+            problems.append("dvae.steps/batch_size/every_steps/eval_clips: must be >= 1")
+        if self.lr <= 0 or self.crop_s <= 0 or self.grad_clip < 0 or self.commitment_weight < 0:
+            problems.append("dvae.lr/crop_s: must be > 0; dvae.grad_clip/commitment_weight: must be >= 0")
+        if self.warmup_steps < 0 or self.max_bad_steps < 1:
+            problems.append("dvae.warmup_steps: must be >= 0 and dvae.max_bad_steps >= 1")
+
+
+@dataclass
 class CheckpointConfig:
     every_steps: int = opt(1000, "Save every this many optimizer steps (and always at the end).")
     keep_last: int = opt(3, "How many recent checkpoints to keep.")
@@ -641,6 +671,7 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    dvae: DvaeConfig = field(default_factory=DvaeConfig)
     # `dataset:` given as a list in YAML: entries 2..n (the first is `dataset`); not a section of its own.
     more_datasets: list[DatasetConfig] = field(default_factory=list, repr=False)
 

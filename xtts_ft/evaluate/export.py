@@ -17,6 +17,7 @@ half-written export under the requested name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -230,6 +231,10 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, 
         raise TokenizerError(f"{vocab}: fingerprint differs from the one in the checkpoint's record ({recorded}); "
                              f"the vocab was changed")
     gpt_state = load_checkpoint_gpt_state(ckpt_dir)
+    if CheckpointLayout(ckpt_dir).dvae.is_file():  # a run with the DVAE stage: its fine-tuned DVAE goes along
+        base = dataclasses.replace(base, dvae_pth=CheckpointLayout(ckpt_dir).dvae)
+    if CheckpointLayout(ckpt_dir).dvae.is_file():  # a run with the DVAE stage: its fine-tuned DVAE goes along
+        base = dataclasses.replace(base, dvae_pth=CheckpointLayout(ckpt_dir).dvae)
     extra = {
         "source_checkpoint": str(ckpt_dir.resolve()),
         "step": settings["step"],

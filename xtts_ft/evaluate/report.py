@@ -292,6 +292,8 @@ def _training_banners(run_dir: Path) -> list[str]:
 
 
 def render_report(run_dir: Path) -> str:
+    from xtts_ft.train.dvae_stage import dvae_summary
+
     """The report page for ``run_dir`` as an HTML string."""
     run_dir = Path(run_dir)
     metrics, bad_metrics = read_jsonl(RunLayout(run_dir).metrics)
@@ -313,6 +315,7 @@ def render_report(run_dir: Path) -> str:
         f'<p class="muted">Generated {time.strftime("%Y-%m-%d %H:%M:%S")}. {html.escape(summary)}</p>',
         *(f'<p class="bad">{html.escape(n)}</p>' for n in notes),
         *(f'<p class="bad banner">{html.escape(n)}</p>' for n in _training_banners(run_dir)),
+        *([f"<p>{html.escape(dvae_line)}</p>"] if (dvae_line := dvae_summary(run_dir)) else []),
         "<h2>Pick a checkpoint</h2>",
         "<p>Short texts come first: they are where fine-tunes babble and miss the stop token. Lower CER, eval "
         "loss and MCD are better; a stop rate below 1 means some samples ran to the length limit instead of "

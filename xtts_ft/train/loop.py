@@ -36,6 +36,7 @@ from xtts_ft.train.branch import keep_foreign_aside
 from xtts_ft.train.data import Limits, eval_batches
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import wrap_model
+from xtts_ft.train.dvae_stage import fine_tuned_dvae
 from xtts_ft.train.early_stopping import RunJudges
 from xtts_ft.train.evaluation import evaluate_on_main, language_eval_batches, report_nonfinite_eval
 from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
@@ -430,7 +431,8 @@ class FineTuneRecipe:
                     state, vocab_path=self.vocab_path, write_config=lambda out: dump_config(self.effective_config(), out),
                     run_id=run.run_id, base_model=str(self.base.root),
                     eval_loss=p.last_eval_loss if evaluated else None,
-                    eval_metrics=p.last_eval_metrics if evaluated else None)
+                    eval_metrics=p.last_eval_metrics if evaluated else None,
+                    dvae_pth=fine_tuned_dvae(self.run_dir, self.base))
                 self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 self._store().apply_retention(RetentionPolicy.from_config(self.cfg.checkpoint), latest=path)
                 self.last_checkpoint = path
