@@ -84,7 +84,7 @@ def run_config(work: Path, data: Path, args):
 
     return config_from_dict({
         "run": {"output_dir": str(work / f"run_{args.steps}steps_seed{args.seed}"), "seed": args.seed,
-                "device": "cpu"},
+                "device": args.device},
         "base_model": {"source": str(work / "tiny_base"), "create_tiny": True},
         "dataset": {"path": str(data), "format": "coqui", "eval_fraction": args.eval_fraction,
                     "split_by_speaker": True, "num_workers": 1},
@@ -95,6 +95,10 @@ def run_config(work: Path, data: Path, args):
                      # a short voice prompt leaves most of each clip to be predicted from the text
                      "min_conditioning_s": 1.0, "max_conditioning_s": 2.0},
         "precision": {"mode": "fp32"},
+        # --dvae-steps: the DVAE stage first, so the codes the GPT predicts carry what the audio says (the tiny
+        # model's DVAE is random: most of its codebook goes unused)
+        "dvae": {"finetune": args.dvae_steps > 0, "steps": max(args.dvae_steps, 1), "lr": args.dvae_lr,
+                 "warmup_steps": min(50, args.dvae_steps // 5), "every_steps": max(args.dvae_steps, 1)},
         "checkpoint": {"every_steps": args.steps, "keep_last": 1},
         "evaluation": {"every_steps": 0, "eval_at_start": False},
     }, source="benchmarks/text_conditioning.py")
@@ -156,7 +160,8 @@ def compare(model, clips, cfg, args) -> dict:
 def load_model(base, vocab_path: Path, cfg, checkpoint=None):
     from xtts_ft.evaluate.export import load_checkpoint_gpt_state
     from xtts_ft.model import build_training_model
-    from xtts_ft.text_settings import TextSettings, make_tokenizer
+    from xtts_ft.text_settings import TextSettings
+    from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
     tokenizer = make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     model = build_training_model(base, vocab_path, tokenizer)
@@ -175,6 +180,10 @@ def main() -> None:
     p.add_argument("--eval-fraction", type=float, default=0.15)
     p.add_argument("--shuffles", type=int, default=3, help="Derangements of the texts averaged for the wrong-text loss.")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="Where the DVAE stage and the GPT train (cpu, cuda or auto); the "
+                                                    "comparison runs on the CPU.")
+    p.add_argument("--dvae-steps", type=int, default=0, help="Fine-tune the DVAE this many steps first (0: off).")
+    p.add_argument("--dvae-lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", type=Path, help="Also write the result here.")
     p.add_argument("--quick", action="store_true", help="Smoke size: 36 clips, 20 steps, batch 4.")
@@ -187,9 +196,9 @@ def main() -> None:
     from xtts_ft.base_model import resolve_base_model
     from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
     from xtts_ft.model import model_limits
-    from xtts_ft.pipeline import base_vocab_size, prepare_stage, tokenizer_stage
-    from xtts_ft.train import train
+    from xtts_ft.pipeline import base_vocab_size, prepare_stage, run_training, tokenizer_stage
     from xtts_ft.train.data import Limits, load_clips
+    from xtts_ft.train.dvae_stage import dvae_stage
 
     torch.set_num_threads(args.threads)  # a script's own process: the package itself never sets this
     scratch = None if args.work else tempfile.TemporaryDirectory(prefix="text_conditioning_")
@@ -201,6 +210,12 @@ def main() -> None:
     base = resolve_base_model(cfg.base_model)
     data_dir = prepare_stage(cfg, base)
     vocab = tokenizer_stage(cfg, base, data_dir)
+    dvae = dvae_stage(cfg, base, data_dir)  # None without --dvae-steps
+    if dvae is not None:  # the control, the GPT and the comparison all use the fine-tuned DVAE
+        import dataclasses
+
+        base = dataclasses.replace(base, dvae_pth=dvae.dvae_pth)
+        print(f"dvae: {dvae.steps} steps; held-out reconstruction loss {dvae.eval_loss_before} -> {dvae.eval_loss_after}")
 
     untrained, tokenizer = load_model(base, vocab, cfg)
     limits = Limits(**model_limits(untrained.xtts))
@@ -212,8 +227,8 @@ def main() -> None:
     del untrained
 
     t_train = time.perf_counter()
-    outcome = train(cfg, base=base, vocab_path=vocab, base_vocab_size=base_vocab_size(base),
-                    train_csv=data_dir / TRAIN_CSV, eval_csv=data_dir / EVAL_CSV, run_dir=cfg.run_dir)
+    outcome = run_training(cfg, base=base, vocab_path=vocab, base_vocab_size=base_vocab_size(base),
+                           train_csv=data_dir / TRAIN_CSV, eval_csv=data_dir / EVAL_CSV, run_dir=cfg.run_dir)
     train_s = time.perf_counter() - t_train
     if outcome.last_checkpoint is None:
         raise SystemExit("training wrote no checkpoint; see the log above")
@@ -232,7 +247,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({
             "clips": {"train": len(train_clips), "held_out": len(eval_clips)}, "steps": outcome.step,
-            "batch": args.batch, "lr": args.lr, "train_seconds": round(train_s, 1),
+            "batch": args.batch, "lr": args.lr, "train_seconds": round(train_s, 1), "device": args.device,
+            "dvae_steps": args.dvae_steps,
             "untrained": before, "trained": after}, indent=2), encoding="utf-8")
     if scratch is not None:
         scratch.cleanup()
