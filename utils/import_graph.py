@@ -28,7 +28,7 @@ PACKAGE = "xtts_ft"
 # Bottom first. Each entry: the layer's name and the module prefixes (below xtts_ft.) it holds.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
-                    "output_folder", "stages")),
+                    "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model")),
@@ -55,7 +55,8 @@ ADAPTERS: dict[str, str] = {
     "datasets": "xtts_ft.data.hf_source",
     "silero_vad": "xtts_ft.ingest.vad",
     "peft": "xtts_ft.train.trainable",
-    "matplotlib": "xtts_ft.evaluate.plots",
+    "matplotlib": "xtts_ft.figures",  # at the bottom: the dataset report (data) draws too, not only evaluate
+    "transformers": "xtts_ft.asr.recognizer",
 }
 
 
