@@ -404,8 +404,6 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
                         subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker,
                         on_existing=args.on_existing)
     except StopRequested as stop:
-        from xtts_ft.train.stopping import python_command
-
         again = " ".join(shlex.quote(a) for a in [python_command(), *args.command_line[0], *args.command_line[1]])
         print(f"ingest stopped ({stop}): nothing was written, {args.out} is as it was. Run it again with: {again}")
         return 0

@@ -16,6 +16,8 @@ from typing import Optional
 
 import numpy as np
 import torch
+from transformers import AutoModelForCTC, AutoProcessor
+from transformers.utils import logging as hf_logging
 
 from xtts_ft.asr.model_files import resolve_asr_model
 from xtts_ft.audio_io import RECOGNIZER_RATE, DecodeError, decode, resample
@@ -55,8 +57,6 @@ def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
 
 def quiet_transformers_logging() -> None:
     """Only errors from transformers (it resets its own logger level when first imported: set it through its API)."""
-    from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()
 
 
@@ -67,8 +67,6 @@ class Recognizer:
     """A loaded CTC recogniser; build it with :meth:`from_config` or from a model folder."""
 
     def __init__(self, folder: Path, device: str = "auto", batch_size: int = 8) -> None:
-        from transformers import AutoModelForCTC, AutoProcessor
-
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
