@@ -1,8 +1,9 @@
 """Both command lines: ``headless_train.py`` (the whole run) and ``python -m xtts_ft <command>``.
 
 User mistakes (``UserError``) are printed as ``error: <message>`` lines and exit non-zero with
-no traceback; anything else is a bug and keeps its traceback. Heavy imports happen inside the
-command handlers so ``--help`` is instant.
+no traceback; anything else is a bug and keeps its traceback. Every command's module is imported at the
+top (docs/DESIGN.md, "Layers"); only heavy optional packages (Gradio, silero-vad, ...) wait inside their
+one adapter until a command uses them.
 
 The long commands (``headless_train.py``, ``train``, ``evaluate``, ``prepare``) run inside one
 ``StopSignals`` (xtts_ft/stop_signals.py): a SIGINT/SIGTERM anywhere in them is a requested stop,
