@@ -17,6 +17,7 @@ from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.base_model import OPTIONAL_FILES, REQUIRED_FILES, hf_fetcher, is_repo_id, resolve_base_model
 from xtts_ft.config import BaseModelConfig
 from xtts_ft.errors import ModelError
+from xtts_ft.random_model import resolve_or_create_base_model
 
 
 def test_repo_id_or_local_path():
@@ -47,7 +48,11 @@ def test_missing_folder_is_never_replaced_by_a_tiny_model_unless_asked(tmp_path)
 
 
 def test_create_tiny_writes_the_real_layout(tmp_path):
-    files = resolve_base_model(BaseModelConfig(source=str(tmp_path / "tiny"), create_tiny=True))
+    cfg = BaseModelConfig(source=str(tmp_path / "tiny"), create_tiny=True)
+    with pytest.raises(ModelError, match="does not exist"):  # finding a base model never builds one
+        resolve_base_model(cfg)
+    assert not (tmp_path / "tiny").exists()
+    files = resolve_or_create_base_model(cfg)  # the decision to build one sits above base_model
     for name in REQUIRED_FILES:
         assert (files.root / name).is_file()
 
@@ -154,5 +159,5 @@ def test_create_tiny_treats_a_repo_like_path_as_a_local_folder(tmp_path, monkeyp
     def no_network(*args):
         raise AssertionError("a local tiny model must never be downloaded")
 
-    files = resolve_base_model(BaseModelConfig(source="runs/tiny_base", create_tiny=True), fetcher=no_network)
+    files = resolve_or_create_base_model(BaseModelConfig(source="runs/tiny_base", create_tiny=True), fetcher=no_network)
     assert files.root == Path("runs/tiny_base") and files.model_pth.is_file()

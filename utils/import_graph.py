@@ -28,7 +28,7 @@ PACKAGE = "xtts_ft"
 # Bottom first. Each entry: the layer's name and the module prefixes (below xtts_ft.) it holds.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
-                    "output_folder", "stages")),
+                    "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model")),
@@ -46,6 +46,20 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("cli", "__main__")),
 ]
 
+# Finer than the layers: (modules, project modules they must not import, why). A module matches a prefix as
+# LAYERS do (itself or below it).
+FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
+    ("text", ("config",), "text scoring and normalising is pure text work"),
+    ("ingest", ("train",), "ingest does not depend on training"),
+    ("evaluate.synthesis", ("train",), "synthesis does not depend on training"),
+    ("data.commonvoice", ("data.readers",), "readers import commonvoice; both share data/entries.py"),
+]
+# Foundation modules that import (almost) nothing of ours: the project modules each may import.
+ONLY: dict[str, tuple[str, ...]] = {
+    "languages": (), "audio_io": (), "input_hash": (), "stop_signals": (), "figures": (),
+    "model_folder": ("layout",), "data.entries": ("errors",),
+}
+
 # Heavy optional third-party packages and the one module each may be imported in, inside a function.
 ADAPTERS: dict[str, str] = {
     "gradio": "xtts_ft.webapp.gradio_adapter",
@@ -55,7 +69,7 @@ ADAPTERS: dict[str, str] = {
     "datasets": "xtts_ft.data.hf_source",
     "silero_vad": "xtts_ft.ingest.vad",
     "peft": "xtts_ft.train.trainable",
-    "matplotlib": "xtts_ft.evaluate.plots",
+    "matplotlib": "xtts_ft.figures",  # at the bottom: the dataset report (data) draws too, not only evaluate
 }
 
 
@@ -192,8 +206,22 @@ def _is_parent_package(source: str, target: str) -> bool:
     return source.startswith(target + ".")
 
 
+def _within(module: str, prefix: str) -> bool:
+    full = f"{PACKAGE}.{prefix}"
+    return module == full or module.startswith(full + ".")
+
+
 def problems(graph: Graph) -> list[str]:
     found = []
+    for imp in graph.own:
+        for pattern, forbidden, why in FORBIDDEN:
+            if _within(imp.source, pattern) and any(_within(imp.target, f) for f in forbidden):
+                found.append(f"{imp.source}:{imp.line} imports {imp.target}: {why}")
+        allowed = next((ok for name, ok in ONLY.items() if imp.source == f"{PACKAGE}.{name}"), None)
+        if allowed is not None and not _is_parent_package(imp.source, imp.target) and \
+                not any(_within(imp.target, a) for a in allowed):
+            found.append(f"{imp.source}:{imp.line} imports {imp.target}: a foundation module that may import only "
+                         f"{', '.join(allowed) or 'nothing of the project'}")
     for name in sorted(graph.modules):
         if layer_of(name) < 0:
             found.append(f"{name}: in no layer; add it to LAYERS in utils/import_graph.py")

@@ -2,8 +2,9 @@
 
 A base model is a directory in the coqui/XTTS-v2 file layout. Only the files the fine-tune
 needs are fetched (``hf_hub_download`` per file: resumable, cached, no other files).
-A tiny random model is written only when the config asks for it explicitly
-(``base_model.create_tiny``) and the named directory does not exist yet.
+Writing a tiny random model (``base_model.create_tiny``) is not this module's decision: it sits in the
+models layer's lowest module, so :func:`xtts_ft.random_model.resolve_or_create_base_model` (above it)
+writes the folder first and then asks this module for its files.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
+
+import httpx2  # the HTTP client huggingface_hub 2.x sends every request with
+from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 
 from xtts_ft.config import BaseModelConfig
 from xtts_ft.errors import ModelError
@@ -96,10 +101,6 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
     """The real fetcher: huggingface_hub's per-file download into its cache (resumes partial files)."""
 
     def reachable(repo_id: str, filename: str, revision: Optional[str]) -> bool:
-        import httpx2  # the HTTP client huggingface_hub 2.x sends every request with
-        from huggingface_hub import get_hf_file_metadata, hf_hub_url
-        from huggingface_hub.errors import HfHubHTTPError
-
         url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
         for attempt in range(retry.retries + 1):
             if attempt:
@@ -114,8 +115,6 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
         return False
 
     def fetch(repo_id: str, filename: str, revision: Optional[str], cache_dir: Optional[str]) -> str:
-        from huggingface_hub import hf_hub_download
-
         offline = retry.retries is not None and not reachable(repo_id, filename, revision)
         return hf_hub_download(
             repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir, endpoint=endpoint,
@@ -126,8 +125,6 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
 
 
 def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
-
     paths: dict[str, Path] = {}
     for name in REQUIRED_FILES + OPTIONAL_FILES:
         try:
@@ -155,20 +152,19 @@ def _download(cfg: BaseModelConfig, fetcher: Fetcher) -> BaseModelFiles:
 
 
 def resolve_base_model(cfg: BaseModelConfig, fetcher: Optional[Fetcher] = None) -> BaseModelFiles:
-    """Return the base model's files, downloading or (if explicitly asked) creating them."""
+    """Return the base model's files, downloading them when ``cfg.source`` is a repo id.
+
+    A missing local folder is an error here; ``base_model.create_tiny`` is honoured by
+    :func:`xtts_ft.random_model.resolve_or_create_base_model`, which writes it before calling this.
+    """
     if is_repo_id(cfg.source) and not cfg.create_tiny:  # create_tiny always names a local folder
         return _download(cfg, fetcher or hf_fetcher())
     root = Path(cfg.source).expanduser()
     if not root.exists():
-        if not cfg.create_tiny:
-            raise ModelError(
-                f"base_model.source: folder '{root}' does not exist; point it at an XTTS-v2 folder or a repo id "
-                f"such as coqui/XTTS-v2"
-            )
-        from xtts_ft.random_model import write_tiny_model
-
-        log.warning("writing a tiny RANDOM XTTS model to %s (base_model.create_tiny is set)", root)
-        write_tiny_model(root)
+        raise ModelError(
+            f"base_model.source: folder '{root}' does not exist; point it at an XTTS-v2 folder or a repo id "
+            f"such as coqui/XTTS-v2"
+        )
     if not root.is_dir():
         raise ModelError(f"base_model.source: '{root}' is a file; it must be a folder in the XTTS-v2 layout")
     return BaseModelFiles.from_dir(root)

@@ -1,8 +1,9 @@
 """Both command lines: ``headless_train.py`` (the whole run) and ``python -m xtts_ft <command>``.
 
 User mistakes (``UserError``) are printed as ``error: <message>`` lines and exit non-zero with
-no traceback; anything else is a bug and keeps its traceback. Heavy imports happen inside the
-command handlers so ``--help`` is instant.
+no traceback; anything else is a bug and keeps its traceback. Every command's module is imported at the
+top (docs/DESIGN.md, "Layers"); only heavy optional packages (Gradio, silero-vad, ...) wait inside their
+one adapter until a command uses them.
 
 The long commands (``headless_train.py``, ``train``, ``evaluate``, ``prepare``) run inside one
 ``StopSignals`` (xtts_ft/stop_signals.py): a SIGINT/SIGTERM anywhere in them is a requested stop,
@@ -12,17 +13,61 @@ which ends with the command that continues and exit code 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shlex
 import sys
+import tempfile
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_help
+import torch
+
+from xtts_ft.asr.command import transcribe_command
+from xtts_ft.asr.recognizer import quiet_transformers_logging
+from xtts_ft.base_model import resolve_base_model
+from xtts_ft.config import (
+    BaseModelConfig,
+    Config,
+    EvaluationConfig,
+    RunConfig,
+    ServeConfig,
+    TextConfig,
+    TokenizerConfig,
+    field_help,
+    load_config,
+)
 from xtts_ft.config.schema import DATASET_FORMATS
-from xtts_ft.errors import UserError
+from xtts_ft.data import prepare_command
+from xtts_ft.errors import ConfigError, UserError
+from xtts_ft.evaluate import export_from_checkpoint, synthesize_command
+from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
+from xtts_ft.evaluate.score import score_command
+from xtts_ft.evaluate.standalone import evaluate_run
+from xtts_ft.ingest.command import ingest
+from xtts_ft.model_folder import EXPORT_META
+from xtts_ft.output_folder import (
+    ADD_HELP,
+    ADD_OPTION,
+    MOVE_ASIDE_HELP,
+    MOVE_ASIDE_OPTION,
+    check_output,
+    claim_in_place,
+    staged_output,
+)
+from xtts_ft.pipeline import run_pipeline
+from xtts_ft.publish.hub import publish
+from xtts_ft.random_model import write_random_model
+from xtts_ft.serve.command import ServeOptions, serve_command
+from xtts_ft.stop_signals import StopRequested, StopSignals, active_signals
+from xtts_ft.text import normalize_text
+from xtts_ft.text_settings import make_normalizer
+from xtts_ft.tokenizer import tokenizer_command
+from xtts_ft.train.stopping import continue_command, python_command, report_stop
+from xtts_ft.webapp.app import serve
 
 log = logging.getLogger("xtts_ft")
 
@@ -45,20 +90,13 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
         root.addHandler(fh)
     for name in _NOISY_LOGGERS:  # third-party chatter (e.g. GPT2 config warnings) hides our lines
         logging.getLogger(name).setLevel(logging.ERROR)
-    # transformers resets its own logger level when it is first imported; set it through its API.
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    quiet_transformers_logging()
     # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
 
 
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, stoppable: bool = False) -> int:
     """Run a command handler; ``stoppable``: the whole command honours SIGINT/SIGTERM as a clean stop."""
-    import contextlib
-
-    from xtts_ft.stop_signals import StopRequested, StopSignals
-
     signals = StopSignals() if stoppable else contextlib.nullcontext()
     try:
         with signals:
@@ -77,10 +115,6 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace,
 
 def _report_rerun(where: str, signal_name: Optional[str], command_line, run_dir: Optional[Path] = None) -> None:
     """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again."""
-    import shlex
-
-    from xtts_ft.train.stopping import python_command, report_stop
-
     hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
     if not logging.getLogger().handlers:
         setup_logging(None)
@@ -88,9 +122,6 @@ def _report_rerun(where: str, signal_name: Optional[str], command_line, run_dir:
 
 
 def _load(args: argparse.Namespace):
-    from xtts_ft.config import load_config
-    from xtts_ft.errors import ConfigError
-
     problems = []  # options that cannot work, named before the config is even read
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
         problems.append(f"--max-steps {args.max_steps}: must be 1 or more (optimizer steps to train for)")
@@ -126,8 +157,6 @@ def _add_fold_arg(p: argparse.ArgumentParser) -> None:
 
 def _add_old_content_args(p: argparse.ArgumentParser, add: bool = False) -> None:
     """What happens to what --out already holds (xtts_ft/output_folder.py); without an option: refused."""
-    from xtts_ft.output_folder import ADD_HELP, ADD_OPTION, MOVE_ASIDE_HELP, MOVE_ASIDE_OPTION
-
     group = p.add_mutually_exclusive_group()
     group.add_argument(MOVE_ASIDE_OPTION, dest="on_existing", action="store_const", const="move-aside",
                        default="refuse", help=MOVE_ASIDE_HELP)
@@ -178,8 +207,6 @@ def _rank() -> tuple[int, int]:
 
 def print_header(cfg) -> None:
     """The run's summary, from rank 0 only (every rank would print the same)."""
-    import torch
-
     rank, local_rank = _rank()
     device = "cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else cfg.run.device
     device = "cpu" if device == "auto" else device
@@ -222,9 +249,6 @@ def _headless(args: argparse.Namespace) -> int:
     setup_logging(cfg.run_dir if _rank()[0] == 0 else None, args.verbose)  # one writer of train.log
     print_header(cfg)
     if args.evaluate:
-        from xtts_ft.evaluate.standalone import evaluate_run
-        from xtts_ft.stop_signals import StopRequested, active_signals
-
         try:
             report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
         except StopRequested as stop:  # the half-done samples are gone; the run folder records the stop
@@ -234,9 +258,6 @@ def _headless(args: argparse.Namespace) -> int:
             return 0
         log.info("report: %s", report)
         return 0
-    from xtts_ft.pipeline import run_pipeline
-    from xtts_ft.train.stopping import continue_command, python_command
-
     started_as = getattr(args, "command_line", None)
     command_line = ([python_command(), *started_as[0]], started_as[1]) if started_as else None
     result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line,
@@ -269,10 +290,6 @@ def _headless(args: argparse.Namespace) -> int:
 
 
 def _cmd_normalize(args: argparse.Namespace) -> int:
-    from collections import Counter
-
-    from xtts_ft.text import normalize_text
-
     dropped: Counter = Counter()
     for line in sys.stdin:
         result = normalize_text(line.rstrip("\n"), fold_homophones=args.fold_homophones)
@@ -285,9 +302,6 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_tokenizer(args: argparse.Namespace) -> int:
-    from xtts_ft.text_settings import make_normalizer
-    from xtts_ft.tokenizer import tokenizer_command
-
     setup_logging(None, args.verbose)
     report = tokenizer_command(
         Path(args.base_vocab), [Path(t) for t in args.text], args.new_tokens, Path(args.out),
@@ -304,9 +318,6 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from xtts_ft.output_folder import claim_in_place
-    from xtts_ft.text_settings import make_normalizer
-
     setup_logging(None, args.verbose)
     normalizer = make_normalizer(args.fold_homophones)
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
@@ -322,8 +333,6 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _prepare_into(args: argparse.Namespace, normalizer, hf: dict) -> int:
-    from xtts_ft.data import prepare_command
-
     report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, **hf)
     for line in report.summary_lines():
         print(line)
@@ -340,15 +349,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_synthesize(args: argparse.Namespace) -> int:
-    from xtts_ft.config import EvaluationConfig
-    from xtts_ft.evaluate import synthesize_command
-
     setup_logging(None, args.verbose)
     base = None
     if args.base_model:
-        from xtts_ft.base_model import resolve_base_model
-        from xtts_ft.config import BaseModelConfig
-
         base = resolve_base_model(BaseModelConfig(source=args.base_model))
     out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base,
                              temperature=EvaluationConfig.temperature)
@@ -357,11 +360,6 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from xtts_ft.evaluate import export_from_checkpoint
-    from xtts_ft.evaluate.standalone import base_for_checkpoint
-    from xtts_ft.model_folder import EXPORT_META
-    from xtts_ft.output_folder import check_output
-
     setup_logging(None, args.verbose)
     ckpt = Path(args.checkpoint)
     check_output(Path(args.out), "export", args.on_existing, legacy=EXPORT_META)  # before the base model is read
@@ -372,9 +370,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_random_model(args: argparse.Namespace) -> int:
-    from xtts_ft.output_folder import staged_output
-    from xtts_ft.random_model import write_random_model
-
     setup_logging(None, args.verbose)
     size = getattr(args, "size", "tiny")  # make-tiny-model has no --size
     out = Path(args.out)
@@ -387,23 +382,17 @@ def _cmd_make_random_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
-    from xtts_ft.asr.command import transcribe_command
-
     setup_logging(None, args.verbose)
     return transcribe_command(_load(args), args.audio, args.model)
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from xtts_ft.evaluate.score import score_command
-
     setup_logging(None, args.verbose)
     cfg = _load(args)
     if args.out is not None:
         score_command(cfg, Path(args.model), Path(args.out), args.speaker_wav or (), args.base_model)
         print(f"samples kept in {args.out}")
         return 0
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="xtts_ft_score_") as tmp:  # nothing left in the current folder unasked
         score_command(cfg, Path(args.model), Path(tmp), args.speaker_wav or (), args.base_model)
     print(f"samples were written to the temporary folder {tmp} and removed; pass --out DIR to keep them")
@@ -411,10 +400,6 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from xtts_ft.config import Config
-    from xtts_ft.errors import ConfigError
-    from xtts_ft.ingest.command import ingest
-
     setup_logging(None, args.verbose)
     if args.config:
         # ingest writes the dataset, it does not read one: dataset.path (often not made yet) is not checked
@@ -424,15 +409,11 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         raise ConfigError("--set: only used with --config; name the config whose values it overrides")
     else:
         cfg = Config()  # the schema's defaults: dataset durations, ingest.*, asr.model
-    from xtts_ft.stop_signals import StopRequested
-
     try:
         report = ingest(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
                         subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker,
                         on_existing=args.on_existing)
     except StopRequested as stop:
-        from xtts_ft.train.stopping import python_command
-
         again = " ".join(shlex.quote(a) for a in [python_command(), *args.command_line[0], *args.command_line[1]])
         print(f"ingest stopped ({stop}): nothing was written, {args.out} is as it was. Run it again with: {again}")
         return 0
@@ -442,16 +423,12 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from xtts_ft.webapp.app import serve
-
     setup_logging(None, args.verbose)
     serve(Path(args.run), host=args.host, port=args.port, auth=args.auth, root_path=args.root_path,
           config=Path(args.config) if args.config else None)
     return 0
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from xtts_ft.serve.command import ServeOptions, serve_command
-
     setup_logging(None, args.verbose)
     return serve_command(ServeOptions(
         model=Path(args.model), host=args.host, port=args.port, api_key=args.api_key,
@@ -461,8 +438,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from xtts_ft.publish.hub import publish
-
     setup_logging(None, args.verbose)
     out = Path(args.out or Path("hub_upload") / args.repo_id.split("/")[-1])
     result = publish(Path(args.model), args.repo_id, out=out, private=args.private, dry_run=args.dry_run,

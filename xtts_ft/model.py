@@ -29,10 +29,16 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from TTS.tts.configs.xtts_config import XttsConfig
+from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
+from TTS.tts.layers.xtts.dvae import DiscreteVAE
+from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import ModelError
 from xtts_ft.languages import AMHARIC
+from xtts_ft.safe_load import load_weights
+from xtts_ft.tokenizer.resize import resize_text_rows
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +48,6 @@ _DROPPED_KEYS = ("torch_mel_spectrogram_style_encoder", "torch_mel_spectrogram_d
 
 
 def load_xtts_config(config_json: Path):
-    from TTS.tts.configs.xtts_config import XttsConfig
-
     cfg = XttsConfig()
     try:
         cfg.load_json(str(config_json))
@@ -54,8 +58,6 @@ def load_xtts_config(config_json: Path):
 
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     """torch.load with weights_only=True; a pickle that would run code is refused by name (one line)."""
-    from xtts_ft.safe_load import load_weights
-
     return load_weights(path, ModelError)
 
 
@@ -75,8 +77,6 @@ def base_state_dict(model_pth: Path) -> dict[str, torch.Tensor]:
 
 def new_dvae(num_audio_tokens: int) -> nn.Module:
     """The XTTS-v2 DVAE (as coqui's GPTTrainer builds it), randomly initialised from a fixed seed."""
-    from TTS.tts.layers.xtts.dvae import DiscreteVAE
-
     with torch.random.fork_rng(devices=[]):
         # An empty dvae.pth (the tiny demo model) keeps these weights: deterministic codes.
         torch.manual_seed(0)
@@ -137,8 +137,6 @@ class XttsTrainingModel(nn.Module):
 
     def __init__(self, xtts: nn.Module, dvae: nn.Module, mel_stats_pth: Path):
         super().__init__()
-        from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
-
         self.xtts = xtts
         self.dvae = dvae
         args = xtts.args
@@ -233,10 +231,6 @@ def prompt_masked_mel_loss(gpt: nn.Module, mel_logits: torch.Tensor, audio_codes
 
 def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_weights: bool = True):
     """A coqui ``Xtts`` sized for ``vocab_path`` with the base weights loaded (text rows grown)."""
-    from TTS.tts.models.xtts import Xtts
-
-    from xtts_ft.tokenizer.resize import resize_text_rows
-
     cfg = load_xtts_config(base.config_json)
     cfg.model_args.tokenizer_file = str(vocab_path)
     xtts = Xtts(cfg)

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft import stages
-from xtts_ft.base_model import BaseModelFiles, resolve_base_model
+from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config, dump_config
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
+from xtts_ft.random_model import resolve_or_create_base_model
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.text_settings import TextSettings, make_normalizer
@@ -216,7 +217,7 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
         main_first.run("run folder", lambda: None)
     record = main_first.ctx.broadcast_object(record)  # whose checkpoints are this run's
     raise_if_stopped("the run folder check")
-    base = main_first.run("base model", lambda: resolve_base_model(cfg.base_model))
+    base = main_first.run("base model", lambda: resolve_or_create_base_model(cfg.base_model))
     raise_if_stopped("the base model check")
     data_dir = main_first.run("prepare", lambda: prepare_stage(cfg, base))
     raise_if_stopped("prepare")  # its work is kept: the next run reuses every finished clip

@@ -21,11 +21,20 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Optional
 
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from TTS.tts.configs.xtts_config import XttsArgs, XttsConfig
+from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
+from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.audio_io import DATASET_RATE, OUTPUT_RATE
+from xtts_ft.base_model import BaseModelFiles, Fetcher, resolve_base_model
+from xtts_ft.config import BaseModelConfig
+from xtts_ft.model import new_dvae
 from xtts_ft.model_folder import ModelFolder
+from xtts_ft.tokenizer.base_vocab import BASE_LANGUAGES, build_base_vocab
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +94,6 @@ FULL_GPT_ARGS = dict(
 
 def write_tiny_vocab(path: Path) -> None:
     """A BPE vocab.json shaped like XTTS's: [STOP]=0, [UNK]=1, [SPACE]=2, chars, merges, language tokens."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     trainer = trainers.BpeTrainer(
@@ -98,8 +105,6 @@ def write_tiny_vocab(path: Path) -> None:
 
 
 def _xtts_config(gpt_args: dict, languages):
-    from TTS.tts.configs.xtts_config import XttsArgs, XttsConfig
-
     cfg = XttsConfig(model_args=XttsArgs(**gpt_args), languages=list(languages))
     cfg.model_args.tokenizer_file = ""  # coqui finds vocab.json beside model.pth
     return cfg
@@ -110,19 +115,11 @@ def tiny_xtts_config():
 
 
 def full_xtts_config():
-    from xtts_ft.tokenizer.base_vocab import BASE_LANGUAGES
-
     return _xtts_config(FULL_GPT_ARGS, BASE_LANGUAGES)
 
 
 def write_random_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
     """Write config.json, model.pth, vocab.json, dvae.pth, mel_stats.pth of a random XTTS of ``size`` into ``out_dir``."""
-    from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
-    from TTS.tts.models.xtts import Xtts
-
-    from xtts_ft.model import new_dvae
-    from xtts_ft.tokenizer.base_vocab import build_base_vocab
-
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, not {size!r}")
     folder = ModelFolder(out_dir)
@@ -154,3 +151,16 @@ def write_random_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -
 def write_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     """``write_random_model(out_dir, "tiny", seed)``: the model the demo and every test trains."""
     return write_random_model(out_dir, "tiny", seed)
+
+
+def resolve_or_create_base_model(cfg: BaseModelConfig, fetcher: Optional[Fetcher] = None) -> BaseModelFiles:
+    """The base model's files; with ``base_model.create_tiny`` a missing folder is first written as a tiny model.
+
+    The decision to create lives here, above :mod:`xtts_ft.base_model`, so that finding a base model never
+    imports the code that builds one. An existing folder is never replaced.
+    """
+    root = Path(cfg.source).expanduser()
+    if cfg.create_tiny and not root.exists():
+        log.warning("writing a tiny RANDOM XTTS model to %s (base_model.create_tiny is set)", root)
+        write_tiny_model(root)
+    return resolve_base_model(cfg, fetcher)

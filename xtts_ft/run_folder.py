@@ -32,10 +32,13 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore, StoredCheckpoint
+from xtts_ft.data.readers import read_entries
 from xtts_ft.errors import CheckpointError, RunFolderError
 from xtts_ft.input_hash import digest, file_digest
 from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.text import NORMALIZER_VERSION
+from xtts_ft.tokenizer.command import text_files_in
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +92,6 @@ def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metada
     would be heavy work). Reports (an ingest's ingest_report.json, whose timing changes on every run), notes and
     files no clip names do not define the run. ``defining_only`` marks this kind of fingerprint: records written
     before it listed every file of the folder (see :func:`describe_differences`)."""
-    from xtts_ft.data.readers import read_entries
-
     root = Path(root).resolve()
     _layout, entries = read_entries(root, fmt, speaker, list(metadata_files))
     transcripts, audio = {}, {}
@@ -119,9 +120,6 @@ def source_fingerprint(ds) -> dict:
 
 def run_fingerprint(cfg) -> dict:
     """What defines a run (see the module doc); everything else may change between resumes."""
-    from xtts_ft.text import NORMALIZER_VERSION
-    from xtts_ft.tokenizer.command import text_files_in
-
     extra = sorted(file_digest(p) for p in text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files]))
     tokenizer = {k: v for k, v in dataclasses.asdict(cfg.tokenizer).items() if k != "char_limit"}
     tokenizer["extra_text_files"] = digest("".join(extra).encode(), 16)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+import soundfile as sf
+
+from xtts_ft.asr.recognizer import MIN_AUDIO_S, Recognizer
 from xtts_ft.config import Config
+from xtts_ft.data.readers import AUDIO_EXTENSIONS
 from xtts_ft.errors import DataError
 
 
 def audio_files(given: Sequence[str]) -> list[str]:
     """The files named, a folder standing for the audio files directly in it (sorted by name)."""
-    from xtts_ft.data.readers import AUDIO_EXTENSIONS
-
     files, missing = [], []
     for item in given:
         path = Path(item)
@@ -33,10 +35,6 @@ def audio_files(given: Sequence[str]) -> list[str]:
 
 def refuse_too_short(path: str) -> None:
     """One line for a file whose header says it is shorter than the recogniser can hear (read fully later)."""
-    import soundfile as sf
-
-    from xtts_ft.asr.recognizer import MIN_AUDIO_S
-
     try:
         info = sf.info(path)
     except (sf.LibsndfileError, RuntimeError):
@@ -48,8 +46,6 @@ def refuse_too_short(path: str) -> None:
 
 
 def transcribe_command(cfg: Config, audio: Sequence[str], model: Optional[str] = None) -> int:
-    from xtts_ft.asr.recognizer import Recognizer
-
     audio = audio_files(audio)
     for path in audio:  # before the recogniser loads: a clip too short to hear fails at once
         refuse_too_short(path)

@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 from typing import Optional
 
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
 from xtts_ft.base_model import Fetcher, hf_fetcher, is_repo_id, offline_download_hint
 from xtts_ft.config import AsrConfig
 from xtts_ft.errors import ModelError
@@ -45,8 +47,6 @@ def _offline_message(cfg: AsrConfig, name: str) -> str:
 
 
 def _download(cfg: AsrConfig, fetcher: Fetcher) -> Path:
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
-
     paths: list[Path] = []
 
     def fetch(name: str, optional: bool) -> bool:

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import torch
+from transformers import AutoModelForCTC, AutoProcessor
+from transformers.utils import logging as hf_logging
 
+from xtts_ft.asr.model_files import resolve_asr_model
 from xtts_ft.audio_io import RECOGNIZER_RATE, DecodeError, decode, resample
 from xtts_ft.config import AsrConfig
 from xtts_ft.errors import DataError, ModelError
@@ -50,6 +55,11 @@ def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     return resample(audio, sample_rate, RECOGNIZER_RATE)
 
 
+def quiet_transformers_logging() -> None:
+    """Only errors from transformers (it resets its own logger level when first imported: set it through its API)."""
+    hf_logging.set_verbosity_error()
+
+
 MIN_AUDIO_S = 0.1  # shorter clips hold no word; wav2vec2's feature encoder fails below 25 ms
 
 
@@ -57,9 +67,6 @@ class Recognizer:
     """A loaded CTC recogniser; build it with :meth:`from_config` or from a model folder."""
 
     def __init__(self, folder: Path, device: str = "auto", batch_size: int = 8) -> None:
-        import torch
-        from transformers import AutoModelForCTC, AutoProcessor
-
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
@@ -82,17 +89,11 @@ class Recognizer:
     @classmethod
     def from_config(cls, cfg: AsrConfig, model: Optional[str] = None) -> Recognizer:
         """The recogniser ``cfg`` names (``model`` overrides asr.model), fetched into the hub cache if needed."""
-        from dataclasses import replace
-
-        from xtts_ft.asr.model_files import resolve_asr_model
-
         if model and model != cfg.model:  # the configured revision belongs to the configured model
             cfg = replace(cfg, model=model, revision=None)
         return cls(resolve_asr_model(cfg), device=cfg.device, batch_size=cfg.batch_size)
 
     def _batch(self, clips: list[np.ndarray]) -> list[str]:
-        import torch
-
         inputs = self.processor.feature_extractor(
             clips, sampling_rate=RECOGNIZER_RATE, padding=True, return_attention_mask=True, return_tensors="pt"
         )

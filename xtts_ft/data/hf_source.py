@@ -18,6 +18,9 @@ import logging
 from pathlib import Path
 from typing import Any, Optional
 
+from huggingface_hub.errors import HfHubHTTPError
+
+from xtts_ft.base_model import offline_download_hint
 from xtts_ft.data.entries import SourceEntry
 from xtts_ft.data.readers import AUDIO_EXTENSIONS
 from xtts_ft.errors import DataError
@@ -88,11 +91,7 @@ def load_rows(cfg, cache_dir: Path):
 
 
 def _load_hub(cfg):
-    from huggingface_hub.errors import HfHubHTTPError
-
     import datasets
-    from xtts_ft.base_model import offline_download_hint
-
     try:
         return datasets.load_dataset(cfg.path, cfg.hf_name, split=cfg.hf_split, revision=cfg.hf_revision,
                                      cache_dir=cfg.hf_cache_dir)

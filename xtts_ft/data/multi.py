@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Callable
 
+import soundfile as sf
+
 from xtts_ft.config import DatasetConfig
 from xtts_ft.data.metadata import read_metadata, write_metadata
 from xtts_ft.data.prepare import prepare_dataset
@@ -129,8 +131,6 @@ def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> Pr
 
 def _kept_series(out_dir: Path) -> tuple[list[float], list[float]]:
     """(durations, chars/s) of every kept clip, for report.png (header reads only: no audio decoded)."""
-    import soundfile as sf
-
     durations, cps = [], []
     for file_name in (TRAIN_CSV, EVAL_CSV):
         for row in read_metadata(out_dir / file_name):

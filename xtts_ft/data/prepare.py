@@ -21,6 +21,7 @@ from xtts_ft.data.audio import AudioJob, AudioResult, AudioSettings
 from xtts_ft.data.cache import WAVS_DIR, Manifest, clip_key
 from xtts_ft.data.checks import Normalizer, PostChecks, as_text_function, assign_names, check_text
 from xtts_ft.data.entries import SourceEntry
+from xtts_ft.data.hf_source import read_hf, source_label
 from xtts_ft.data.metadata import write_metadata
 from xtts_ft.data.readers import read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
@@ -34,6 +35,7 @@ from xtts_ft.data.report import (
 )
 from xtts_ft.data.runner import run_jobs
 from xtts_ft.data.split import split_clips
+from xtts_ft.data.transcript_check import check_transcripts
 from xtts_ft.errors import ConfigError, DataError
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
@@ -66,8 +68,6 @@ def prepare_dataset(
     exclude = out_dir if root in out_dir.parents else None
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.format == "hf":
-        from xtts_ft.data.hf_source import read_hf
-
         layout, entries = "hf", read_hf(cfg, out_dir)
     else:
         layout, entries = read_entries(root, cfg.format, cfg.speaker_name, cfg.metadata_files, exclude)
@@ -164,8 +164,6 @@ def prepare_dataset(
 
 def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections):
     """Reject kept clips the recogniser hears as something else; returns (still kept, CER of every checked clip)."""
-    from xtts_ft.data.transcript_check import check_transcripts
-
     if recognizer is None:
         raise ConfigError("dataset.transcript_check is set but no speech recogniser was loaded; set asr.model "
                           "(or dataset.transcript_check: null)")
@@ -187,8 +185,6 @@ def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, reject
 
 def _check_paths(cfg: DatasetConfig, out_dir: Path) -> tuple[Path, Path]:
     if cfg.format == "hf":  # a parquet/arrow file or folder, or a Hub id (the reader checks it)
-        from xtts_ft.data.hf_source import source_label
-
         problems: list[str] = []
         cfg.check(problems)
         if problems:

@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from xtts_ft.data.reasons import REASONS, Rejection
+from xtts_ft.figures import new_figure
 from xtts_ft.tempfiles import atomic_write
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
@@ -218,9 +219,7 @@ def write_plot(
     bounds: dict[str, tuple[float, float]],
 ) -> None:
     """Histograms of duration and chars/s, kept vs rejected, with the config limits marked."""
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
-
-    fig = Figure(figsize=(11, 4))
+    fig = new_figure((11, 4))
     axes = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.92, wspace=0.18)
     panels = (("duration", "Duration after trimming (s)"), ("chars_per_second", "Characters per second"))

@@ -6,31 +6,25 @@
 - ``report``: ``write_report(run_dir)`` -> a self-contained ``report.html``
 - ``export``: ``export_model`` / ``export_from_checkpoint`` -> a folder stock coqui-tts loads
 - ``infer``: ``synthesize_command`` (export or checkpoint folder -> one WAV)
-
-Names are imported lazily, so ``write_report`` does not pull in torch or transformers.
+- ``checkpoint_base``: which checkpoint a path names and the base model it was trained from
 """
 
-from __future__ import annotations
+from xtts_ft.evaluate.export import export_from_checkpoint, export_model
+from xtts_ft.evaluate.hook import evaluate_step, make_eval_hook
+from xtts_ft.evaluate.infer import synthesize_command
+from xtts_ft.evaluate.metrics import mcd_dtw, silence_ratio
+from xtts_ft.evaluate.report import write_report
+from xtts_ft.evaluate.synthesis import SampleResult, synthesize_samples
 
-import importlib
-
-_EXPORTS = {
-    "SampleResult": "synthesis",
-    "synthesize_samples": "synthesis",
-    "mcd_dtw": "metrics",
-    "silence_ratio": "metrics",
-    "evaluate_step": "hook",
-    "make_eval_hook": "hook",
-    "write_report": "report",
-    "export_model": "export",
-    "export_from_checkpoint": "export",
-    "synthesize_command": "infer",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "SampleResult",
+    "evaluate_step",
+    "export_from_checkpoint",
+    "export_model",
+    "make_eval_hook",
+    "mcd_dtw",
+    "silence_ratio",
+    "synthesize_command",
+    "synthesize_samples",
+    "write_report",
+]

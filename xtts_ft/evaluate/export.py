@@ -27,12 +27,14 @@ from typing import Optional
 
 import torch
 import yaml
+from tokenizers import Tokenizer
 
 from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
+from xtts_ft.evaluate.checkpoint_base import refuse_folder_of_checkpoints
 from xtts_ft.evaluate.readme import export_readme
 from xtts_ft.languages import canonical_language
 from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
@@ -91,8 +93,6 @@ def _check_gpt_state(gpt_state: dict, base_gpt: dict, n_tokens: int, vocab_path:
 
 
 def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, language: str) -> dict:
-    from tokenizers import Tokenizer
-
     raw = json.loads(base.config_json.read_text(encoding="utf-8"))
     tok = Tokenizer.from_file(str(vocab_path))
     ids = {name: tok.token_to_id(name) for name in ("[START]", "[STOP]", f"[{language}]")}
@@ -217,8 +217,6 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, 
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
     _check_out_dir(Path(out_dir), on_existing)  # before the weights are read: a wrong --out fails at once
-    from xtts_ft.evaluate.standalone import refuse_folder_of_checkpoints
-
     refuse_folder_of_checkpoints(ckpt_dir)
     if not (ckpt_dir / TRAINING_STATE).is_file():
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")

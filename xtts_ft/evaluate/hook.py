@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+import torch
 
 from xtts_ft.audio_io import DATASET_RATE, load_audio
 from xtts_ft.config import Config
@@ -88,8 +89,6 @@ def _json_safe(obj):
 
 
 def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) -> None:
-    import torch
-
     for r in results:
         audio, sr = load_audio(r.path)
         writer.add_audio(f"{prefix}/{r.name}", torch.from_numpy(audio).reshape(1, -1), step, sample_rate=sr)

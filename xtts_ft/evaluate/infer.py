@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import RunConfig
@@ -22,6 +23,7 @@ from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
 from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
 from xtts_ft.layout import CheckpointLayout
+from xtts_ft.model import build_xtts, load_state_dict_file, load_xtts_config
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.safe_load import first_line, load_weights, unpickling_message
 from xtts_ft.text_settings import TextSettings
@@ -32,10 +34,6 @@ log = logging.getLogger(__name__)
 
 def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"):
     """(xtts, tokenizer, meta) from an export folder, loaded with stock coqui classes."""
-    from TTS.tts.models.xtts import Xtts
-
-    from xtts_ft.model import load_xtts_config
-
     model_dir = Path(model_dir)
     folder = ModelFolder(model_dir)
     meta_path = folder.export_meta
@@ -63,8 +61,6 @@ def load_checkpoint_folder(
     ckpt_dir: Path, base: BaseModelFiles, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"
 ):
     """(xtts, tokenizer, meta) from a training checkpoint folder and the base model it was trained from."""
-    from xtts_ft.model import build_xtts, load_state_dict_file
-
     ckpt_dir = Path(ckpt_dir)
     settings = checkpoint_settings(ckpt_dir)
     vocab = CheckpointLayout(ckpt_dir).vocab

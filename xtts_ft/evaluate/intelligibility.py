@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import torch
+
+from xtts_ft.asr.recognizer import Recognizer
+from xtts_ft.audio_io import load_audio
+from xtts_ft.text.error_rates import error_rates
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +40,6 @@ def length_bucket(normalized_text: str) -> str:
 
 
 def _embedding(xtts, path: Path):
-    import torch
-
-    from xtts_ft.audio_io import load_audio
-
     mono, sr = load_audio(path)
     audio = torch.from_numpy(mono).reshape(1, -1)
     param = next(xtts.hifigan_decoder.parameters())
@@ -48,8 +49,6 @@ def _embedding(xtts, path: Path):
 
 def speaker_similarities(xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float]:
     """Cosine similarity of XTTS speaker embeddings for each (sample, reference) pair."""
-    import torch
-
     cache: dict[Path, object] = {}
     out = []
     encoder = xtts.hifigan_decoder.speaker_encoder
@@ -68,8 +67,6 @@ def speaker_similarities(xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float
 
 def score_samples(samples: Sequence, xtts, recognizer=None) -> None:
     """Fill ``speaker_similarity`` (always) and ``recognized_text``/``cer`` (with a recogniser) in place."""
-    from xtts_ft.text.error_rates import error_rates
-
     if not samples:
         return
     for s, sim in zip(samples, speaker_similarities(xtts, [(s.path, s.reference_wav) for s in samples])):
@@ -104,8 +101,6 @@ def load_eval_recognizer(cfg):
     """The recogniser evaluation uses (None when ``evaluation.recognize`` is off); fails early, in one line."""
     if not cfg.evaluation.recognize:
         return None
-    from xtts_ft.asr.recognizer import Recognizer
-
     recognizer = Recognizer.from_config(cfg.asr)
     log.info("evaluation: samples are transcribed by %s", cfg.asr.model)
     return recognizer

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
+import librosa
 import numpy as np
 
 from xtts_ft.audio_io import DATASET_RATE, load_audio
@@ -32,8 +33,6 @@ def load_wav(path: str | Path, sr: int) -> np.ndarray:
 
 
 def _frames_rms(audio: np.ndarray, frame_length: int, hop_length: int) -> np.ndarray:
-    import librosa
-
     if audio.size == 0:
         return np.zeros(0, dtype=np.float32)
     return librosa.feature.rms(y=audio, frame_length=frame_length, hop_length=hop_length, center=True)[0]
@@ -67,8 +66,6 @@ def mel_cepstra(
     audio: np.ndarray, sr: int, *, n_mfcc: int = 25, n_mels: int = 80, n_fft: int = 1024, hop_length: int = 256
 ) -> np.ndarray:
     """(frames, n_mfcc - 1) mel cepstra without c0: DCT-II (ortho) of the natural-log mel amplitude."""
-    import librosa
-
     power = librosa.feature.melspectrogram(
         y=np.asarray(audio, dtype=np.float32), sr=sr, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels, power=2.0
     )
@@ -78,8 +75,6 @@ def mel_cepstra(
 
 
 def _trim(audio: np.ndarray, top_db: Optional[float]) -> np.ndarray:
-    import librosa
-
     if top_db is None or audio.size == 0:
         return audio
     trimmed, _ = librosa.effects.trim(audio, top_db=top_db)
@@ -92,8 +87,6 @@ def mcd_dtw(ref_wav: np.ndarray, syn_wav: np.ndarray, sr: int, *, trim_db: Optio
     Leading/trailing audio more than ``trim_db`` below each signal's peak is trimmed first (None
     keeps it). The result is the mean, over the DTW path, of 10*sqrt(2)/ln(10) * ||c - c'||.
     """
-    import librosa
-
     ref = _trim(np.asarray(ref_wav, dtype=np.float32), trim_db)
     syn = _trim(np.asarray(syn_wav, dtype=np.float32), trim_db)
     if ref.size == 0 or syn.size == 0:

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from xtts_ft.figures import integer_locator, new_figure
+
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
 
@@ -50,12 +52,7 @@ def clean_series(label: str, points: Sequence[tuple[float, Optional[float]]], st
 
 
 def render_png(spec: PlotSpec, *, width_in: float = 5.2, height_in: float = 2.8, dpi: int = 100) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
-    FigureCanvasAgg(fig)
+    fig = new_figure((width_in, height_in), dpi)
     ax = fig.add_subplot(1, 1, 1)
     for i, s in enumerate(spec.series):
         color = COLORS[i % len(COLORS)]
@@ -69,7 +66,7 @@ def render_png(spec: PlotSpec, *, width_in: float = 5.2, height_in: float = 2.8,
         ax.set_yscale("log")
     ax.set_title(spec.title, fontsize=11)
     ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(integer_locator())
     ax.set_ylabel(spec.ylabel)
     ax.grid(True, alpha=0.3)
     if len(spec.series) > 1 or spec.band is not None:

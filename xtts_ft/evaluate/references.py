@@ -15,6 +15,7 @@ import numpy as np
 import soundfile as sf
 
 from xtts_ft.config import EvaluationConfig
+from xtts_ft.data import read_metadata
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
 
@@ -33,8 +34,6 @@ def _duration(path: str) -> float:
 def pick_references(ev: EvaluationConfig, data_dir: Path, language: Optional[str] = None) -> References:
     """``language``: keep only clips of that language (a run mixing in base-language clips compares the samples,
     which are in the run's language, with clips of that language); None: every clip."""
-    from xtts_ft.data import read_metadata
-
     def of_language(rows: list[dict]) -> list[dict]:
         return [r for r in rows if language is None or r.get("language", language) == language]
 

@@ -12,8 +12,17 @@ import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
+import torch
+
+from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError, ModelError
+from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
+from xtts_ft.evaluate.export import TRAINING_STATE
+from xtts_ft.evaluate.hook import summarize
+from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
+from xtts_ft.evaluate.intelligibility import length_bucket, score_samples
+from xtts_ft.evaluate.synthesis import synthesize_samples
 from xtts_ft.model_folder import EXPORT_FILES, is_export
 
 log = logging.getLogger(__name__)
@@ -21,10 +30,6 @@ log = logging.getLogger(__name__)
 
 def load_model(model_dir: Path, base_model: Optional[str], device: str):
     """(xtts, tokenizer, meta) of an export folder or a training checkpoint folder."""
-    from xtts_ft.evaluate.export import TRAINING_STATE
-    from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
-    from xtts_ft.evaluate.standalone import base_for_checkpoint
-
     if is_export(model_dir):
         return load_export(model_dir, device=device)
     if (model_dir / TRAINING_STATE).is_file():
@@ -38,13 +43,6 @@ def load_model(model_dir: Path, base_model: Optional[str], device: str):
 def score_command(
     cfg: Config, model_dir: Path, out_dir: Path, speaker_wavs: Sequence[str] = (), base_model: Optional[str] = None
 ) -> dict[str, float]:
-    import torch
-
-    from xtts_ft.asr.recognizer import Recognizer
-    from xtts_ft.evaluate.hook import summarize
-    from xtts_ft.evaluate.intelligibility import length_bucket, score_samples
-    from xtts_ft.evaluate.synthesis import synthesize_samples
-
     wavs = [Path(w) for w in (speaker_wavs or cfg.evaluation.speaker_wavs)]
     if not wavs:
         raise DataError("score: no reference voice; pass --speaker-wav FILE or set evaluation.speaker_wavs")

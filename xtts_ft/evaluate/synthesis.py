@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
+import soundfile as sf
 import torch
+import torchaudio
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
 from xtts_ft.languages import canonical_language
+from xtts_ft.safe_load import first_line
 from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
 from xtts_ft.tempfiles import atomic_write
 
@@ -166,10 +169,6 @@ def _conditioning(xtts, wav: Path):
 
 def check_reference(wav: Path) -> None:
     """A voice reference must exist and decode the way coqui reads it (torchaudio), or it is a one-line DataError."""
-    import torchaudio
-
-    from xtts_ft.safe_load import first_line
-
     if not wav.is_file():
         raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
     try:
@@ -188,8 +187,6 @@ def check_reference(wav: Path) -> None:
 
 
 def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
-    import soundfile as sf
-
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: sf.write(f, np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV"))
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import torch
+import torchaudio.functional as F
 
 from xtts_ft.ingest.analysis import Analysis
 from xtts_ft.ingest.text_units import TextUnit
@@ -58,9 +60,6 @@ def _needed_frames(targets: list[int]) -> int:
 def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
     """Align ``units`` (in order) to all of ``log_probs``: per unit (start, end, score, word spans), and the
     log-likelihood of the whole path (blank frames included); None when the letters need more frames."""
-    import torch
-    import torchaudio.functional as F
-
     targets: list[int] = []
     bounds = []
     for u in units:

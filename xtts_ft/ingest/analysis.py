@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from xtts_ft.ingest.source_audio import RATE, SourceFile, read_blocks
+from xtts_ft.text import fold_homophones
 
 CHUNK_S = 30.0
 CONTEXT_S = 2.0
@@ -60,8 +62,6 @@ class Analysis:
 
 def homophone_columns(vocab: dict[str, int]) -> list[tuple[int, int]]:
     """(unfolded id, folded id) for each vocabulary letter that folds to another letter in the vocabulary."""
-    from xtts_ft.text import fold_homophones
-
     return [(i, vocab[fold_homophones(t)]) for t, i in vocab.items()
             if len(t) == 1 and fold_homophones(t) != t and fold_homophones(t) in vocab]
 
@@ -128,8 +128,6 @@ class _VadStream:
         self.probs: list[np.ndarray] = []
 
     def feed(self, block: np.ndarray, last: bool = False) -> None:
-        import torch
-
         self.buf = np.concatenate([self.buf, block])
         end = self.buf_start + len(self.buf)
         n_new = (end - self.pos) // VAD_WINDOW
@@ -152,8 +150,6 @@ class _VadStream:
 
 def log_probs_of(recognizer, audio: np.ndarray) -> np.ndarray:
     """(frames, vocab) float32 CTC log-probabilities of one 16 kHz clip."""
-    import torch
-
     inputs = recognizer.processor.feature_extractor(
         [audio], sampling_rate=RATE, return_attention_mask=True, return_tensors="pt"
     )

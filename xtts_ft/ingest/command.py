@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from tqdm import tqdm
+
+from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.config import Config
 from xtts_ft.ingest.align import AlignedUnit, align_units
 from xtts_ft.ingest.analysis import Analysis, analyse
@@ -32,7 +35,7 @@ from xtts_ft.ingest.output import IngestReport, write_dataset
 from xtts_ft.ingest.source_audio import IngestError, open_sources
 from xtts_ft.ingest.subtitles import UnreadCue, fit_offset, read_cues
 from xtts_ft.ingest.text_units import Speller, split_sentences
-from xtts_ft.ingest.vad import pauses, snap_to_pause, speech_regions, transcribe_frames
+from xtts_ft.ingest.vad import load_vad_model, pauses, snap_to_pause, speech_regions, transcribe_frames
 from xtts_ft.output_folder import ADD, REFUSE, check_output, staged_output
 from xtts_ft.stop_signals import StopSignals, raise_if_stopped
 
@@ -211,14 +214,10 @@ def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optio
     if subtitles is not None:
         read_cues(Path(subtitles))  # a bad subtitle file fails before the long pass over the audio
     if recognizer is None:
-        from xtts_ft.asr.recognizer import Recognizer
-
         recognizer = Recognizer.from_config(cfg.asr)
     vad_model = None
     if mode != "text":
-        from silero_vad import load_silero_vad
-
-        vad_model = load_silero_vad()  # the JIT model inside the wheel: no download
+        vad_model = load_vad_model()
     analysis = _analyse(sources, recognizer, cfg.ingest.block_s, vad_model)
     report = IngestReport(mode=mode, out_dir=str(out_dir), blocks_read=analysis.blocks_read)
     if mode == "text":
@@ -256,8 +255,6 @@ def _no_clips_message(clips: list[Clip], report: IngestReport, out_dir: Path) ->
 
 
 def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
-    from tqdm import tqdm
-
     total = sum(s.duration_s for s in sources)
     with tqdm(total=round(total, 1), unit="s audio", desc="ingest: listening", leave=False) as bar:
 

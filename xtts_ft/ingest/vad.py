@@ -88,3 +88,13 @@ def snap_to_pause(t: float, file_pauses: list[tuple[float, float]], max_pad: flo
     _, p0, p1 = best
     middle = (p0 + p1) / 2
     return max(middle, p1 - max_pad) if is_start else min(middle, p0 + max_pad)
+
+
+def load_vad_model():
+    """silero-vad's voice activity model (the JIT model inside the wheel: no download).
+
+    The one place silero_vad is imported; only ingest without a text needs it.
+    """
+    from silero_vad import load_silero_vad
+
+    return load_silero_vad()

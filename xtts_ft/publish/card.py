@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+from huggingface_hub import ModelCard, ModelCardData
 
 from xtts_ft.config import RunConfig
 from xtts_ft.errors import ModelError
@@ -291,8 +292,6 @@ model.load_checkpoint(config, checkpoint_dir="{LOCAL_DIR}", eval=True)
 
 def render_card(f: CardFacts, endpoint: str):
     """The :class:`huggingface_hub.ModelCard` (front matter from :class:`ModelCardData`)."""
-    from huggingface_hub import ModelCard, ModelCardData
-
     data = ModelCardData(
         language=f.language, license="other", license_name=LICENSE_NAME, license_link=LICENSE_LINK,
         base_model=BASE_MODEL, pipeline_tag="text-to-speech", library_name="coqui",

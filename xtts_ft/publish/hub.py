@@ -22,11 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import httpx2  # the HTTP client huggingface_hub 2.x sends every request with
+from huggingface_hub import HfApi, get_token
+from huggingface_hub.constants import is_offline_mode
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
+from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
+from xtts_ft.evaluate.export import export_from_checkpoint
 from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.model_folder import EXPORT_META
 from xtts_ft.publish.card import BASE_MODEL, gather_facts, read_json, render_card
+from xtts_ft.serve.model_source import resolve_model
 from xtts_ft.tempfiles import atomic_write, replace_dir
 
 log = logging.getLogger(__name__)
@@ -49,8 +58,6 @@ class PublishResult:
 
 
 def check_repo_id(repo_id: str) -> None:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
@@ -61,15 +68,11 @@ def check_repo_id(repo_id: str) -> None:
 
 
 def _network_errors() -> tuple:
-    import httpx2  # the HTTP client huggingface_hub 2.x sends every request with
-
     return (httpx2.TransportError, OSError)
 
 
 def _hub_failure(exc: Exception, repo_id: str, doing: str) -> PublishError:
     """One line for whatever the Hub (or the network) said."""
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-
     said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
     if isinstance(exc, OfflineModeIsEnabled):
         return PublishError(f"cannot {doing}: HF_HUB_OFFLINE is set; unset it on a connected machine "
@@ -86,10 +89,6 @@ def _hub_failure(exc: Exception, repo_id: str, doing: str) -> PublishError:
 
 def check_hub_access(api, repo_id: str) -> str:
     """Fail in one line when offline or unauthorised; returns the account name the token belongs to."""
-    from huggingface_hub import get_token
-    from huggingface_hub.constants import is_offline_mode
-    from huggingface_hub.errors import HfHubHTTPError
-
     if is_offline_mode():
         raise PublishError("cannot publish: HF_HUB_OFFLINE is set; unset it on a connected machine "
                            "(or use --dry-run to write the folder only)")
@@ -128,9 +127,6 @@ def _stage_model(resolved, stage: Path) -> None:
             if f.is_file() and f.name not in (CARD_FILE, OUTPUT_MARKER):
                 _link_or_copy(f, stage / f.name)
         return
-    from xtts_ft.evaluate.export import export_from_checkpoint
-    from xtts_ft.evaluate.standalone import base_for_checkpoint
-
     export_from_checkpoint(resolved.model_dir, stage, base_for_checkpoint(resolved.model_dir, resolved.base_model))
     (stage / CARD_FILE).unlink(missing_ok=True)
     (stage / OUTPUT_MARKER).unlink(missing_ok=True)  # publish's own record (xtts_ft_publish.json) says who wrote it
@@ -172,8 +168,6 @@ def _stage_samples(facts, run_dir: Optional[Path], stage: Path) -> None:
 def write_publish_folder(model: Path, repo_id: str, out: Path, *, endpoint: str,
                          base_model: Optional[str] = None) -> tuple[Path, dict]:
     """Build ``out``: the export, ``README.md`` (the card), ``samples/``, :data:`PUBLISH_RECORD`."""
-    from xtts_ft.serve.model_source import resolve_model
-
     resolved = resolve_model(Path(model), base_model)  # the same reading of --model as `serve`
     _check_out(out, resolved.given)
     _check_out(out, resolved.model_dir)
@@ -204,9 +198,6 @@ def publish(model: Path, repo_id: str, *, out: Path, private: bool = False, dry_
             endpoint: Optional[str] = None, token: Optional[str] = None,
             base_model: Optional[str] = None) -> PublishResult:
     """Write the folder; unless ``dry_run``, create the repo (``private``) and upload the folder to it."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
-
     check_repo_id(repo_id)
     api = HfApi(endpoint=endpoint, token=token)
     if not dry_run:

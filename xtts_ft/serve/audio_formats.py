@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import soundfile as sf
 
 OPENAI_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 
@@ -44,8 +45,6 @@ _CANDIDATES = {
 
 def available_formats() -> dict[str, AudioFormat]:
     """The formats the installed libsndfile can write, in OpenAI's order of names."""
-    import soundfile as sf
-
     containers = sf.available_formats()
     out = {}
     for name in OPENAI_FORMATS:
@@ -74,8 +73,6 @@ def wav_stream_header(sample_rate: int) -> bytes:
 
 def encode_whole(audio: np.ndarray, sample_rate: int, fmt: AudioFormat) -> bytes:
     """One complete file (or raw PCM) of ``audio`` in ``fmt``."""
-    import soundfile as sf
-
     if fmt.sf_format is None:
         return pcm16(audio)
     buf = io.BytesIO()

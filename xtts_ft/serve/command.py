@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
+import torch
+
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import UserError
+from xtts_ft.serve.engine import SpeechEngine
+from xtts_ft.serve.http_app import create_app
+from xtts_ft.serve.model_source import resolve_model
+from xtts_ft.serve.wyoming_server import run_wyoming
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,6 @@ def check_wyoming_uri(uri: str) -> str:
 
 
 def pick_device(device: Optional[str]) -> str:
-    import torch
-
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -58,9 +62,6 @@ def pick_device(device: Optional[str]) -> str:
 
 
 def open_engine(opts: ServeOptions):
-    from xtts_ft.serve.engine import SpeechEngine
-    from xtts_ft.serve.model_source import resolve_model
-
     if opts.max_codes is not None and opts.max_codes < 1:
         raise ServeError(f"--max-codes {opts.max_codes}: must be 1 or more")
     resolved = resolve_model(opts.model, opts.base_model)
@@ -70,16 +71,12 @@ def open_engine(opts: ServeOptions):
 async def serve_forever(engine, opts: ServeOptions) -> None:
     import uvicorn
 
-    from xtts_ft.serve.http_app import create_app
-
     app = create_app(engine, api_key=opts.api_key)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="info", access_log=False,
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     tasks = [asyncio.ensure_future(server.serve())]
     if opts.wyoming:
-        from xtts_ft.serve.wyoming_server import run_wyoming
-
         tasks.append(asyncio.ensure_future(run_wyoming(engine, opts.wyoming)))
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:  # uvicorn stopped (Ctrl-C): the Wyoming server goes with it

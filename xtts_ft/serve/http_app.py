@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
+import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -205,8 +206,6 @@ def _released(admission: Admission) -> Iterator[None]:
 
 async def _collect(chunks, request: Request, cancel: threading.Event):
     """All chunks, synthesised in a worker thread while the client's connection is watched; None if it went away."""
-    import numpy as np
-
     parts: list = []
 
     async def gather() -> None:

@@ -27,9 +27,13 @@ from typing import Literal, Optional
 import yaml
 
 from xtts_ft.checkpoint_store import BEST_METRICS, CheckpointStore
+from xtts_ft.config import CheckpointConfig
 from xtts_ft.errors import ModelError
+from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
+from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
 from xtts_ft.layout import CHECKPOINTS_DIR, CONFIG_FILE, STATE_FILE, RunLayout
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
+from xtts_ft.run_folder import read_record
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +60,6 @@ class ResolvedModel:
 
     def load(self, device: str = "cpu"):
         """(xtts, tokenizer, meta) with the project's loaders (``xtts_ft.evaluate.infer``)."""
-        from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
-        from xtts_ft.evaluate.standalone import base_for_checkpoint
-
         if self.loads_as == "export":
             return load_export(self.model_dir, device=device)
         base = base_for_checkpoint(self.model_dir, self.base_model)
@@ -91,8 +92,6 @@ def _run_of_export(export: Path) -> Optional[Path]:
 
 def _best_metric(run_dir: Path) -> str:
     """The run's ``checkpoint.best_metric`` from its config.yaml (the schema's default when absent)."""
-    from xtts_ft.config import CheckpointConfig
-
     default = CheckpointConfig.best_metric
     try:
         cfg = yaml.safe_load(RunLayout(run_dir).config.read_text(encoding="utf-8")) or {}
@@ -104,8 +103,6 @@ def _best_metric(run_dir: Path) -> str:
 
 
 def _pick_run_checkpoint(run_dir: Path) -> tuple[Path, str]:
-    from xtts_ft.run_folder import read_record
-
     record = read_record(run_dir)
     store = CheckpointStore.of_run(run_dir, record.owns if record else None)
     metric = _best_metric(run_dir)

@@ -26,7 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import soundfile as sf
+
+from xtts_ft.data import read_metadata
 from xtts_ft.errors import DataError, UserError
+from xtts_ft.evaluate.synthesis import check_reference
+from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
@@ -52,11 +57,6 @@ class Voice:
 
 def run_speaker_clips(run_dir: Path, language: Optional[str]) -> dict[str, Path]:
     """Speaker name -> their longest clip in the run's prepared eval set (else train set); {} when unreadable."""
-    import soundfile as sf
-
-    from xtts_ft.data import read_metadata
-    from xtts_ft.layout import RunLayout
-
     layout = RunLayout(run_dir)
     for csv in (layout.eval_csv, layout.train_csv):
         if not csv.is_file():
@@ -132,8 +132,6 @@ class VoiceLibrary:
 
     def add(self, name: str, data: bytes, suffix: str = ".wav") -> Voice:
         """A new voice from an uploaded clip; the clip must decode and be long enough (a ``VoiceError`` otherwise)."""
-        from xtts_ft.evaluate.synthesis import check_reference
-
         check_voice_name(name)
         suffix = suffix.lower() if suffix.lower() in AUDIO_SUFFIXES else ".wav"
         with self._lock:

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from functools import partial
 from typing import Optional
 
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
+from xtts_ft.serve.audio_formats import pcm16
+from xtts_ft.serve.chunk_pump import ChunkPump
 from xtts_ft.serve.engine import SpeechEngine
 
 log = logging.getLogger(__name__)
@@ -44,9 +47,6 @@ def make_handler_class(engine: SpeechEngine):
     from wyoming.info import Describe
     from wyoming.server import AsyncEventHandler
     from wyoming.tts import Synthesize
-
-    from xtts_ft.serve.audio_formats import pcm16
-    from xtts_ft.serve.chunk_pump import ChunkPump
 
     class SpeechHandler(AsyncEventHandler):
         """One connection; each Synthesize is answered in full before the next event is read."""
@@ -91,8 +91,6 @@ async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Ev
     ``start`` rather than ``run``: ``run`` installs its own stop-signal handler, and Ctrl-C belongs to uvicorn,
     which cancels this task when it stops.
     """
-    from functools import partial
-
     from wyoming.server import AsyncServer
 
     server = AsyncServer.from_uri(uri)

@@ -17,6 +17,9 @@ import json
 import random
 from pathlib import Path
 
+from num2words import num2words
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
 FULL_VOCAB_SIZE = 6681  # rows of the real XTTS-v2 GPT text embedding (gpt_number_text_tokens)
 START_ID = 261  # coqui GPT's default start_text_token
 SPECIALS = ["[STOP]", "[UNK]", "[SPACE]"]
@@ -44,8 +47,6 @@ _ALPHABETS = " ".join(
 
 def base_language_lines(seed: int = 0, numbers: int = 3000) -> list[str]:
     """Number words (cardinal, ordinal, year) in every base language that num2words speaks."""
-    from num2words import num2words
-
     rng = random.Random(seed)
     picks = list(range(numbers)) + [rng.randint(numbers, 10_000_000) for _ in range(numbers)]
     lines = [_ENGLISH] * 20 + [_ALPHABETS] * 2
@@ -63,8 +64,6 @@ def base_language_lines(seed: int = 0, numbers: int = 3000) -> list[str]:
 
 def build_base_vocab(out_path: str | Path, size: int = FULL_VOCAB_SIZE, seed: int = 0) -> Path:
     """Train the BPE and write it, with the added tokens moved into the middle of the id range."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     n_bpe = size - len(ADDED_IN_MIDDLE)
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -17,6 +17,10 @@ import json
 import logging
 from typing import Callable, Iterable, Sequence
 
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from xtts_ft.tokenizer.vocab_file import xtts_words
+
 log = logging.getLogger(__name__)
 
 Merge = tuple[str, str]
@@ -24,8 +28,6 @@ Merge = tuple[str, str]
 
 def target_words(texts: Iterable[str], is_target: Callable[[str], bool]) -> list[str]:
     """One training sequence per text: its XTTS words that contain a target character, space-joined."""
-    from xtts_ft.tokenizer.vocab_file import xtts_words
-
     out = []
     for text in texts:
         words = [w for w in xtts_words(text) if any(is_target(c) for c in w)]
@@ -36,8 +38,6 @@ def target_words(texts: Iterable[str], is_target: Callable[[str], bool]) -> list
 
 def _train(sequences: Sequence[str], num_merges: int, min_frequency: int) -> tuple[list[Merge], bool]:
     """(merges in rank order, whether the trainer stopped at its size limit rather than running out)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     alphabet = {c for s in sequences for c in s}  # a few too many (spaces) only loosens the size limit
     vocab_size = len(alphabet) + 1 + num_merges
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))

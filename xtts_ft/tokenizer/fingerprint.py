@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.tokenizer.vocab_file import effective_merges, read_vocab
 
 
 def vocab_fingerprint(vocab_path: str | Path) -> str:
@@ -22,8 +23,6 @@ def vocab_fingerprint(vocab_path: str | Path) -> str:
     stored as "a b" or ["a", "b"], repeated merges, key order and indentation all give the same
     fingerprint as the file ``tokenizers`` would re-save.
     """
-    from xtts_ft.tokenizer.vocab_file import effective_merges, read_vocab
-
     table = read_vocab(vocab_path)
     blob = {
         "vocab": sorted(table.vocab.items(), key=lambda kv: (kv[1], kv[0])),

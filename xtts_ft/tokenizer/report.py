@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
 from xtts_ft.languages import AMHARIC
+from xtts_ft.tokenizer.vocab_file import encode_many
 
 TOKENS_PER_CHAR_DEFINITION = (
     "tokens/char = ids per normalised text, without the leading [am] language token, each [SPACE] "
@@ -69,8 +70,6 @@ class Compression:
 
 def measure(tokenizer, texts: Sequence[str], lang: str = AMHARIC) -> Compression:
     """Tokens per character and [UNK] count of already-normalised ``texts`` (see module docstring)."""
-    from xtts_ft.tokenizer.vocab_file import encode_many
-
     unk_id = tokenizer.token_to_id("[UNK]")
     lang_id = tokenizer.token_to_id(f"[{lang}]")
     counts: Counter = Counter()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from tokenizers import Tokenizer, pre_tokenizers
+
 from xtts_ft.errors import TokenizerError
 from xtts_ft.languages import AMHARIC
 from xtts_ft.tempfiles import atomic_write
@@ -124,8 +126,6 @@ def write_json_atomic(out_path: Path, obj: Any, indent: int | None = 2) -> None:
 
 def load_tokenizer(path: str | os.PathLike[str]):
     """A ``tokenizers.Tokenizer`` from a vocab.json, or a TokenizerError naming the file."""
-    from tokenizers import Tokenizer
-
     table = read_vocab(path)  # readable, JSON, BPE, XTTS specials: clear messages for the common mistakes
     try:
         return Tokenizer.from_str(json.dumps(table.data, ensure_ascii=False))
@@ -140,8 +140,6 @@ def id_mismatches(table: VocabTable) -> list[str]:
     gives it the next free id after the model vocab instead. So appending to the model vocab
     would move such tokens (the tiny vocab's [en], [START], ...) unless they are pinned there.
     """
-    from tokenizers import Tokenizer
-
     try:
         loaded = Tokenizer.from_str(json.dumps(table.synced_data(), ensure_ascii=False)).get_vocab(with_added_tokens=True)
     except Exception as exc:  # tokenizers raises plain Exception for every parse error
@@ -162,8 +160,6 @@ def xtts_text(text: str, lang: str) -> str:
 
 def xtts_words(text: str) -> list[str]:
     """The BPE words of ``text`` in XTTS encoding: split at spaces ([SPACE]), then Whitespace-pretokenize."""
-    from tokenizers import pre_tokenizers
-
     pre = pre_tokenizers.Whitespace()
     return [word for chunk in text.split(" ") if chunk for word, _ in pre.pre_tokenize_str(chunk)]
 

@@ -22,6 +22,7 @@ from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
 from xtts_ft.errors import TokenizerError
 from xtts_ft.languages import AMHARIC, aliases_of, canonical_language
 from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.tokenizer.vocab_file import load_tokenizer
 
 AMHARIC_CODES = aliases_of(AMHARIC)
 
@@ -46,8 +47,6 @@ class AmharicTokenizer(VoiceBpeTokenizer):
     ):
         self.vocab_file = vocab_file
         if vocab_file is not None:
-            from xtts_ft.tokenizer.vocab_file import load_tokenizer
-
             load_tokenizer(vocab_file)  # a missing or broken file becomes a one-line TokenizerError
         super().__init__(vocab_file)
         for code in AMHARIC_CODES:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.errors import ConfigError
+from xtts_ft.webapp import data_tab, gradio_adapter, listen_tab, speak_tab, train_tab
 from xtts_ft.webapp.context import AppContext
 
 CSS = """
@@ -21,10 +22,7 @@ table.samples td, table.samples th { padding: 4px 8px; border-bottom: 1px solid 
 
 
 def build_app(ctx: AppContext):
-    import gradio as gr
-
-    from xtts_ft.webapp import data_tab, listen_tab, speak_tab, train_tab
-
+    gr = gradio_adapter.gradio()
     with gr.Blocks(title="xtts-ft", analytics_enabled=False) as app:  # no calls home: Studios and tests run offline
         gr.Markdown("## xtts-ft: fine-tune XTTS-v2 on Amharic")
         run_box = gr.Textbox(str(ctx.run_dir), label="run folder (run.output_dir)", elem_id="run-dir",

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gradio as gr
-
 from xtts_ft.config import DatasetConfig
 from xtts_ft.config.schema import DATASET_FORMATS, field_help
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
-from xtts_ft.webapp import dataset_view
+from xtts_ft.webapp import dataset_view, gradio_adapter
 from xtts_ft.webapp.context import AppContext
 
 
@@ -18,7 +16,8 @@ def _error(text: str) -> str:
     return "\n".join(f"- error: {line}" for line in text.splitlines())
 
 
-def build(ctx: AppContext, run_box: gr.Textbox) -> None:
+def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+    gr = gradio_adapter.gradio()
     gr.Markdown("Prepare a dataset folder (the same checks the training run applies), or cut long recordings "
                 "into clips. The report below is the run's own `data/report.json` until you prepare another folder.")
     with gr.Row():

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import gradio as gr
-
 from xtts_ft.errors import UserError
+from xtts_ft.evaluate import export_from_checkpoint
+from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.layout import RunLayout
-from xtts_ft.webapp import run_view
+from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
 
 
@@ -28,15 +28,13 @@ def _checkpoint_choices(run_dir: Path, best: Optional[int]) -> list[tuple[str, s
 
 def export_checkpoint(checkpoint: str, run_dir: Path) -> Path:
     """The project's own export (``python -m xtts_ft export``) into ``<run>/exports/<step>``."""
-    from xtts_ft.evaluate import export_from_checkpoint
-    from xtts_ft.evaluate.standalone import base_for_checkpoint
-
     ckpt = Path(checkpoint)
     out = RunLayout(run_dir).exports / ckpt.name
     return export_from_checkpoint(ckpt, out, base_for_checkpoint(ckpt, None))
 
 
-def build(ctx: AppContext, run_box: gr.Textbox) -> None:
+def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+    gr = gradio_adapter.gradio()
     refresh_btn = gr.Button("Refresh", elem_id="listen-refresh")
     best_line = gr.Markdown("", elem_id="listen-best")
     step_box = gr.Dropdown([], label="evaluation", elem_id="listen-step")

@@ -35,6 +35,7 @@ import yaml
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.train.stopping import resume_command
 from xtts_ft.webapp.run_view import read_jsonl
 
 HEADLESS_SCRIPT = "headless_train.py"
@@ -138,8 +139,6 @@ class RunController:
         record = self.record()
         if record is None:
             return None
-        from xtts_ft.train.stopping import resume_command
-
         argv = record.command[2:] if len(record.command) > 1 and record.command[1].endswith(HEADLESS_SCRIPT) else []
         if not argv:
             return None

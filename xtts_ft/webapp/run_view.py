@@ -19,8 +19,10 @@ import yaml
 
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import UserError
+from xtts_ft.figures import new_figure
 from xtts_ft.layout import RunLayout, step_of
 from xtts_ft.model_folder import is_export
+from xtts_ft.run_folder import read_record
 
 # (metrics.jsonl key, title, which lines carry it)
 CURVES = (
@@ -73,10 +75,8 @@ def curve_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def curves_svg(run_dir: Path) -> str:
     """Every curve as one inline SVG (matplotlib); each curve's points are markers inside ``<g id="curve-KEY">``."""
-    from matplotlib.figure import Figure  # a Figure of its own, no pyplot: no global backend is chosen
-
     series = curve_points(run_dir)
-    fig = Figure(figsize=(10, 5.2))
+    fig = new_figure((10, 5.2))
     axes = fig.subplots(2, 3)
     for ax, (key, title, _) in zip(axes.flat, CURVES):
         points = series[key]
@@ -135,8 +135,6 @@ def checkpoints(run_dir: Path) -> list[Path]:
 
 def best_step(run_dir: Path) -> Optional[int]:
     """The step of the run's best checkpoint, by the run's checkpoint.best_metric (the trainer's own rule)."""
-    from xtts_ft.run_folder import read_record
-
     metric = (run_config(run_dir).get("checkpoint") or {}).get("best_metric", "eval_loss")
     try:
         record = read_record(run_dir)

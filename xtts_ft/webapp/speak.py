@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import threading
 import unicodedata
 from collections import Counter
@@ -18,8 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from xtts_ft.errors import DataError
+import soundfile as sf
+import torch
+
+from xtts_ft.errors import DataError, ModelError
+from xtts_ft.evaluate.export import checkpoint_settings
 from xtts_ft.layout import RunLayout
+from xtts_ft.model_folder import EXPORT_META
+from xtts_ft.serve.engine import SpeechEngine
+from xtts_ft.serve.model_source import resolve_model
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import normalize_text
 from xtts_ft.text_settings import TextSettings
@@ -59,12 +67,6 @@ def voice_choices(run_dir: Path) -> list[tuple[str, str]]:
 
 def text_settings(model: Path) -> TextSettings:
     """The text front-end settings the model was trained with (a checkpoint's config.yaml, an export's meta)."""
-    import json
-
-    from xtts_ft.errors import ModelError
-    from xtts_ft.evaluate.export import checkpoint_settings
-    from xtts_ft.model_folder import EXPORT_META
-
     meta = Path(model) / EXPORT_META
     if meta.is_file():
         data = json.loads(meta.read_text(encoding="utf-8"))
@@ -112,9 +114,6 @@ class EngineHolder:
         self._engine = None
 
     def get(self, model: Path, settings: SpeakSettings):
-        from xtts_ft.serve.engine import SpeechEngine
-        from xtts_ft.serve.model_source import resolve_model
-
         key = (str(Path(model).resolve()), settings)
         with self._lock:
             if key != self._key:
@@ -127,8 +126,6 @@ class EngineHolder:
 
 
 def torch_cuda_available() -> bool:
-    import torch
-
     return torch.cuda.is_available()
 
 
@@ -143,8 +140,6 @@ def voice_name(engine, clip: Path) -> str:
 
 def speak(holder: EngineHolder, model: Path, text: str, clip: Path, out: Path, settings: SpeakSettings) -> Path:
     """Synthesise ``text`` with ``model`` (an export, a checkpoint or a run folder) in the voice of ``clip``."""
-    import soundfile as sf
-
     if not Path(clip).is_file():
         raise DataError(f"voice: '{clip}' not found; choose a dataset clip or upload one")
     reading(text, text_settings(Path(model)))  # a wrong script is refused before the model loads

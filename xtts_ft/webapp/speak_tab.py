@@ -6,12 +6,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import gradio as gr
-
 from xtts_ft.config import EvaluationConfig
 from xtts_ft.config.schema import field_help
 from xtts_ft.errors import UserError
-from xtts_ft.webapp import run_view
+from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
 from xtts_ft.webapp.speak import (
     EngineHolder,
@@ -28,7 +26,8 @@ def _error(exc: UserError) -> str:
     return "\n".join(f"- error: {line}" for line in str(exc).splitlines())
 
 
-def build(ctx: AppContext, run_box: gr.Textbox) -> None:
+def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+    gr = gradio_adapter.gradio()
     out_dir = Path(tempfile.mkdtemp(prefix="xtts_ft_speak_"))  # what the page plays; never inside the run folder
     holder = EngineHolder()
     refresh_btn = gr.Button("Refresh", elem_id="speak-refresh")

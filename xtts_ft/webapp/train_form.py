@@ -20,6 +20,7 @@ import yaml
 from xtts_ft.config import Config, load_config
 from xtts_ft.config.schema import field_help
 from xtts_ft.errors import ConfigError
+from xtts_ft.layout import RunLayout
 
 # The settings people change most (issue 26); run.output_dir is the app's run folder, set apart.
 FORM_KEYS = (
@@ -100,8 +101,6 @@ def check_form(config: Path, run_dir: Path, overrides: Sequence[str]) -> Optiona
 
 def config_choices(configs_dir: Path, run_dir: Path, extra: Optional[Path] = None) -> list[str]:
     """The configs a run can start from: ``configs/*.yaml``, the run's own config.yaml, and one named at launch."""
-    from xtts_ft.layout import RunLayout
-
     found = sorted(str(p) for p in Path(configs_dir).glob("*.yaml")) if Path(configs_dir).is_dir() else []
     own = RunLayout(run_dir).config
     for p in (own if own.is_file() else None, extra):

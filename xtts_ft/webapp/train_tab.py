@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gradio as gr
-
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
-from xtts_ft.webapp import run_view
+from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
 from xtts_ft.webapp.train_form import check_form, config_choices, config_values, form_fields, overrides_from_form
 
@@ -31,7 +29,8 @@ class _SvgCache:
         return self.svg
 
 
-def build(ctx: AppContext, run_box: gr.Textbox) -> None:
+def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+    gr = gradio_adapter.gradio()
     fields = form_fields()
     svg_cache = _SvgCache()
     choices = config_choices(ctx.configs_dir, ctx.run_dir, ctx.config)
