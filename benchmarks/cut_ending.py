@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from xtts_ft.config import DatasetConfig  # noqa: E402
 from xtts_ft.data import prepare_dataset  # noqa: E402
-from xtts_ft.data.checks import LEVEL_FRAME_S, ending_level  # noqa: E402
+from xtts_ft.data.levels import LEVEL_FRAME_S, ending_level  # noqa: E402
 from xtts_ft.text import normalize_text  # noqa: E402
 
 

@@ -28,7 +28,8 @@ PACKAGE = "xtts_ft"
 # Bottom first. Each entry: the layer's name and the module prefixes (below xtts_ft.) it holds.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
-                    "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures")),
+                    "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures",
+                    "lora_weights")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model")),

@@ -96,7 +96,6 @@ def new_dvae(num_audio_tokens: int) -> nn.Module:
 
 def new_dvae_mel(mel_stats_pth: Path, sample_rate: int) -> nn.Module:
     """The DVAE's mel front end (normalised by mel_stats), as coqui's GPTTrainer builds it."""
-    from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
 
     return TorchMelSpectrogram(mel_norm_file=str(mel_stats_pth), sampling_rate=sample_rate)
 

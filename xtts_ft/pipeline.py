@@ -22,15 +22,35 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft import stages
+from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config, dump_config
+from xtts_ft.data import prepare_dataset, read_metadata
+from xtts_ft.data.multi import prepare_datasets
+from xtts_ft.evaluate import make_eval_hook, write_report
+from xtts_ft.evaluate.export import export_from_checkpoint
+from xtts_ft.evaluate.intelligibility import load_eval_recognizer
+from xtts_ft.evaluate.languages import language_evals
+from xtts_ft.evaluate.references import pick_references
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
+from xtts_ft.model import describe_vocab
+from xtts_ft.output_folder import MOVE_ASIDE
 from xtts_ft.random_model import resolve_or_create_base_model
+from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
+from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.text_settings import TextSettings, make_normalizer
+from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
+from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
+from xtts_ft.train import train
+from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
+from xtts_ft.train.dvae_stage import dvae_stage
+from xtts_ft.train.resume import check_vocab
+from xtts_ft.train.session import RunHandles
+from xtts_ft.train.stopping import continue_command, report_stop
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +76,6 @@ class PipelineResult:
 
 def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     """Dataset -> run_dir/data (metadata_train.csv, metadata_eval.csv, wavs/, report.*)."""
-    from xtts_ft.data import prepare_dataset
 
     data_dir = RunLayout(cfg.run_dir).data
     key = stages.hash_inputs(
@@ -74,12 +93,10 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         return data_dir
     recognizer = None
     if checked:
-        from xtts_ft.asr.recognizer import Recognizer
 
         recognizer = Recognizer.from_config(cfg.asr)
     normalizer = make_normalizer(cfg.text.fold_homophones)
     if cfg.more_datasets:
-        from xtts_ft.data.multi import prepare_datasets
 
         report = prepare_datasets(
             [(d, cfg.dataset_language(d)) for d in cfg.datasets], data_dir, cfg.run.language,
@@ -105,9 +122,6 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path, keep_exis
     ``keep_existing`` (``--continue-with-new-data``): the run's vocabulary stays as it is, whatever the data now
     says; its checkpoints' token ids keep their meaning.
     """
-    from xtts_ft.data import read_metadata
-    from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
-    from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 
     tok_dir = RunLayout(cfg.run_dir).tokenizer
     train_csv, eval_csv = data_dir / TRAIN_CSV, data_dir / EVAL_CSV
@@ -153,7 +167,6 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path, keep_exis
 
 
 def base_vocab_size(base: BaseModelFiles) -> int:
-    from xtts_ft.model import describe_vocab
 
     return describe_vocab(base.vocab_json)
 
@@ -168,8 +181,6 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
     Under ``torchrun`` every stage that writes files (run folder claim, base model, prepare, tokenizer, report)
     runs on rank 0 while the other ranks wait, then reads rank 0's outputs (``MainFirst``).
     """
-    from xtts_ft.stop_signals import StopRequested, StopSignals
-    from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
 
     ctx = setup_distributed(cfg.run.device)
     try:
@@ -186,7 +197,6 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
 def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str], command_line,
                              is_main: bool) -> PipelineResult:
     """A stop in prepare, the tokenizer or another stage before training: say so, and how to continue."""
-    from xtts_ft.train.stopping import continue_command, report_stop
 
     run_dir, layout = cfg.run_dir, RunLayout(cfg.run_dir)
     if is_main:
@@ -199,11 +209,6 @@ def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str]
 
 def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: bool, command_line,
                 new_data: bool = False) -> PipelineResult:
-    from xtts_ft.evaluate import write_report
-    from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
-    from xtts_ft.stop_signals import raise_if_stopped
-    from xtts_ft.train import train
-    from xtts_ft.train.dvae_stage import dvae_stage
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
@@ -225,8 +230,6 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
     raise_if_stopped("the tokenizer")
     handles = training_handles(cfg, main_first.ctx, vocab_path, record) if train_model else None
     if resume_from is not None:  # before the recogniser, model and data load: a named checkpoint of another
-        from xtts_ft.tokenizer import vocab_fingerprint  # vocabulary is refused (the recipe checks auto's at load)
-        from xtts_ft.train.resume import check_vocab
 
         fingerprint_now = handles.vocab_fingerprint if handles is not None else vocab_fingerprint(vocab_path)
         check_vocab(resume_from[1].vocab_fingerprint, resume_from[0], fingerprint_now, cfg)
@@ -274,8 +277,6 @@ def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: 
 
 def _export_best(checkpoint: Path, run_dir: Path, base: BaseModelFiles) -> Path:
     """``training.export_best_at_end``: the best checkpoint -> ``exports/step_NNNNNN`` (an older one moved aside)."""
-    from xtts_ft.evaluate.export import export_from_checkpoint
-    from xtts_ft.output_folder import MOVE_ASIDE
 
     out = RunLayout(run_dir).exports / checkpoint.name
     path = export_from_checkpoint(checkpoint, out, base, on_existing=MOVE_ASIDE)
@@ -293,10 +294,6 @@ def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, CheckpointRecord]]:
 
 def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path, tokenizer=None):
     """The sample-synthesis hook the trainer calls after each evaluation (``tokenizer``: the run's, else built)."""
-    from xtts_ft.evaluate import make_eval_hook
-    from xtts_ft.evaluate.intelligibility import load_eval_recognizer
-    from xtts_ft.evaluate.languages import language_evals
-    from xtts_ft.evaluate.references import pick_references
 
     tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
@@ -309,8 +306,6 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
 def training_handles(cfg: Config, dist, vocab_path: Path, record, tokenizer=None):
     """What the recipe gets from the command: the distributed handle, the run folder's record, the tokenizer
     (built here once, unless a test gives a ready one) and the vocabulary's fingerprint."""
-    from xtts_ft.tokenizer import vocab_fingerprint
-    from xtts_ft.train.session import RunHandles
 
     tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     return RunHandles(dist=dist, run=record, tokenizer=tokenizer, vocab_fingerprint=vocab_fingerprint(vocab_path))
@@ -321,9 +316,6 @@ def run_training(cfg: Config, *, vocab_path: Path, run_dir: Path, tokenizer=None
     (distributed handle, the run-folder claim without a fingerprint, the tokenizer), then ``xtts_ft.train.train``
     with ``kwargs`` (base, base_vocab_size, train_csv, eval_csv, eval_hook, max_steps_override, command_line,
     model_factory, fault_injector)."""
-    from xtts_ft.run_folder import claim_run_folder
-    from xtts_ft.train import train
-    from xtts_ft.train.distributed import cleanup_distributed, setup_distributed
 
     ctx = setup_distributed(cfg.run.device)
     try:

@@ -39,6 +39,7 @@ from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.tokenizer.command import text_files_in
+from xtts_ft.train.metrics import append_event
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +264,6 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
                     "checkpoints and vocabulary are kept", run_dir, record.run_id, "; ".join(differences))
         record.fingerprint = fingerprint
         write_record(run_dir, record)
-        from xtts_ft.train.metrics import append_event
 
         append_event(run_dir, {"step": None, "event": "data_changed", "changes": differences})
         return record

@@ -12,7 +12,7 @@ import soundfile as sf
 
 from tests.data.datahelpers import make_cfg, read_tsv, standin_normalize, tone
 from xtts_ft.data import prepare_dataset
-from xtts_ft.data.checks import ending_level
+from xtts_ft.data.levels import ending_level
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = REPO_ROOT / "datasets" / "amharic_demo"

@@ -7,7 +7,7 @@ import soundfile as sf
 
 from tests.ingest.ingesthelpers import build_recording
 from xtts_ft.config import DatasetConfig
-from xtts_ft.data.checks import ending_level
+from xtts_ft.data.levels import ending_level
 from xtts_ft.ingest.clips import Clip
 from xtts_ft.ingest.endings import settle_endings
 from xtts_ft.ingest.output import IngestReport

@@ -26,7 +26,7 @@ from xtts_ft.audio_io import (
     decode,
     to_mono,
 )
-from xtts_ft.data.checks import ending_level
+from xtts_ft.data.levels import ending_level
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Checks decided in the main process: transcript checks before any audio is read, and the
-checks that need every clip's audio result (chars per second, duplicates); plus output names;
-plus :func:`ending_level`, the one audio check the worker processes import from here (numpy only).
+checks that need every clip's audio result (chars per second, duplicates); plus output names.
+The cut_ending measure the worker processes run is in ``levels.py`` (numpy only).
 
 Duplicate policy (documented choice):
 
@@ -20,9 +20,7 @@ import unicodedata
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-import numpy as np
-
-if TYPE_CHECKING:  # audio.py imports ending_level from here: no import at run time
+if TYPE_CHECKING:  # type names only (audio.py does not import this module)
     from xtts_ft.data.audio import AudioResult
 
 Normalizer = Callable[[str], object]  # returns str, or an object with a .text str (NormalizedText)
@@ -114,43 +112,3 @@ class PostChecks:
         self.audio_seen[audio.pcm_sha1] = clip_id
         self.text_seen[(speaker, text)] = clip_id
         return None
-
-
-LEVEL_FRAME_S = 0.02  # frames of the level curve behind the cut_ending check
-SPEECH_PERCENTILE = 95  # a clip's loud frames: its speech level
-FLOOR_DB = -100.0  # digital silence counts as this level, not -inf
-# Silence this far below the speech counts as silence whatever its exact level: a clip padded with digital
-# zeros at one end and room noise at the other is not "loud at the end" because of the noise.
-QUIET_BELOW_SPEECH_DB = 50.0
-# A clip whose quietest frame is less than this below its speech has no pause to compare its end with
-# (a steady tone, a hum, constant babble): the check gives no verdict. Speech has stop closures and word
-# gaps well below this; the demo's espeak clips, cut mid-word, still show at least 16 dB.
-MIN_CONTRAST_DB = 15.0
-
-
-def ending_level(y: np.ndarray, sample_rate: int, tail_ms: float) -> Optional[tuple[float, float]]:
-    """(level of the last ``tail_ms`` of ``y``, the clip's pause level) in dBFS, or None when it cannot tell.
-
-    The pause level is the level of the clip's quietest 20 ms frame (a stop closure, a gap between
-    words, leading silence), raised to the speech level minus QUIET_BELOW_SPEECH_DB where that is
-    quieter still. A clip that ends in a pause has a tail at about its pause level; a clip cut off
-    mid-word ends well above it. Run on the untrimmed clip: trimming removes exactly the silence that
-    shows a clean ending. None: too short, or no pause in it (see MIN_CONTRAST_DB).
-    """
-    frame = max(1, int(round(LEVEL_FRAME_S * sample_rate)))
-    tail = max(1, int(round(tail_ms / 1000.0 * sample_rate)))
-    n = len(y) // frame
-    if n < 2 or len(y) <= tail:
-        return None
-
-    def level(power: np.ndarray) -> np.ndarray:
-        return 10.0 * np.log10(np.maximum(power, 10.0 ** (FLOOR_DB / 10.0)))
-
-    frames = np.asarray(y[: n * frame], dtype=np.float64).reshape(n, frame)
-    levels = level(np.einsum("ij,ij->i", frames, frames) / frame)
-    speech = float(np.percentile(levels, SPEECH_PERCENTILE))
-    pause = max(float(levels.min()), speech - QUIET_BELOW_SPEECH_DB)
-    if speech - pause < MIN_CONTRAST_DB:
-        return None
-    end = np.asarray(y[-tail:], dtype=np.float64)
-    return float(level(np.array([np.dot(end, end) / tail]))[0]), pause

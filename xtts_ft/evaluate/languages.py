@@ -24,8 +24,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.config import LANGUAGE_ALIASES, Config
 from xtts_ft.errors import UserError
+from xtts_ft.evaluate.references import pick_references
+from xtts_ft.evaluate.synthesis import synthesize_requests
 from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.text.error_rates import error_rates
 
@@ -55,10 +58,8 @@ def language_evals(cfg: Config, data_dir: Path, load_recognizer=None) -> list[La
 
     ``load_recognizer(asr_settings)`` builds a recogniser (default: :meth:`Recognizer.from_config`).
     """
-    from xtts_ft.evaluate.references import pick_references
 
     if load_recognizer is None:
-        from xtts_ft.asr.recognizer import Recognizer
 
         load_recognizer = Recognizer.from_config
     out = []
@@ -100,7 +101,6 @@ def evaluate_languages(xtts, tokenizer, languages: Sequence[LanguageEval], out_d
 
     Samples go to ``out_dir/<code>_<j>_<clip stem>.wav``; languages without a recogniser are skipped.
     """
-    from xtts_ft.evaluate.synthesis import synthesize_requests
 
     metrics: dict[str, float] = {}
     samples: dict[str, list] = {}

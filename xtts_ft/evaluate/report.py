@@ -23,6 +23,7 @@ from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
 from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
 from xtts_ft.tempfiles import atomic_write
+from xtts_ft.train.dvae_stage import dvae_summary
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,6 @@ def _training_banners(run_dir: Path) -> list[str]:
 
 
 def render_report(run_dir: Path) -> str:
-    from xtts_ft.train.dvae_stage import dvae_summary
 
     """The report page for ``run_dir`` as an HTML string."""
     run_dir = Path(run_dir)

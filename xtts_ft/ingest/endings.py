@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from xtts_ft.config import DatasetConfig
-from xtts_ft.data.checks import ending_level
+from xtts_ft.data.levels import ending_level
 from xtts_ft.ingest.clips import Clip
 from xtts_ft.ingest.source_audio import SourceFile, read_range
 from xtts_ft.stop_signals import raise_if_stopped

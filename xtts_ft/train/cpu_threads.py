@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Union
 
+import torch
+
 log = logging.getLogger(__name__)
 
 
@@ -61,7 +63,6 @@ def plan_cpu(cpu_threads: Union[int, str], num_workers: int, device_type: str, *
 
 def apply_cpu_plan(cpu_threads: Union[int, str], num_workers: int, device_type: str) -> CpuPlan:
     """Decide, set torch's intra-op thread count, log the choice, and return it."""
-    import torch
 
     plan = plan_cpu(cpu_threads, num_workers, device_type, ceiling=torch.get_num_threads(),
                     env_threads=os.environ.get("OMP_NUM_THREADS"))

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, TypeVar
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from xtts_ft.errors import ConfigError, UserError
 
@@ -120,7 +121,6 @@ def wrap_model(model: nn.Module, ctx: DistContext) -> nn.Module:
     """DDP around the whole training model (only its GPT has trainable parameters); identity when single-process."""
     if not ctx.enabled:
         return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     return DDP(
         model,

@@ -47,6 +47,8 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config
 from xtts_ft.errors import CheckpointError, ConfigError, DataError, TrainingStopped
 from xtts_ft.layout import DVAE_FILE, DVAE_REPORT_FILE, DVAE_STATE_FILE, EVAL_CSV, TRAIN_CSV, RunLayout
+from xtts_ft.model import _build_dvae, load_xtts_config, new_dvae_mel
+from xtts_ft.safe_load import load_weights
 from xtts_ft.stop_signals import StopRequested, stop_requested
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.data import read_manifest, read_segment
@@ -175,7 +177,6 @@ class DvaeTrainer:
     """One DVAE stage: setup (model, data, optimizer, saved state), steps, then dvae.pth and report.json."""
 
     def __init__(self, cfg: Config, base: BaseModelFiles, data_dir: Path, key: str):
-        from xtts_ft.model import _build_dvae, load_xtts_config, new_dvae_mel
 
         self.cfg, self.dcfg, self.key = cfg, cfg.dvae, key
         self.out = RunLayout(cfg.run_dir).dvae
@@ -215,7 +216,6 @@ class DvaeTrainer:
 
     def restore(self) -> bool:
         """Continue from ``dvae_state.pt`` when it was written for the same inputs; True if it was."""
-        from xtts_ft.safe_load import load_weights
 
         path = self.out / DVAE_STATE_FILE
         if not path.is_file():

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
@@ -279,7 +280,6 @@ class FineTuneRecipe:
             return self._result(stopped=False)
         redirect = contextlib.nullcontext()
         if self.is_main:
-            from tqdm.contrib.logging import logging_redirect_tqdm
 
             redirect = logging_redirect_tqdm()
         with redirect:

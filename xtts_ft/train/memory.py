@@ -43,8 +43,11 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from xtts_ft.errors import TrainingStopped
+from xtts_ft.train.data import collate
+from xtts_ft.train.sampler import ItemKey
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +228,6 @@ def worst_case_batch(dataset, text_lengths: Sequence[int], audio_lengths: Sequen
 
     Every real batch of ``n`` clips is padded to at most this text and audio length.
     """
-    from xtts_ft.train.data import collate
-    from xtts_ft.train.sampler import ItemKey
 
     longest_audio = max(range(len(audio_lengths)), key=audio_lengths.__getitem__)
     longest_text = max(range(len(text_lengths)), key=text_lengths.__getitem__)
@@ -351,6 +352,5 @@ def offloaded_tensor_names(model: nn.Module, names: Sequence[str]) -> list[str]:
 def ddp_ignore(model: nn.Module, names: Sequence[str]) -> None:
     """Tell DistributedDataParallel to leave the offloaded modules alone (it wants one device type)."""
     if names:
-        from torch.nn.parallel import DistributedDataParallel as DDP
 
         DDP._set_params_and_buffers_to_ignore_for_model(model, offloaded_tensor_names(model, names))

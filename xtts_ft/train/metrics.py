@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from xtts_ft.layout import RunLayout
@@ -75,7 +76,6 @@ class MetricsLogger:
         self._bar = None
         if not enabled:
             return
-        from torch.utils.tensorboard import SummaryWriter
 
         run_dir.mkdir(parents=True, exist_ok=True)
         # A resumed run trains again the steps after its checkpoint: their old lines and curves go, so
