@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xtts_ft.layout import VOCAB_FILE
+from xtts_ft.model_folder import CONFIG_JSON
 
 TOKENIZER_IMPORT = "from xtts_ft.tokenizer import AmharicTokenizer"
 EXAMPLE_TEXT = "ሰላም፣ እንዴት ነህ?"
@@ -49,7 +50,7 @@ from TTS.tts.configs.xtts_config import XttsConfig
 from TTS.tts.models.xtts import Xtts
 
 config = XttsConfig()
-config.load_json({str(Path(d) / "config.json")!r})
+config.load_json({str(Path(d) / CONFIG_JSON)!r})
 model = Xtts.init_from_config(config)
 model.load_checkpoint(config, checkpoint_dir={d!r}, eval=True)
 ```

@@ -36,6 +36,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from xtts_ft.languages import AMHARIC, canonical_language
 from xtts_ft.text.normalizer import normalize_text
 
 _PUNCT_RE = re.compile(r"[.,;:?!\"']")
@@ -56,7 +57,7 @@ def plain_scoring_text(text: str) -> str:
 
 def scoring_text_for(language: str) -> Callable[[str], str]:
     """Amharic (``am``/``amh``): :func:`scoring_text` with the project's normaliser; any other: plain."""
-    return scoring_text if language in ("am", "amh") else plain_scoring_text
+    return scoring_text if canonical_language(language) == AMHARIC else plain_scoring_text
 
 
 def edit_distance(ref: Sequence[object], hyp: Sequence[object]) -> int:
