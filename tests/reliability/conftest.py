@@ -13,16 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.training import (  # noqa: F401 - fixtures are found by name
-    built_model,
-    codes_cache,
-    dataset,
-    model_factory,
-    script_args,
-    tokenizer,
-    trainer,
-    vocab,
-)
 from tests.reliability.relhelpers import small_config
 from xtts_ft.checkpoint_store import CheckpointStore
 
