@@ -18,11 +18,14 @@ is skipped, so a failed recogniser call never stops a run.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from xtts_ft.checkpoint_store import score_of
+
+log = logging.getLogger(__name__)
 
 
 def stopping_metric(early_metric: str, best_metric: str) -> str:
@@ -149,6 +152,24 @@ class RunJudges:
     @property
     def best_step(self) -> Optional[int]:
         return self.stopper.best_step if self.stopper is not None else None
+
+    def warn_overfitting(self, finding: dict, step: int, metrics) -> None:
+        """Said once per run (the detector remembers it across resumes): console, events.jsonl, report banner."""
+        log.warning("overfitting: %s has been worse than its best (%.4g at step %d) for %d evaluations while the "
+                    "training loss fell from %.4g to %.4g; the best checkpoint is step %d. Set "
+                    "training.early_stopping.enabled: true, lower training.lr or add data", finding["metric"],
+                    finding["best_score"], finding["best_step"], finding["evals_worse"], finding["train_loss_from"],
+                    finding["train_loss_to"], finding["best_step"])
+        metrics.event(step, "overfitting", **finding)
+
+    def report_early_stop(self, step: int, metrics) -> None:
+        """The run ends here: the console line and the ``early_stop`` event (rank 0 calls it)."""
+        stopper = self.stopper
+        log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; the best was %.4g at "
+                    "step %d", step, self.metric, stopper.min_improvement, stopper.evals_without_improvement,
+                    stopper.best_score, stopper.best_step)
+        metrics.event(step, "early_stop", metric=self.metric, best_step=stopper.best_step,
+                      best_score=stopper.best_score, patience=stopper.patience)
 
     def state_dict(self) -> dict:
         return {"stopper": self.stopper.state_dict() if self.stopper is not None else None,

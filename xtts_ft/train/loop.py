@@ -28,7 +28,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.config import Config, TrainingConfig, dump_config
-from xtts_ft.errors import ConfigError, TrainingStopped
+from xtts_ft.errors import TrainingStopped
 from xtts_ft.layout import step_of
 from xtts_ft.model import model_limits
 from xtts_ft.stop_signals import StopRequested, StopSignals
@@ -233,24 +233,11 @@ class FineTuneRecipe:
     def _size_by_epochs(self) -> None:
         """``training.max_epochs``: the run ends at whichever of max_steps / max_epochs comes first; the schedule
         (warm-up, cosine) is laid over the steps that will run."""
-        epochs = self.tcfg.max_epochs
-        if epochs is None:
-            return
-        steps = max(1, math.ceil(epochs * len(self.train_clips) / self.plan.samples_per_step))
-        if steps >= self.tcfg.max_steps:
-            log.info("training.max_epochs %g = %d steps: training.max_steps %d comes first", epochs, steps,
-                     self.tcfg.max_steps)
-            return
-        if self.tcfg.warmup_steps >= steps:
-            raise ConfigError(
-                f"training.max_epochs: {epochs:g} epochs of {len(self.train_clips)} clips at {self.plan.samples_per_step} "
-                f"clips per step is {steps} steps, not more than training.warmup_steps {self.tcfg.warmup_steps}; "
-                f"lower warmup_steps or raise max_epochs")
-        log.info("training.max_epochs %g: %d steps of %d clips (before training.max_steps %d)", epochs, steps,
-                 self.plan.samples_per_step, self.tcfg.max_steps)
-        self.tcfg = dataclasses.replace(self.tcfg, max_steps=steps)
-        self.cfg = dataclasses.replace(self.cfg, training=self.tcfg)
-        self.max_steps = steps
+        steps = session.steps_for_epochs(self.tcfg, len(self.train_clips), self.plan.samples_per_step)
+        if steps is not None:
+            self.tcfg = dataclasses.replace(self.tcfg, max_steps=steps)
+            self.cfg = dataclasses.replace(self.cfg, training=self.tcfg)
+            self.max_steps = steps
 
     def _sampler_key(self) -> dict:
         return session.sampler_key(self.runtime, self.plan, self.data, self.cfg.run.seed)
@@ -383,28 +370,13 @@ class FineTuneRecipe:
         # early stopping and the overfit detector judge every evaluation (every rank has rank 0's results)
         self.early_stop, finding = self.judges.after_eval(p.step, results)
         if finding is not None and self.is_main:
-            self._warn_overfitting(finding)
+            self.judges.warn_overfitting(finding, p.step, self.metrics)
         return is_best
 
-    def _warn_overfitting(self, finding: dict) -> None:
-        """Said once per run (the detector remembers it across resumes): console, events.jsonl, report banner."""
-        log.warning("overfitting: %s has been worse than its best (%.4g at step %d) for %d evaluations while the "
-                    "training loss fell from %.4g to %.4g; the best checkpoint is step %d. Set "
-                    "training.early_stopping.enabled: true, lower training.lr or add data", finding["metric"],
-                    finding["best_score"], finding["best_step"], finding["evals_worse"], finding["train_loss_from"],
-                    finding["train_loss_to"], finding["best_step"])
-        self.metrics.event(self.progress.step, "overfitting", **finding)
-
     def _stop_early(self) -> None:
-        stopper = self.judges.stopper
         self.stopped_early = True
-        if not self.is_main:
-            return
-        log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; the best was %.4g at "
-                    "step %d", self.progress.step, self.judges.metric, stopper.min_improvement,
-                    stopper.evals_without_improvement, stopper.best_score, stopper.best_step)
-        self.metrics.event(self.progress.step, "early_stop", metric=self.judges.metric, best_step=stopper.best_step,
-                           best_score=stopper.best_score, patience=stopper.patience)
+        if self.is_main:
+            self.judges.report_early_stop(self.progress.step, self.metrics)
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self, final: bool = False) -> None:

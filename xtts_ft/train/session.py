@@ -11,6 +11,7 @@ fingerprint) arrives as :class:`RunHandles`.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import Config, TrainingConfig
-from xtts_ft.errors import DataError
+from xtts_ft.errors import ConfigError, DataError
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model
 from xtts_ft.stop_signals import raise_if_stopped
@@ -245,3 +246,24 @@ def seed_or_restore_rng(rng_state: Optional[dict], seed: int, rank: int, step: i
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def steps_for_epochs(tcfg: TrainingConfig, num_clips: int, samples_per_step: int) -> Optional[int]:
+    """``training.max_epochs`` in optimizer steps when it ends the run before ``max_steps``, else None.
+
+    A warm-up at least as long as that run is refused up front (the LR would never reach its peak)."""
+    epochs = tcfg.max_epochs
+    if epochs is None:
+        return None
+    steps = max(1, math.ceil(epochs * num_clips / samples_per_step))
+    if steps >= tcfg.max_steps:
+        log.info("training.max_epochs %g = %d steps: training.max_steps %d comes first", epochs, steps, tcfg.max_steps)
+        return None
+    if tcfg.warmup_steps >= steps:
+        raise ConfigError(
+            f"training.max_epochs: {epochs:g} epochs of {num_clips} clips at {samples_per_step} clips per step is "
+            f"{steps} steps, not more than training.warmup_steps {tcfg.warmup_steps}; lower warmup_steps or raise "
+            f"max_epochs")
+    log.info("training.max_epochs %g: %d steps of %d clips (before training.max_steps %d)", epochs, steps,
+             samples_per_step, tcfg.max_steps)
+    return steps
