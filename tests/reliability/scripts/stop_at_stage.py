@@ -72,7 +72,7 @@ def stop_at(stage: str) -> contextlib.AbstractContextManager:
 
         return patched(runner, "wait", ctrl_c_after_first)
     if stage == "tokenizer":
-        import xtts_ft.tokenizer as tokenizer
+        from xtts_ft import pipeline  # the tokenizer stage calls the name the pipeline imported
 
         def then_sigterm(build):
             def wrapped(*args, **kwargs):
@@ -81,7 +81,7 @@ def stop_at(stage: str) -> contextlib.AbstractContextManager:
                 return report
             return wrapped
 
-        return patched(tokenizer, "build_extended_vocab", then_sigterm)
+        return patched(pipeline, "build_extended_vocab", then_sigterm)
     if stage == "codes":
         from xtts_ft.train import session
 
