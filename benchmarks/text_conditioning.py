@@ -2,8 +2,10 @@
 
     python benchmarks/text_conditioning.py                 # ~300 clips, 400 steps (about 10 min on 2 cores)
     python benchmarks/text_conditioning.py --quick         # ~1 min smoke: 36 clips, 20 steps (numbers mean little)
+    python benchmarks/text_conditioning.py --clips 150 --steps 1000 --batch 16 --device cuda --dvae-steps 300
+                                                           # the GPU run in docs/text_conditioning.md
 
-A tiny XTTS (``xtts_ft.tiny_model``: 2-layer, 64-channel GPT, random weights) is trained from scratch
+A tiny XTTS (``xtts_ft.random_model``, size tiny: 2-layer, 64-channel GPT, random weights) is trained from scratch
 on CPU through the project's own stages: ``prepare_stage`` and ``tokenizer_stage`` of the pipeline,
 then ``train`` (the real loop: code cache, sampler, stability guard, checkpoints). The data are
 synthetic Amharic clips spoken by espeak-ng (three voices of ``utils/make_demo_dataset.py``) from
