@@ -40,6 +40,7 @@ from xtts_ft.config import (
     field_help,
     load_config,
 )
+from xtts_ft.config.loading import locate_config
 from xtts_ft.config.schema import DATASET_FORMATS
 from xtts_ft.data import prepare_command
 from xtts_ft.errors import ConfigError, UserError
@@ -205,7 +206,7 @@ def _rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def print_header(cfg) -> None:
+def print_header(cfg, config_path: Optional[Path] = None) -> None:
     """The run's summary, from rank 0 only (every rank would print the same)."""
     rank, local_rank = _rank()
     device = "cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else cfg.run.device
@@ -219,6 +220,8 @@ def print_header(cfg) -> None:
         return
     t = cfg.training
     log.info("xtts-ft run: %s", cfg.run_dir)
+    if config_path is not None:
+        log.info("  config      %s", config_path)
     log.info("  device      %s%s, precision %s", device, gpu, cfg.precision.mode)
     log.info("  base model  %s", cfg.base_model.source)
     for ds in cfg.datasets:
@@ -247,7 +250,8 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
 def _headless(args: argparse.Namespace) -> int:
     cfg = _load(args)
     setup_logging(cfg.run_dir if _rank()[0] == 0 else None, args.verbose)  # one writer of train.log
-    print_header(cfg)
+    # the config was read before logging started: say now which file a bare name found (configs/NAME.yaml)
+    print_header(cfg, locate_config(args.config))
     if args.evaluate:
         try:
             report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
