@@ -282,7 +282,7 @@ class TrainingConfig:
         "this many evaluations in a row while the training loss kept falling; 0: never. Independent of early_stopping.",
     )
     export_best_at_end: bool = opt(
-        False, "At the end of training, export the best checkpoint into <run>/exports/best (a stock-coqui model folder)."
+        False, "At the end of training, export the best checkpoint into <run>/exports/step_NNNNNN (a stock-coqui model folder)."
     )
     batch_size: Union[int, Literal["auto"]] = opt(4, "Clips per micro-batch, or 'auto' to find the largest that fits.")
     grad_accum_steps: int = opt(1, "Micro-batches per optimizer step (effective batch = batch_size x this x GPUs).")
