@@ -78,10 +78,14 @@ def test_ctrl_c_during_two_streaming_requests_exits_cleanly(tiny_export, voices_
             server.communicate()
     assert server.returncode == 0, (server.returncode, err[-3000:])
     assert "Traceback" not in err and "terminate called" not in err and "CancelledError" not in err, err[-3000:]
-    assert out.strip().splitlines()[-1] == "stopped (SIGINT); 2 request(s) being spoken were cut short", out
-    assert took < 15, took  # the generations ended at once, not after uvicorn's timeout and a full text
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("serving ") and f"uploaded voices are saved in {voices_dir}" in lines[0], out
+    assert lines[-1] == "stopped (SIGINT); 2 request(s) being spoken were cut short", out
+    assert took < 30, took  # no hang (the cut is shown below: fewer pieces than the text has)
     status, pcm_bytes = got["pcm"]  # the raw stream was closed off properly (no "incomplete chunked read")
     assert status == 200 and pcm_bytes > 0 and pcm_bytes % 2 == 0
     events = got["sse"]
     assert events[0]["type"] == "speech.audio.delta" and events[-1]["type"] == "error", [e["type"] for e in events]
     assert "stopped before the whole text was spoken" in events[-1]["error"]["message"]
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) < LONG_TEXT.count("።"), len(deltas)  # the generation ended early: not every sentence came

@@ -125,7 +125,7 @@ def voice_name(engine, clip: Path) -> str:
     data = Path(clip).read_bytes()
     name = "clip-" + hashlib.sha256(data).hexdigest()[:12]
     if name not in engine.voices.names():
-        engine.voices.add(name, data, suffix=Path(clip).suffix or ".wav")
+        engine.voices.add(name, data, suffix=Path(clip).suffix or ".wav", filename=Path(clip).name)
     return name
 
 
