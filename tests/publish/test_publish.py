@@ -15,7 +15,8 @@ from xtts_ft.cli import main
 from xtts_ft.publish.hub import PUBLISH_RECORD
 
 REPO = "alice/xtts-amharic"
-HUB_METADATA = {"license": "other", "license_name": "coqui-public-model-license", "base_model": "coqui/XTTS-v2",
+# The run is fine-tuned from the tiny random base, not XTTS-v2: the card names no base_model (tests/publish/test_card.py)
+HUB_METADATA = {"license": "other", "license_name": "coqui-public-model-license", "base_model": None,
                 "language": "am", "pipeline_tag": "text-to-speech"}
 EXPORT_FILES = {"model.pth", "config.json", "vocab.json", "dvae.pth", "mel_stats.pth", "xtts_ft_meta.json"}
 
@@ -78,7 +79,9 @@ def test_dry_run_writes_the_folder_with_the_card_of_the_best_checkpoint(dry_run,
     assert "`agkphysics/wav2vec2-large-xlsr-53-amharic`" in card  # the recogniser that heard them (run config)
     assert "1.25 hours" in card and "120 clips" in card and "2 speaker(s)" in card  # data/report.json
     assert "| 3 |" not in card  # nothing of step 4's evaluation
-    assert "hf download alice/xtts-amharic" in card and "python -m xtts_ft serve --model" in card
+    assert "hf download alice/xtts-amharic" in card and "python -m xtts_ft serve --model xtts_voice --voices voices" in card
+    assert f"The base model `{tiny_base_dir.name}` fine-tuned" in card and "are XTTS-v2's" not in card
+    assert "| speaker similarity (XTTS speaker encoder, sample vs. reference) | 0.81 (meaningless here, see below) |" in card
     assert str(run_folder) not in card  # a public card names no local paths, nor its metadata files
     for name in ("xtts_ft_meta.json", PUBLISH_RECORD):
         text = (out / name).read_text(encoding="utf-8")

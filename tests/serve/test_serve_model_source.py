@@ -62,7 +62,7 @@ def test_checkpoint_folder_knows_its_run(run):
     assert (r.kind, r.model_dir, r.run_dir, r.base_model) == ("checkpoint", ckpt, run.resolve(), "/some/base")
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "empty", "run_without_checkpoints"])
+@pytest.mark.parametrize("case", ["missing", "file", "empty", "run_without_checkpoints", "run_before_training"])
 def test_anything_else_is_one_line_naming_the_folder(tmp_path, case):
     path = tmp_path / "model"
     if case == "file":
@@ -71,9 +71,14 @@ def test_anything_else_is_one_line_naming_the_folder(tmp_path, case):
         path.mkdir()
     elif case == "run_without_checkpoints":
         (path / "checkpoints").mkdir(parents=True)
+    elif case == "run_before_training":  # prepared, training started, no checkpoint saved (nor its folder) yet
+        path.mkdir()
+        (path / "run.json").write_text('{"run_id": "r1"}')
+        (path / "config.yaml").write_text("run:\n  language: am\n")
     with pytest.raises(ModelError) as info:
         resolve_model(path)
     message = str(info.value)
     assert str(path) in message and "\n" not in message
     assert {"missing": "not found", "file": "is a file", "empty": "expected an export folder",
-            "run_without_checkpoints": "no good checkpoint"}[case] in message
+            "run_without_checkpoints": "a run folder with no checkpoint yet",
+            "run_before_training": "a run folder with no checkpoint yet"}[case] in message

@@ -74,3 +74,20 @@ def test_synthesize_event_gets_audio_in_the_models_language(wyoming_uri, engine)
     pcm = b"".join(AudioChunk.from_event(e).audio for e in events if e.type == "audio-chunk")
     samples = np.frombuffer(pcm, dtype="<i2")
     assert samples.size > 0.2 * engine.sample_rate and np.abs(samples).max() > 0
+
+
+@pytest.mark.parametrize("text, words", [
+    ("ሰላም Привет", "text: letters in a script the model does not read (Cyrillic: 'Привет')"),
+    ("ሀ" * 4097, "text: 4097 characters; at most 4096 per request"),
+    ("   ", "text: empty"),
+])
+def test_a_request_the_http_server_would_refuse_gets_an_error_before_any_audio(wyoming_uri, engine, text, words):
+    from wyoming.error import Error
+    from wyoming.tts import Synthesize
+
+    pieces_before = engine.stats.pieces
+    events = asyncio.run(_ask(wyoming_uri, Synthesize(text=text).event(), "audio-stop"))
+    assert [e.type for e in events] == ["error"], [e.type for e in events]  # no audio-start first
+    error = Error.from_event(events[0])
+    assert error.text.startswith(words) and "\n" not in error.text and error.code == "bad-request"
+    assert engine.stats.pieces == pieces_before  # nothing was synthesised

@@ -8,6 +8,12 @@ hours and speakers from ``data/report.json``. What is missing is said to be miss
 
 The YAML front matter is written by huggingface_hub (:class:`ModelCardData`), so it is exactly
 what the Hub parses.
+
+The card never claims more than the records show: only a model fine-tuned from XTTS-v2 (its base
+folder is XTTS-v2's, :func:`is_xtts_v2`) gets ``base_model: coqui/XTTS-v2`` and "the speaker encoder
+and decoder are XTTS-v2's"; on another base (the demo's tiny random model) the card says which base it
+was, and that its speaker similarity means nothing (an untrained speaker encoder rates every pair of
+voices near 1).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Optional
 import yaml
 from huggingface_hub import ModelCard, ModelCardData
 
-from xtts_ft.config import RunConfig
+from xtts_ft.config import RunConfig, ServeConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.readme import tokenizer_lines
@@ -35,6 +41,7 @@ LICENSE_LINK = "https://coqui.ai/cpml"
 DATA_REPORT = "report.json"  # data/report.json, written by xtts_ft/data/report.py
 MAX_SAMPLES = 3  # audio clips on the card: one per length bucket where the evaluation has one
 LOCAL_DIR = "xtts_voice"  # the folder name the card's download line uses
+VOICE_EXAMPLE = "narrator"  # the voice name the card's serve lines use
 CARD_TEMPLATE = "---\n{{ card_data }}\n---\n\n{{ body }}"  # huggingface_hub fills the front matter
 
 
@@ -52,11 +59,26 @@ class CardFacts:
     samples: list = field(default_factory=list)  # index.jsonl sample records picked for the card
     data: dict = field(default_factory=dict)  # hours, speakers, clips (data/report.json)
 
+    @property
+    def base_name(self) -> str:
+        """The base model's folder name (never the local path)."""
+        return Path(str(self.export_meta.get("base_model") or "unknown")).name
+
+    @property
+    def base_is_xtts_v2(self) -> bool:
+        return is_xtts_v2(self.export_meta)
+
     def to_json(self) -> dict:
         return {"repo_id": self.repo_id, "language": self.language, "step": self.step, "metrics": self.metrics,
                 "metrics_source": self.metrics_source, "recognizer": self.recognizer, "data": self.data,
                 "samples": [{k: s.get(k) for k in ("file", "text", "cer", "recognized_text", "ended_with_stop",
                                                    "speaker_similarity", "duration_s")} for s in self.samples]}
+
+
+def is_xtts_v2(export_meta: dict) -> bool:
+    """Whether the export's base model is XTTS-v2: its folder (the Hub's cache, ``models--coqui--XTTS-v2``,
+    or a download named after it) says so. Anything else (the tiny random model, a model of one's own) is not."""
+    return "xtts-v2" in str(export_meta.get("base_model") or "").lower()
 
 
 def read_json(path: Path) -> dict:
@@ -146,11 +168,11 @@ def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
     """The card's facts for ``resolved`` (:class:`xtts_ft.serve.model_source.ResolvedModel`), whose export
     (in the folder being published) wrote ``export_meta``."""
     step = export_meta.get("step")
-    if "XTTS-v2" not in str(export_meta.get("base_model")):
-        log.warning("publish: the base model was %s, not %s; the card's base_model metadata says %s",
-                    Path(str(export_meta.get("base_model"))).name, BASE_MODEL, BASE_MODEL)
     facts = CardFacts(repo_id=repo_id, language=str(export_meta.get("language") or RunConfig.language), step=step,
                       export_meta=export_meta)
+    if not facts.base_is_xtts_v2:
+        log.warning("publish: the base model was %s, not %s; the card says so, names no base_model in its metadata "
+                    "and marks its speaker similarity as meaningless", facts.base_name, BASE_MODEL)
     run_dir = resolved.run_dir
     record = _eval_record(run_dir, step) if run_dir is not None and step is not None else None
     if record is not None:
@@ -189,13 +211,21 @@ def _quality_section(f: CardFacts) -> str:
         heard = f"transcribed by the speech recogniser `{f.recognizer}`"
     else:  # the run's config is not on this disk any more
         heard = "transcribed by a speech recogniser that the records found here do not name"
-    rows = [("CER (character error rate, all samples)", m.get("sample_cer")),
-            ("CER, short texts (≤ 20 characters)", m.get("sample_cer_short")),
-            ("speaker similarity (XTTS speaker encoder, sample vs. reference)", m.get("sample_speaker_similarity")),
-            ("stop rate (samples that ended by themselves)", m.get("sample_stop_rate")),
-            ("stop rate, short texts", m.get("sample_stop_rate_short")),
-            ("eval loss (teacher-forced, held-out clips)", m.get("eval_loss"))]
-    table = "\n".join(f"| {name} | {_num(value)} |" for name, value in rows)
+    similarity = m.get("sample_speaker_similarity")
+    rows = [("CER (character error rate, all samples)", _num(m.get("sample_cer"))),
+            ("CER, short texts (≤ 20 characters)", _num(m.get("sample_cer_short"))),
+            ("speaker similarity (XTTS speaker encoder, sample vs. reference)",
+             _num(similarity) if f.base_is_xtts_v2 or similarity is None
+             else f"{_num(similarity)} (meaningless here, see below)"),
+            ("stop rate (samples that ended by themselves)", _num(m.get("sample_stop_rate"))),
+            ("stop rate, short texts", _num(m.get("sample_stop_rate_short"))),
+            ("eval loss (teacher-forced, held-out clips)", _num(m.get("eval_loss")))]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    caveat = "" if f.base_is_xtts_v2 or similarity is None else (
+        f"\nSpeaker similarity is measured with the base model's own speaker encoder, and this base model "
+        f"(`{f.base_name}`) is not {BASE_MODEL}: its encoder is not XTTS-v2's trained one (a random encoder, as in "
+        f"the project's tiny test model, rates every pair of voices near 1), so the number says nothing about "
+        f"the voice.\n")
     return f"""## Measured quality (step {f.step})
 
 The evaluation samples of this checkpoint were {heard}; read from {f.metrics_source}.
@@ -208,7 +238,7 @@ CER is scored after the project's normaliser on both sides (numbers read out, ho
 punctuation dropped). It includes the recogniser's own error, so it is a ceiling on the model's error,
 and it is comparable only between models scored by the same recogniser. A stop rate below 1 means
 some samples ran to the length limit instead of ending (babbling).
-"""
+{caveat}"""
 
 
 def _data_section(f: CardFacts) -> str:
@@ -239,6 +269,11 @@ def _samples_section(f: CardFacts, endpoint: str) -> str:
 def _limits_section(f: CardFacts) -> str:
     text = f.export_meta.get("text") or {}
     short = f.metrics.get("sample_stop_rate_short")
+    licence = ("the weights derive from XTTS-v2 and carry the Coqui Public Model License: non-commercial use only."
+               if f.base_is_xtts_v2 else
+               f"the base model `{f.base_name}` is not XTTS-v2, so these weights are under that base model's "
+               f"terms; the metadata keeps XTTS-v2's Coqui Public Model License (non-commercial) as the cautious "
+               f"default.")
     short_line = (f"On this checkpoint's short evaluation texts the stop rate was {_num(short)}"
                   f" and the CER {_num(f.metrics.get('sample_cer_short'))}." if short is not None
                   else "This checkpoint's short texts were not measured separately.")
@@ -255,8 +290,7 @@ def _limits_section(f: CardFacts) -> str:
   refuses language `{f.language}` and cannot normalise it, so plug in the tokenizer shown below.
 - **Voice cloning** needs a clean 3-10 s reference clip; quality follows the training data's
   speakers and recording conditions.
-- **Licence**: the weights derive from XTTS-v2 and carry the Coqui Public Model License:
-  non-commercial use only.
+- **Licence**: {licence}
 """
 
 
@@ -264,13 +298,18 @@ def _usage_section(f: CardFacts) -> str:
     lines = "\n".join(tokenizer_lines(Path(LOCAL_DIR), f.export_meta))
     return f"""## How to use
 
-Download the folder, then serve it to any app that speaks OpenAI's `/v1/audio/speech`, or load it in Python:
+Download the folder, then serve it to any app that speaks OpenAI's `/v1/audio/speech`, or load it in Python.
+The model speaks in the voice of a reference clip: put a clean 3-10 s recording of the voice in a folder
+(`voices/narrator.wav` is the voice `narrator`).
 
 ```bash
 hf download {f.repo_id} --local-dir {LOCAL_DIR}
 # in a clone of the xtts-ft project: pip install -r requirements.txt && pip install --no-deps -e .
-python -m xtts_ft serve --model {LOCAL_DIR}
-python -m xtts_ft synthesize --model {LOCAL_DIR} --text "ሰላም፣ እንዴት ነህ?" --speaker-wav voice.wav --out hello.wav
+mkdir -p voices && cp my_recording.wav voices/{VOICE_EXAMPLE}.wav
+python -m xtts_ft serve --model {LOCAL_DIR} --voices voices
+curl -s http://127.0.0.1:{ServeConfig.port}/v1/audio/speech -H 'Content-Type: application/json' \\
+  -d '{{"input": "ሰላም፣ እንዴት ነህ?", "voice": "{VOICE_EXAMPLE}", "response_format": "wav"}}' -o hello.wav
+python -m xtts_ft synthesize --model {LOCAL_DIR} --text "ሰላም፣ እንዴት ነህ?" --speaker-wav voices/{VOICE_EXAMPLE}.wav --out hello.wav
 ```
 
 Stock coqui-tts loads the folder; only the text front-end is the project's:
@@ -294,15 +333,22 @@ def render_card(f: CardFacts, endpoint: str):
     """The :class:`huggingface_hub.ModelCard` (front matter from :class:`ModelCardData`)."""
     data = ModelCardData(
         language=f.language, license="other", license_name=LICENSE_NAME, license_link=LICENSE_LINK,
-        base_model=BASE_MODEL, pipeline_tag="text-to-speech", library_name="coqui",
-        tags=["xtts", "xtts-v2", "voice-cloning", "xtts-ft"],
+        base_model=BASE_MODEL if f.base_is_xtts_v2 else None, pipeline_tag="text-to-speech", library_name="coqui",
+        tags=["xtts", "xtts-v2", "voice-cloning", "xtts-ft"] if f.base_is_xtts_v2 else ["xtts", "voice-cloning", "xtts-ft"],
     )
     meta = f.export_meta
     step = f" at training step {f.step}" if f.step is not None else ""
-    intro = (f"# {f.repo_id.split('/')[-1]}\n\n[{BASE_MODEL}](https://huggingface.co/{BASE_MODEL}) fine-tuned for "
-             f"language `{f.language}` with xtts-ft{step}: the GPT retrained with an extended vocabulary of "
-             f"{meta.get('text_tokens')} text tokens (fingerprint `{meta.get('vocab_fingerprint')}`); the "
-             f"speaker encoder and HiFi-GAN decoder are XTTS-v2's.\n")
+    tokens = (f"the GPT retrained with an extended vocabulary of {meta.get('text_tokens')} text tokens (fingerprint "
+              f"`{meta.get('vocab_fingerprint')}`)")
+    if f.base_is_xtts_v2:
+        intro = (f"# {f.repo_id.split('/')[-1]}\n\n[{BASE_MODEL}](https://huggingface.co/{BASE_MODEL}) fine-tuned for "
+                 f"language `{f.language}` with xtts-ft{step}: {tokens}; the speaker encoder and HiFi-GAN decoder "
+                 f"are XTTS-v2's.\n")
+    else:
+        intro = (f"# {f.repo_id.split('/')[-1]}\n\nThe base model `{f.base_name}` fine-tuned for language "
+                 f"`{f.language}` with xtts-ft{step}: {tokens}; the speaker encoder and HiFi-GAN decoder are that "
+                 f"base model's. **The base model is not {BASE_MODEL}** (for instance the project's tiny random "
+                 f"test model, which cannot speak).\n")
     body = "\n".join([intro, _quality_section(f), _data_section(f), _samples_section(f, endpoint),
                       _limits_section(f), _usage_section(f)])
     return ModelCard.from_template(data, template_str=CARD_TEMPLATE, body=body)

@@ -6,26 +6,77 @@ progress finishes (seconds with a full model) and the engine never learns it was
 one thread drives the engine's generator to its end and posts chunks to an ``asyncio.Queue``;
 the consumer sets the cancel event when it stops listening, the engine sees it at its next model
 layer (or before its next piece), counts the cancellation and ends, and the thread exits.
+
+A server keeps its pumps in one :class:`Generations`: when it is told to stop (Ctrl-C, SIGTERM) it
+cancels every generation under way at once, so the answers end within a model layer instead of
+being cut off by uvicorn's shutdown timeout, and it waits for their threads before the process
+exits (a thread left inside torch at interpreter exit aborts the process: "terminate called
+without an active exception").
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from typing import AsyncIterator, Iterator
+import time
+from typing import AsyncIterator, Iterator, Optional
 
 import numpy as np
 
 _END = object()
 
 
+class Generations:
+    """The syntheses under way in one server: a stop cancels them all, and :meth:`join` waits for their threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[threading.Thread, threading.Event] = {}
+        self.stopping = threading.Event()
+
+    def add(self, thread: threading.Thread, cancel: threading.Event) -> None:
+        with self._lock:
+            self._live[thread] = cancel
+        if self.stopping.is_set():  # started while the server was stopping: nobody will receive it
+            cancel.set()
+
+    def done(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._live.pop(thread, None)
+
+    def stop(self) -> int:
+        """Cancel every generation under way (and any started later); how many were cut short."""
+        self.stopping.set()
+        with self._lock:
+            live = list(self._live.values())
+        for cancel in live:
+            cancel.set()
+        return len(live)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for every synthesis thread to end; False if one is still running after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                threads = list(self._live)
+            if not threads:
+                return True
+            threads[0].join(max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline and threads[0].is_alive():
+                return False
+
+
 class ChunkPump:
-    def __init__(self, chunks: Iterator[np.ndarray], cancel: threading.Event) -> None:
+    def __init__(self, chunks: Iterator[np.ndarray], cancel: threading.Event,
+                 generations: Optional[Generations] = None) -> None:
         self.cancel = cancel
         self._chunks = chunks
+        self._generations = generations
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._thread = threading.Thread(target=self._run, name="xtts-ft-synthesis", daemon=True)
+        if generations is not None:
+            generations.add(self._thread, cancel)
         self._thread.start()
 
     def _post(self, item) -> None:
@@ -42,6 +93,8 @@ class ChunkPump:
             self._post(exc)
         finally:
             self._post(_END)
+            if self._generations is not None:
+                self._generations.done(self._thread)
 
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         try:

@@ -1,7 +1,9 @@
 """``python -m xtts_ft serve --model PATH``: load the model once, then answer HTTP (and Wyoming) until stopped.
 
 uvicorn runs the FastAPI app in this process's event loop; ``--wyoming tcp://HOST:PORT`` adds the
-Wyoming server to the same loop and the same engine. Ctrl-C (or SIGTERM) stops both.
+Wyoming server to the same loop and the same engine. Ctrl-C (or SIGTERM) stops both: every synthesis
+under way is cancelled at once (its answer ends early; an SSE client is told), their threads are
+waited for, and the command ends with one line and exit code 0. A second Ctrl-C forces uvicorn out.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -18,14 +21,16 @@ import torch
 
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import UserError
+from xtts_ft.serve.chunk_pump import Generations
 from xtts_ft.serve.engine import SpeechEngine
-from xtts_ft.serve.http_app import create_app
+from xtts_ft.serve.http_app import create_app, uploads_note
 from xtts_ft.serve.model_source import resolve_model
 from xtts_ft.serve.wyoming_server import run_wyoming
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "XTTS_FT_API_KEY"
+THREAD_JOIN_S = 30.0  # how long a stopping server waits for its cancelled syntheses (each ends within a layer)
 
 
 class ServeError(UserError):
@@ -68,21 +73,51 @@ def open_engine(opts: ServeOptions):
     return SpeechEngine.open(resolved, pick_device(opts.device), voices_dir=opts.voices, max_codes=opts.max_codes)
 
 
-async def serve_forever(engine, opts: ServeOptions) -> None:
+@dataclass
+class StopReport:
+    """How the server was stopped: the signal, and how many syntheses under way it cut short."""
+
+    signal_name: Optional[str] = None
+    cut_short: int = 0
+
+
+def _stopping_server(config, generations: Generations, report: StopReport):
+    """uvicorn's server, whose stop signal first cancels every synthesis under way; the signal is not raised
+    again after the shutdown (uvicorn's own handler does that): a requested stop is a clean exit."""
     import uvicorn
 
-    app = create_app(engine, api_key=opts.api_key)
-    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="info", access_log=False,
+    class StoppingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame) -> None:
+            if self.should_exit:
+                self.force_exit = sig == signal.SIGINT  # a second Ctrl-C: do not wait for connections
+                return
+            report.signal_name = signal.Signals(sig).name
+            report.cut_short = generations.stop()
+            self.should_exit = True
+
+    return StoppingServer(config)
+
+
+async def serve_forever(engine, opts: ServeOptions, generations: Optional[Generations] = None) -> StopReport:
+    import uvicorn
+
+    generations = generations if generations is not None else Generations()
+    report = StopReport()
+    app = create_app(engine, api_key=opts.api_key, generations=generations)
+    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    server = _stopping_server(config, generations, report)
     tasks = [asyncio.ensure_future(server.serve())]
     if opts.wyoming:
-        tasks.append(asyncio.ensure_future(run_wyoming(engine, opts.wyoming)))
+        tasks.append(asyncio.ensure_future(run_wyoming(engine, opts.wyoming, generations=generations)))
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    generations.stop()  # uvicorn stopped (or Wyoming failed): nothing under way is wanted any more
     for task in pending:  # uvicorn stopped (Ctrl-C): the Wyoming server goes with it
         task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
     for task in done:
         task.result()
+    return report
 
 
 def serve_command(opts: ServeOptions) -> int:
@@ -94,7 +129,15 @@ def serve_command(opts: ServeOptions) -> int:
     if opts.host not in ("127.0.0.1", "localhost", "::1") and not opts.api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", opts.host)
     engine = open_engine(opts)
+    skipped = engine.voices.skipped
     print(f"serving {engine.source.describe()} on http://{opts.host}:{opts.port}/v1 "
-          f"(voices: {', '.join(engine.voices.names()) or 'none yet: upload one'})", flush=True)
-    asyncio.run(serve_forever(engine, opts))
+          f"(voices: {', '.join(engine.voices.names()) or 'none yet: upload one'}"
+          f"{f'; {len(skipped)} file(s) of --voices skipped, see above' if skipped else ''}; "
+          f"uploaded voices are {uploads_note(engine.voices)})", flush=True)
+    generations = Generations()
+    report = asyncio.run(serve_forever(engine, opts, generations))
+    if not generations.join(THREAD_JOIN_S):
+        log.warning("a synthesis did not end within %.0f s of the stop", THREAD_JOIN_S)
+    cut = f"; {report.cut_short} request(s) being spoken were cut short" if report.cut_short else ""
+    print(f"stopped ({report.signal_name or 'server ended'}){cut}", flush=True)
     return 0

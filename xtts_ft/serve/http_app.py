@@ -25,6 +25,7 @@ import logging
 import secrets
 import threading
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
@@ -39,7 +40,7 @@ from xtts_ft import __version__
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import UserError
 from xtts_ft.serve.audio_formats import StreamEncoder, available_formats, encode_whole
-from xtts_ft.serve.chunk_pump import ChunkPump
+from xtts_ft.serve.chunk_pump import ChunkPump, Generations
 from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.speech_request import ApiError, SpeechRequest, check_speech_request
 
@@ -47,11 +48,19 @@ log = logging.getLogger(__name__)
 
 MODEL_ID = "xtts-ft"
 RETRY_AFTER_S = 2
+JSON_OR_FORM = ("application/json", "multipart/form-data", "application/x-www-form-urlencoded")
 
 
 def error_response(status: int, message: str, *, param=None, kind="invalid_request_error", headers=None) -> JSONResponse:
     body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def uploads_note(voices) -> str:
+    """Where uploaded voices go, and whether they outlive the server (said at start, on upload, in /v1/voices)."""
+    if voices.uploads_kept:
+        return f"saved in {voices.folder}"
+    return "kept only until the server stops (no --voices folder); start with --voices DIR to keep them"
 
 
 class Admission:
@@ -76,12 +85,16 @@ class Admission:
             self.admitted -= 1
 
 
-def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, api_key: Optional[str] = None) -> FastAPI:
+def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, api_key: Optional[str] = None,
+               generations: Optional[Generations] = None) -> FastAPI:
+    """The app; ``generations``: the server's registry of syntheses under way (its ``stop`` ends them all)."""
     settings = settings or engine.settings
     formats = available_formats()
     admission = Admission(settings.queue_size)
+    generations = generations if generations is not None else Generations()
     app = FastAPI(title="xtts-ft speech server", version=__version__, docs_url="/docs", redoc_url=None)
     app.state.engine, app.state.admission, app.state.formats = engine, admission, formats
+    app.state.generations = generations
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError):
@@ -92,9 +105,14 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         return error_response(400, str(exc).splitlines()[0])
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError):
+    async def _invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not isinstance(p, int)) or "request body"
+        loc = tuple(first.get("loc", ()))
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if loc[:1] == ("body",) and content_type not in JSON_OR_FORM:  # JSON sent as text/plain (curl -d, fetch)
+            return error_response(400, f"request body: sent with Content-Type '{content_type or 'none'}'; send the "
+                                       f"JSON with 'Content-Type: application/json'", param="content-type")
+        where = ".".join(str(p) for p in loc if p != "body" and not isinstance(p, int)) or "request body"
         return error_response(400, f"{where}: {first.get('msg', 'invalid request')}", param=where)
 
     @app.exception_handler(StarletteHTTPException)
@@ -123,6 +141,7 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         return {
             "status": "ok", "model": engine.source.describe(), "language": engine.language,
             "sample_rate": engine.sample_rate, "voices": len(engine.voices.names()),
+            "voices_skipped": engine.voices.skipped, "uploads": uploads_note(engine.voices),
             "queue": {"admitted": admission.admitted, "limit": admission.limit, "refused": admission.refused},
             "stats": {"pieces": s.pieces, "cancelled": s.cancelled, "retries": s.retries, "capped": s.capped,
                       "synthesis_s": round(s.synthesis_s, 3), "audio_s": round(s.audio_s, 3)},
@@ -135,7 +154,8 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
                                             "language": engine.language, "source": engine.source.describe()}]}
 
     def voice_list():
-        return {"voices": [{"id": v.name, "name": v.name, **v.to_json()} for v in engine.voices.list()]}
+        return {"voices": [{"id": v.name, "name": v.name, **v.to_json()} for v in engine.voices.list()],
+                "uploads": uploads_note(engine.voices)}
 
     v1.get("/voices")(voice_list)
     v1.get("/audio/voices")(voice_list)
@@ -148,12 +168,16 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         if declared > limit + 64 * 1024 or len(data) > limit:
             raise ApiError(413, f"file: larger than {settings.max_upload_mb:g} MB; upload a 3-10 s clip", param="file")
         suffix = Path(file.filename or "clip.wav").suffix
-        voice = await run_in_threadpool(engine.voices.add, name, data, suffix)
-        return JSONResponse({"id": voice.name, **voice.to_json()}, status_code=201)
+        voice = await run_in_threadpool(partial(engine.voices.add, name, data, suffix, filename=file.filename))
+        return JSONResponse({"id": voice.name, **voice.to_json(), "kept": uploads_note(engine.voices)},
+                            status_code=201)
 
     @v1.post("/audio/speech")
     async def speech(body: SpeechRequest, request: Request):
         fmt = check_speech_request(body, engine, formats, settings)
+        if generations.stopping.is_set():
+            raise ApiError(503, "the server is stopping; send the request to it again once it is back",
+                           kind="server_stopping")
         admission.enter()
         try:
             pieces = engine.pieces(body.input, body.language)  # a UserError here is still a 400
@@ -167,13 +191,16 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         chunks = engine.synthesize(body.input, body.voice, language=body.language, speed=body.speed,
                                    cancel=cancel.is_set)
         if body.stream_format == "sse" or (fmt.streams and len(pieces) > 1):  # one piece: a plain, complete file
-            return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel),
+            return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, generations),
                                   release=lambda: (cancel.set(), admission.leave()),
                                   media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
         with _released(admission):
-            audio = await _collect(chunks, request, cancel)
+            audio = await _collect(chunks, request, cancel, generations)
         if audio is None:
             return Response(status_code=499)
+        if generations.stopping.is_set():  # cut short by the stop: not the whole text, so no audio
+            raise ApiError(503, "the server stopped while this request was being spoken; send it again once the "
+                                "server is back", kind="server_stopping")
         return Response(encode_whole(audio, engine.sample_rate, fmt), media_type=fmt.media_type)
 
     app.include_router(v1)
@@ -204,12 +231,12 @@ def _released(admission: Admission) -> Iterator[None]:
         admission.leave()
 
 
-async def _collect(chunks, request: Request, cancel: threading.Event):
+async def _collect(chunks, request: Request, cancel: threading.Event, generations: Generations):
     """All chunks, synthesised in a worker thread while the client's connection is watched; None if it went away."""
     parts: list = []
 
     async def gather() -> None:
-        async for chunk in ChunkPump(chunks, cancel):
+        async for chunk in ChunkPump(chunks, cancel, generations):
             parts.append(chunk)
 
     work = asyncio.ensure_future(gather())
@@ -222,12 +249,16 @@ async def _collect(chunks, request: Request, cancel: threading.Event):
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event):
-    """The response body; cancelled by the server when the client goes away, which stops the synthesis."""
+async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event,
+                  generations: Generations):
+    """The response body; cancelled by the server when the client goes away, which stops the synthesis.
+
+    A server stop ends the synthesis too: the audio sent so far is closed off properly, and an SSE client
+    gets an ``error`` event instead of ``speech.audio.done``, so it knows the text was not finished."""
     encoder = StreamEncoder(fmt, sample_rate)
     sent = 0
     try:
-        async for chunk in ChunkPump(chunks, cancel):
+        async for chunk in ChunkPump(chunks, cancel, generations):
             data = encoder.piece(chunk)
             if data:
                 sent += len(data)
@@ -236,7 +267,10 @@ async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: thr
         if tail:
             sent += len(tail)
             yield _sse_delta(tail) if stream_format == "sse" else tail
-        if stream_format == "sse":
+        if stream_format == "sse" and generations.stopping.is_set():
+            error = {"message": "the server stopped before the whole text was spoken", "type": "server_stopping"}
+            yield "data: " + json.dumps({"type": "error", "error": error}) + "\n\n"
+        elif stream_format == "sse":
             yield "data: " + json.dumps({"type": "speech.audio.done", "usage": {"output_bytes": sent}}) + "\n\n"
     finally:
         cancel.set()  # the client went away (or all was sent): nothing more to synthesise

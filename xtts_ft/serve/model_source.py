@@ -31,7 +31,7 @@ from xtts_ft.config import CheckpointConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
-from xtts_ft.layout import CHECKPOINTS_DIR, CONFIG_FILE, STATE_FILE, RunLayout
+from xtts_ft.layout import CHECKPOINTS_DIR, CONFIG_FILE, RUN_FILE, STATE_FILE, RunLayout
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.run_folder import read_record
 
@@ -113,8 +113,8 @@ def _pick_run_checkpoint(run_dir: Path) -> tuple[Path, str]:
     if latest is not None:
         return latest, "latest"
     raise ModelError(
-        f"--model {run_dir}: a run folder with no good checkpoint in {CHECKPOINTS_DIR}/; train first, or pass an "
-        f"export folder"
+        f"--model {run_dir}: a run folder with no checkpoint yet (none good in {CHECKPOINTS_DIR}/); serve it once "
+        f"training has saved its first checkpoint, or pass an export folder"
     )
 
 
@@ -137,6 +137,9 @@ def resolve_model(path: str | Path, base_model: Optional[str] = None) -> Resolve
         ckpt, how = _pick_run_checkpoint(given)
         log.info("--model %s: serving the %s checkpoint %s", given, how, ckpt.name)
         return ResolvedModel("run", given, ckpt, "checkpoint", given, base_model, how)
+    if (given / RUN_FILE).is_file() or (given / CONFIG_FILE).is_file():
+        raise ModelError(f"--model {given}: a run folder with no checkpoint yet (nothing in {CHECKPOINTS_DIR}/); "
+                         f"serve it once training has saved its first checkpoint, or pass an export folder")
     raise ModelError(
         f"--model {given}: expected an export folder ({' + '.join(EXPORT_FILES)}), a checkpoint folder ({STATE_FILE}) "
         f"or a run folder ({CHECKPOINTS_DIR}/); it holds none of them"

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from xtts_ft.config import ServeConfig
 from xtts_ft.languages import canonical_language
 from xtts_ft.serve.audio_formats import OPENAI_FORMATS, AudioFormat
+from xtts_ft.serve.text_pieces import UnreadableText, check_readable
 from xtts_ft.serve.voices import DEFAULT_VOICE, VoiceError, check_voice_name
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
@@ -46,9 +47,7 @@ def check_speech_request(body: SpeechRequest, engine, formats: dict[str, AudioFo
     """The output format; an ``ApiError`` (400) naming the first field that cannot be served."""
     if not body.input.strip():
         raise ApiError(400, "input: empty; give the text to speak", param="input")
-    if len(body.input) > settings.max_input_chars:
-        raise ApiError(400, f"input: {len(body.input)} characters; at most {settings.max_input_chars} per request "
-                            f"(split the text into several requests)", param="input")
+    check_input_length(body.input, settings)
     fmt = formats.get(body.response_format)
     if fmt is None:
         why = "cannot be produced here" if body.response_format in OPENAI_FORMATS else "is not a format"
@@ -65,8 +64,19 @@ def check_speech_request(body: SpeechRequest, engine, formats: dict[str, AudioFo
         raise ApiError(400, f"language {body.language!r}: this model knows {', '.join(engine.languages)}; leave it "
                             f"out for {engine.language!r}", param="language")
     try:
+        check_readable(body.input, body.language or engine.language, "input")
+    except UnreadableText as exc:
+        raise ApiError(400, str(exc), param="input") from None
+    try:
         check_voice_name(body.voice)
         engine.voices.get(body.voice)
     except VoiceError as exc:
         raise ApiError(400, str(exc), param="voice") from None
     return fmt
+
+
+def check_input_length(text: str, settings: ServeConfig, field: str = "input") -> None:
+    """The one length limit of a request's text (HTTP and Wyoming): ``ServeConfig.max_input_chars``."""
+    if len(text) > settings.max_input_chars:
+        raise ApiError(400, f"{field}: {len(text)} characters; at most {settings.max_input_chars} per request "
+                            f"(split the text into several requests)", param=field)

@@ -7,12 +7,23 @@ the GPT's text-token limit (``fits``). Text is cut at sentence ends first; a sen
 not fit is cut at clause marks, then between words, and a single over-long word at the largest
 prefix that fits. Very short pieces are joined to a neighbour when the join still fits: XTTS says
 a two-word fragment far worse than the same words inside a sentence (the short-text fault).
+
+Before any of that, :func:`check_readable` is the one rule for what a speaker accepts (the HTTP
+server, Wyoming and the web app's Speak tab all call it): Amharic text holding letters of another
+script (Cyrillic, Chinese, ...) or symbols such as emoji, which the normaliser would drop, is
+refused in one line naming them, instead of being spoken with those words silently missing.
+Formatting marks (``* # _ / + =``) are read as word breaks, as in training.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable
+
+from xtts_ft.errors import DataError
+from xtts_ft.languages import AMHARIC, canonical_language
+from xtts_ft.text import normalize_text
 
 _SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 _CLAUSE_END = re.compile(r"(?<=[,;:])\s+")
@@ -92,3 +103,37 @@ def _join_short(pieces: list[str], fits: Callable[[str], bool], min_chars: int) 
         else:
             out.append(piece)
     return out
+
+
+class UnreadableText(DataError):
+    """Text the model would read only in part: the rest would be dropped without a word."""
+
+
+def _script_of(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    return name.split(" ")[0].title() if name else "unknown"
+
+
+def check_readable(text: str, language: str, field: str = "text") -> None:
+    """Refuse ``text`` (an :class:`UnreadableText` naming ``field``) when the model would say only part of it.
+
+    For Amharic, what the project's normaliser drops is checked: letters (another script), digits it
+    cannot read and symbols (emoji, ©, °) are words or meaning that would vanish. Other languages go
+    through coqui's own front-end and are not checked here.
+    """
+    if canonical_language(language) != AMHARIC:
+        return
+    dropped = normalize_text(text, fold_homophones=False).dropped
+    letters = {ch for ch in dropped if unicodedata.category(ch)[0] in "LN"}
+    symbols = {ch for ch in dropped if unicodedata.category(ch) == "So"}
+    problems = []
+    if letters:
+        scripts = ", ".join(sorted({_script_of(ch) for ch in letters}))
+        sample = " ".join(w for w in text.split() if letters & set(w))[:40]  # the words they are in
+        problems.append(f"letters in a script the model does not read ({scripts}: '{sample}'); write the text in "
+                        f"Amharic (Ethiopic script)")
+    if symbols:
+        shown = " ".join(sorted(symbols))[:40]
+        problems.append(f"symbols the model cannot say ({shown}); write them as words or leave them out")
+    if problems:
+        raise UnreadableText(f"{field}: " + "; and ".join(problems))

@@ -4,9 +4,13 @@ Where voices come from, in this order (a later source never replaces an earlier 
 
 * the run's own speakers: the longest clip of each speaker in the run's prepared eval set (train
   set when there is none), named after the speaker (the clip evaluation picks by default);
-* ``--voices DIR``: every audio file in the folder, named after its file stem;
-* uploads (:meth:`VoiceLibrary.add`): written into the voices folder (or a folder of the
-  library's own), never over an existing file.
+* ``--voices DIR``: every audio file in the folder, named after its file stem. The folder is
+  checked at start: a file that is not a usable clip (another kind of file, a name outside
+  :data:`VOICE_NAME`, audio that does not decode, is too short or silent) is skipped with one
+  log line naming it and why, and counted in :attr:`VoiceLibrary.skipped`;
+* uploads (:meth:`VoiceLibrary.add`): checked the same way, then written into the voices folder
+  (or, without ``--voices``, a temporary folder of the library's own that is deleted when the
+  server stops: :attr:`VoiceLibrary.uploads_kept` says which), never over an existing file.
 
 A name is only ever looked up in the table built above, never joined to a path, so no name
 (``../x``, ``/etc/passwd``) can reach a file outside those sources; names given to new voices must
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import tempfile
 import threading
@@ -28,6 +33,8 @@ from typing import Optional
 
 import soundfile as sf
 
+from xtts_ft.audio_io import DecodeError, load_audio
+from xtts_ft.config import DatasetConfig
 from xtts_ft.data import read_metadata
 from xtts_ft.errors import DataError, UserError
 from xtts_ft.evaluate.synthesis import check_reference
@@ -39,6 +46,7 @@ log = logging.getLogger(__name__)
 VOICE_NAME = re.compile(r"^[\w\u1200-\u139F\u2D80-\u2DDF\uAB00-\uAB2F][\w\u1200-\u139F\u2D80-\u2DDF\uAB00-\uAB2F.-]{0,63}$")
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus")
 DEFAULT_VOICE = "default"  # an alias of the first voice, for apps that always send some name
+SILENT_PEAK_DB = DatasetConfig.silence_peak_db  # a clip whose peak is below this is silent (as prepare judges it)
 
 
 class VoiceError(UserError):
@@ -84,6 +92,25 @@ def check_voice_name(name: str) -> str:
     return name
 
 
+def check_voice_clip(path: Path, shown_as: str) -> None:
+    """A clip a voice can be made from: it decodes as coqui reads it, is long enough and is not silent.
+
+    A ``VoiceError`` otherwise, naming the clip as ``shown_as`` (the user's own file name: an upload's
+    temporary path means nothing to them) and saying what is wrong.
+    """
+    try:
+        check_reference(path)
+        audio, _ = load_audio(path)
+    except (DataError, DecodeError) as exc:
+        why = str(exc).replace(f"speaker wav '{path}': ", "").replace(str(path), shown_as)
+        raise VoiceError(f"{shown_as}: {why}") from None
+    peak = float(abs(audio).max()) if audio.size else 0.0
+    if peak <= 10.0 ** (SILENT_PEAK_DB / 20.0):
+        level = f"{20.0 * math.log10(peak):.0f} dBFS" if peak > 0 else "digital silence"
+        raise VoiceError(f"{shown_as}: silent (peak {level}, below {SILENT_PEAK_DB:g} dBFS); give a 3-10 s "
+                         f"recording of the voice speaking")
+
+
 class VoiceLibrary:
     """The voices a server offers, and the cache of their conditioning latents."""
 
@@ -93,6 +120,7 @@ class VoiceLibrary:
         self._latents: dict[str, tuple] = {}  # sha256 of the clip's bytes -> (gpt_cond_latent, speaker_embedding)
         self.folder = Path(folder) if folder is not None else None
         self._own_folder: Optional[tempfile.TemporaryDirectory] = None
+        self.skipped: list[str] = []  # one line per file of the voices folder that is not offered
         for name, path in (run_clips or {}).items():
             if VOICE_NAME.match(name):
                 self._voices[name] = Voice(name, Path(path), "run")
@@ -102,8 +130,34 @@ class VoiceLibrary:
             if not self.folder.is_dir():
                 raise VoiceError(f"--voices {self.folder}: not a folder; pass a folder of reference clips (WAV/FLAC)")
             for path in sorted(self.folder.iterdir()):
-                if path.suffix.lower() in AUDIO_SUFFIXES and path.is_file() and VOICE_NAME.match(path.stem):
-                    self._voices.setdefault(path.stem, Voice(path.stem, path, "folder"))
+                why = self._unusable(path)
+                if why:
+                    self.skipped.append(f"{path.name}: {why}")
+                    log.warning("voices: %s skipped: %s", path, why)
+                else:
+                    self._voices[path.stem] = Voice(path.stem, path, "folder")
+
+    def _unusable(self, path: Path) -> Optional[str]:
+        """Why a file of the voices folder is not offered as a voice; None when it is."""
+        if not path.is_file():
+            return "not a file"
+        if path.suffix.lower() not in AUDIO_SUFFIXES:
+            return f"not an audio file (a voice is a {'/'.join(s[1:] for s in AUDIO_SUFFIXES)} clip)"
+        if not VOICE_NAME.match(path.stem) or ".." in path.stem:
+            return (f"{path.stem!r} is not a usable voice name (1-64 letters, digits, '_', '-' or '.', not starting "
+                    f"with '.'); rename the file")
+        if path.stem in self._voices:
+            return f"the voice {path.stem!r} exists already (a {self._voices[path.stem].source} voice); rename the file"
+        try:
+            check_voice_clip(path, path.name)
+        except VoiceError as exc:
+            return str(exc).split(": ", 1)[-1]
+        return None
+
+    @property
+    def uploads_kept(self) -> bool:
+        """True when uploaded voices outlive the server (they go to ``--voices DIR``)."""
+        return self.folder is not None
 
     def names(self) -> list[str]:
         with self._lock:
@@ -130,10 +184,12 @@ class VoiceLibrary:
             self._own_folder = tempfile.TemporaryDirectory(prefix="xtts_ft_voices_")
         return Path(self._own_folder.name)
 
-    def add(self, name: str, data: bytes, suffix: str = ".wav") -> Voice:
-        """A new voice from an uploaded clip; the clip must decode and be long enough (a ``VoiceError`` otherwise)."""
+    def add(self, name: str, data: bytes, suffix: str = ".wav", *, filename: Optional[str] = None) -> Voice:
+        """A new voice from an uploaded clip (``filename``: the user's name for it, for messages); the clip must
+        pass :func:`check_voice_clip` (a ``VoiceError`` otherwise)."""
         check_voice_name(name)
         suffix = suffix.lower() if suffix.lower() in AUDIO_SUFFIXES else ".wav"
+        shown = f"uploaded clip {filename!r} for voice {name!r}" if filename else f"uploaded clip for voice {name!r}"
         with self._lock:
             if name in self._voices:
                 raise VoiceError(f"voice {name!r}: exists already; choose another name")
@@ -142,13 +198,14 @@ class VoiceLibrary:
                 raise VoiceError(f"voice {name!r}: {path} exists already; choose another name")
             atomic_write(path, data)
             try:
-                check_reference(path)
-            except DataError as exc:
+                check_voice_clip(path, shown)
+            except VoiceError:
                 path.unlink()
-                raise VoiceError(f"uploaded clip for voice {name!r}: {str(exc).split(': ', 1)[-1]}") from None
+                raise
             voice = Voice(name, path, "upload")
             self._voices[name] = voice
-        log.info("voices: added %r from an upload (%d bytes)", name, len(data))
+        kept = f"saved as {path}" if self.uploads_kept else "kept until the server stops (no --voices folder)"
+        log.info("voices: added %r from an upload (%d bytes), %s", name, len(data), kept)
         return voice
 
     def latents(self, voice: Voice, compute) -> tuple:

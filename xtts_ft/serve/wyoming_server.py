@@ -5,8 +5,9 @@ Uses the ``wyoming`` package's own server and event classes. ``Describe`` is ans
 with ``AudioStart``, one ``AudioChunk`` per spoken piece (16-bit mono PCM at the model's rate)
 as each is ready, and ``AudioStop``. Home Assistant sends no language, so the model's own is
 used; a voice it names that the server does not have falls back to the first voice (an
-assistant should still speak), and an unusable request is answered with a Wyoming ``Error``
-event. A client that hangs up stops its synthesis at the next model layer.
+assistant should still speak). A request the HTTP server would refuse (empty, longer than
+``serve.max_input_chars``, another script, no voice) is answered with a Wyoming ``Error`` event
+and no audio events. A client that hangs up stops its synthesis at the next model layer.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Optional
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
 from xtts_ft.serve.audio_formats import pcm16
-from xtts_ft.serve.chunk_pump import ChunkPump
+from xtts_ft.serve.chunk_pump import ChunkPump, Generations
 from xtts_ft.serve.engine import SpeechEngine
+from xtts_ft.serve.speech_request import ApiError, check_input_length
+from xtts_ft.serve.text_pieces import check_readable
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,24 @@ def wyoming_info(engine: SpeechEngine):
     return Info(tts=[program])
 
 
-def make_handler_class(engine: SpeechEngine):
+def refusal_of(engine: SpeechEngine, text: str, voice: str, language: Optional[str]) -> Optional[str]:
+    """Why a Synthesize request cannot be spoken (one line), by the HTTP server's rules; None when it can."""
+    try:
+        if not text.strip():
+            return "text: empty; give the text to speak"
+        check_input_length(text, engine.settings, "text")
+        check_readable(text, language or engine.language, "text")
+        if not engine.pieces(text, language):
+            return "text: no speakable text (nothing is left after normalisation)"
+        engine.voices.get(voice)
+    except ApiError as exc:
+        return exc.message
+    except UserError as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def make_handler_class(engine: SpeechEngine, generations: Optional[Generations] = None):
     from wyoming.audio import AudioChunk, AudioStart, AudioStop
     from wyoming.error import Error
     from wyoming.event import Event
@@ -65,12 +85,16 @@ def make_handler_class(engine: SpeechEngine):
             language = request.voice.language if request.voice and request.voice.language else None
             if language not in engine.languages:
                 language = None  # Home Assistant sends none (or its own UI language): the model's
+            refusal = await asyncio.to_thread(refusal_of, engine, request.text, voice_name, language)
+            if refusal is not None:  # checked before AudioStart: the client gets an Error, not an empty stream
+                await self.write_event(Error(text=refusal, code="bad-request").event())
+                return True
             cancel = threading.Event()
             chunks = engine.synthesize(request.text, voice_name, language=language, cancel=cancel.is_set)
             rate = engine.sample_rate
             try:
                 await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
-                async for chunk in ChunkPump(chunks, cancel):
+                async for chunk in ChunkPump(chunks, cancel, generations):
                     await self.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=pcm16(chunk)).event())
                 await self.write_event(AudioStop().event())
             except UserError as exc:
@@ -85,7 +109,8 @@ def make_handler_class(engine: SpeechEngine):
     return SpeechHandler
 
 
-async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Event] = None) -> None:
+async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Event] = None,
+                      generations: Optional[Generations] = None) -> None:
     """Serve ``uri`` (``tcp://HOST:PORT``) until cancelled; ``ready`` is set once connections are accepted.
 
     ``start`` rather than ``run``: ``run`` installs its own stop-signal handler, and Ctrl-C belongs to uvicorn,
@@ -94,7 +119,7 @@ async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Ev
     from wyoming.server import AsyncServer
 
     server = AsyncServer.from_uri(uri)
-    await server.start(partial(make_handler_class(engine)))
+    await server.start(partial(make_handler_class(engine, generations)))
     log.info("Wyoming: listening on %s (language %s)", uri, engine.language)
     if ready is not None:
         ready.set()

@@ -13,7 +13,6 @@ import csv
 import hashlib
 import json
 import threading
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +23,12 @@ import torch
 
 from xtts_ft.errors import DataError, ModelError
 from xtts_ft.evaluate.export import checkpoint_settings
+from xtts_ft.languages import AMHARIC
 from xtts_ft.layout import RunLayout
 from xtts_ft.model_folder import EXPORT_META
 from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.model_source import resolve_model
+from xtts_ft.serve.text_pieces import check_readable
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import normalize_text
 from xtts_ft.text_settings import TextSettings
@@ -74,24 +75,14 @@ def text_settings(model: Path) -> TextSettings:
     return checkpoint_settings(Path(model))["text"]
 
 
-def _script_of(ch: str) -> str:
-    name = unicodedata.name(ch, "")
-    return name.split(" ")[0].title() if name else "unknown"
-
-
 def reading(text: str, settings: TextSettings) -> str:
     """What the model will read for ``text`` (numbers as words, punctuation mapped); refuses a wrong script.
 
-    The normaliser keeps Ethiopic (and Latin) letters; letters of any other script would be dropped
-    silently, so they are refused in one line that names them.
+    The rule is the servers' (:func:`xtts_ft.serve.text_pieces.check_readable`): letters of another script
+    or symbols such as emoji, which the normaliser would drop silently, are refused in one line naming them.
     """
+    check_readable(text, AMHARIC, "text")
     result = normalize_text(text, fold_homophones=settings.fold_homophones)
-    foreign = {ch for ch in result.dropped if unicodedata.category(ch).startswith("L")}
-    if foreign:
-        scripts = ", ".join(sorted({_script_of(ch) for ch in foreign}))
-        sample = " ".join(w for w in text.split() if foreign & set(w))[:40]  # the words they are in
-        raise DataError(f"text: letters in a script the model does not read ({scripts}: '{sample}'); "
-                        f"write the text in Amharic (Ethiopic script)")
     if not text.strip():
         raise DataError("text: empty; type the text to speak")
     if not result.text:
@@ -134,7 +125,7 @@ def voice_name(engine, clip: Path) -> str:
     data = Path(clip).read_bytes()
     name = "clip-" + hashlib.sha256(data).hexdigest()[:12]
     if name not in engine.voices.names():
-        engine.voices.add(name, data, suffix=Path(clip).suffix or ".wav")
+        engine.voices.add(name, data, suffix=Path(clip).suffix or ".wav", filename=Path(clip).name)
     return name
 
 
