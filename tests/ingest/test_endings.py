@@ -7,7 +7,7 @@ import soundfile as sf
 
 from tests.ingest.ingesthelpers import build_recording
 from xtts_ft.config import DatasetConfig
-from xtts_ft.data.levels import ending_level
+from xtts_ft.data.levels import EndingRule, cut_word, ending_level
 from xtts_ft.ingest.clips import Clip
 from xtts_ft.ingest.endings import settle_endings
 from xtts_ft.ingest.output import IngestReport
@@ -44,7 +44,8 @@ def test_ends_in_speech_move_to_the_next_pause_or_the_clip_is_rejected(tmp_path)
     assert moved == 1
     assert early.rejection is None and a1 - 0.15 <= early.end <= a1 + 0.3  # into the pause after the sentence
     level, pause = ending_level(read_range(sources[0], early.start, early.end), rate, cfg.cut_ending_tail_ms)
-    assert level <= pause + cfg.cut_ending_margin_db  # what prepare's cut_ending check will find
+    assert level <= pause + cfg.cut_ending_margin_db  # back at its pause level, not a mere fall
+    assert cut_word(read_range(sources[0], early.start, early.end), rate, EndingRule.from_config(cfg)) is None
     assert fine.end == round(a1 + 0.3, 3) and fine.rejection is None  # already in a pause: untouched
     for dropped in (fenced, at_file_end):  # speech beyond its fence, or no audio after it
         assert dropped.rejection[0] == "cut_ending" and dropped.end == (inside if dropped is fenced else round(stop, 3))
