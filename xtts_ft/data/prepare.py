@@ -10,6 +10,7 @@ chars_per_second, duplicate_audio, duplicate_text (clips in id order, the first 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -261,16 +262,19 @@ def _build_report(cfg, root, out_dir, layout, entries, kept, split, results, tex
 
 
 def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", *, normalizer: Normalizer,
-                    **overrides) -> PrepareReport:
-    """``python -m xtts_ft prepare --input DIR --out DIR [--format ...]``: config from flags, then prepare.
+                    config: Optional[DatasetConfig] = None, **overrides) -> PrepareReport:
+    """``python -m xtts_ft prepare --input DIR --out DIR [--format ...] [--config RUN.yaml]``: config from flags,
+    then prepare.
 
-    ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``), type-checked like the
-    YAML config, plus the keyword arguments of :func:`prepare_dataset` (allowed_chars, progress).
-    Unknown keys raise ConfigError.
+    ``config``: a run config's dataset section, whose settings apply (but its path and format: those are
+    ``input_dir`` and ``fmt``). ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``) on top,
+    type-checked like the YAML config, plus the keyword arguments of :func:`prepare_dataset` (allowed_chars,
+    progress). Unknown keys raise ConfigError.
     """
     passthrough = {k: overrides.pop(k) for k in ("allowed_chars", "progress") if k in overrides}
     if fmt != "hf" and not Path(input_dir).is_dir():
         raise DataError(f"--input '{input_dir}' is not a folder; pass your dataset folder")
-    raw = {"path": str(input_dir), "format": fmt, **overrides}
+    base = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    raw = {**base, "path": str(input_dir), "format": fmt, **overrides}
     cfg = config_from_dict({"dataset": raw}, source="prepare").dataset
     return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, **passthrough)
