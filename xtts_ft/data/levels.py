@@ -1,13 +1,16 @@
 """The cut_ending measure: does a clip end in speech (a word cut off by the segmenter)?
 
-Used by prepare's audio processing (``data/audio.py``, in the worker processes) and by ingest, which
-moves a clip's end to the next pause instead of cutting (``ingest/endings.py``); both ask
-:func:`cut_word`. Numpy only.
+Used by prepare's audio processing (``data/audio.py``, in the worker processes: :func:`cut_word`) and
+by ingest, which moves a clip's end to the next pause instead of cutting (``ingest/endings.py``:
+:func:`ends_above_pauses`, the stricter half of the same rule). Numpy only.
 
 Two measures decide. An end in a pause lies at the clip's own pause level (:func:`ending_level`). An
 end above it is a cut word only when the level has not been falling into it (:func:`ending_fall`): a
 last syllable that dies away, trimmed tightly (``librosa.effects.trim``, a VAD), ends well below the
 loudest frame of its last few hundred ms; a word cut at a loud point ends at about that frame's level.
+The fall cannot tell every dying sound from a word cut where it was already quiet (a consonant after
+a closure looks the same at the end of a sentence and inside a word): ingest, which can always move an
+end on to a pause, therefore holds its own ends to the pause level alone.
 """
 
 from __future__ import annotations
@@ -91,6 +94,13 @@ def ending_fall(y: np.ndarray, sample_rate: int, tail_ms: float, window_ms: floa
     window = np.asarray(y[len(y) - n * frame:], dtype=np.float64).reshape(n, frame)
     loudest = float(_level(np.einsum("ij,ij->i", window, window) / frame).max())
     return loudest - _tail_level(y, tail)
+
+
+def ends_above_pauses(y: np.ndarray, sample_rate: int, rule: EndingRule) -> bool:
+    """Whether the last ``rule.tail_ms`` of ``y`` lie more than ``rule.margin_db`` above the clip's pause level
+    (False when the clip has no pause to compare with)."""
+    ending = ending_level(y, sample_rate, rule.tail_ms)
+    return ending is not None and ending[0] > ending[1] + rule.margin_db
 
 
 def cut_word(y: np.ndarray, sample_rate: int, rule: EndingRule) -> Optional[str]:
