@@ -4,11 +4,12 @@
     python benchmarks/cut_ending.py --dataset DIR   # any coqui-layout folder (audio_file|text|speaker_name)
     python benchmarks/cut_ending.py --clips 4       # the first 4 clips only (the test's quick form)
 
-Writes every clip of the dataset in five versions, each version a coqui-layout folder of its own: as it
+Writes every clip of the dataset in six versions, each version a coqui-layout folder of its own: as it
 is (espeak-ng's clips end in silence), trimmed tightly with ``librosa.effects.trim`` at top_db 30 and 20 (what many
 users' pipelines do: the last syllable's decay is all that is left of the ending), and cut mid-word
 (at the first loud 20 ms frame between 50 % and 90 % of the clip, the sort of end a segmenter's late
-timestamp leaves), untrimmed and trimmed at top_db 20. Runs ``prepare_dataset`` twice on each: with the
+timestamp leaves), untrimmed and trimmed at top_db 20, and cut at a random point between 50 % and 90 %
+(seeded: in a word, a gap or a word's end, loud or quiet). Runs ``prepare_dataset`` twice on each: with the
 old rule (the end's level against the clip's pauses only: ``cut_ending_decay_db`` set out of reach) and
 with the default config, both with ``cut_ending_max_share: 1`` so that prepare reports instead of
 stopping, and prints, per version and rule, how many clips were kept and how many rejected as
@@ -41,7 +42,7 @@ from xtts_ft.data.levels import LEVEL_FRAME_S, ending_fall, ending_level  # noqa
 from xtts_ft.errors import DataError  # noqa: E402
 from xtts_ft.text import normalize_text  # noqa: E402
 
-KINDS = ("good", "trim30", "trim20", "cut", "cut20")
+KINDS = ("good", "trim30", "trim20", "cut", "cut20", "random")
 OLD_RULE_DECAY_DB = 1000.0  # no end falls this far: the verdict is the pause-level margin alone
 
 
@@ -59,10 +60,11 @@ def cut_mid_word(y: np.ndarray, sr: int) -> np.ndarray:
     return y[: first * frame + frame // 2]
 
 
-def variants(y: np.ndarray, sr: int) -> dict[str, np.ndarray]:
+def variants(y: np.ndarray, sr: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     trim20 = librosa.effects.trim(y, top_db=20)[0]
     return {"good": y, "trim30": librosa.effects.trim(y, top_db=30)[0], "trim20": trim20,
-            "cut": cut_mid_word(y, sr), "cut20": cut_mid_word(trim20, sr)}
+            "cut": cut_mid_word(y, sr), "cut20": cut_mid_word(trim20, sr),
+            "random": y[: int(rng.uniform(0.5, 0.9) * len(y))]}
 
 
 def counts(out: Path, cfg: DatasetConfig) -> tuple[int, int, Counter]:
@@ -97,12 +99,13 @@ def main() -> None:
     results: dict[str, dict[str, tuple[int, int, Counter]]] = {"before": {}, "after": {}}
     with tempfile.TemporaryDirectory(prefix="cut_ending_") as tmp:
         lines = {kind: ["audio_file|text|speaker_name"] for kind in KINDS}
+        rng = np.random.default_rng(0)
         for kind in KINDS:
             (Path(tmp) / kind / "wavs").mkdir(parents=True)
         for row in rows:
             y, sr = sf.read(str(args.dataset / row["audio_file"]), dtype="float32")
             name = f"wavs/{Path(row['audio_file']).stem}.wav"
-            for kind, audio in variants(y, sr).items():
+            for kind, audio in variants(y, sr, rng).items():
                 sf.write(str(Path(tmp) / kind / name), audio, sr, subtype="PCM_16")
                 lines[kind].append(f"{name}|{row['text']}|{row['speaker_name']}")
                 ending = ending_level(audio, sr, base.cut_ending_tail_ms)

@@ -140,10 +140,10 @@ def test_the_measurement_script_runs_on_a_few_demo_clips():
     out = subprocess.run([sys.executable, "benchmarks/cut_ending.py", "--clips", "3"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:7]}
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:8]}
     # version: before kept / cut_ending of n, after kept / cut_ending of n
     assert [rows[v][1:9] for v in ("good", "trim30", "cut", "cut20")] == [
         ["3", "/", "0", "of", "3", "3", "/", "0"], ["3", "/", "0", "of", "3", "3", "/", "0"],
         ["0", "/", "3", "of", "3", "0", "/", "3"], ["0", "/", "3", "of", "3", "0", "/", "3"]]
     assert rows["trim20"][1:4] == ["2", "/", "1"] and rows["trim20"][6:9] == ["3", "/", "0"]  # old rule: 1 lost
-    assert "other rejections: none" in out.stdout
+    assert rows["random"][4:6] == ["of", "3"] and "other rejections: none" in out.stdout
