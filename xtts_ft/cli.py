@@ -151,9 +151,12 @@ def _load(args: argparse.Namespace):
     return load_config(args.config, overrides)
 
 
-def _add_fold_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction, default=TextConfig.fold_homophones,
-                   help=field_help(TextConfig, "fold_homophones") + " (text.fold_homophones; default: %(default)s)")
+def _add_fold_arg(p: argparse.ArgumentParser, with_config: bool = False) -> None:
+    default = "--config's, else " if with_config else ""
+    p.add_argument("--fold-homophones", action=argparse.BooleanOptionalAction,
+                   default=None if with_config else TextConfig.fold_homophones,
+                   help=field_help(TextConfig, "fold_homophones") + f" (text.fold_homophones; default: {default}"
+                   f"{TextConfig.fold_homophones})")
 
 
 def _add_old_content_args(p: argparse.ArgumentParser, add: bool = False) -> None:
@@ -323,6 +326,15 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     setup_logging(None, args.verbose)
+    if args.config:  # its dataset.* settings (but path and format: --input, --format) and text.fold_homophones
+        given = [item for item in args.set or [] if not item.replace(" ", "").startswith("dataset.path=")]
+        args.run_config = _load(argparse.Namespace(**{**vars(args), "set": [*given, "dataset.path=."]}))
+    elif args.set:
+        raise ConfigError("--set: only used with --config; name the config whose values it overrides")
+    else:
+        args.run_config = None
+    if args.fold_homophones is None:
+        args.fold_homophones = (args.run_config.text if args.run_config else TextConfig()).fold_homophones
     normalizer = make_normalizer(args.fold_homophones)
     hf = {key: value for key, value in (("audio_column", args.audio_column), ("text_column", args.text_column),
                                         ("speaker_column", args.speaker_column), ("hf_split", args.split)) if value}
@@ -337,7 +349,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _prepare_into(args: argparse.Namespace, normalizer, hf: dict) -> int:
-    report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, **hf)
+    dataset = args.run_config.dataset if args.run_config else None
+    report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, config=dataset,
+                             **hf)
     for line in report.summary_lines():
         print(line)
     return 0
@@ -471,7 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-column", help="hf: the transcript column (default: text).")
     p.add_argument("--speaker-column", help="hf: a speaker column (default: none).")
     p.add_argument("--split", help="hf: the split to read (default: train).")
-    _add_fold_arg(p)
+    p.add_argument("--config", help="Run config (YAML) whose dataset.* settings apply (its dataset.path and "
+                                    "format are --input's and --format's), and text.fold_homophones; default: "
+                                    "the schema's defaults.")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value (with --config).")
+    _add_fold_arg(p, with_config=True)
     _add_old_content_args(p)
 
     p = add("tokenizer", _cmd_tokenizer, "Extend a base XTTS vocab.json with Amharic BPE tokens.")

@@ -157,6 +157,19 @@ class DatasetConfig:
         "cut_ending: reject when the end is louder than the clip's own pauses by more than this many dB "
         "(its pause level: its quietest 20 ms, or 50 dB below its speech if that is louder).",
     )
+    cut_ending_decay_db: float = opt(
+        12.0,
+        "cut_ending: an end whose level has fallen by at least this many dB from the loudest 20 ms of its last "
+        "cut_ending_decay_ms is a last sound dying away (a tight trim), not a word cut off, and is kept.",
+    )
+    cut_ending_decay_ms: float = opt(
+        200.0, "cut_ending: how far back from the end the fall of cut_ending_decay_db is measured, in ms."
+    )
+    cut_ending_max_share: float = opt(
+        0.1,
+        "cut_ending: when more than this share of the clips whose audio is checked end in a cut word, prepare "
+        "stops with an error instead of training on the rest; 1 turns the stop off.",
+    )
     metadata_files: list[str] = opt(
         [],
         "CSV files (relative to the dataset root) to read for the ljspeech/coqui layouts; empty: the standard "
@@ -207,6 +220,13 @@ class DatasetConfig:
             problems.append(f"dataset.cut_ending_tail_ms: {self.cut_ending_tail_ms} must be in [5, 500] ms")
         if self.cut_ending_margin_db <= 0:
             problems.append("dataset.cut_ending_margin_db: must be > 0 dB, e.g. 20")
+        if self.cut_ending_decay_db <= 0:
+            problems.append("dataset.cut_ending_decay_db: must be > 0 dB, e.g. 12")
+        if not self.cut_ending_tail_ms < self.cut_ending_decay_ms <= 2000.0:
+            problems.append(f"dataset.cut_ending_decay_ms: {self.cut_ending_decay_ms} must be above "
+                            f"cut_ending_tail_ms ({self.cut_ending_tail_ms}) and at most 2000 ms")
+        if not 0.0 <= self.cut_ending_max_share <= 1.0:
+            problems.append(f"dataset.cut_ending_max_share: {self.cut_ending_max_share} must be in [0, 1]")
         if self.silence_peak_db >= 0:
             problems.append("dataset.silence_peak_db: must be below 0 dBFS, e.g. -60")
         if not self.speaker_name.strip() or any(c in self.speaker_name for c in "|\r\n"):

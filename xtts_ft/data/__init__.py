@@ -4,7 +4,7 @@ The integrator's entry points::
 
     prepare_dataset(cfg: DatasetConfig, out_dir, *, normalizer, allowed_chars=None,
                     progress=True) -> PrepareReport
-    prepare_command(input_dir, out_dir, fmt="auto", **overrides) -> PrepareReport
+    prepare_command(input_dir, out_dir, fmt="auto", *, normalizer, config=None, **overrides) -> PrepareReport
     read_metadata(csv_path) -> list[dict]   # {"audio_file" (absolute), "text", "speaker_name"}
 
 ``REASONS`` lists every rejection key in the order the checks run.

@@ -26,7 +26,7 @@ from xtts_ft.audio_io import (
     decode,
     to_mono,
 )
-from xtts_ft.data.levels import ending_level
+from xtts_ft.data.levels import EndingRule, cut_word
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,7 @@ class AudioSettings:
     min_duration_s: float
     max_duration_s: float
     silence_peak_db: float
-    cut_ending_check: bool
-    cut_ending_tail_ms: float
-    cut_ending_margin_db: float
+    cut_ending: Optional[EndingRule]  # None: the check is off
     sample_rate: int = DATASET_RATE
     quality: str = RESAMPLE_QUALITY
 
@@ -66,9 +64,7 @@ class AudioSettings:
             min_duration_s=cfg.min_duration_s,
             max_duration_s=cfg.max_duration_s,
             silence_peak_db=cfg.silence_peak_db,
-            cut_ending_check=cfg.cut_ending_check,
-            cut_ending_tail_ms=cfg.cut_ending_tail_ms,
-            cut_ending_margin_db=cfg.cut_ending_margin_db,
+            cut_ending=EndingRule.from_config(cfg) if cfg.cut_ending_check else None,
         )
 
     @property
@@ -157,17 +153,15 @@ def process_audio(job: AudioJob) -> AudioResult:
     if clipped > s.max_clipped_fraction:
         return reject("clipped", f"{clipped:.2%} of samples at full scale (limit {s.max_clipped_fraction:.2%})")
     y = soxr.resample(mono, rate, s.sample_rate, quality=s.quality) if rate != s.sample_rate else mono
-    ending = ending_level(y, s.sample_rate, s.cut_ending_tail_ms) if s.cut_ending_check else None
+    cut = cut_word(y, s.sample_rate, s.cut_ending) if s.cut_ending is not None else None
     y = trim_silence(y, s.trim_silence_db)
     duration = len(y) / s.sample_rate
     if duration < s.min_duration_s:
         return reject("too_short", f"{duration:.2f} s after trimming (min {s.min_duration_s:g} s)", duration)
     if duration > s.max_duration_s:
         return reject("too_long", f"{duration:.2f} s after trimming (max {s.max_duration_s:g} s)", duration)
-    if ending is not None and ending[0] > ending[1] + s.cut_ending_margin_db:
-        return reject("cut_ending", f"last {s.cut_ending_tail_ms:g} ms at {ending[0]:.1f} dBFS, "
-                                    f"{ending[0] - ending[1]:.1f} dB above its pauses ({ending[1]:.1f} dBFS; "
-                                    f"limit {s.cut_ending_margin_db:g} dB)", duration)
+    if cut is not None:
+        return reject("cut_ending", cut, duration)
     gain = s.peak_level / max(_peak(y), 1e-9) if s.loudness == "peak" else 1.0
     pcm = to_pcm16(y, gain)
     atomic_write(Path(job.dst), lambda f: sf.write(f, pcm, s.sample_rate, subtype="PCM_16", format="WAV"))

@@ -10,6 +10,7 @@ chars_per_second, duplicate_audio, duplicate_text (clips in id order, the first 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -60,7 +61,8 @@ def prepare_dataset(
     character (spaces excluded) from the tokenizer; None skips the unencodable_text check.
     ``recognizer``: an :class:`xtts_ft.asr.recognizer.Recognizer`, required when
     ``cfg.transcript_check`` is set (see :mod:`xtts_ft.data.transcript_check`).
-    Raises DataError when the dataset cannot be read or no clip is kept.
+    Raises DataError when the dataset cannot be read, no clip is kept, or more than
+    ``cfg.cut_ending_max_share`` of the clips were rejected as ``cut_ending`` (the reports are written first).
     """
     started = time.monotonic()
     root, out_dir = _check_paths(cfg, Path(out_dir))
@@ -153,6 +155,7 @@ def prepare_dataset(
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)
+    _check_cut_share(cfg, root, out_dir, report.rejected["cut_ending"], len(passed))
     if report.kept == 0:
         top = ", ".join(f"{r} {c}" for r, c in report.top_reasons()) or "none"
         raise DataError(
@@ -160,6 +163,23 @@ def prepare_dataset(
             f"see {out_dir / 'report.txt'} for examples"
         )
     return report
+
+
+def _check_cut_share(cfg: DatasetConfig, root: Path, out_dir: Path, cut: int, checked: int) -> None:
+    """Stop when more than ``dataset.cut_ending_max_share`` of the clips whose audio was read end in a cut word.
+
+    So many cut words are more often a measure that does not fit these recordings than a segmenter
+    that cut them all: the user listens and decides, instead of a fine-tune on what is left.
+    """
+    if checked == 0 or cut <= cfg.cut_ending_max_share * checked:
+        return
+    raise DataError(
+        f"dataset '{root}': {cut} of {checked} clips ({cut / checked:.0%}) end in speech and were rejected as "
+        f"cut_ending, more than dataset.cut_ending_max_share ({cfg.cut_ending_max_share:.0%}); stopped before "
+        f"training on the rest. Listen to a few (listed in {out_dir / 'rejected.tsv'}): re-cut the clips whose "
+        f"last word is cut off, set dataset.cut_ending_check: false if they end cleanly, or raise "
+        f"dataset.cut_ending_max_share to train on the rest"
+    )
 
 
 def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections):
@@ -242,16 +262,19 @@ def _build_report(cfg, root, out_dir, layout, entries, kept, split, results, tex
 
 
 def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", *, normalizer: Normalizer,
-                    **overrides) -> PrepareReport:
-    """``python -m xtts_ft prepare --input DIR --out DIR [--format ...]``: config from flags, then prepare.
+                    config: Optional[DatasetConfig] = None, **overrides) -> PrepareReport:
+    """``python -m xtts_ft prepare --input DIR --out DIR [--format ...] [--config RUN.yaml]``: config from flags,
+    then prepare.
 
-    ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``), type-checked like the
-    YAML config, plus the keyword arguments of :func:`prepare_dataset` (allowed_chars, progress).
-    Unknown keys raise ConfigError.
+    ``config``: a run config's dataset section, whose settings apply (but its path and format: those are
+    ``input_dir`` and ``fmt``). ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``) on top,
+    type-checked like the YAML config, plus the keyword arguments of :func:`prepare_dataset` (allowed_chars,
+    progress). Unknown keys raise ConfigError.
     """
     passthrough = {k: overrides.pop(k) for k in ("allowed_chars", "progress") if k in overrides}
     if fmt != "hf" and not Path(input_dir).is_dir():
         raise DataError(f"--input '{input_dir}' is not a folder; pass your dataset folder")
-    raw = {"path": str(input_dir), "format": fmt, **overrides}
+    base = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    raw = {**base, "path": str(input_dir), "format": fmt, **overrides}
     cfg = config_from_dict({"dataset": raw}, source="prepare").dataset
     return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, **passthrough)

@@ -1,14 +1,16 @@
 """Assemble the web app: a run-folder box above four tabs (Data, Train, Listen and compare, Speak).
 
 Everything the page shows is read from the run folder on each refresh; the app keeps no state of
-its own beyond what a tab is showing. Served by Gradio (its own FastAPI + uvicorn); ``root_path``
-lets it work behind a proxy path (a Lightning Studio port view, a reverse proxy).
+its own beyond what a tab is showing. The run folder shown is kept in the page's address
+(``?run=FOLDER``), so a reload, a bookmark or a second tab opened from it shows the same folder.
+Served by Gradio (its own FastAPI + uvicorn); ``root_path`` lets it work behind a proxy path (a
+Lightning Studio port view, a reverse proxy).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Gradio finds the ``gr.Request`` parameter of ``restore``
+# by its annotation, which must be the class itself (``gr`` is a local name, a string would not resolve).
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from xtts_ft.errors import ConfigError
 from xtts_ft.webapp import data_tab, gradio_adapter, listen_tab, speak_tab, train_tab
@@ -19,6 +21,12 @@ CSS = """
 table.samples td, table.samples th { padding: 4px 8px; border-bottom: 1px solid #ddd; text-align: left; }
 .best { color: #b8860b; }
 """
+
+RUN_QUERY = "run"  # ?run=FOLDER in the page's address
+KEEP_RUN_IN_ADDRESS = (
+    "(run) => { const u = new URL(window.location.href); u.searchParams.set('" + RUN_QUERY + "', run);"
+    " window.history.replaceState(window.history.state, '', u); }"
+)
 
 
 def build_app(ctx: AppContext):
@@ -36,9 +44,22 @@ def build_app(ctx: AppContext):
                 listen_tab.build(ctx, run_box)
             with gr.Tab("Speak", id="speak"):
                 speak_tab.build(ctx, run_box)
+        # the address keeps the folder: written on every change, read back first when the page (re)loads
+        run_box.change(None, run_box, None, js=KEEP_RUN_IN_ADDRESS)
+
+        def restore(request: gr.Request):
+            return run_from_query(request.query_params if request is not None else {}) or gr.update()
+
+        load = app.load(restore, None, run_box)
         for fn, inputs, outputs in ctx.on_load:
-            app.load(fn, inputs, outputs)
+            load.then(fn, inputs, outputs)
     return app
+
+
+def run_from_query(query: Mapping[str, str]) -> Optional[str]:
+    """The run folder named in the page's address, or None (the page keeps the one it opened on)."""
+    value = (query.get(RUN_QUERY) or "").strip()
+    return value or None
 
 
 def parse_auth(text: Optional[str]) -> Optional[tuple[str, str]]:

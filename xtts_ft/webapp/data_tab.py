@@ -26,6 +26,10 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
                               elem_id="data-format")
         out_box = gr.Textbox(label="prepared output folder", info="Where metadata_*.csv, wavs/ and report.json go.",
                              elem_id="data-out")
+    first = dataset_view.data_config(ctx.config, ctx.run_dir)
+    config_box = gr.Textbox(str(first or ""), label="config", elem_id="data-config",
+                            info="Its dataset.*, ingest.* and asr.model settings apply, as in the run (the app's "
+                                 "--config, else the run's config.yaml); empty: the schema's defaults.")
     prepare_btn = gr.Button("Prepare", variant="primary", elem_id="data-prepare")
     with gr.Accordion("Or upload long recordings with their text or subtitles (ingest)", open=False):
         with gr.Row():
@@ -51,26 +55,29 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         return folder, dataset_view.report_markdown(Path(folder)), gr.update(choices=choices, value=None)
 
     def on_load(run: str):
-        return show(str(RunLayout(Path(run)).data))
+        config = dataset_view.data_config(ctx.config, Path(run))
+        return (*show(str(RunLayout(Path(run)).data)), str(config or ""))
 
-    def on_prepare(path: str, fmt: str, out: str):
+    def on_prepare(path: str, fmt: str, out: str, config: str):
         try:
             dataset_view.check_dataset(path, fmt)
-            if not out.strip():
-                raise UserError("prepared output folder: empty; name a folder for the prepared clips")
+            dataset_view.check_out(out, "prepare", ctx.cwd)
+            config = dataset_view.check_config(config, ctx.cwd)
         except UserError as exc:
             yield _error(str(exc)), "", gr.update(), gr.update(), gr.update()
             return
-        yield from _run(dataset_view.prepare_command(path, out, fmt), out)
+        yield from _run(dataset_view.prepare_command(path, out, fmt, config), out)
 
-    def on_ingest(audio, text, subs, out: str):
-        if not audio:
-            yield _error("recordings: none uploaded"), "", gr.update(), gr.update(), gr.update()
+    def on_ingest(audio, text, subs, out: str, config: str):
+        try:
+            if not audio:
+                raise UserError("recordings: none uploaded")
+            dataset_view.check_out(out, "ingest", ctx.cwd)
+            config = dataset_view.check_config(config, ctx.cwd)
+        except UserError as exc:
+            yield _error(str(exc)), "", gr.update(), gr.update(), gr.update()
             return
-        if not out.strip():
-            yield _error("prepared output folder: empty; name a folder for the clips"), "", gr.update(), gr.update(), gr.update()
-            return
-        yield from _run(dataset_view.ingest_command([str(a) for a in audio], out, text, subs), out)
+        yield from _run(dataset_view.ingest_command([str(a) for a in audio], out, text, subs, config), out)
 
     def _run(command: list[str], out: str):
         log, code = "", None
@@ -95,9 +102,9 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         return str(audio) if audio else None
 
     outputs = [message, log_box, shown, report, rejected_box]
-    prepare_btn.click(on_prepare, [path_box, fmt_box, out_box], outputs)
-    ingest_btn.click(on_ingest, [audio_files, text_file, subs_file, out_box], outputs)
-    run_box.change(on_load, run_box, [shown, report, rejected_box])
-    ctx.on_load.append((on_load, run_box, [shown, report, rejected_box]))
+    prepare_btn.click(on_prepare, [path_box, fmt_box, out_box, config_box], outputs)
+    ingest_btn.click(on_ingest, [audio_files, text_file, subs_file, out_box, config_box], outputs)
+    run_box.change(on_load, run_box, [shown, report, rejected_box, config_box])
+    ctx.on_load.append((on_load, run_box, [shown, report, rejected_box, config_box]))
     kept_btn.click(on_random, shown, [kept_text, kept_audio])
     rejected_box.change(on_rejected, [shown, rejected_box], rejected_audio)

@@ -2,7 +2,10 @@
 
 Preparing and ingesting run the project's own commands (``python -m xtts_ft prepare`` / ``ingest``)
 as child processes, so the page shows their progress lines and their one-line errors exactly as a
-terminal would. The report shown is the ``report.json`` / ``rejected.tsv`` those commands write.
+terminal would. Both read the app's config (:func:`data_config`: its ``dataset.*``, ``ingest.*`` and
+``asr.model``), as the run does. The output folder is checked by the page first, so that a refusal
+names what the page offers, not the commands' flags. The report shown is the ``report.json`` /
+``rejected.tsv`` those commands write.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from xtts_ft.config import DatasetConfig
-from xtts_ft.errors import ConfigError
-from xtts_ft.layout import TRAIN_CSV
+from xtts_ft.errors import ConfigError, UserError
+from xtts_ft.layout import TRAIN_CSV, RunLayout
+from xtts_ft.output_folder import REFUSE, OutputFolderError, check_output, inspect_folder
 
 REPORT_JSON = "report.json"  # written by data/report.py
 REJECTED_TSV = "rejected.tsv"
@@ -33,12 +37,52 @@ def check_dataset(path: str, fmt: str) -> None:
         raise ConfigError("\n".join(problems))
 
 
-def prepare_command(path: str, out: str, fmt: str) -> list[str]:
-    return [sys.executable, "-m", "xtts_ft", "prepare", "--input", path.strip(), "--out", out.strip(), "--format", fmt]
+def data_config(launch_config: Optional[Path], run_dir: Path) -> Optional[Path]:
+    """The config the Data tab's commands read: the one the app was started with (``ui --config``), else the
+    run folder's own config.yaml, else None (the schema's defaults)."""
+    if launch_config is not None:
+        return Path(launch_config)
+    own = RunLayout(Path(run_dir)).config
+    return own if own.is_file() else None
 
 
-def ingest_command(audio: Sequence[str], out: str, text: Optional[str], subtitles: Optional[str]) -> list[str]:
+def check_config(config: str, cwd: Path) -> Optional[str]:
+    """The page's config box as a path for ``--config`` (None when empty); a missing file is a one-line error."""
+    config = config.strip()
+    if config and not (Path(cwd) / config).is_file():
+        raise ConfigError(f"config: '{config}' not found; name a YAML file (configs/*.yaml, the run's config.yaml) "
+                          f"or leave it empty for the schema's defaults")
+    return config or None
+
+
+def check_out(out: str, command: str, cwd: Path) -> None:
+    """Refuse, in the page's words, an output folder that ``command`` (prepare / ingest) would refuse.
+
+    The same check as the command's own (:func:`xtts_ft.output_folder.check_output`); the page never moves
+    a folder aside or adds to one, so its only way out is another folder.
+    """
+    if not out.strip():
+        raise UserError("prepared output folder: empty; name a folder for the clips")
+    folder = Path(cwd) / out.strip()
+    try:
+        check_output(folder, command, REFUSE, replace_own=command != "ingest")
+    except OutputFolderError:
+        what = inspect_folder(folder, command).what
+        held = "is a file" if what == "a file" else f"holds {what}"
+        raise UserError(f"prepared output folder '{out.strip()}': {held}; {command} here never writes over, moves "
+                        f"or adds to it: name another prepared output folder (a new one is made)") from None
+
+
+def prepare_command(path: str, out: str, fmt: str, config: Optional[str] = None) -> list[str]:
+    cmd = [sys.executable, "-m", "xtts_ft", "prepare", "--input", path.strip(), "--out", out.strip(), "--format", fmt]
+    return cmd + ["--config", config] if config else cmd
+
+
+def ingest_command(audio: Sequence[str], out: str, text: Optional[str], subtitles: Optional[str],
+                   config: Optional[str] = None) -> list[str]:
     cmd = [sys.executable, "-m", "xtts_ft", "ingest", *audio, "--out", out.strip()]
+    if config:
+        cmd += ["--config", config]
     if text:
         cmd += ["--text", text]
     if subtitles:

@@ -21,6 +21,7 @@ from typing import Optional
 import soundfile as sf
 import torch
 
+from xtts_ft.config import ServeConfig
 from xtts_ft.errors import DataError, ModelError
 from xtts_ft.evaluate.export import checkpoint_settings
 from xtts_ft.languages import AMHARIC
@@ -75,12 +76,24 @@ def text_settings(model: Path) -> TextSettings:
     return checkpoint_settings(Path(model))["text"]
 
 
-def reading(text: str, settings: TextSettings) -> str:
-    """What the model will read for ``text`` (numbers as words, punctuation mapped); refuses a wrong script.
+def text_limit(run_dir: Path) -> int:
+    """The longest text Speak reads: the server's limit, ``serve.max_input_chars`` of the run's config (the
+    schema's default when the run has none yet)."""
+    serve = run_view.run_config(Path(run_dir)).get("serve")
+    value = serve.get("max_input_chars") if isinstance(serve, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else ServeConfig.max_input_chars
+
+
+def reading(text: str, settings: TextSettings, max_chars: Optional[int] = None) -> str:
+    """What the model will read for ``text`` (numbers as words, punctuation mapped); refuses a wrong script,
+    and text longer than ``max_chars`` (see :func:`text_limit`).
 
     The rule is the servers' (:func:`xtts_ft.serve.text_pieces.check_readable`): letters of another script
     or symbols such as emoji, which the normaliser would drop silently, are refused in one line naming them.
     """
+    if max_chars is not None and len(text) > max_chars:
+        raise DataError(f"text: {len(text)} characters; at most {max_chars} at a time (serve.max_input_chars, the "
+                        f"server's limit too): speak it in several parts")
     check_readable(text, AMHARIC, "text")
     result = normalize_text(text, fold_homophones=settings.fold_homophones)
     if not text.strip():
@@ -129,11 +142,13 @@ def voice_name(engine, clip: Path) -> str:
     return name
 
 
-def speak(holder: EngineHolder, model: Path, text: str, clip: Path, out: Path, settings: SpeakSettings) -> Path:
-    """Synthesise ``text`` with ``model`` (an export, a checkpoint or a run folder) in the voice of ``clip``."""
+def speak(holder: EngineHolder, model: Path, text: str, clip: Path, out: Path, settings: SpeakSettings,
+          max_chars: Optional[int] = None) -> Path:
+    """Synthesise ``text`` with ``model`` (an export, a checkpoint or a run folder) in the voice of ``clip``;
+    text longer than ``max_chars`` is refused (see :func:`text_limit`)."""
     if not Path(clip).is_file():
         raise DataError(f"voice: '{clip}' not found; choose a dataset clip or upload one")
-    reading(text, text_settings(Path(model)))  # a wrong script is refused before the model loads
+    reading(text, text_settings(Path(model)), max_chars)  # a wrong script or a too long text: before the model loads
     engine = holder.get(Path(model), settings)
     audio = engine.synthesize_all(text, voice_name(engine, Path(clip)))
     atomic_write(Path(out), lambda f: sf.write(f, audio, engine.sample_rate, format="WAV"))

@@ -6,7 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xtts_ft.config import EvaluationConfig
+from xtts_ft.config import EvaluationConfig, ServeConfig
 from xtts_ft.config.schema import field_help
 from xtts_ft.errors import UserError
 from xtts_ft.webapp import gradio_adapter, run_view
@@ -17,6 +17,7 @@ from xtts_ft.webapp.speak import (
     model_choices,
     reading,
     speak,
+    text_limit,
     text_settings,
     voice_choices,
 )
@@ -32,7 +33,9 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
     holder = EngineHolder()
     refresh_btn = gr.Button("Refresh", elem_id="speak-refresh")
     model_box = gr.Dropdown([], label="model (checkpoint or export)", elem_id="speak-model")
-    text_box = gr.Textbox("ሰላም።", label="text", lines=2, elem_id="speak-text")
+    text_box = gr.Textbox("ሰላም።", label="text", lines=2, elem_id="speak-text",
+                          info=f"At most the run's serve.max_input_chars characters, the server's limit "
+                               f"({ServeConfig.max_input_chars} unless its config says otherwise).")
     reads_box = gr.Textbox("", label="what the model will read", interactive=False, elem_id="speak-normalized")
     with gr.Row():
         voice_box = gr.Dropdown([], label="voice from the dataset", elem_id="speak-voice")
@@ -54,15 +57,15 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         return (gr.update(choices=models, value=models[0][1] if models else None),
                 gr.update(choices=voices, value=voices[0][1] if voices else None), tokens)
 
-    def show_reading(model, text: str):
+    def show_reading(model, text: str, run: str):
         if not model or not text.strip():
             return ""
         try:
-            return reading(text, text_settings(Path(model)))
+            return reading(text, text_settings(Path(model)), text_limit(Path(run)))
         except UserError as exc:
             return str(exc)
 
-    def on_speak(model, text: str, voice, uploaded, temp, tokens):
+    def on_speak(model, text: str, voice, uploaded, temp, tokens, run: str):
         if not model:
             return "- error: no model yet; train until a checkpoint is saved, or export one", None
         clip = uploaded or voice
@@ -71,7 +74,7 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         out = out_dir / f"speech_{time.strftime('%H%M%S')}_{int(time.time() * 1000) % 1000:03d}.wav"
         settings = SpeakSettings(float(temp), int(tokens) if tokens else None)
         try:
-            path = speak(holder, Path(model), text, Path(clip), out, settings)
+            path = speak(holder, Path(model), text, Path(clip), out, settings, text_limit(Path(run)))
         except UserError as exc:
             return _error(exc), None
         return f"Spoke with {Path(model).name}: `{reading(text, text_settings(Path(model)))}`", str(path)
@@ -81,6 +84,6 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
     run_box.change(refresh, run_box, outputs)
     ctx.on_load.append((refresh, run_box, outputs))
     for box in (text_box, model_box):
-        box.change(show_reading, [model_box, text_box], reads_box)
-    speak_btn.click(on_speak, [model_box, text_box, voice_box, upload, temperature, max_tokens],
+        box.change(show_reading, [model_box, text_box, run_box], reads_box)
+    speak_btn.click(on_speak, [model_box, text_box, voice_box, upload, temperature, max_tokens, run_box],
                     [message, audio])
