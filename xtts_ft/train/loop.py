@@ -376,7 +376,7 @@ class FineTuneRecipe:
     def _stop_early(self) -> None:
         self.stopped_early = True
         if self.is_main:
-            self.judges.report_early_stop(self.progress.step, self.metrics)
+            self.judges.report_early_stop(self.progress.step, self.metrics, self._store(), self.cfg.checkpoint.best_metric)
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self, final: bool = False) -> None:
