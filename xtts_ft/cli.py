@@ -92,6 +92,12 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
         root.addHandler(fh)
     for name in _NOISY_LOGGERS:  # third-party chatter (e.g. GPT2 config warnings) hides our lines
         logging.getLogger(name).setLevel(logging.ERROR)
+    # huggingface_hub gives its logger a stderr handler of its own and lets it propagate too: each of its warnings
+    # (a download retry) came out twice, once bare and once through ours; ours alone keeps them, in train.log too
+    hub = logging.getLogger("huggingface_hub")
+    for h in list(hub.handlers):
+        if type(h) is logging.StreamHandler:  # the one huggingface_hub adds (a file handler would stay)
+            hub.removeHandler(h)
     quiet_transformers_logging()
     # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
