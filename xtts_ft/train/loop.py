@@ -198,7 +198,7 @@ class FineTuneRecipe:
                                                      self.progress.data_position, self.progress.step)
         self.progress.data_position = self.sampler.position
         session.preflight(self.model, self.optimizer, self.runtime, self.data, self.plan, self.offloaded,
-                          self.base_vocab_size, self.stability.scaler, self.stability.policy, self.model_inputs)
+                          self.base_vocab_size, self.stability, self.model_inputs, self.trainable_setup.kept)
         if dist.enabled:
             ddp_ignore(self.model, self.offloaded)
         ddp_model = wrap_model(self.model, dist)
