@@ -107,3 +107,16 @@ time.sleep(600)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_how_a_trainer_was_started_is_said_for_torchrun_the_web_app_and_a_terminal(monkeypatch):
+    from xtts_ft.run_lock import how_started
+
+    monkeypatch.delenv(STARTED_BY_ENV, raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert how_started().startswith(f"the command line: {sys.executable}")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets in every rank (only rank 0 takes the lock)
+    assert how_started().startswith(f"torchrun (2 processes): {sys.executable}")
+    monkeypatch.setenv(STARTED_BY_ENV, "web app")
+    assert how_started().startswith(f"the web app: {sys.executable}")
