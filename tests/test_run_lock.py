@@ -120,3 +120,35 @@ def test_how_a_trainer_was_started_is_said_for_torchrun_the_web_app_and_a_termin
     assert how_started().startswith(f"torchrun (2 processes): {sys.executable}")
     monkeypatch.setenv(STARTED_BY_ENV, "web app")
     assert how_started().startswith(f"the web app: {sys.executable}")
+
+
+def test_a_worker_forked_by_the_trainer_does_not_keep_the_folder_locked(tmp_path):
+    """Loader and prepare workers are forked from the trainer; one that outlives a killed trainer (they notice
+    within seconds) must not keep the next trainer out."""
+    run = tmp_path / "run"
+    forking = """
+import os, sys, time
+from xtts_ft.run_lock import RunLock
+RunLock(sys.argv[1]).acquire()
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print(child, flush=True)
+time.sleep(600)
+"""
+    holder = subprocess.Popen([sys.executable, "-c", forking, str(run)], stdout=subprocess.PIPE, text=True,
+                              env=script_env())
+    worker = int(holder.stdout.readline())
+    try:
+        with pytest.raises(RunFolderError, match=f"pid {holder.pid},"):
+            RunLock(run).acquire()  # the trainer still holds it
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        os.kill(worker, 0)  # the forked worker still lives
+        with RunLock(run) as lock:  # and the folder is free all the same
+            assert lock.acquired
+    finally:
+        os.kill(worker, signal.SIGKILL)
+        holder.kill()
+        holder.wait()

@@ -14,8 +14,10 @@ trainer holds it. :func:`lock_holder` reads the file and asks the OS whether tha
 (same pid and start time) still lives.
 
 Within one process the lock is re-entrant (the command line takes it, then the pipeline inside it):
-the innermost release leaves it held, the outermost lets it go. It is a process's lock: a process
-forked without exec shares it while it lives (the trainer's forked loader workers end with it).
+the innermost release leaves it held, the outermost lets it go. A process forked from the holder (a
+data-loader or prepare worker) closes its copy of the file at once: otherwise a worker outliving a
+killed trainer by seconds would keep the folder locked for the next one. (Closing a copy never unlocks
+it for the holder; only the holder's own release or end does.)
 The lock file is written in place, not through ``tempfiles.atomic_write``: the lock belongs to the
 file's inode, and a file swapped in by a rename would be another one. It is never deleted (a process
 could be opening the old file at that moment and lock a file nobody else sees).
@@ -49,6 +51,18 @@ _COMMAND_CHARS = 300  # a longer command line is cut in the refusal line
 _WAIT_FOR_HOLDER_S = 3.0  # a holder that has just taken the lock writes its line a moment later
 
 _held: dict[str, list] = {}  # resolved run folder -> [file descriptor, depth] of the locks this process holds
+_fork_hook: list[bool] = []  # [True] once the forked-child hook is registered (at the first lock, not at import)
+
+
+def _forget_in_child() -> None:
+    """In a child forked from a holder: close its copies of the lock files (never unlock: that would free them for
+    the parent too), so the lock ends with the trainer itself."""
+    for fd, _depth in _held.values():
+        try:
+            os.close(fd)
+        except OSError as exc:
+            log.debug("forked child: lock file descriptor %d already closed (%s)", fd, exc)
+    _held.clear()
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,10 @@ def lock_holder(run_dir: Path) -> Optional[LockHolder]:
 
 def refusal(run_dir: Path, holder: Optional[LockHolder]) -> str:
     """The one line a second trainer is refused with."""
-    who = holder.describe() if holder is not None else "a process that did not say who it is"
-    stop = f" (kill -TERM {holder.pid}: it saves, then stops)" if holder is not None else ""
+    live = holder is not None and _alive(holder)
+    who = (holder.describe() if live else f"last {holder.describe()}, which has ended: a process it started still "
+           f"holds the lock" if holder is not None else "a process that did not say who it is")
+    stop = f" (kill -TERM {holder.pid}: it saves, then stops)" if live else ""
     return (f"{run_dir}: another trainer is using this run folder ({who}); one trainer per run folder: wait until it "
             f"ends or stop it{stop}, then run this command again, or give this run its own run.output_dir")
 
@@ -146,6 +162,9 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, line + b"\n", 0)
         _held[self._key] = [fd, 1]
+        if not _fork_hook and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_in_child)
+            _fork_hook.append(True)
         self.acquired = True
         return self
 
