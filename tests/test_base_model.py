@@ -161,3 +161,42 @@ def test_create_tiny_treats_a_repo_like_path_as_a_local_folder(tmp_path, monkeyp
 
     files = resolve_or_create_base_model(BaseModelConfig(source="runs/tiny_base", create_tiny=True), fetcher=no_network)
     assert files.root == Path("runs/tiny_base") and files.model_pth.is_file()
+
+
+def test_offline_the_default_policy_answers_at_once_and_says_it_once(tmp_path, dead_endpoint, caplog):
+    """No network (a Hub nobody answers): the default fetcher asks once per model, not once per file with
+    huggingface_hub's back-off (~25 s), and says so in one warning."""
+    import time
+
+    cfg = BaseModelConfig(source="coqui/XTTS-v2", cache_dir=str(tmp_path / "hf"))
+    began = time.monotonic()
+    with caplog.at_level("INFO"), pytest.raises(ModelError, match="cannot download 'coqui/XTTS-v2'"):
+        resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint))
+    assert time.monotonic() - began < 8
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "does not answer" in warnings[0] and "local cache only" in warnings[0]
+    assert len([r for r in caplog.records if "not reachable" in r.getMessage()]) == 1  # one try
+
+
+def test_the_cached_files_of_an_unreachable_hub_are_read_after_one_try(hub, tmp_path, dead_endpoint, caplog):
+    cache = str(tmp_path / "hf")
+    cfg = BaseModelConfig(source="coqui/XTTS-v2", cache_dir=cache)
+    online = resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=hub))
+    with caplog.at_level("INFO", logger="xtts_ft.base_model"):
+        offline = resolve_base_model(cfg, fetcher=hf_fetcher(endpoint=dead_endpoint))
+    assert offline.root == online.root
+    assert len([r for r in caplog.records if "not reachable" in r.getMessage()]) == 1  # not once per file
+
+
+def test_a_huggingface_hub_warning_is_printed_once(capsys):
+    """huggingface_hub's own stderr handler and ours both printed its retry warnings: once is enough."""
+    import logging
+
+    from xtts_ft.cli import setup_logging
+
+    # what huggingface_hub does when it is imported (utils/logging.py _configure_library_root_logger), here so that
+    # the handler writes where this test reads
+    logging.getLogger("huggingface_hub").addHandler(logging.StreamHandler())
+    setup_logging(None)
+    logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+    assert capsys.readouterr().err.count("Retrying in 1s [Retry 1/5].") == 1

@@ -87,21 +87,25 @@ def offline_download_hint(repo_id: str) -> str:
 class RetryPolicy:
     """How patiently an unreachable Hub is asked before the cache alone is used.
 
-    ``retries=None`` is huggingface_hub's own patience: when a file is not cached yet it retries a failed
-    request five times, 1-8 s apart (about 25 s), before it gives up. With a number, one metadata request is
-    tried ``retries + 1`` times, ``wait_s`` apart (doubling), and when all fail only the cache is read; the
-    error for "no network and not cached" is the same either way.
+    One metadata request per model (its first file) says whether the Hub answers; it is tried
+    ``retries + 1`` times, ``wait_s`` apart (doubling). When all tries fail, the model's files are read
+    from the cache alone, and "no network and not cached" is one line naming the command that fetches
+    them. The default is one try: offline, the answer comes at once (huggingface_hub's own patience, five
+    retries 1-8 s apart, each warning printed, took ~25 s to say the same). ``retries=None`` leaves the
+    waiting to huggingface_hub.
     """
 
-    retries: Optional[int] = None
+    retries: Optional[int] = 0
     wait_s: float = 1.0
 
 
 def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy()) -> Fetcher:
     """The real fetcher: huggingface_hub's per-file download into its cache (resumes partial files)."""
+    offline: dict[tuple[str, Optional[str]], bool] = {}  # (repo, revision) -> the Hub did not answer: cache only
 
     def reachable(repo_id: str, filename: str, revision: Optional[str]) -> bool:
         url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
+        failure = None
         for attempt in range(retry.retries + 1):
             if attempt:
                 time.sleep(retry.wait_s * 2 ** (attempt - 1))
@@ -111,14 +115,19 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
             except HfHubHTTPError:  # the Hub answered (missing file, auth...): hf_hub_download reports it
                 return True
             except (httpx2.TransportError, OSError) as exc:
+                failure = f"{type(exc).__name__}: {exc}"
                 log.info("hub at %s not reachable (%s), try %d of %d", url, exc, attempt + 1, retry.retries + 1)
+        log.warning("%s: the Hub (%s) does not answer (%s); reading %s from the local cache only", repo_id,
+                    endpoint or "huggingface.co", failure, repo_id)
         return False
 
     def fetch(repo_id: str, filename: str, revision: Optional[str], cache_dir: Optional[str]) -> str:
-        offline = retry.retries is not None and not reachable(repo_id, filename, revision)
+        key = (repo_id, revision)
+        if retry.retries is not None and key not in offline:  # asked once per model, not once per file
+            offline[key] = not reachable(repo_id, filename, revision)
         return hf_hub_download(
             repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir, endpoint=endpoint,
-            local_files_only=offline,
+            local_files_only=offline.get(key, False),
         )
 
     return fetch

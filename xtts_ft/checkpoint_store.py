@@ -97,14 +97,16 @@ def score_of(metric: str, evals: Optional[Mapping[str, Any]]) -> Optional[float]
 Scored = Union[None, float, Mapping[str, Any]]  # a score already computed, or an evaluation to score
 
 
-def is_better(metric: str, new: Scored, old: Scored) -> bool:
+def is_better(metric: str, new: Scored, old: Scored, *, by: float = 0.0) -> bool:
     """Whether ``new`` beats ``old`` under ``metric``: a missing or non-finite score is never better, and
-    anything scored beats nothing. Each side is a score (float) or an evaluation's metrics (scored here)."""
+    anything scored beats nothing. Each side is a score (float) or an evaluation's metrics (scored here).
+    ``by``: how much lower ``new`` must be (early stopping's ``min_improvement``; 0: any lower score, the rule
+    that picks the best checkpoint)."""
     new_score = _as_score(metric, new)
     if new_score is None:
         return False
     old_score = _as_score(metric, old)
-    return old_score is None or new_score < old_score
+    return old_score is None or new_score < old_score - by
 
 
 def _as_score(metric: str, value: Scored) -> Optional[float]:

@@ -62,6 +62,7 @@ from xtts_ft.output_folder import (
 from xtts_ft.pipeline import run_pipeline
 from xtts_ft.publish.hub import publish
 from xtts_ft.random_model import write_random_model
+from xtts_ft.run_lock import RunLock
 from xtts_ft.serve.command import ServeOptions, serve_command
 from xtts_ft.stop_signals import StopRequested, StopSignals, active_signals
 from xtts_ft.text import normalize_text
@@ -91,6 +92,12 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
         root.addHandler(fh)
     for name in _NOISY_LOGGERS:  # third-party chatter (e.g. GPT2 config warnings) hides our lines
         logging.getLogger(name).setLevel(logging.ERROR)
+    # huggingface_hub gives its logger a stderr handler of its own and lets it propagate too: each of its warnings
+    # (a download retry) came out twice, once bare and once through ours; ours alone keeps them, in train.log too
+    hub = logging.getLogger("huggingface_hub")
+    for h in list(hub.handlers):
+        if type(h) is logging.StreamHandler:  # the one huggingface_hub adds (a file handler would stay)
+            hub.removeHandler(h)
     quiet_transformers_logging()
     # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
@@ -252,6 +259,19 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _headless(args: argparse.Namespace) -> int:
     cfg = _load(args)
+    # A trainer locks its run folder before it writes anything there, train.log included: a second one is refused
+    # with nothing written (xtts_ft/run_lock.py). Under torchrun rank 0 takes it in the pipeline, where a refusal
+    # reaches every rank; --evaluate only reads.
+    lock = RunLock(cfg.run_dir)
+    if not args.evaluate and int(os.environ.get("WORLD_SIZE", "1") or 1) == 1:
+        lock.acquire()
+    try:
+        return _headless_run(args, cfg)
+    finally:
+        lock.release()
+
+
+def _headless_run(args: argparse.Namespace, cfg) -> int:
     setup_logging(cfg.run_dir if _rank()[0] == 0 else None, args.verbose)  # one writer of train.log
     # the config was read before logging started: say now which file a bare name found (configs/NAME.yaml)
     print_header(cfg, locate_config(args.config))

@@ -7,7 +7,7 @@ module constants, for code that only needs a name (a glob, a list of outputs).
 ::
 
     <run.output_dir>/                 RunLayout
-      run.json  old_runs/  config.yaml  summary.json  report.html
+      run.json  trainer.lock  old_runs/  config.yaml  summary.json  report.html
       data/  (metadata_train.csv, metadata_eval.csv, wavs/, report.json; a dataset list: datasets/<i>_<name>/)
       tokenizer/vocab.json  cache/dvae_codes/  dvae/ (dvae.pth, dvae_state.pt, report.json: dvae.finetune)
       checkpoints/step_000500/        CheckpointLayout: training_state.pt, meta.json, vocab.json, config.yaml
@@ -32,6 +32,7 @@ STEP_DIR_PATTERN = re.compile(r"^step_(\d+)$")
 
 # --- a run directory -------------------------------------------------------------------------
 RUN_FILE = "run.json"
+LOCK_FILE = "trainer.lock"  # the running trainer's OS lock on the folder, and who it is (xtts_ft/run_lock.py)
 OLD_RUNS = "old_runs"
 BRANCHES_DIR = "branches"  # branches/<date>_after_step_NNNNNN/: later steps set aside by a resume from an older one
 DATA_DIR = "data"
@@ -106,6 +107,7 @@ class RunLayout(_Folder):
     """The files and folders of one run directory (``run.output_dir``)."""
 
     run_file = property(lambda self: self.root / RUN_FILE)
+    lock_file = property(lambda self: self.root / LOCK_FILE)
     old_runs = property(lambda self: self.root / OLD_RUNS)
     branches = property(lambda self: self.root / BRANCHES_DIR)
     config = property(lambda self: self.root / CONFIG_FILE)

@@ -3,7 +3,8 @@
 ``run_pipeline`` is what ``python headless_train.py --config X`` does. Each stage writes into
 its own folder of the run directory and is skipped on a re-run when its inputs did not change
 (see ``xtts_ft.stages``); training resumes from the latest checkpoint by itself. Before any of it,
-the run folder is claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
+the run folder is locked for this trainer's lifetime (``xtts_ft.run_lock``: a second trainer is refused)
+and claimed (``xtts_ft.run_folder``): a command that would mix two runs in one folder
 is refused there, before data, vocabulary or codes of the earlier run are touched.
 
 The whole run notices a stop request (SIGINT/SIGTERM, ``xtts_ft.stop_signals``): prepare between
@@ -38,6 +39,7 @@ from xtts_ft.model import describe_vocab
 from xtts_ft.output_folder import MOVE_ASIDE
 from xtts_ft.random_model import resolve_or_create_base_model
 from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
+from xtts_ft.run_lock import RunLock
 from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
@@ -183,14 +185,16 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
     """
 
     ctx = setup_distributed(cfg.run.device)
+    lock = RunLock(cfg.run_dir)  # rank 0 takes it before the claim, and holds it until the run ends
     try:
         with StopSignals.shared() as signals:
             try:
-                return _run_stages(cfg, MainFirst(ctx), train_model=train_model, archive_old_run=archive_old_run,
-                                   command_line=command_line, new_data=new_data)
+                return _run_stages(cfg, MainFirst(ctx), lock, train_model=train_model,
+                                   archive_old_run=archive_old_run, command_line=command_line, new_data=new_data)
             except StopRequested as stop:  # noticed outside the training loop (which handles its own)
                 return _stopped_before_training(cfg, str(stop), signals.signal_name, command_line, ctx.is_main)
     finally:
+        lock.release()
         cleanup_distributed(ctx)
 
 
@@ -207,16 +211,20 @@ def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str]
                           stopped_by_signal=True)
 
 
-def _run_stages(cfg: Config, main_first, *, train_model: bool, archive_old_run: bool, command_line,
+def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, archive_old_run: bool, command_line,
                 new_data: bool = False) -> PipelineResult:
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     resume_from = _named_checkpoint(cfg)
     fingerprint, record = run_fingerprint(cfg), None
     if is_main:
-        # only rank 0 claims (and may archive); a refusal there stops every rank (MainFirst)
-        record = main_first.run("run folder", lambda: claim_run_folder(
-            run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume, archive=archive_old_run, new_data=new_data))
+        # only rank 0 locks and claims (and may archive); a refusal there stops every rank (MainFirst)
+        def lock_and_claim():
+            lock.acquire()  # before anything is written (the claim may archive an old run)
+            return claim_run_folder(run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume,
+                                    archive=archive_old_run, new_data=new_data)
+
+        record = main_first.run("run folder", lock_and_claim)
         dump_config(cfg, RunLayout(run_dir).config)
     else:
         main_first.run("run folder", lambda: None)
@@ -318,9 +326,14 @@ def run_training(cfg: Config, *, vocab_path: Path, run_dir: Path, tokenizer=None
     model_factory, fault_injector)."""
 
     ctx = setup_distributed(cfg.run.device)
+    lock = RunLock(run_dir)
     try:
-        record = claim_run_folder(Path(run_dir), fingerprint=None, resume=cfg.checkpoint.resume) if ctx.is_main else None
+        record = None
+        if ctx.is_main:
+            lock.acquire()
+            record = claim_run_folder(Path(run_dir), fingerprint=None, resume=cfg.checkpoint.resume)
         handles = training_handles(cfg, ctx, vocab_path, ctx.broadcast_object(record), tokenizer)
         return train(cfg, handles=handles, vocab_path=vocab_path, run_dir=run_dir, **kwargs)
     finally:
+        lock.release()
         cleanup_distributed(ctx)

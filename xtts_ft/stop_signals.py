@@ -131,7 +131,10 @@ def held_while_starting_workers() -> Iterator[None]:
     A spawned worker imports for seconds before its initializer can ignore the signals; a Ctrl-C then
     would print a KeyboardInterrupt traceback from it. Held (blocked) signals stay held in the new
     process until :func:`ignore_stop_signals` discards them; this process gets its own at the end of
-    the block, so no stop request is lost. Only where the platform can block signals (POSIX).
+    the block, so no stop request is lost. The mask is the calling thread's (the one that starts the workers,
+    which is what they inherit): a signal sent to the whole process may still be delivered through another
+    thread of it (torch's, a loader's) and handled at once, which is harmless. Only where the platform can
+    block signals (POSIX).
     """
     if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
         yield

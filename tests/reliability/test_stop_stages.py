@@ -132,8 +132,8 @@ def test_the_prepare_command_stops_the_same_way(stage_stops):
 
 def test_one_handler_for_the_whole_command():
     """train() inside a command enters the command's StopSignals again: the handlers stay until the command ends."""
-    import os
     import signal
+    import threading
 
     from xtts_ft.stop_signals import StopSignals, held_while_starting_workers, stop_requested
 
@@ -144,7 +144,13 @@ def test_one_handler_for_the_whole_command():
             assert inner is command
         assert signal.getsignal(signal.SIGTERM) is handler  # still the command's after train() returned
         with held_while_starting_workers():  # a worker started here would inherit the signal held back
-            os.kill(os.getpid(), signal.SIGTERM)
+            # the hold blocks the signals in the thread that starts the workers (what they inherit); a signal sent
+            # to the whole process (os.kill) may be delivered through another thread of it (torch's, pytest's),
+            # so the signal is sent to this thread: it stays pending, not handled
+            assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+            assert signal.SIGTERM in signal.sigpending()
             assert not stop_requested()
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
         assert stop_requested() and command.signal_name == "SIGTERM"  # delivered once the workers were started
     assert signal.getsignal(signal.SIGTERM) is before and not stop_requested()

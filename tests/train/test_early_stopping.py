@@ -21,10 +21,35 @@ from xtts_ft.train.early_stopping import EarlyStopping, OverfitDetector, RunJudg
 def test_early_stopping_counts_evaluations_without_a_large_enough_improvement():
     stopper = EarlyStopping(patience=2, min_improvement=0.1)
     assert not stopper.update(10, 3.0)
-    assert not stopper.update(20, 2.95)  # 0.05 lower: not an improvement by min_improvement
+    assert not stopper.update(20, 2.95)  # 0.05 lower: not an improvement by min_improvement, but the best now
     assert not stopper.update(30, None)  # a metric this evaluation could not compute: neither better nor worse
     assert stopper.update(40, 2.99)
-    assert (stopper.best_step, stopper.best_score, stopper.evals_without_improvement) == (10, 3.0, 2)
+    # the best is the best checkpoint's (any lower score: checkpoint_store.is_better), not the last improvement
+    assert (stopper.best_step, stopper.best_score, stopper.evals_without_improvement) == (20, 2.95, 2)
+
+
+def test_early_stopping_names_the_checkpoint_kept_as_best(trainer, tmp_path, caplog):
+    """Scores that keep falling by less than min_improvement: the run stops, and its line and event name the
+    best checkpoint that retention kept (step 6), not the first score (step 2, deleted by keep_last)."""
+    caplog.set_level(logging.WARNING, logger="xtts_ft")
+    cers = {2: 0.50, 4: 0.497, 6: 0.495, 8: 0.60}
+    run = tmp_path / "run"
+    cfg = small_config(run, training={"max_steps": 20}, evaluation={"every_steps": 2},
+                       checkpoint={"every_steps": 1000, "keep_last": 1, "best_metric": "cer"})
+    cfg.training.early_stopping = EarlyStoppingConfig(enabled=True, patience=2, min_improvement=0.01)
+    result = trainer(cfg, eval_hook=lambda step, model: {"sample_cer": cers.get(step, 0.9)})
+
+    assert result.stopped_early and result.step == 6  # 4 and 6: two evaluations less than 0.01 better
+    assert result.best_checkpoint == run / "checkpoints" / "step_000006" and result.best_step == 6
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000006"]  # step 2 was deleted
+    (stop,) = [e for e in read_events(run) if e["event"] == "early_stop"]
+    assert stop["best_step"] == 6 and stop["best_score"] == pytest.approx(0.495)
+    assert stop["best_checkpoint"] == str(result.best_checkpoint)
+    assert (f"its best was 0.495 at step 6; the best checkpoint (checkpoint.best_metric cer) is "
+            f"{result.best_checkpoint}") in caplog.text
+    from xtts_ft.evaluate.report import render_report
+
+    assert "the best was step 6 (the best checkpoint kept: step_000006)" in render_report(run)
 
 
 def test_a_resumed_stopper_continues_the_patience_count():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -27,12 +28,41 @@ def _final_gpt(result) -> dict[str, torch.Tensor]:
     return CheckpointStore.load_state(result.last_checkpoint).gpt
 
 
-def test_freeze_leaves_frozen_blocks_and_base_rows_bit_identical(trainer, built_model, vocab, tmp_path):
+def _trainable_counts(caplog) -> list[int]:
+    """The trainable-weight counts the run logged: apply_trainable's, then the pre-flight's."""
+    found = []
+    for record in caplog.records:
+        line = record.getMessage()
+        m = re.match(r"training\.trainable \w+: ([\d,]+) weights train", line) or \
+            re.match(r"parameters: ([\d,]+) trainable \(xtts\.gpt\)", line)
+        if m:
+            found.append(int(m.group(1).replace(",", "")))
+    return found
+
+
+def _weights_that_train(gpt_state: dict, n_base: int, tcfg) -> int:
+    """Counted from the model itself: every weight of a tensor that trains, less the base rows that stay (freeze:
+    the text embedding's and the text head's; lora: the text embedding's, its heads train whole)."""
+    kept = ROWS if tcfg["trainable"] == "freeze" else ROWS[:1]
+    total = sum(t.numel() for k, t in gpt_state.items() if _trains(k, tcfg))
+    return total - sum(gpt_state[k][:n_base].numel() for k in kept if _trains(k, tcfg))
+
+
+def _trains(key: str, tcfg) -> bool:
+    if tcfg["trainable"] == "freeze":
+        return not any(key.startswith(f"gpt.h.{i}.") for i in range(tcfg["frozen_blocks"]))
+    return ".lora_" in key or key.split(".")[0] in ("text_embedding", "text_head", "mel_head")
+
+
+def test_freeze_leaves_frozen_blocks_and_base_rows_bit_identical(trainer, built_model, vocab, tmp_path, caplog):
     base = gpt_state_dict(built_model.xtts.gpt)
     n_base = vocab[1]
     # lr 1e-3 with weight decay on text_head.weight: without the row keeper its base rows would move
-    result = trainer(small_config(tmp_path / "run", training={"trainable": "freeze", "frozen_blocks": 1,
-                                                              "max_steps": 3, "weight_decay": 0.1}))
+    training = {"trainable": "freeze", "frozen_blocks": 1, "max_steps": 3, "weight_decay": 0.1}
+    with caplog.at_level("INFO", logger="xtts_ft"):
+        result = trainer(small_config(tmp_path / "run", training=training))
+    # one count of the weights that train, wherever it is printed: the base rows kept by KeptRows are not in it
+    assert _trainable_counts(caplog) == [_weights_that_train(base, n_base, training)] * 2
     after = _final_gpt(result)
     assert set(after) == set(base)
     block0 = [k for k in base if k.startswith("gpt.h.0.")]
@@ -61,12 +91,17 @@ def _gpt_outputs(gpt, n_tokens: int) -> torch.Tensor:
     return mel_logits
 
 
-def test_lora_trains_resumes_exactly_and_exports_to_stock_coqui(trainer, built_model, vocab, tiny_base, tmp_path):
+def test_lora_trains_resumes_exactly_and_exports_to_stock_coqui(trainer, built_model, vocab, tiny_base, tmp_path,
+                                                                 caplog):
     lora = {"trainable": "lora", "lora_rank": 4, "lora_alpha": 8.0, "max_steps": STEPS}
     base = gpt_state_dict(built_model.xtts.gpt)
 
     straight_run = tmp_path / "straight"
-    straight = trainer(small_config(straight_run, training=lora, evaluation={"eval_at_start": True}))
+    with caplog.at_level("INFO", logger="xtts_ft"):
+        straight = trainer(small_config(straight_run, training=lora, evaluation={"eval_at_start": True}))
+    counts = _trainable_counts(caplog)
+    assert len(counts) == 2 and counts[0] == counts[1]  # apply_trainable's and the pre-flight's: one count
+    assert counts[0] == _weights_that_train(_final_gpt(straight), vocab[1], lora)
     assert straight.final_eval_loss < straight.first_eval_loss  # it learns
     state = _final_gpt(straight)
     adapters_b = [k for k in state if ".lora_B." in k]

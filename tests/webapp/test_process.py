@@ -10,12 +10,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.scripts import REPO_ROOT
+from xtts_ft.errors import RunFolderError
+from xtts_ft.layout import LOCK_FILE
+from xtts_ft.run_lock import RunLock, lock_holder
 from xtts_ft.webapp.process import ProcessRecord, RunController, RunProcessError
 
 FAKE_TRAINER = r'''
@@ -114,3 +119,77 @@ def test_nothing_to_resume_or_stop_in_a_new_folder(workdir: Path):
     assert app.state().phase == "not started"
     with pytest.raises(RunProcessError, match="nothing to resume"):
         app.resume()
+
+
+# --- the run folder's lock (xtts_ft/run_lock.py): one trainer per folder, whoever started it ----------------------
+
+LOCKING_TRAINER = r'''
+import sys, time
+from pathlib import Path
+from xtts_ft.errors import RunFolderError
+from xtts_ft.run_lock import RunLock
+run = Path(next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("run.output_dir=")))
+try:
+    RunLock(run).acquire()  # what headless_train.py does first
+except RunFolderError as exc:
+    print(f"error: {exc}", flush=True)
+    sys.exit(2)
+time.sleep(120)
+'''
+
+
+@pytest.fixture
+def locking_workdir(workdir: Path, monkeypatch) -> Path:
+    (workdir / "headless_train.py").write_text(LOCKING_TRAINER)
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # the trainer the app starts imports this checkout's xtts_ft
+    return workdir
+
+
+def test_a_terminal_trainer_is_refused_while_the_apps_trainer_holds_the_folder(locking_workdir: Path):
+    run = locking_workdir / "run"
+    app = RunController(run, cwd=locking_workdir)
+    record = app.start(locking_workdir / "cfg.yaml")
+    try:
+        wait_for(lambda: lock_holder(run) is not None and lock_holder(run).pid == record.pid)
+        with pytest.raises(RunFolderError, match=rf"pid {record.pid}, since .*, started from the web app: .*"
+                                                 rf"headless_train\.py --config"):
+            RunLock(run).acquire()  # the same command from a terminal
+    finally:
+        os.kill(record.pid, signal.SIGKILL)
+        wait_for(lambda: not app.state().running)
+
+
+def test_start_is_refused_while_a_terminal_trainer_holds_the_folder(locking_workdir: Path):
+    run = locking_workdir / "run"
+    terminal = subprocess.Popen([sys.executable, str(locking_workdir / "headless_train.py"), "--config", "cfg.yaml",
+                                 "--set", f"run.output_dir={run}"], cwd=locking_workdir)
+    try:
+        wait_for(lambda: lock_holder(run) is not None)
+        with pytest.raises(RunProcessError, match=rf"another trainer is using this run folder \(pid {terminal.pid}, "
+                                                  r"since .*, started from the command line: "):
+            RunController(run, cwd=locking_workdir).start(locking_workdir / "cfg.yaml")
+        assert not (run / "app_process.json").exists()  # nothing started
+    finally:
+        terminal.kill()
+        terminal.wait()
+
+
+def test_the_page_shows_the_refusal_of_the_apps_own_trainer(locking_workdir: Path):
+    """Two trainers started at the same moment: the app's is refused by the lock, and the state says why."""
+    run = locking_workdir / "run"
+    run.mkdir()
+    # a holder caught between its flock and its line: the app sees no holder and starts; its trainer is refused
+    raw = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+           "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", raw, str(run / LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        app = RunController(run, cwd=locking_workdir)
+        record = app.start(locking_workdir / "cfg.yaml")
+        wait_for(lambda: not app.state().running, timeout=30)
+        state = app.state()
+        assert state.phase == "exited" and state.detail.startswith(f"the process (pid {record.pid}) was refused: ")
+        assert "another trainer is using this run folder" in state.detail
+    finally:
+        holder.kill()
+        holder.wait()

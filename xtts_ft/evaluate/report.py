@@ -287,8 +287,9 @@ def _training_banners(run_dir: Path) -> list[str]:
                        f"({_fmt(e.get('train_loss_from'), 4)} -> {_fmt(e.get('train_loss_to'), 4)}). The best "
                        f"checkpoint is step {e.get('best_step')}.")
         elif e.get("event") == "early_stop":
+            kept = f" (the best checkpoint kept: {Path(e['best_checkpoint']).name})" if e.get("best_checkpoint") else ""
             out.append(f"Stopped early at step {e.get('step')}: {e.get('metric')} did not improve for "
-                       f"{e.get('patience')} evaluations; the best was step {e.get('best_step')}.")
+                       f"{e.get('patience')} evaluations; the best was step {e.get('best_step')}{kept}.")
     return out
 
 

@@ -6,7 +6,10 @@ patience count and does not warn twice.
 
 * :class:`EarlyStopping` (``training.early_stopping``): a score counts as an improvement when it is
   at least ``min_improvement`` below the best so far; after ``patience`` evaluations in a row
-  without one, it answers "stop". Lower is better, as every ``best_metric`` score is.
+  without one, it answers "stop". Lower is better, as every ``best_metric`` score is. Its best is
+  the best by ``checkpoint_store.is_better``, the rule that picks the best checkpoint: any lower score
+  is the new best, also one too small to count as an improvement (so with the metric of
+  ``checkpoint.best_metric`` the step it names is the checkpoint kept as best).
 * :class:`OverfitDetector` (``training.overfit_warning_evals``), independent of early stopping
   (it warns a run that does not stop): the eval score has been worse than its best for N
   evaluations in a row while the mean training loss kept falling over the same evaluations:
@@ -23,7 +26,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from xtts_ft.checkpoint_store import score_of
+from xtts_ft.checkpoint_store import is_better, score_of
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +45,16 @@ class EarlyStopping:
     best_score: Optional[float] = None
     best_step: Optional[int] = None
     evals_without_improvement: int = 0
+    metric: str = "eval_loss"  # what the scores are (they come scored: is_better only compares them)
 
     def update(self, step: int, score: Optional[float]) -> bool:
         """Record the evaluation of ``step``; True when the run should stop now."""
         if score is None:
             return False
-        if self.best_score is None or score < self.best_score - self.min_improvement:
+        improved = is_better(self.metric, score, self.best_score, by=self.min_improvement)
+        if is_better(self.metric, score, self.best_score):  # the best checkpoint's rule: any lower score
             self.best_score, self.best_step = float(score), int(step)
-            self.evals_without_improvement = 0
-        else:
-            self.evals_without_improvement += 1
+        self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
         return self.should_stop
 
     @property
@@ -130,7 +133,7 @@ class RunJudges:
     def __init__(self, tcfg, best_metric: str):
         cfg = tcfg.early_stopping
         self.metric = stopping_metric(cfg.metric, best_metric)
-        self.stopper = EarlyStopping(cfg.patience, cfg.min_improvement) if cfg.enabled else None
+        self.stopper = EarlyStopping(cfg.patience, cfg.min_improvement, metric=self.metric) if cfg.enabled else None
         self.overfit = OverfitDetector(tcfg.overfit_warning_evals)
         self._loss_sum, self._loss_n = 0.0, 0
 
@@ -162,14 +165,18 @@ class RunJudges:
                     finding["train_loss_to"], finding["best_step"])
         metrics.event(step, "overfitting", **finding)
 
-    def report_early_stop(self, step: int, metrics) -> None:
-        """The run ends here: the console line and the ``early_stop`` event (rank 0 calls it)."""
-        stopper = self.stopper
-        log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; the best was %.4g at "
-                    "step %d", step, self.metric, stopper.min_improvement, stopper.evals_without_improvement,
-                    stopper.best_score, stopper.best_step)
+    def report_early_stop(self, step: int, metrics, store, best_metric: str) -> None:
+        """The run ends here: the console line and the ``early_stop`` event (rank 0 calls it). They name the
+        checkpoint kept as best (``store``: the run's ``CheckpointStore``, after this step's save and retention)."""
+        stopper, best_checkpoint = self.stopper, store.best(best_metric)
+        kept = (f"the best checkpoint (checkpoint.best_metric {best_metric}) is {best_checkpoint}"
+                if best_checkpoint is not None else f"no checkpoint has a {best_metric} score")
+        log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; its best was %.4g at "
+                    "step %d; %s", step, self.metric, stopper.min_improvement, stopper.evals_without_improvement,
+                    stopper.best_score, stopper.best_step, kept)
         metrics.event(step, "early_stop", metric=self.metric, best_step=stopper.best_step,
-                      best_score=stopper.best_score, patience=stopper.patience)
+                      best_score=stopper.best_score, patience=stopper.patience,
+                      best_checkpoint=str(best_checkpoint) if best_checkpoint is not None else None)
 
     def state_dict(self) -> dict:
         return {"stopper": self.stopper.state_dict() if self.stopper is not None else None,

@@ -198,7 +198,7 @@ class FineTuneRecipe:
                                                      self.progress.data_position, self.progress.step)
         self.progress.data_position = self.sampler.position
         session.preflight(self.model, self.optimizer, self.runtime, self.data, self.plan, self.offloaded,
-                          self.base_vocab_size, self.stability.scaler, self.stability.policy, self.model_inputs)
+                          self.base_vocab_size, self.stability, self.model_inputs, self.trainable_setup.kept)
         if dist.enabled:
             ddp_ignore(self.model, self.offloaded)
         ddp_model = wrap_model(self.model, dist)
@@ -376,7 +376,7 @@ class FineTuneRecipe:
     def _stop_early(self) -> None:
         self.stopped_early = True
         if self.is_main:
-            self.judges.report_early_stop(self.progress.step, self.metrics)
+            self.judges.report_early_stop(self.progress.step, self.metrics, self._store(), self.cfg.checkpoint.best_metric)
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self, final: bool = False) -> None:

@@ -42,8 +42,10 @@ def _count(params) -> int:
 
 
 def check_setup(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-                offloaded: Sequence[str] = ()) -> dict[str, int]:
-    """Checks 1 and 2; returns the parameter counts. ``offloaded`` submodules must be on the CPU instead."""
+                offloaded: Sequence[str] = (), kept: int = 0) -> dict[str, int]:
+    """Checks 1 and 2; returns the parameter counts. ``offloaded`` submodules must be on the CPU instead.
+    ``kept``: weights inside trainable tensors that never change (the base vocabulary's rows under
+    ``training.trainable`` freeze/lora): counted as frozen, so this count is the one ``apply_trainable`` logs."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     frozen = [p for p in model.parameters() if not p.requires_grad]
     gpt_ids = {id(p) for p in model.xtts.gpt.parameters() if p.requires_grad}
@@ -62,8 +64,9 @@ def check_setup(model: nn.Module, optimizer: torch.optim.Optimizer, device: torc
     training_frozen = [n for n, m in model.named_modules() if m.training and not n.startswith("xtts.gpt") and n]
     if training_frozen:
         raise TrainingStopped(f"pre-flight: frozen module {training_frozen[0]} is in training mode (a bug)")
-    counts = {"trainable": _count(trainable), "frozen": _count(frozen)}
-    log.info("parameters: %s trainable (xtts.gpt), %s frozen", f"{counts['trainable']:,}", f"{counts['frozen']:,}")
+    counts = {"trainable": _count(trainable) - kept, "frozen": _count(frozen) + kept}
+    log.info("parameters: %s trainable (xtts.gpt), %s frozen%s", f"{counts['trainable']:,}", f"{counts['frozen']:,}",
+             f" (of which {kept:,} in the base vocabulary's text rows)" if kept else "")
     return counts
 
 

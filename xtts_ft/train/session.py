@@ -227,9 +227,12 @@ def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchP
 
 
 def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: BatchPlan, offloaded: tuple,
-              base_vocab_size: int, scaler, policy: PrecisionPolicy, model_inputs: Callable[..., dict]) -> None:
-    """One real forward/backward on the clips most likely to fail, before hours of training."""
-    check_setup(model, optimizer, runtime.device, offloaded)
+              base_vocab_size: int, stability, model_inputs: Callable[..., dict], kept: int = 0) -> None:
+    """One real forward/backward on the clips most likely to fail, before hours of training. ``stability``: the
+    run's loss scaler and precision policy; ``kept``: weights of trainable tensors that stay as they are (the base
+    vocabulary's rows under training.trainable freeze/lora: ``TrainableSetup.kept``)."""
+    scaler, policy = stability.scaler, stability.policy
+    check_setup(model, optimizer, runtime.device, offloaded, kept=kept)
     vocab_rows = model.gpt.text_embedding.weight.shape[0]
     picked = pick_check_clips([c.tokens for c in data.train_clips], base_vocab_size, vocab_rows, plan.batch_size)
     items = collate([data.train_set[ItemKey(i, 0, 0, slot, runtime.dist.rank)] for slot, i in enumerate(picked)])

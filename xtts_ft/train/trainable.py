@@ -98,6 +98,11 @@ class TrainableSetup:
         if self.kept_rows is not None:
             self.kept_rows.attach(optimizer)
 
+    @property
+    def kept(self) -> int:
+        """Weights of trainable tensors that stay as they are (the base rows): not counted as trained anywhere."""
+        return self.kept_rows.count if self.kept_rows is not None else 0
+
 
 def _blocks(gpt: nn.Module) -> nn.ModuleList:
     return gpt.gpt.h  # coqui's GPT wraps a transformers GPT2Model
@@ -140,7 +145,7 @@ def apply_trainable(gpt: nn.Module, tcfg: TrainingConfig, base_vocab_size: int, 
         raise ConfigError(f"training.trainable: {mode!r} is not one of all, freeze, lora")
     setup.kept_rows = KeptRows(gpt, base_vocab_size, rows)
     named = list(gpt.named_parameters())
-    trained = sum(p.numel() for _, p in named if p.requires_grad) - setup.kept_rows.count
+    trained = sum(p.numel() for _, p in named if p.requires_grad) - setup.kept
     total = sum(p.numel() for n, p in named if _LORA_MARK not in n)
     detail = (f"{len(setup.adapters)} LoRA adapters of rank {tcfg.lora_rank}" if mode == "lora"
               else f"GPT blocks 0-{tcfg.frozen_blocks - 1} frozen" if tcfg.frozen_blocks else "no block frozen")

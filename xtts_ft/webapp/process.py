@@ -6,7 +6,10 @@ app, neither stops nor corrupts it. The app writes one record beside the run,
 ``<run_dir>/app_process.json`` (pid, the process's start time, command line, working folder), and
 sends the process's output to ``<run_dir>/app_console.log``. A restarted app reads that record and
 asks the operating system whether that very process (same pid *and* start time) still lives: that is
-how it re-attaches. Everything else it shows comes from what the run itself writes (metrics.jsonl,
+how it re-attaches. A trainer started elsewhere (a terminal) holds the run folder's lock
+(xtts_ft/run_lock.py): Start then refuses with the line that names it, and when the app's own trainer
+is refused (the two started at the same moment) the page shows that trainer's refusal line.
+Everything else it shows comes from what the run itself writes (metrics.jsonl,
 events.jsonl, checkpoints, summary.json).
 
 **Stop** sends SIGTERM, the signal a Lightning Studio stop (and ``kill``) sends: the trainer finishes
@@ -34,6 +37,7 @@ import yaml
 
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
+from xtts_ft.run_lock import STARTED_BY_ENV, WEB_APP, lock_holder, refusal
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.stopping import resume_command
 from xtts_ft.webapp.run_view import read_jsonl
@@ -123,8 +127,18 @@ class RunController:
             return RunState(False, None, "finished", self._summary_line(), self._resume_command(None))
         if record is None:
             return RunState(False, None, "not started", "no run started from the app in this folder", None)
+        refused = self._refusal_line()
+        if refused:  # e.g. another trainer held the run folder's lock: say why, in the trainer's own words
+            return RunState(False, None, "exited", f"the process (pid {record.pid}) was refused: {refused}",
+                            self._resume_command(None))
         return RunState(False, None, "exited", f"the process (pid {record.pid}) ended without a stop or a summary; "
                         f"see the log", self._resume_command(None))
+
+    def _refusal_line(self) -> Optional[str]:
+        """The first ``error:`` line the last process this app started printed (its console log), if any."""
+        tail = self.log_tail(200).split("\n=== ")[-1]  # what the last start or resume printed
+        errors = [line for line in tail.splitlines() if line.startswith("error: ")]
+        return errors[0].removeprefix("error: ") if errors else None
 
     def _summary_line(self) -> str:
         try:
@@ -191,10 +205,13 @@ class RunController:
     def _launch_one(self, command: list[str], action: str) -> ProcessRecord:
         if self.state().running:
             raise RunProcessError(f"{self.run_dir}: a run is already going in this folder; stop it first")
+        holder = lock_holder(self.run_dir)  # a trainer started elsewhere (a terminal, torchrun) holds the folder
+        if holder is not None:
+            raise RunProcessError(refusal(self.run_dir, holder))
         if command and command[0] in ("python", "python3"):
             command = [self.python, *command[1:]]  # the printed command names the interpreter on the PATH
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{STARTED_BY_ENV: WEB_APP})  # named in the run folder's lock
         with open(self.layout.app_console, "a", encoding="utf-8") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {action}: {shlex.join(command)}\n")
             log.flush()
