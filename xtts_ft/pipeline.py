@@ -99,8 +99,12 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     if checked:
 
         recognizer = Recognizer.from_config(cfg.asr)
-    # loaded only when a dataset has too few short clips (the transcript check's recogniser when there is one)
-    maker = ShortPieceMaker(cfg.ingest, lambda: recognizer or Recognizer.from_config(cfg.asr)) if pieces else None
+    # loaded only when a dataset has too few short clips (the transcript check's recogniser when there is one);
+    # auto does not make a run download a recogniser it would not load anyway
+    hears = checked or cfg.evaluation.recognize
+    maker = ShortPieceMaker(cfg.ingest, lambda: recognizer or Recognizer.from_config(cfg.asr), None if hears else
+                            "asr.model is not used by this run (evaluation.recognize off, no dataset.transcript_check)"
+                            "; set dataset.short_clips to a share, e.g. 0.1, to make them") if pieces else None
     normalizer = make_normalizer(cfg.text.fold_homophones)
     if cfg.more_datasets:
 

@@ -24,7 +24,7 @@ from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.checks import assign_names
 from xtts_ft.data.derived import pieces_wanted
 from xtts_ft.data.report import PIECES_FILE, SHORT_TEXT_CHARS
-from xtts_ft.errors import ConfigError
+from xtts_ft.errors import ConfigError, ModelError
 from xtts_ft.ingest.short_pieces import ShortPieceMaker, _Aligner, cut
 from xtts_ft.stop_signals import StopRequested, StopSignals
 from xtts_ft.text.error_rates import error_rates
@@ -242,3 +242,20 @@ def test_the_setting_is_checked():
         with pytest.raises(ConfigError, match="dataset.short_clips"):
             config_from_dict({"dataset": {"path": str(DEMO), "short_clips": bad}})
     assert dataclasses.replace(ok, short_clips="off").short_clips == "off"
+
+
+def _no_recognizer():
+    raise ModelError("asr.model: cannot download 'x/y' (no network)")
+
+
+@pytest.mark.parametrize("maker", [ShortPieceMaker(IngestConfig(), _no_recognizer),
+                                   ShortPieceMaker(IngestConfig(), _no_recognizer, "asr.model is not used by this run")],
+                         ids=["recogniser-missing", "run-hears-nothing"])
+def test_auto_without_a_recogniser_makes_none_and_says_why_a_share_fails(tmp_path, maker):
+    report = prepare_dataset(_demo_cfg(), tmp_path / "out", normalizer=NORMALIZE, progress=False, piece_maker=maker)
+    why = report.short_pieces["why"]
+    assert report.short_pieces["made"] == 0 and ("no network" in why or "not used by this run" in why)
+    assert "none (" in "\n".join(report.summary_lines())
+    with pytest.raises(ModelError, match="no network"):  # a share was asked for: the recogniser must load
+        prepare_dataset(_demo_cfg(short_clips=0.1), tmp_path / "out", normalizer=NORMALIZE, progress=False,
+                        piece_maker=ShortPieceMaker(IngestConfig(), _no_recognizer))

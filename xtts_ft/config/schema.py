@@ -151,7 +151,9 @@ class DatasetConfig:
         "Short clips made from the training clips' own words (cut at pauses found by aligning each clip's text to "
         "its audio with asr.model; each piece checked like any clip and heard back by the recogniser). auto: when "
         "fewer than short_clip_min_share of the kept clips are under 20 characters, pieces are added up to "
-        "short_clips_target_share; a share (e.g. 0.15): pieces up to that share whenever below it; off: none.",
+        "short_clips_target_share, with asr.model when the run loads it anyway (evaluation.recognize or "
+        "transcript_check; if it cannot be loaded, none are made and the report says why); a share (e.g. 0.15): "
+        "pieces up to that share whenever below it; off: none.",
     )
     short_clips_target_share: float = opt(
         0.1, "short_clips auto: the share of kept clips under 20 characters that pieces are added up to."

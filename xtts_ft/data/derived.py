@@ -68,6 +68,10 @@ class PieceOutcome:
     clips_tried: int = 0
 
 
+class PiecesUnavailable(Exception):
+    """Raised by a maker that cannot make pieces for ``dataset.short_clips: auto`` (the report says why)."""
+
+
 class PieceMaker(Protocol):
     def make(self, cfg, sources: list[SourceClip], wanted: int, folder: Path) -> PieceOutcome: ...
 
@@ -110,6 +114,10 @@ def add_pieces(cfg, out_dir: Path, sources: list[SourceClip], kept: int, short: 
     staging.mkdir(parents=True)
     try:
         outcome = maker.make(cfg, sources, wanted, staging)
+    except PiecesUnavailable as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        summary["why"] = f"{why}; none made: {exc}"
+        return [], summary
     except BaseException:  # a stop (StopRequested) or a failure: the dataset stays as it was
         shutil.rmtree(staging, ignore_errors=True)
         raise

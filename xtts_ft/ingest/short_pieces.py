@@ -37,9 +37,10 @@ import soundfile as sf
 from xtts_ft.audio_io import load_audio, resample
 from xtts_ft.config import DatasetConfig, IngestConfig
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
-from xtts_ft.data.derived import DerivedPiece, PieceOutcome, SourceClip
+from xtts_ft.data.derived import DerivedPiece, PieceOutcome, PiecesUnavailable, SourceClip
 from xtts_ft.data.report import SHORT_TEXT_CHARS
 from xtts_ft.data.split import hash_fraction
+from xtts_ft.errors import ModelError
 from xtts_ft.ingest.align import align_units
 from xtts_ft.ingest.analysis import Analysis, fold_columns, homophone_columns, log_probs_of, samples_per_frame
 from xtts_ft.ingest.source_audio import RATE
@@ -71,17 +72,33 @@ class Candidate:
 class ShortPieceMaker:
     """Makes pieces for :func:`xtts_ft.data.derived.add_pieces`; the recogniser is loaded on first use."""
 
-    def __init__(self, ingest: IngestConfig, load_recognizer: Callable[[], object]) -> None:
+    def __init__(self, ingest: IngestConfig, load_recognizer: Callable[[], object],
+                 not_for_auto: Optional[str] = None) -> None:
+        """``not_for_auto``: why ``dataset.short_clips: auto`` makes nothing here (a run that otherwise never
+        loads asr.model does not download it for auto); None: auto loads the recogniser when pieces are wanted."""
         self.ingest = ingest
         self._load = load_recognizer
+        self._not_for_auto = not_for_auto
         self._recognizer = None
         self._aligner: Optional[_Aligner] = None
 
+    def _ready(self, auto: bool) -> None:
+        if self._recognizer is not None:
+            return
+        if auto and self._not_for_auto:
+            raise PiecesUnavailable(self._not_for_auto)
+        try:
+            self._recognizer = self._load()
+        except ModelError as exc:
+            if not auto:  # a share was asked for: the run cannot do what its config says
+                raise
+            log.warning("short clips: none made, the recogniser could not be loaded: %s", exc)
+            raise PiecesUnavailable(f"the recogniser could not be loaded ({exc})") from None
+        self._aligner = _Aligner(self._recognizer, self.ingest.window_s)
+
     def make(self, cfg: DatasetConfig, sources: list[SourceClip], wanted: int, folder: Path) -> PieceOutcome:
         """Up to ``wanted`` pieces of ``sources`` written into ``folder`` (file names as the pieces say)."""
-        if self._recognizer is None:
-            self._recognizer = self._load()
-            self._aligner = _Aligner(self._recognizer, self.ingest.window_s)
+        self._ready(cfg.short_clips == "auto")
         settings = dataclasses.replace(AudioSettings.from_config(cfg), cut_ending_check=True)
         max_cer = cfg.short_clips_max_cer
         if cfg.transcript_check is not None:
