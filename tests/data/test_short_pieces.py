@@ -221,6 +221,7 @@ def test_a_stop_while_pieces_are_made_leaves_the_dataset_as_it_was(demo, tmp_pat
 
 def test_how_many_pieces_each_setting_wants():
     assert pieces_wanted("off", 0.05, 0.1, 66, 0)[0] == 0
+    assert pieces_wanted("auto", 0.05, 0.1, 0, 0)[0] == 0  # nothing kept: nothing to cut
     assert pieces_wanted("auto", 0.05, 0.1, 66, 4)[0] == 0  # 6.1 % >= the minimum: auto leaves it
     wanted, why = pieces_wanted("auto", 0.05, 0.1, 66, 0)
     assert wanted == 8 and (0 + 8) / (66 + 8) >= 0.1 > (0 + 7) / (66 + 7) and "target 10%" in why

@@ -83,6 +83,8 @@ def pieces_wanted(setting, min_share: float, target_share: float, kept: int, sho
     """
     if setting == "off":
         return 0, "dataset.short_clips is off"
+    if kept == 0:
+        return 0, "no clip was kept"
     share = short / kept if kept else 0.0
     target = target_share if setting == "auto" else float(setting)
     if setting == "auto" and share >= min_share:
