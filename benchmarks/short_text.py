@@ -74,7 +74,8 @@ def train_compare(steps: int, base: str, keep: str | None) -> None:
         command = [sys.executable, "headless_train.py", "--config", "configs/demo.yaml", "--max-steps", str(steps),
                    "--set", f"run.output_dir={run_dir}", "--set", f"base_model.source={base}",
                    "--set", f"dataset.short_clips={setting}", "--set", "training.cpu_threads=1",
-                   "--set", "training.num_workers=0", "--set", "evaluation.every_steps=0",
+                   "--set", "training.num_workers=0", "--set", "training.warmup_steps=3",
+                   "--set", "evaluation.every_steps=0",
                    "--set", "evaluation.mcd_clips=0", "--set", f"checkpoint.every_steps={steps}"]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)

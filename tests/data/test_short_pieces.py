@@ -18,7 +18,7 @@ import soundfile as sf
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.audio_io import load_audio
-from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict
+from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict, load_config
 from xtts_ft.data import prepare_dataset
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.checks import assign_names
@@ -236,13 +236,19 @@ def test_without_a_maker_prepare_says_why_no_pieces_were_made(tmp_path):
     assert "wavs/short/" not in (tmp_path / "out" / "metadata_train.csv").read_text(encoding="utf-8")
 
 
-def test_the_setting_is_checked():
+def test_the_setting_is_checked(tmp_path):
     ok = config_from_dict({"dataset": {"path": str(DEMO), "short_clips": 0.15}}).dataset
     assert ok.short_clips == 0.15
     for bad in (1.5, "sometimes"):
         with pytest.raises(ConfigError, match="dataset.short_clips"):
             config_from_dict({"dataset": {"path": str(DEMO), "short_clips": bad}})
     assert dataclasses.replace(ok, short_clips="off").short_clips == "off"
+    # YAML 1.1 reads a bare off as false: in a config file and in --set, off still means off
+    path = tmp_path / "c.yaml"
+    path.write_text(f"dataset: {{path: '{DEMO}', short_clips: off}}\n", encoding="utf-8")
+    assert load_config(path).dataset.short_clips == "off"
+    assert load_config(path, ["dataset.short_clips=0.2"]).dataset.short_clips == 0.2
+    assert load_config(path, ["dataset.short_clips=auto"]).dataset.short_clips == "auto"
 
 
 def _no_recognizer():

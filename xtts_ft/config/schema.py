@@ -146,7 +146,7 @@ class DatasetConfig:
         "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
         "characters: with too few short clips, short inputs babble (a judgement, not a measured threshold).",
     )
-    short_clips: Union[float, Literal["auto", "off"]] = opt(
+    short_clips: Union[float, Literal["auto", "off", False]] = opt(
         "auto",
         "Short clips made from the training clips' own words (cut at pauses found by aligning each clip's text to "
         "its audio with asr.model; each piece checked like any clip and heard back by the recogniser). auto: when "
@@ -220,6 +220,8 @@ class DatasetConfig:
             problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
         if not 0.0 <= self.short_clip_min_share <= 1.0:
             problems.append(f"dataset.short_clip_min_share: {self.short_clip_min_share} must be in [0, 1]")
+        if self.short_clips is False:  # YAML 1.1 reads a bare off as false
+            self.short_clips = "off"
         if isinstance(self.short_clips, float) and not 0.0 < self.short_clips < 1.0:
             problems.append(f"dataset.short_clips: {self.short_clips} must be auto, off or a share in (0, 1)")
         if not 0.0 < self.short_clips_target_share < 1.0:
