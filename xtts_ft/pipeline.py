@@ -88,10 +88,11 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         key = stages.hash_inputs(key, cfg.run.language, more)
     checked = any(d.transcript_check is not None for d in cfg.datasets)
     pieces = any(d.short_clips != "off" for d in cfg.datasets)  # short pieces are cut where the recogniser aligns
+    hears = checked or cfg.evaluation.recognize  # the run loads asr.model anyway: short_clips auto may use it
     if checked or pieces:  # a different recogniser hears differently
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
     if pieces:
-        key = stages.hash_inputs(key, dataclasses.asdict(cfg.ingest))
+        key = stages.hash_inputs(key, dataclasses.asdict(cfg.ingest), hears)
     if stages.is_current(data_dir, key, [TRAIN_CSV, EVAL_CSV, "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
@@ -101,7 +102,6 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         recognizer = Recognizer.from_config(cfg.asr)
     # loaded only when a dataset has too few short clips (the transcript check's recogniser when there is one);
     # auto does not make a run download a recogniser it would not load anyway
-    hears = checked or cfg.evaluation.recognize
     maker = ShortPieceMaker(cfg.ingest, lambda: recognizer or Recognizer.from_config(cfg.asr), None if hears else
                             "asr.model is not used by this run (evaluation.recognize off, no dataset.transcript_check)"
                             "; set dataset.short_clips to a share, e.g. 0.1, to make them") if pieces else None

@@ -266,3 +266,19 @@ def test_auto_without_a_recogniser_makes_none_and_says_why_a_share_fails(tmp_pat
     with pytest.raises(ModelError, match="no network"):  # a share was asked for: the recogniser must load
         prepare_dataset(_demo_cfg(short_clips=0.1), tmp_path / "out", normalizer=NORMALIZE, progress=False,
                         piece_maker=ShortPieceMaker(IngestConfig(), _no_recognizer))
+
+
+def test_the_pipeline_makes_pieces_only_in_a_run_that_hears_its_data(tmp_path):
+    from xtts_ft.pipeline import prepare_stage
+
+    def prepared(*changes: str) -> dict:
+        cfg = load_config(REPO_ROOT / "configs" / "demo.yaml",
+                          [f"run.output_dir={tmp_path / 'run'}", f"dataset.path={DEMO}", f"asr.model={SMALL_MODEL_DIR}",
+                           "dataset.num_workers=1", *changes])
+        data_dir = prepare_stage(cfg, None)
+        return json.loads((data_dir / "report.json").read_text(encoding="utf-8"))["short_pieces"]
+
+    heard = prepared()  # the demo's evaluation hears its samples with the small recogniser: auto uses it
+    assert heard["made"] >= 1 and heard["made"] == heard["wanted"]
+    deaf = prepared("evaluation.recognize=false")  # nothing else loads a recogniser: auto downloads none
+    assert deaf["made"] == 0 and "asr.model is not used by this run" in deaf["why"]
