@@ -232,7 +232,7 @@ def test_how_many_pieces_each_setting_wants():
 def test_without_a_maker_prepare_says_why_no_pieces_were_made(tmp_path):
     report = prepare_dataset(_demo_cfg(), tmp_path / "out", normalizer=NORMALIZE, progress=False)
     assert report.short_pieces["wanted"] >= 1 and report.short_pieces["made"] == 0
-    assert "loads no speech recogniser" in report.short_pieces["why"]
+    assert "no speech recogniser for this dataset" in report.short_pieces["why"]
     assert "wavs/short/" not in (tmp_path / "out" / "metadata_train.csv").read_text(encoding="utf-8")
 
 

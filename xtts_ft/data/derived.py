@@ -110,8 +110,9 @@ def add_pieces(cfg, out_dir: Path, sources: list[SourceClip], kept: int, short: 
     if wanted == 0:
         return [], summary
     if maker is None:
-        summary["why"] = (f"{why}; none made: this command loads no speech recogniser (run prepare through "
-                          f"headless_train.py, or set dataset.short_clips: off)")
+        summary["why"] = (f"{why}; none made: no speech recogniser for this dataset (the prepare command loads "
+                          f"none: run it through headless_train.py; a run's datasets in another language than "
+                          f"run.language get none; or set dataset.short_clips: off)")
         return [], summary
     staging.mkdir(parents=True)
     try:
