@@ -14,6 +14,17 @@ Prints per condition: stop rate (generation ended with the stop token), mean and
 audio, mean seconds per character, the share of samples slower than the training data's 95th
 percentile pace (from the run's prepared data, when the model came from a run) and, with ``--asr``,
 the character error rate of what the recogniser hears (``xtts_ft.text.error_rates``).
+
+Training with and without short pieces (``dataset.short_clips``, issue 34)::
+
+    python benchmarks/short_text.py --train-compare --steps 40 --base runs/tiny_base
+
+trains the demo (configs/demo.yaml, the tiny random model unless ``--base`` names another) twice, same
+seed and steps, with ``dataset.short_clips: off`` and ``auto``, and prints side by side: the pieces
+made, training rows, the final eval loss, and the evaluation's short-text rows (CER, stop rate) and
+seconds per character over its sentences. The tiny random model cannot speak: its CER is about 1 and its
+stop rate about 0 either way, so these numbers show that both runs train and are evaluated alike, not
+that pieces help; that needs the real XTTS-v2 base and real data.
 """
 
 from __future__ import annotations
@@ -47,17 +58,63 @@ def variant(engine, **changes):
                         max_codes=engine.max_codes)
 
 
+COMPARED = ("eval_loss", "sample_cer_short", "sample_stop_rate_short", "sample_seconds_per_char")
+
+
+def train_compare(steps: int, base: str, keep: str | None) -> None:
+    """The demo trained with dataset.short_clips off and auto; the short-text rows side by side."""
+    import json
+    import subprocess
+
+    scratch = tempfile.TemporaryDirectory(prefix="short_train_")
+    root = Path(keep) if keep else Path(scratch.name)
+    rows = {}
+    for setting in ("off", "auto"):
+        run_dir = root / f"short_clips_{setting}"
+        command = [sys.executable, "headless_train.py", "--config", "configs/demo.yaml", "--max-steps", str(steps),
+                   "--set", f"run.output_dir={run_dir}", "--set", f"base_model.source={base}",
+                   "--set", f"dataset.short_clips={setting}", "--set", "training.cpu_threads=1",
+                   "--set", "training.num_workers=0", "--set", "training.warmup_steps=3",
+                   "--set", "evaluation.every_steps=0",
+                   "--set", "evaluation.mcd_clips=0", "--set", f"checkpoint.every_steps={steps}"]
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"the {setting} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        last = [m for m in metrics if any(k in m for k in COMPARED)]
+        report = json.loads((run_dir / "data" / "report.json").read_text(encoding="utf-8"))
+        train_rows = len((run_dir / "data" / "metadata_train.csv").read_text(encoding="utf-8").splitlines()) - 1
+        merged = {k: v for m in last for k, v in m.items() if k in COMPARED}  # the latest value of each
+        rows[setting] = {"pieces": report.get("short_pieces", {}).get("made", 0), "train rows": train_rows,
+                         "under 20 chars": report["short_clips"]["under_20_chars_share"], **merged,
+                         "wall s": round(time.perf_counter() - start)}
+    keys = list(dict.fromkeys(k for r in rows.values() for k in r))
+    print(f"demo, {steps} steps, base {base}; short_clips off vs auto")
+    for k in keys:
+        values = [rows[s].get(k) for s in ("off", "auto")]
+        print(f"  {k:24s}" + "".join(f"{v:>12.4g}" if isinstance(v, (int, float)) else f"{'-':>12}" for v in values))
+
+
 def main() -> None:
     from xtts_ft.serve.engine import SpeechEngine
     from xtts_ft.serve.model_source import resolve_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="Export, checkpoint or run folder (as for serve).")
+    p.add_argument("--train-compare", action="store_true", help="Train the demo with and without short pieces.")
+    p.add_argument("--steps", type=int, default=40, help="--train-compare: training steps of each run.")
+    p.add_argument("--base", default="runs/tiny_base", help="--train-compare: base_model.source of both runs.")
+    p.add_argument("--keep", help="--train-compare: keep the two runs in this folder (default: a temporary one).")
+    p.add_argument("--model", help="Export, checkpoint or run folder (as for serve).")
     p.add_argument("--voice", help="Reference clip (default: the run's first speaker).")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--asr", help="Recogniser (folder or repo id) for CER, e.g. xtts_ft/asr/small_model.")
     p.add_argument("--max-codes", type=int, help="Lower the model's code limit (as serve --max-codes).")
     args = p.parse_args()
+    if args.train_compare:
+        return train_compare(args.steps, args.base, args.keep)
+    if not args.model:
+        p.error("--model is required (or --train-compare)")
 
     scratch = tempfile.TemporaryDirectory(prefix="short_text_")  # the samples and a copied voice; removed at exit
     source = resolve_model(args.model)

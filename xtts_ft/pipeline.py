@@ -34,6 +34,7 @@ from xtts_ft.evaluate.export import export_from_checkpoint
 from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 from xtts_ft.evaluate.languages import language_evals
 from xtts_ft.evaluate.references import pick_references
+from xtts_ft.ingest.short_pieces import ShortPieceMaker
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.model import describe_vocab
 from xtts_ft.output_folder import MOVE_ASIDE
@@ -88,8 +89,12 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         more = [(dataclasses.asdict(d), _source_stats(d)) for d in cfg.more_datasets]
         key = stages.hash_inputs(key, cfg.run.language, more)
     checked = any(d.transcript_check is not None for d in cfg.datasets)
-    if checked:  # a different recogniser hears differently
+    pieces = any(d.short_clips != "off" for d in cfg.datasets)  # short pieces are cut where the recogniser aligns
+    hears = checked or cfg.evaluation.recognize  # the run loads asr.model anyway: short_clips auto may use it
+    if checked or pieces:  # a different recogniser hears differently
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
+    if pieces:
+        key = stages.hash_inputs(key, dataclasses.asdict(cfg.ingest), hears)
     if stages.is_current(data_dir, key, [TRAIN_CSV, EVAL_CSV, "report.json"]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
@@ -97,15 +102,21 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     if checked:
 
         recognizer = Recognizer.from_config(cfg.asr)
+    # loaded only when a dataset has too few short clips (the transcript check's recogniser when there is one);
+    # auto does not make a run download a recogniser it would not load anyway
+    maker = ShortPieceMaker(cfg.ingest, lambda: recognizer or Recognizer.from_config(cfg.asr), None if hears else
+                            "asr.model is not used by this run (evaluation.recognize off, no dataset.transcript_check)"
+                            "; set dataset.short_clips to a share, e.g. 0.1, to make them") if pieces else None
     normalizer = make_normalizer(cfg.text.fold_homophones)
     if cfg.more_datasets:
 
         report = prepare_datasets(
             [(d, cfg.dataset_language(d)) for d in cfg.datasets], data_dir, cfg.run.language,
-            normalizer=normalizer, recognizer=recognizer,
+            normalizer=normalizer, recognizer=recognizer, piece_maker=maker,
         )
     else:
-        report = prepare_dataset(cfg.dataset, data_dir, normalizer=normalizer, recognizer=recognizer)
+        report = prepare_dataset(cfg.dataset, data_dir, normalizer=normalizer, recognizer=recognizer,
+                                 piece_maker=maker)
     for line in report.summary_lines():
         log.info("prepare: %s", line)
     stages.mark_done(data_dir, key, kept=report.kept, rejected=report.rejected)

@@ -146,6 +146,23 @@ class DatasetConfig:
         "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
         "characters: with too few short clips, short inputs babble (a judgement, not a measured threshold).",
     )
+    short_clips: Union[float, Literal["auto", "off", False]] = opt(
+        "auto",
+        "Short clips made from the training clips' own words (cut at pauses found by aligning each clip's text to "
+        "its audio with asr.model; each piece checked like any clip and heard back by the recogniser). auto: when "
+        "fewer than short_clip_min_share of the kept clips are under 20 characters, pieces are added up to "
+        "short_clips_target_share, with asr.model when the run loads it anyway (evaluation.recognize or "
+        "transcript_check; if it cannot be loaded, none are made and the report says why); a share (e.g. 0.15): "
+        "pieces up to that share whenever below it; off: none.",
+    )
+    short_clips_target_share: float = opt(
+        0.1, "short_clips auto: the share of kept clips under 20 characters that pieces are added up to."
+    )
+    short_clips_max_cer: float = opt(
+        0.3,
+        "short_clips: a piece is kept only when the recogniser hears its text with at most this CER (and within "
+        "transcript_check, when that is set and stricter).",
+    )
     cut_ending_check: bool = opt(
         True,
         "Reject clips that end in speech (a word cut off by the segmenter) as cut_ending: such clips teach the "
@@ -216,6 +233,14 @@ class DatasetConfig:
             problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
         if not 0.0 <= self.short_clip_min_share <= 1.0:
             problems.append(f"dataset.short_clip_min_share: {self.short_clip_min_share} must be in [0, 1]")
+        if self.short_clips is False:  # YAML 1.1 reads a bare off as false
+            self.short_clips = "off"
+        if isinstance(self.short_clips, float) and not 0.0 < self.short_clips < 1.0:
+            problems.append(f"dataset.short_clips: {self.short_clips} must be auto, off or a share in (0, 1)")
+        if not 0.0 < self.short_clips_target_share < 1.0:
+            problems.append(f"dataset.short_clips_target_share: {self.short_clips_target_share} must be in (0, 1)")
+        if self.short_clips_max_cer < 0:
+            problems.append(f"dataset.short_clips_max_cer: {self.short_clips_max_cer} must be >= 0 (a CER)")
         if not 5.0 <= self.cut_ending_tail_ms <= 500.0:
             problems.append(f"dataset.cut_ending_tail_ms: {self.cut_ending_tail_ms} must be in [5, 500] ms")
         if self.cut_ending_margin_db <= 0:

@@ -57,6 +57,7 @@ def prepare_datasets(
     normalizer: Callable[[str], object],
     progress: bool = True,
     recognizer=None,
+    piece_maker=None,
 ) -> PrepareReport:
     """Prepare every (dataset, language) into ``out_dir``; returns the combined report."""
     out_dir = Path(out_dir)
@@ -67,7 +68,7 @@ def prepare_datasets(
         own = language == run_language
         report = prepare_dataset(
             ds, out_dir / DATASETS_SUBDIR / name, normalizer=normalizer if own else _as_written,
-            progress=progress, recognizer=recognizer if own else None,
+            progress=progress, recognizer=recognizer if own else None, piece_maker=piece_maker if own else None,
         )
         reports.append((name, language, report))
     for file_name in (TRAIN_CSV, EVAL_CSV):

@@ -21,6 +21,7 @@ from xtts_ft.config import DatasetConfig, config_from_dict
 from xtts_ft.data.audio import AudioJob, AudioResult, AudioSettings
 from xtts_ft.data.cache import WAVS_DIR, Manifest, clip_key
 from xtts_ft.data.checks import Normalizer, PostChecks, as_text_function, assign_names, check_text
+from xtts_ft.data.derived import PieceMaker, SourceClip, add_pieces, install_pieces, piece_rows
 from xtts_ft.data.entries import SourceEntry
 from xtts_ft.data.hf_source import read_hf, source_label
 from xtts_ft.data.metadata import write_metadata
@@ -28,6 +29,7 @@ from xtts_ft.data.readers import read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.data.report import (
     MAX_EXAMPLES,
+    SHORT_TEXT_CHARS,
     PrepareReport,
     short_clip_share,
     stats,
@@ -53,6 +55,7 @@ def prepare_dataset(
     allowed_chars: Optional[Callable[[str], bool]] = None,
     progress: bool = True,
     recognizer=None,
+    piece_maker: Optional[PieceMaker] = None,
 ) -> PrepareReport:
     """Prepare ``cfg.path`` into ``out_dir``; re-runs only process new or changed clips.
 
@@ -60,7 +63,9 @@ def prepare_dataset(
     ``xtts_ft.text_settings.make_normalizer``. ``allowed_chars``: predicate per
     character (spaces excluded) from the tokenizer; None skips the unencodable_text check.
     ``recognizer``: an :class:`xtts_ft.asr.recognizer.Recognizer`, required when
-    ``cfg.transcript_check`` is set (see :mod:`xtts_ft.data.transcript_check`).
+    ``cfg.transcript_check`` is set (see :mod:`xtts_ft.data.transcript_check`). ``piece_maker``: makes
+    short pieces of the training clips for ``cfg.short_clips`` (:mod:`xtts_ft.data.derived`); None: none
+    are made, and the report says why.
     Raises DataError when the dataset cannot be read, no clip is kept, or more than
     ``cfg.cut_ending_max_share`` of the clips were rejected as ``cut_ending`` (the reports are written first).
     """
@@ -131,13 +136,18 @@ def prepare_dataset(
         kept, cer_values = _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections)
 
     split = split_clips([(e.clip_id, e.speaker) for e in kept], cfg.eval_fraction, cfg.eval_max_clips, cfg.split_by_speaker)
+    train = [SourceClip(e.clip_id, texts[e.clip_id], e.speaker, out_dir / WAVS_DIR / names[e.clip_id])
+             for e in kept if e.clip_id not in split.eval_ids]  # eval clips never give training pieces
+    short = sum(1 for e in kept if len(texts[e.clip_id]) < SHORT_TEXT_CHARS)
+    pieces, piece_summary = add_pieces(cfg, out_dir, train, len(kept), short, piece_maker)
+    install_pieces(out_dir, pieces)  # after every stoppable step: a stop above leaves the dataset as it was
     for file_name, in_eval in ((TRAIN_CSV, False), (EVAL_CSV, True)):
         rows = [
             (f"{WAVS_DIR}/{names[e.clip_id]}", texts[e.clip_id], e.speaker)
             for e in kept
             if (e.clip_id in split.eval_ids) == in_eval
         ]
-        write_metadata(out_dir / file_name, rows)
+        write_metadata(out_dir / file_name, rows + ([] if in_eval else piece_rows(pieces)))
     manifest.place({names[e.clip_id] for e in kept}, (e.clip_id for e in entries if e.audio is not None))
     manifest.save()
 
@@ -151,7 +161,10 @@ def prepare_dataset(
         "chars_per_second": (cfg.min_chars_per_second, cfg.max_chars_per_second),
     }
     report.transcript_cer_stats = stats(cer_values) if cfg.transcript_check is not None else {}
-    report.short_clips = short_clip_share(durations, [len(texts[e.clip_id]) for e in kept], cfg.short_clip_min_share)
+    report.short_clips = short_clip_share(durations + [p.duration_s for p in pieces],
+                                          [len(texts[e.clip_id]) for e in kept] + [len(p.text) for p in pieces],
+                                          cfg.short_clip_min_share)
+    report.short_pieces = piece_summary
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)

@@ -19,6 +19,7 @@ MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
 # too few utterances this short, in time or in text.
 SHORT_CLIP_S = 2.0
 SHORT_TEXT_CHARS = 20
+PIECES_FILE = "short_clips.tsv"  # the short pieces made from training clips (data/derived.py), one per row
 
 
 @dataclass
@@ -44,6 +45,9 @@ class PrepareReport:
     chars_per_second_stats: dict[str, float] = field(default_factory=dict)  # kept clips
     transcript_cer_stats: dict[str, float] = field(default_factory=dict)  # every clip dataset.transcript_check heard
     short_clips: dict = field(default_factory=dict)  # kept clips under 2 s / 20 characters: see short_clip_share
+    # pieces made from training clips (dataset.short_clips, data/derived.py): setting, wanted, made, from_clips,
+    # clips_tried, dropped {reason: count}, pieces [{file, source, text}], why; counted in short_clips above
+    short_pieces: dict = field(default_factory=dict)
     seconds: float = 0.0  # wall-clock time of the run
     # several datasets in one run (data/multi.py): one dict each, {name, path, layout, language, total, kept,
     # kept_train, kept_eval, hours, rejected_total, rejected, folder}; empty for a single dataset
@@ -77,6 +81,7 @@ class PrepareReport:
                     f"mean {stats['mean']:g}{unit}, max {stats['max']:g}{unit}"
                 )
         lines.extend(self.short_clip_lines())
+        lines.extend(self.short_piece_lines())
         for d in self.datasets:
             lines.append(
                 f"  dataset {d['name']} [{d['language']}] ({d['layout']}): kept {d['kept']} of {d['total']} "
@@ -113,6 +118,20 @@ class PrepareReport:
         if warning:
             lines.append(f"Warning: {warning}")
         return lines
+
+    def short_piece_lines(self) -> list[str]:
+        """What dataset.short_clips did: pieces made (how many, from how many clips, dropped and why) or why none."""
+        s = self.short_pieces
+        if not s:
+            return []
+        head = f"Short clips made from long ones (dataset.short_clips {s['setting']}):"
+        if not s["made"]:
+            return [f"{head} none ({s['why']})"]
+        dropped = sum(s["dropped"].values())
+        detail = ", ".join(f"{k} {v}" for k, v in s["dropped"].items())
+        line = (f"{head} {s['made']} of {s['wanted']} wanted, from {s['from_clips']} training clip(s), in "
+                f"metadata_train.csv and {PIECES_FILE}")
+        return [line + (f"; dropped {dropped} ({detail})" if dropped else "")]
 
     def short_clip_warning(self) -> Optional[str]:
         """None when both shares reach dataset.short_clip_min_share; else what is missing, with the numbers."""

@@ -8,5 +8,6 @@
 - ``subtitles``: SRT/VTT cues and the fitted offset/drift between cues and speech
 - ``clips``: split long pieces, merge short ones, cut in the pauses; reject with a reason
 - ``output``: the clips, metadata.csv, segments.tsv and the ingest report
+- ``short_pieces``: short pieces of a prepared dataset's own clips (prepare's ``dataset.short_clips``)
 - ``command``: the three modes put together
 """
