@@ -127,7 +127,7 @@ def test_no_piece_fails_the_cut_ending_check_and_a_cut_word_would(demo, recogniz
     names = assign_names(r[0] for r in _csv_rows(DEMO / "metadata.csv"))
     texts = {r[0]: r[1] for r in _csv_rows(out / "metadata_train.csv")}
     settings = AudioSettings.from_config(_demo_cfg())
-    assert settings.cut_ending_check
+    assert settings.cut_ending is not None
     aligner = _Aligner(recognizer, IngestConfig().window_s)
     cut_words = 0
     for i, row in enumerate(_tsv(out)):

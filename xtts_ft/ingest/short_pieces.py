@@ -38,6 +38,7 @@ from xtts_ft.audio_io import load_audio, resample
 from xtts_ft.config import DatasetConfig, IngestConfig
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.derived import DerivedPiece, PieceOutcome, PiecesUnavailable, SourceClip
+from xtts_ft.data.levels import EndingRule
 from xtts_ft.data.report import SHORT_TEXT_CHARS
 from xtts_ft.data.split import hash_fraction
 from xtts_ft.errors import ModelError
@@ -99,7 +100,7 @@ class ShortPieceMaker:
     def make(self, cfg: DatasetConfig, sources: list[SourceClip], wanted: int, folder: Path) -> PieceOutcome:
         """Up to ``wanted`` pieces of ``sources`` written into ``folder`` (file names as the pieces say)."""
         self._ready(cfg.short_clips == "auto")
-        settings = dataclasses.replace(AudioSettings.from_config(cfg), cut_ending_check=True)
+        settings = dataclasses.replace(AudioSettings.from_config(cfg), cut_ending=EndingRule.from_config(cfg))  # always on
         max_cer = cfg.short_clips_max_cer
         if cfg.transcript_check is not None:
             max_cer = min(max_cer, cfg.transcript_check)
