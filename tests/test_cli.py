@@ -78,6 +78,16 @@ def test_help_of_every_command_loads_no_heavy_package():
     assert found == {argv: [True, []] for argv in found}, found  # each printed its usage, nothing heavy loaded
 
 
+def test_every_row_of_the_table_names_a_run_function_that_exists():
+    """The table's "module:function" names are imported only when a command runs: each one resolves."""
+    from xtts_ft.cli import COMMANDS, HEADLESS, load_run_function
+
+    runs = {name: load_run_function(command) for name, command in {"headless": HEADLESS, **COMMANDS}.items()}
+    assert all(callable(run) for run in runs.values())
+    assert runs["make-tiny-model"] is runs["make-random-model"]  # one run function, two command names
+    assert len({run for name, run in runs.items() if name != "make-tiny-model"}) == len(runs) - 1
+
+
 def test_headless_help():
     out = run("headless_train.py", "--help")
     assert out.returncode == 0 and "--config" in out.stdout and "--resume" in out.stdout

@@ -3,8 +3,8 @@
 A table of commands. Each row names the command's options (a function of xtts_ft/commands/arguments.py,
 which needs only the config package) and its run function as ``"module:function"``. The parser is built
 from the options alone, so ``--help`` loads no torch, coqui, transformers, fastapi or gradio; the chosen
-command's module is imported after parsing (``_run_function``: the one import made at run time, a named
-rule of utils/import_graph.py). Every other import sits at the top of its file (docs/DESIGN.md, "Layers").
+command's module is imported after parsing (``load_run_function``: the one import made at run time, a
+named rule of utils/import_graph.py). Every other import sits at the top of its file (docs/DESIGN.md, "Layers").
 
 What a run function does around its work (``UserError`` printed as ``error: ...`` lines, the long
 commands inside one ``StopSignals``) is in xtts_ft/commands/common.py.
@@ -66,7 +66,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def _run_function(command: Command) -> Callable[[argparse.Namespace], int]:
+def load_run_function(command: Command) -> Callable[[argparse.Namespace], int]:
     """The chosen command's run function: its module is imported here, after parsing, and only this one."""
     module, _, function = command.run.partition(":")
     return getattr(importlib.import_module(module), function)
@@ -93,7 +93,7 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("headless_train.py") else "headless_train.py"
     args.command_line = ([script], list(sys.argv[1:] if argv is None else argv))  # for the resume command
     default_allocator_settings()
-    return _run_function(HEADLESS)(args)
+    return load_run_function(HEADLESS)(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,4 +111,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = (["-m", "xtts_ft"], list(sys.argv[1:] if argv is None else argv))
     default_allocator_settings()
-    return _run_function(COMMANDS[args.command])(args)
+    return load_run_function(COMMANDS[args.command])(args)
