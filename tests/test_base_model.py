@@ -192,7 +192,7 @@ def test_a_huggingface_hub_warning_is_printed_once(capsys):
     """huggingface_hub's own stderr handler and ours both printed its retry warnings: once is enough."""
     import logging
 
-    from xtts_ft.cli import setup_logging
+    from xtts_ft.commands.common import setup_logging
 
     # what huggingface_hub does when it is imported (utils/logging.py _configure_library_root_logger), here so that
     # the handler writes where this test reads

@@ -45,6 +45,49 @@ def test_every_registered_command_has_help_in_process(capsys):
         assert "usage: xtts-ft " + name in capsys.readouterr().out
 
 
+HEAVY = ("torch", "TTS", "transformers", "fastapi", "gradio")
+
+# Runs in a fresh interpreter: each entry point as a user starts it (runpy, with its own sys.argv) answers
+# --help; after each one, which of HEAVY it loaded.
+HELP_PROBE = """
+import contextlib, io, json, runpy, sys
+from xtts_ft.cli import COMMANDS
+heavy = %r
+found = {}
+for argv in [["headless_train.py", "--help"], ["xtts_ft", "--help"]] + [["xtts_ft", name, "--help"] for name in COMMANDS]:
+    sys.argv = list(argv)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        if argv[0] == "headless_train.py":
+            runpy.run_path("headless_train.py", run_name="__main__")
+        else:
+            runpy.run_module("xtts_ft", run_name="__main__", alter_sys=True)
+    found[" ".join(argv)] = [out.getvalue().startswith("usage: "), [m for m in heavy if m in sys.modules]]
+print(json.dumps(found))
+"""
+
+
+def test_help_of_every_command_loads_no_heavy_package():
+    """--help answers from the options alone: the command's module (torch, coqui, ...) is imported after parsing."""
+    out = run("-c", HELP_PROBE % (HEAVY,))
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    from xtts_ft.cli import COMMANDS
+
+    assert set(found) == {"headless_train.py --help", "xtts_ft --help", *(f"xtts_ft {name} --help" for name in COMMANDS)}
+    assert found == {argv: [True, []] for argv in found}, found  # each printed its usage, nothing heavy loaded
+
+
+def test_every_row_of_the_table_names_a_run_function_that_exists():
+    """The table's "module:function" names are imported only when a command runs: each one resolves."""
+    from xtts_ft.cli import COMMANDS, HEADLESS, load_run_function
+
+    runs = {name: load_run_function(command) for name, command in {"headless": HEADLESS, **COMMANDS}.items()}
+    assert all(callable(run) for run in runs.values())
+    assert runs["make-tiny-model"] is runs["make-random-model"]  # one run function, two command names
+    assert len({run for name, run in runs.items() if name != "make-tiny-model"}) == len(runs) - 1
+
+
 def test_headless_help():
     out = run("headless_train.py", "--help")
     assert out.returncode == 0 and "--config" in out.stdout and "--resume" in out.stdout
@@ -113,7 +156,7 @@ def test_expandable_segments_default_is_set_by_the_entry_point_not_at_import():
 def test_header_sets_this_ranks_gpu_before_asking_its_name_and_only_rank_0_prints(monkeypatch, caplog):
     import torch
 
-    from xtts_ft import cli
+    from xtts_ft.commands import training
     from xtts_ft.config import Config
 
     calls = []
@@ -125,10 +168,10 @@ def test_header_sets_this_ranks_gpu_before_asking_its_name_and_only_rank_0_print
     caplog.set_level("INFO")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    cli.print_header(cfg)
+    training.print_header(cfg)
     assert calls == [("set_device", 1), ("name", 1)] and "xtts-ft run" not in caplog.text
     calls.clear()
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    cli.print_header(cfg)
+    training.print_header(cfg)
     assert calls == [("set_device", 0), ("name", 0)] and "cuda (Tesla T4)" in caplog.text

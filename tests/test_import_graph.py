@@ -3,7 +3,9 @@
 utils/import_graph.py reads the source (ast); nothing is imported or run. Its rules: every module in a
 layer, no circle, no import from a lower layer up to a higher one, the project's own imports at the top of
 each file, a heavy optional package imported inside functions of its one adapter only, and the finer
-FORBIDDEN / ONLY rules.
+FORBIDDEN / ONLY rules. One module (cli.py, DEFERRED) imports project modules by name after parsing: the
+"module:function" names of its command table are imports of the graph, and nothing it imports at the top
+may reach a heavy package.
 """
 
 from __future__ import annotations
@@ -52,3 +54,42 @@ def test_the_import_graph_follows_the_layers_and_the_drawing_is_current(tmp_path
     assert "xtts_ft.languages:1 imports xtts_ft.errors: a foundation module" in bad
     assert "readers import commonvoice" in bad
     assert "torch" not in bad  # a core package at the top is how it should be
+
+
+def test_the_commands_imported_after_parsing_are_checked_like_any_import(tmp_path):
+    """cli.py's command table is part of the graph (the real one, and a broken copy of the rules' cases)."""
+    graph = import_graph.build_graph(REPO)
+    later = {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.deferred}
+    assert later == {"xtts_ft.commands.data", "xtts_ft.commands.text", "xtts_ft.commands.training",
+                     "xtts_ft.commands.models", "xtts_ft.commands.apps"}
+    assert {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.at_top} == {
+        "xtts_ft.commands", "xtts_ft.commands.arguments"}
+    assert import_graph.heavy_at_parse(graph, "xtts_ft.cli") == []
+    assert any("xtts_ft.commands.training" in chain and chain.endswith("-> torch")
+               for chain in import_graph.heavy_at_parse(graph, "xtts_ft.commands.training"))
+
+    pkg = tmp_path / "xtts_ft"
+    (pkg / "commands").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "commands/__init__.py": "",
+        "commands/arguments.py": "import argparse\n",
+        "commands/heavy.py": "import torch\n\n\ndef run(args):\n    return 0\n",
+        # the table may name modules; importing one of them at the top as well defeats it
+        "cli.py": ("import importlib\n\nfrom xtts_ft.commands import arguments, heavy\n\n"
+                   "TABLE = {'a': 'xtts_ft.commands.heavy:run', 'b': 'xtts_ft.commands.gone:run'}\n\n\n"
+                   "def main(name):\n    module, _, function = TABLE[name].partition(':')\n"
+                   "    return getattr(importlib.import_module(module), function)\n"),
+        "layout.py": "import importlib\n\nX = importlib.import_module('json')\n",  # by name, outside DEFERRED
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text, encoding="utf-8")
+    bad = import_graph.problems(import_graph.build_graph(tmp_path))
+    assert "xtts_ft.cli:5 names xtts_ft.commands.gone, which is no module of the package" in bad
+    assert "xtts_ft.cli:3 imports xtts_ft.commands.heavy at the top, which it imports after parsing; drop the import" in bad
+    assert any(line.startswith("xtts_ft.cli -> xtts_ft.commands.heavy -> torch: a heavy package loaded before parsing")
+               for line in bad)
+    assert any(line.startswith("xtts_ft.layout:3 imports a module by name (import_module); only xtts_ft.cli may")
+               for line in bad)
+    assert not any("inside a function" in line for line in bad)  # the table's import is the named exception
+    assert not any(line.startswith("xtts_ft.cli:") and "by name" in line for line in bad)

@@ -8,7 +8,10 @@ The layers below are the design: a module may import its own layer and the layer
 above it (an "upward" import), and no chain of imports may come back to where it started (a circle).
 Imports of the project's own modules sit at the top of each file. A function-level import is kept only
 for a heavy optional third-party package, and then in exactly one adapter module per package (so that a
-command that does not need Gradio or FastAPI never pays for importing them).
+command that does not need Gradio or FastAPI never pays for importing them). One module imports project
+modules at run time, by name: cli.py imports the chosen command's module after parsing (DEFERRED); the
+modules its table names are edges of the graph like any import, and what it imports at the top must not
+reach a heavy package (so ``--help`` answers at once).
 
 The tests run the same checks (tests/test_import_graph.py).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -44,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("serve", ("serve",)),
     ("publish", ("publish",)),
     ("webapp", ("webapp",)),
-    ("commands", ("cli", "__main__")),
+    ("commands", ("cli", "__main__", "commands")),
 ]
 
 # Finer than the layers: (modules, project modules they must not import, why). A module matches a prefix as
@@ -73,6 +77,15 @@ ADAPTERS: dict[str, str] = {
     "matplotlib": "xtts_ft.figures",  # at the bottom: the dataset report (data) draws too, not only evaluate
 }
 
+# The one module that imports project modules at run time (importlib), and why. It names them as "module:function"
+# strings (its command table); each becomes an import of the graph, checked like any other. What it imports at
+# the top (and all that reaches, at the top) may not import these packages: --help loads nothing heavy.
+DEFERRED: dict[str, str] = {
+    "xtts_ft.cli": "imports the chosen command's module after parsing, so --help loads only the options",
+}
+HEAVY_AT_PARSE = ("torch", "torchaudio", "TTS", "trainer", "transformers", "fastapi", "gradio")
+_RUN_TARGET = re.compile(r"^(xtts_ft(?:\.\w+)+):\w+$")
+
 
 @dataclass(frozen=True)
 class Import:
@@ -80,6 +93,7 @@ class Import:
     target: str  # the imported module (own) or top-level package (third-party)
     line: int
     at_top: bool  # module level (also inside if/try at module level), not inside a function or class body
+    deferred: bool = False  # named by DEFERRED's module as "module:function", imported after parsing
 
 
 @dataclass
@@ -87,6 +101,8 @@ class Graph:
     modules: dict[str, Path]
     own: list[Import] = field(default_factory=list)
     third_party: list[Import] = field(default_factory=list)
+    by_name: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, how): imports at run time
+    unknown: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, target): no such module
 
 
 def layer_of(module: str) -> int:
@@ -129,7 +145,52 @@ def build_graph(root: Path = REPO) -> Graph:
                     if (name, top, node.lineno) not in seen:
                         seen.add((name, top, node.lineno))
                         graph.third_party.append(Import(name, top, node.lineno, at_top))
+        _run_time_imports(graph, name, tree, modules)
     return graph
+
+
+def _run_time_imports(graph: Graph, name: str, tree: ast.Module, modules: dict[str, Path]) -> None:
+    """importlib / __import__ calls anywhere; in a DEFERRED module, its "module:function" names as imports."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called in ("import_module", "__import__"):
+                graph.by_name.append((name, node.lineno, called))
+        if name in DEFERRED and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _RUN_TARGET.match(node.value)
+            if match:
+                target = match.group(1)
+                if target in modules:
+                    graph.own.append(Import(name, target, node.lineno, at_top=False, deferred=True))
+                else:
+                    graph.unknown.append((name, node.lineno, target))
+
+
+def heavy_at_parse(graph: Graph, module: str) -> list[str]:
+    """The heavy packages importing ``module`` loads at once (its top-level imports, theirs, and parent packages),
+    each once, as the shortest chain of modules that reaches it."""
+    top_edges = defaultdict(list)
+    for imp in graph.own:
+        if imp.at_top:
+            top_edges[imp.source].append(imp.target)
+    heavy = defaultdict(list)
+    for imp in graph.third_party:
+        if imp.at_top and imp.target in HEAVY_AT_PARSE:
+            heavy[imp.source].append(imp.target)
+    found: dict[str, str] = {}
+    seen, queue = {module}, [(module, [module])]
+    while queue:
+        current, chain = queue.pop(0)
+        parts = current.split(".")
+        parents = [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in graph.modules]
+        for package in heavy[current]:
+            found.setdefault(package, " -> ".join([*chain, package]))
+        for nxt in [*parents, *top_edges[current]]:
+            if nxt not in seen:
+                seen.add(nxt)
+                queue.append((nxt, [*chain, nxt]))
+    return list(found.values())
 
 
 def _imports(tree: ast.Module):
@@ -233,8 +294,24 @@ def problems(graph: Graph) -> list[str]:
         if src >= 0 and dst > src:
             found.append(f"{imp.source}:{imp.line} imports {imp.target}: upward ({LAYERS[src][0]} -> "
                          f"{LAYERS[dst][0]})")
-        if not imp.at_top:
+        if not imp.at_top and not imp.deferred:
             found.append(f"{imp.source}:{imp.line} imports {imp.target} inside a function; move it to the top")
+    for source, line, how in graph.by_name:
+        if source not in DEFERRED:
+            found.append(f"{source}:{line} imports a module by name ({how}); only {', '.join(DEFERRED)} may "
+                         f"(DEFERRED in utils/import_graph.py): import it at the top")
+    for source, line, target in graph.unknown:
+        found.append(f"{source}:{line} names {target}, which is no module of the package")
+    for source in DEFERRED:
+        later = {imp.target for imp in graph.own if imp.source == source and imp.deferred}
+        for imp in graph.own:
+            if imp.source == source and imp.at_top and imp.target in later:
+                found.append(f"{source}:{imp.line} imports {imp.target} at the top, which it imports after parsing; "
+                             f"drop the import")
+        if source in graph.modules:
+            for chain in heavy_at_parse(graph, source):
+                found.append(f"{chain}: a heavy package loaded before parsing (at the top, through {source}'s "
+                             f"imports); it belongs in a module imported after parsing")
     for imp in graph.third_party:
         if imp.at_top:
             if imp.target in ADAPTERS and imp.source != ADAPTERS[imp.target]:
@@ -259,7 +336,8 @@ def drawing(graph: Graph) -> str:
         "Generated by `python utils/import_graph.py --write docs/structure.md` from the source; "
         "tests/test_import_graph.py fails when it is out of date or when an import breaks the rules "
         "(no circle, no import from a lower layer to a higher one, the project's imports at the top of each file, "
-        "a heavy optional package imported lazily in one adapter only).",
+        "a heavy optional package imported lazily in one adapter only, cli.py's commands imported by name after "
+        "parsing and nothing heavy before it).",
         "",
         "Layers, top first; a layer may import only the layers below it.",
         "",
@@ -279,6 +357,11 @@ def drawing(graph: Graph) -> str:
         lines.append(f"| {name} | {', '.join(f'`{m}`' for m in members)} | {out} |")
     lines += ["", "Heavy optional packages and their one adapter each:", ""]
     lines += [f"- `{dep}`: `{module}`" for dep, module in sorted(ADAPTERS.items())]
+    for source, why in DEFERRED.items():
+        later = sorted({imp.target.removeprefix(PACKAGE + ".") for imp in graph.own
+                        if imp.source == source and imp.deferred})
+        lines += ["", f"Imported by name (DEFERRED): `{source.removeprefix(PACKAGE + '.')}` {why}: "
+                      + ", ".join(f"`{m}`" for m in later) + "."]
     upward = sum(1 for (src, dst) in between if dst > src)
     lines += ["", f"Upward imports: {upward}. Circles: {len(circles(graph))}.", ""]
     return "\n".join(lines)

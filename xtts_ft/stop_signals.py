@@ -1,7 +1,7 @@
 """SIGINT / SIGTERM: the first one asks for a clean stop, a second one stops at once.
 
 ``StopSignals`` is a context manager entered once for a whole command (``headless_train.py``,
-``python -m xtts_ft train/prepare/evaluate``: see cli.py); ``train()`` enters the active one again
+``python -m xtts_ft train/prepare/evaluate``: see commands/common.py); ``train()`` enters the active one again
 (``StopSignals.shared()``) or, called directly, a new one. It installs the handlers on the first
 entry and puts the previous ones back on the last exit, so importing the package changes nothing.
 The first signal only sets ``requested``. Long work checks it within seconds wherever the command

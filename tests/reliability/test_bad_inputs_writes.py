@@ -210,7 +210,7 @@ def test_the_disk_budget_refusal_adds_up_and_offers_the_budget_it_was_given(tmp_
 
 
 def test_score_writes_no_folder_into_the_current_folder_unasked(tmp_path, monkeypatch, capsys):
-    import xtts_ft.cli as cli
+    from xtts_ft.commands import models
 
     seen = []
 
@@ -220,7 +220,7 @@ def test_score_writes_no_folder_into_the_current_folder_unasked(tmp_path, monkey
         seen.append(out_dir)
         return {}
 
-    monkeypatch.setattr(cli, "score_command", fake_score)  # the name the score command calls
+    monkeypatch.setattr(models, "score_command", fake_score)  # the name the score command calls
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "c.yaml"
     config.write_text(f"dataset: {{path: {DEMO}}}\n", encoding="utf-8")

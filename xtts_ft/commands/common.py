@@ -1,0 +1,124 @@
+"""What every command's run function shares: the error and stop handling around it, logging, the config.
+
+``@command()`` wraps a run function the way cli.py calls it: user mistakes (``UserError``) are
+printed as ``error: <message>`` lines and exit non-zero with no traceback; anything else is a bug
+and keeps its traceback. ``@command(stoppable=True)`` (``headless_train.py``, ``train``,
+``evaluate``, ``prepare``) runs the whole command inside one ``StopSignals``
+(xtts_ft/stop_signals.py): a SIGINT/SIGTERM anywhere in it is a requested stop, which ends with the
+command that continues and exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import logging
+import shlex
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable, Optional
+
+from xtts_ft.asr.recognizer import quiet_transformers_logging
+from xtts_ft.config import Config, load_config
+from xtts_ft.errors import ConfigError, UserError
+from xtts_ft.stop_signals import StopRequested, StopSignals
+from xtts_ft.train.stopping import python_command, report_stop
+
+RunFunction = Callable[[argparse.Namespace], int]
+
+_NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx", "httpx2")
+
+
+def command(*, stoppable: bool = False) -> Callable[[RunFunction], RunFunction]:
+    """A command's run function as cli.py calls it (see the module doc); ``stoppable``: a stop is a clean end."""
+    def wrap(handler: RunFunction) -> RunFunction:
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            return _run(handler, args, stoppable=stoppable)
+        return run
+    return wrap
+
+
+def _run(handler: RunFunction, args: argparse.Namespace, *, stoppable: bool = False) -> int:
+    """Run a command handler; ``stoppable``: the whole command honours SIGINT/SIGTERM as a clean stop."""
+    signals = StopSignals() if stoppable else contextlib.nullcontext()
+    try:
+        with signals:
+            return handler(args)
+    except StopRequested as stop:  # a stage without a run folder of its own to report it (prepare, evaluate)
+        report_rerun(str(stop), signals.signal_name, getattr(args, "command_line", None))
+        return 0
+    except UserError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def report_rerun(where: str, signal_name: Optional[str], command_line, run_dir: Optional[Path] = None) -> None:
+    """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again."""
+    hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
+    if not logging.getLogger().handlers:
+        setup_logging(None)
+    report_stop(where, signal_name, hint, saved="what it finished is kept", run_dir=run_dir)
+
+
+def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None:
+    """Console lines for a person, plus ``<run_dir>/train.log`` with everything."""
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    root.addHandler(console)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(fh)
+    for name in _NOISY_LOGGERS:  # third-party chatter (e.g. GPT2 config warnings) hides our lines
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # huggingface_hub gives its logger a stderr handler of its own and lets it propagate too: each of its warnings
+    # (a download retry) came out twice, once bare and once through ours; ours alone keeps them, in train.log too
+    hub = logging.getLogger("huggingface_hub")
+    for h in list(hub.handlers):
+        if type(h) is logging.StreamHandler:  # the one huggingface_hub adds (a file handler would stay)
+            hub.removeHandler(h)
+    quiet_transformers_logging()
+    # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
+
+
+def load_config_from(args: argparse.Namespace) -> Config:
+    """The config a command's --config, --set (and --resume, --max-steps where it has them) make."""
+    problems = []  # options that cannot work, named before the config is even read
+    if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
+        problems.append(f"--max-steps {args.max_steps}: must be 1 or more (optimizer steps to train for)")
+    if getattr(args, "checkpoint", None) and not getattr(args, "evaluate", False):
+        problems.append(f"--checkpoint {args.checkpoint}: only used with --evaluate; add --evaluate to evaluate it, "
+                        f"or use --resume {args.checkpoint} to continue training from it")
+    if getattr(args, "archive_old_run", False) and getattr(args, "evaluate", False):
+        problems.append("--archive-old-run: only used when training; --evaluate never moves a run aside")
+    if getattr(args, "continue_with_new_data", False) and getattr(args, "evaluate", False):
+        problems.append("--continue-with-new-data: only used when training; --evaluate trains nothing")
+    if getattr(args, "continue_with_new_data", False) and getattr(args, "archive_old_run", False):
+        problems.append("--continue-with-new-data and --archive-old-run: choose one (continue the run on the new "
+                        "data, or move it aside and start a new one)")
+    for option, key in (("resume", "checkpoint.resume"), ("max_steps", "training.max_steps")):
+        given = [item for item in args.set or [] if item.partition("=")[0].strip() == key]
+        if getattr(args, option, None) is not None and given:
+            problems.append(f"--{option.replace('_', '-')} {getattr(args, option)} and --set {given[0]} both set {key}; "
+                            f"give it once")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    overrides = list(args.set or [])
+    if getattr(args, "resume", None):
+        overrides.append(f"checkpoint.resume={args.resume}")
+    if getattr(args, "max_steps", None) is not None:
+        overrides.append(f"training.max_steps={args.max_steps}")
+    return load_config(args.config, overrides)
