@@ -24,6 +24,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import ConfigError, DataError
+from xtts_ft.gpt_compile import MAX_SHAPES, CompiledBlocks, compile_enabled, longest_row
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model
 from xtts_ft.stop_signals import raise_if_stopped
@@ -123,8 +124,21 @@ def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer, 
     model.to(device)
     if cfg.training.gradient_checkpointing:
         enable_gradient_checkpointing(model.xtts.gpt)
+    model.use_forward(cfg.training.gpt_forward, block_runner(cfg.training, model.xtts.gpt, device))
     model.train()
     return model
+
+
+def block_runner(tcfg: TrainingConfig, gpt, device: torch.device) -> Optional[CompiledBlocks]:
+    """``training.compile``: the compiled blocks of the fast forward, or None (eager)."""
+    if tcfg.gpt_forward != "fast" or not compile_enabled(tcfg.compile, device):
+        log.info("training forward: %s, GPT blocks not compiled (training.compile: %s)", tcfg.gpt_forward,
+                 tcfg.compile)
+        return None
+    runner = CompiledBlocks(longest_row(gpt))
+    log.info("training forward: fast, GPT blocks compiled on first use (lengths rounded up to a multiple of %d: at "
+             "most %d compiles)", runner.width, min(runner.buckets, MAX_SHAPES))
+    return runner
 
 
 def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: Limits, *, model, runtime: Runtime,
