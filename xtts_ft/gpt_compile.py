@@ -52,7 +52,7 @@ def compile_enabled(setting: Union[str, bool], device: torch.device) -> bool:
 def longest_row(gpt: nn.Module) -> int:
     """The most positions one row of the GPT's training forward can have (conditioning + text + audio)."""
     cond = gpt.conditioning_perceiver.latents.shape[0] if gpt.use_perceiver_resampler else gpt.max_prompt_tokens
-    return int(cond + gpt.max_text_tokens + gpt.max_mel_tokens)
+    return int(cond + gpt.max_text_tokens + gpt.max_mel_tokens)  # coqui's maxima include start/stop positions
 
 
 def bucket_width(longest: int) -> int:
@@ -60,12 +60,22 @@ def bucket_width(longest: int) -> int:
     return 8 * math.ceil(math.ceil(longest / LENGTH_BUCKETS) / 8)
 
 
+def describe_failure(exc: BaseException) -> str:
+    """One line: the compiler's error and the first line of what caused it (the backend's own error)."""
+    root = getattr(exc, "inner_exception", None) or exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    first = next((line.strip() for line in str(root).splitlines() if line.strip()), "")[:300]
+    where = f"{type(exc).__name__}: " if root is not exc else ""
+    return f"{where}{type(root).__name__}: {first}"
+
+
 def _is_out_of_memory(exc: BaseException) -> bool:
     cause = exc
     while cause is not None:
         if isinstance(cause, torch.OutOfMemoryError):
             return True
-        cause = cause.__cause__
+        cause = getattr(cause, "inner_exception", None) or cause.__cause__
     return False
 
 
@@ -84,6 +94,13 @@ class CompiledBlocks:
         self.shapes: dict[tuple, float] = {}  # (batch, length, dtype) -> seconds its compile took
         self._eager_shapes: set[tuple] = set()
         self._paused = 0
+
+    def expect_lengths(self, shortest: int, longest: int) -> None:
+        """The run's rows are ``shortest``..``longest`` positions long: only their buckets can come (the ETA's
+        pending compiles, the count logged)."""
+        self.buckets = max(1, math.ceil(longest / self.width) - math.ceil(shortest / self.width) + 1)
+        log.info("training.compile: rows of %d-%d positions, rounded up to a multiple of %d: at most %d compiles",
+                 shortest, longest, self.width, min(self.buckets, MAX_SHAPES))
 
     @property
     def compile_seconds(self) -> float:
@@ -139,8 +156,7 @@ class CompiledBlocks:
         except COMPILE_ERRORS as exc:
             if _is_out_of_memory(exc):
                 raise
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            self.failed = f"{type(exc).__name__}: {first}"
+            self.failed = describe_failure(exc)
             log.warning("training.compile: torch.compile failed (%s); the GPT blocks run without compiling",
                         self.failed)
             return False

@@ -27,6 +27,7 @@ Inference and export never use this module: coqui's own forward and generation s
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Optional, Protocol
 
 import torch
@@ -99,6 +100,12 @@ def check_supported(gpt: nn.Module) -> Optional[str]:
     if not isinstance(gpt.text_solo_embedding, int) or not isinstance(gpt.mel_solo_embedding, int):
         return "train_solo_embeddings is on"
     return None
+
+
+def row_length(gpt: nn.Module, text_tokens: int, audio_samples: int) -> int:
+    """Positions of one clip's row: conditioning + [start, text..] + [start, codes.., stop x 3]."""
+    cond = gpt.conditioning_perceiver.latents.shape[0] if gpt.use_perceiver_resampler else gpt.max_prompt_tokens
+    return int(cond + text_tokens + 1 + math.ceil(audio_samples / gpt.code_stride_len) + 3 + 1)
 
 
 def _layout(cond: int, text_real: torch.Tensor, mel_real: torch.Tensor, text_width: int, length: int

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import ContextManager, Optional
+from typing import ContextManager, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -36,7 +36,7 @@ from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import ModelError
-from xtts_ft.gpt_forward import BlockRunner, check_supported, fast_gpt_losses
+from xtts_ft.gpt_forward import BlockRunner, check_supported, fast_gpt_losses, row_length
 from xtts_ft.gpt_targets import (  # noqa: F401 - the loss weights: re-exported
     LOSS_MEL_CE_WEIGHT,
     LOSS_TEXT_CE_WEIGHT,
@@ -203,6 +203,14 @@ class XttsTrainingModel(nn.Module):
         """Compile time still expected (the length buckets not yet met; 0 without training.compile)."""
         pending = getattr(self.block_runner, "pending_seconds", None)
         return float(pending()) if pending else 0.0
+
+    def expect_rows(self, text_tokens: Sequence[int], audio_samples: Sequence[int]) -> None:
+        """The clips' text lengths and audio lengths (samples): the compiled blocks' buckets they reach."""
+        expect = getattr(self.block_runner, "expect_lengths", None)
+        if expect and text_tokens:
+            gpt = self.xtts.gpt
+            rows = [row_length(gpt, t, a) for t, a in zip(text_tokens, audio_samples)]
+            expect(min(rows), max(rows))
 
     def eager_blocks(self) -> ContextManager:
         """Within it the blocks run uncompiled (the batch-size probe: its many sizes are not worth compiling)."""

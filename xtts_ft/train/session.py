@@ -244,6 +244,7 @@ def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: Batc
               base_vocab_size: int, scaler, policy: PrecisionPolicy, model_inputs: Callable[..., dict]) -> None:
     """One real forward/backward on the clips most likely to fail, before hours of training."""
     check_setup(model, optimizer, runtime.device, offloaded)
+    model.expect_rows([len(c.tokens) for c in data.train_clips], [c.num_samples for c in data.train_clips])
     vocab_rows = model.gpt.text_embedding.weight.shape[0]
     picked = pick_check_clips([c.tokens for c in data.train_clips], base_vocab_size, vocab_rows, plan.batch_size)
     items = collate([data.train_set[ItemKey(i, 0, 0, slot, runtime.dist.rank)] for slot, i in enumerate(picked)])
