@@ -17,6 +17,11 @@ prompt it was conditioned on. :func:`prompt_masked_mel_loss` recomputes the cros
 GPT's own mel logits with each row's prompt codes ignored; coqui is called without ``cond_idxs``
 (they only feed that mask and an attention mask its ``get_logits`` replaces), so nothing of coqui
 is patched.
+
+Which forward a training step runs (``use_forward``): ``fast`` (``gpt_forward.fast_gpt_losses``, the
+same function laid out for speed, its blocks optionally compiled: ``gpt_compile.CompiledBlocks``) or
+``coqui`` (:func:`coqui_gpt_losses`, the reference). A built model starts on ``coqui``; the trainer
+sets ``training.gpt_forward``. Synthesis and export call coqui's GPT directly and never see either.
 """
 
 from __future__ import annotations
