@@ -204,3 +204,24 @@ def test_targets_equal_coqui_targets():
 def test_tanh_gelu_is_gelu_new():
     x = torch.linspace(-8, 8, 10001)
     assert torch.allclose(F.gelu(x, approximate="tanh"), NewGELUActivation()(x), rtol=1e-6, atol=1e-6)
+
+
+def test_the_same_modules_run_and_their_hooks_fire():
+    """Forward hooks (the stability layer's diagnosis, fault injection) see the same modules in both forwards, and a
+    hook's changed output counts (an injected inf reaches the loss)."""
+    gpt, batch = small_gpt(), mixed_batch()
+    fired: list[str] = []
+    handles = [m.register_forward_hook(lambda _m, _a, _o, n=n: fired.append(n)) for n, m in gpt.named_modules() if n]
+    coqui_gpt_losses(gpt, **{k: v.clone() for k, v in batch.items()})
+    coqui = set(fired)
+    fired.clear()
+    fast_gpt_losses(gpt, **batch)
+    for h in handles:
+        h.remove()
+    assert set(fired) == coqui and {"gpt.h.1.mlp", "gpt.h.1.mlp.act", "gpt.h.0.attn", "gpt.h.0", "gpt"} <= coqui
+    seen = []
+    gpt.register_forward_pre_hook(lambda _m, args: seen.append(tuple(a.shape for a in args)))
+    gpt.gpt.h[1].mlp.register_forward_hook(lambda _m, _a, out: out * float("inf"))
+    loss_text, loss_mel = fast_gpt_losses(gpt, **batch)
+    assert not torch.isfinite(loss_mel) and seen == [(torch.Size([4, 20]), torch.Size([4]), torch.Size([4, 36]),
+                                                       torch.Size([4]))]

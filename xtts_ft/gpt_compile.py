@@ -33,7 +33,7 @@ import torch.nn as nn
 from torch._dynamo.exc import TorchDynamoException
 from torch._inductor.exc import InductorError
 
-from xtts_ft.gpt_forward import EAGER, BlockFn, block_forward, run_blocks
+from xtts_ft.gpt_forward import EAGER, BlockFn, any_hooks, block_forward, run_blocks
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ class CompiledBlocks:
         return self.width * math.ceil(length / self.width)
 
     def run(self, blocks: nn.ModuleList, x: torch.Tensor, *, checkpointing: bool) -> torch.Tensor:
-        hooked = any(m._forward_hooks or m._forward_pre_hooks for m in blocks[0].modules())
-        if self.failed or self._paused or hooked or not torch.is_grad_enabled():
+        if self.failed or self._paused or not torch.is_grad_enabled() or any_hooks(blocks):
             return EAGER.run(blocks, x, checkpointing=checkpointing)
         key = (x.shape[0], x.shape[1], torch.get_autocast_dtype(x.device.type)
                if torch.is_autocast_enabled(x.device.type) else x.dtype, blocks[0].training)
