@@ -253,6 +253,11 @@ def measure(gpt, device, precision: str, batches: list[tuple], warmup: int, path
     }
 
 
+def rate(samples_per_s: float) -> str:
+    """8 characters: two decimals, four below 1 (a full-size GPT on a CPU)."""
+    return f"{samples_per_s:8.2f}" if samples_per_s >= 1 else f"{samples_per_s:8.4f}"
+
+
 def step_batches(size: dict, lengths: str, batch: int, count: int, text_len: int, codes_len: int) -> list[tuple]:
     if lengths == "equal":
         return [synthetic_batch(size, batch, text_len, codes_len, cond_frames=258)] * count
@@ -298,7 +303,7 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
                     by_path[path] = row
                     mfu = f"{100 * row['tflops'] / peak:5.1f}% of peak" if peak else "peak unknown"
                     compiled = f"  (compiling {row['compile_s']:.1f} s, not timed)" if row["compile_s"] else ""
-                    print(f"{lengths:>6} {precision:>4} b{batch:<3} {path:>8} {row['samples_per_s']:8.2f} samples/s "
+                    print(f"{lengths:>6} {precision:>4} b{batch:<3} {path:>8} {rate(row['samples_per_s'])} samples/s "
                           f"{row['step_ms']:8.1f} ms/step  data {row['data_pct']:4.1f}% fwd {row['forward_pct']:4.1f}% "
                           f"bwd {row['backward_pct']:4.1f}% opt {row['optimizer_pct']:4.1f}%  peak "
                           f"{row['peak_mem_gib']:6.2f} GiB  {row['tflops']:7.2f} TFLOP/s ({mfu}){compiled}")
