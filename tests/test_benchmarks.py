@@ -57,7 +57,8 @@ def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
-    assert len(rows) == 1 and rows[0]["gradient_checkpointing"] is True and rows[0]["samples_per_s"] > 0
+    assert {(r["path"], r["lengths"]) for r in rows} == {(p, x) for p in ("coqui", "fast") for x in ("equal", "padded")}
+    assert all(r["gradient_checkpointing"] is True and r["samples_per_s"] > 0 for r in rows)  # both forwards
     assert "gradient checkpointing on" in out.stdout
 
 
