@@ -21,6 +21,15 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc")
                               reason="torch.compile's inductor needs a C compiler (cc) on the CPU")
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """torch.compile caches compiled code per function for the process: each test starts (and leaves) it empty, so a
+    graph compiled by one test's backend is not reused by another's."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def failing_backend(gm, example_inputs):
     raise RuntimeError("injected compiler failure\nsecond line of its story")
 

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from tests.test_gpt_compile import failing_backend
+from tests.test_gpt_compile import failing_backend, fresh_dynamo  # noqa: F401 - fresh_dynamo: autouse fixture
 from tests.test_gpt_forward import no_dropout
 from tests.train.trainhelpers import small_config, train_lines
 from xtts_ft.gpt_compile import CompiledBlocks
