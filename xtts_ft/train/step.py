@@ -11,6 +11,9 @@
    otherwise the step is skipped and counted (the stability controller); ``zero_grad``.
 
 Injected faults (tests) come from the hooks object (``hooks.py``), asked once per step.
+``compile_times``: of the newest step, the seconds ``training.compile`` spent compiling in it and the
+compile time still expected (``XttsTrainingModel.compile_seconds`` / ``pending_compile_seconds``), for
+the metrics line and its ETA.
 """
 
 from __future__ import annotations
