@@ -1,15 +1,23 @@
-"""Throughput and memory of the XTTS-v2 GPT per precision and batch size, side by side in one run.
+"""Throughput and memory of the XTTS-v2 GPT's training step: coqui's forward and ours side by side in one run.
 
-    python benchmarks/gpu_throughput.py                    # full-size GPT on the GPU at hand
+    python benchmarks/gpu_throughput.py                    # full-size GPT on the GPU at hand (+ compiled path)
     python benchmarks/gpu_throughput.py --size small       # a small GPT on CPU (CI checks it runs)
+    python benchmarks/gpu_throughput.py --size full --threads 2 --steps 2 --batches 2 --precisions fp32
     python benchmarks/gpu_throughput.py --gradient-checkpointing   # GPT blocks recomputed in backward
 
-Builds the XTTS GPT with random weights (speed does not depend on them), feeds synthetic text
-tokens, DVAE codes and conditioning mels of the longest allowed clip, and times real training
-steps: data (host->device copy), forward, backward, optimizer, split with synchronisation. Prints
-samples/s, peak memory, achieved model FLOP/s against the card's peak, and bf16/fp16 vs fp32 ratios.
-Only the GPT is built: a training run also holds the frozen DVAE and HiFiGAN decoder on the GPU
-unless ``training.offload_frozen`` is set (see docs/gpu_benchmarks.md).
+Builds the XTTS GPT with random weights (speed does not depend on them) and times real training
+steps on synthetic text tokens, DVAE codes and conditioning mels: data (host->device copy),
+forward, backward, optimizer, split with synchronisation. Each batch shape, precision and batch
+size runs every training forward in turn (``--paths``): ``coqui`` (coqui's ``GPT.forward`` with the
+prompt-masked mel loss: what training ran before ``training.gpt_forward: fast``), ``fast``
+(``xtts_ft/gpt_forward.py``) and, with ``--compile`` on (auto: on a GPU), ``compiled`` (its blocks
+under torch.compile as ``training.compile`` runs them; compile time is printed and not timed).
+Batch shapes (``--lengths``): ``equal``, every row the longest clip the model takes; ``padded``,
+clips with the length spread of datasets/amharic_demo's 66 sentences, batched by the training
+sampler's length bucketing and padded to each batch's longest row. Prints samples/s, peak memory,
+achieved model FLOP/s (real positions only) against the card's peak, the new paths' speed-up over
+coqui's, and bf16/fp16 vs fp32 ratios. Only the GPT is built: a training run also holds the frozen
+DVAE and HiFiGAN decoder on the GPU unless ``training.offload_frozen`` is set (see docs/gpu_benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,14 +32,19 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run as a script
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the repository, when run as a script
 from xtts_ft.config import PrecisionConfig  # noqa: E402
+from xtts_ft.gpt_compile import CompiledBlocks, compile_enabled, longest_row  # noqa: E402
+from xtts_ft.gpt_forward import fast_gpt_losses  # noqa: E402
+from xtts_ft.model import coqui_gpt_losses  # noqa: E402
 from xtts_ft.train.precision import PrecisionPolicy, cuda_bf16_supported, make_scaler  # noqa: E402
 
 FULL = dict(layers=30, model_dim=1024, heads=16, max_text_tokens=402, max_mel_tokens=605, max_prompt_tokens=70,
             number_text_tokens=8000, num_audio_tokens=8194)
 SMALL = dict(layers=2, model_dim=128, heads=4, max_text_tokens=64, max_mel_tokens=80, max_prompt_tokens=70,
              number_text_tokens=1000, num_audio_tokens=258)
+SAMPLE_RATE = 22050  # of the clips (XTTS-v2's DVAE codes: one per 1024 samples)
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s) of the cards users rent; fp32 peaks are far lower.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10G": 70.0,
                "T4": 65.0, "V100": 125.0}
@@ -68,12 +81,63 @@ def build_gpt(size: dict, device: torch.device):
 
 
 def synthetic_batch(size: dict, batch: int, text_len: int, codes_len: int, cond_frames: int):
-    text = torch.randint(3, size["number_text_tokens"] - 2, (batch, text_len), dtype=torch.int32)
-    codes = torch.randint(0, size["num_audio_tokens"] - 2, (batch, codes_len))
-    cond = torch.randn(batch, 1, 80, cond_frames)
-    wav_len = torch.full((batch,), codes_len * 1024)
-    cond_idxs = torch.tensor([[0, cond_frames * 256]] * batch)
-    return text, torch.full((batch,), text_len), codes, wav_len, cond, cond_idxs
+    """Every row the same clip length (``text_len`` tokens, ``codes_len`` codes): the "equal" rows."""
+    return spread_batch(size, [text_len] * batch, [codes_len * 1024] * batch, cond_frames)
+
+
+def spread_batch(size: dict, text_lens: list[int], wav_lens: list[int], cond_frames: int, seed: int = 0):
+    """A collated batch of these rows: text and codes padded to the longest row, as ``collate`` pads them."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(text_lens)
+    codes_len = max(-(-w // 1024) for w in wav_lens)
+    text = torch.randint(3, size["number_text_tokens"] - 2, (batch, max(text_lens)), dtype=torch.int32, generator=g)
+    codes = torch.randint(0, size["num_audio_tokens"] - 2, (batch, codes_len), generator=g)
+    cond = torch.randn(batch, 1, 80, cond_frames, generator=g)
+    cond_idxs = torch.tensor([[0, min(w, cond_frames * 256)] for w in wav_lens])
+    return text, torch.tensor(text_lens), codes, torch.tensor(wav_lens), cond, cond_idxs
+
+
+def demo_spread() -> list[tuple[int, float]]:
+    """(text characters, seconds) of the 66 clips of datasets/amharic_demo: a real spread of sentence lengths."""
+    import soundfile as sf
+
+    root = REPO / "datasets" / "amharic_demo"
+    rows = [line.split("|") for line in (root / "metadata.csv").read_text(encoding="utf-8").splitlines()[1:]]
+    return [(len(text), sf.info(str(root / audio)).duration) for audio, text, *_ in rows]
+
+
+def padded_batches(size: dict, batch: int, count: int, cond_frames: int, seed: int = 0) -> list[tuple]:
+    """``count`` batches of clips drawn from :func:`demo_spread` and batched as training batches them.
+
+    The clips are the demo spread repeated (each copy's length jittered by up to +-10 %) until the
+    sampler's length-sorting window (``BUCKET_BATCHES`` batches) is full; ``ResumableBatchSampler`` with
+    length bucketing on orders them, so each batch holds clips of similar length, padded to its longest.
+    Lengths beyond the model's maxima are scaled down with the whole spread (the small GPT's 80 codes).
+    """
+    import random
+
+    from xtts_ft.train.sampler import BUCKET_BATCHES, ResumableBatchSampler
+
+    rng = random.Random(seed)
+    spread = demo_spread()
+    max_s = (size["max_mel_tokens"] - 5) * 1024 / SAMPLE_RATE
+    scale = min(1.0, max_s / (1.1 * max(s for _, s in spread)),
+                (size["max_text_tokens"] - 2) / (1.1 * max(t for t, _ in spread)))
+    clips = []
+    while len(clips) < batch * BUCKET_BATCHES:
+        for chars, seconds in spread:
+            jitter = rng.uniform(0.9, 1.1)
+            clips.append((max(2, round(chars * scale * jitter)), max(1024, round(seconds * scale * jitter * SAMPLE_RATE))))
+    sampler = ResumableBatchSampler([w for _, w in clips], batch, seed, bucketing=True)
+    order = sampler.epoch_batches(0)[:count]
+    return [spread_batch(size, [clips[i][0] for i in rows], [clips[i][1] for i in rows], cond_frames, seed=n)
+            for n, rows in enumerate(order)]
+
+
+def real_tokens(host: tuple, cond: int = 32) -> int:
+    """Positions that carry a clip (conditioning latents + text + audio), padding not counted."""
+    _, text_lens, _, wav_lens, _, _ = host
+    return int((text_lens + 2).sum() + ((wav_lens + 1023) // 1024 + 4).sum()) + cond * len(text_lens)
 
 
 def loader_throughput(size: dict, batch: int, workers: int, batches: int, text_len: int, codes_len: int) -> float:
@@ -122,25 +186,40 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def measure(gpt, size, device, precision: str, batch: int, steps: int, text_len: int, codes_len: int) -> dict:
+PATHS = {"coqui": "coqui's GPT.forward (today's training forward)", "fast": "xtts_ft/gpt_forward.py, eager",
+         "compiled": "xtts_ft/gpt_forward.py, blocks under torch.compile (training.compile)"}
+
+
+def path_forward(path: str, gpt):
+    """(losses function, compiled-blocks runner or None) of a training forward path."""
+    if path == "coqui":
+        return coqui_gpt_losses, None
+    runner = CompiledBlocks(longest_row(gpt)) if path == "compiled" else None
+    return (lambda g, *args, **kw: fast_gpt_losses(g, *args, **kw, runner=runner)), runner
+
+
+def measure(gpt, device, precision: str, batches: list[tuple], warmup: int, path: str) -> dict:
+    """Time ``len(batches) - warmup`` training steps (data, forward, backward, optimizer) of one path."""
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     autocast = torch.amp.autocast(device.type, dtype=dtype) if dtype else nullcontext()
     # the training loop's scaler (init scale 1024 from the config schema, not torch's 65536)
     scaler = make_scaler(PrecisionPolicy(precision, device.type), PrecisionConfig())
     opt = torch.optim.AdamW(gpt.parameters(), lr=1e-6, fused=device.type == "cuda")
-    host = synthetic_batch(size, batch, text_len, codes_len, cond_frames=258)
+    losses, runner = path_forward(path, gpt)
     if device.type == "cuda":
-        host = [t.pin_memory() for t in host]
+        batches = [tuple(t.pin_memory() for t in host) for host in batches]
         torch.cuda.reset_peak_memory_stats()
     parts = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
-    for i in range(steps + 2):  # two warm-up steps are not timed
+    compile_timed = tokens = 0
+    for i, host in enumerate(batches):  # the first ``warmup`` steps are not timed
+        compiled_before = runner.compile_seconds if runner else 0.0
         t0 = time.perf_counter()
         text, text_lens, codes, wav_len, cond, cond_idxs = (t.to(device, non_blocking=True) for t in host)
         sync(device)
         t1 = time.perf_counter()
         with autocast:
             # the GPT divides cond_idxs in place; on CPU .to() returns the same tensor, so hand it a copy
-            loss_text, loss_mel, _ = gpt(text, text_lens, codes, wav_len, cond_mels=cond, cond_idxs=cond_idxs.clone())
+            loss_text, loss_mel = losses(gpt, text, text_lens, codes, wav_len, cond, cond_idxs.clone())
             loss = loss_text * 0.01 + loss_mel
         sync(device)
         t2 = time.perf_counter()
@@ -154,25 +233,40 @@ def measure(gpt, size, device, precision: str, batch: int, steps: int, text_len:
         opt.zero_grad(set_to_none=True)
         sync(device)
         t4 = time.perf_counter()
-        if i >= 2:
-            for k, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        if i >= warmup:
+            compiled = (runner.compile_seconds if runner else 0.0) - compiled_before  # a new length bucket
+            compile_timed += compiled
+            for k, dt in zip(parts, (t1 - t0, t2 - t1 - compiled, t3 - t2, t4 - t3)):
                 parts[k] += dt
+            tokens += real_tokens(host)
+    steps = len(batches) - warmup
     step_s = sum(parts.values()) / steps
     n_params = sum(p.numel() for p in gpt.parameters())
-    tokens = batch * (text_len + codes_len + 32)  # + perceiver conditioning latents
-    flops = 6 * n_params * tokens  # forward + backward, dense approximation
+    samples = sum(len(host[1]) for host in batches[warmup:])
     return {
-        "precision": precision, "batch": batch, "samples_per_s": batch / step_s, "step_ms": 1000 * step_s,
-        **{f"{k}_pct": 100 * v / steps / step_s for k, v in parts.items()},
+        "path": path, "precision": precision, "batch": len(batches[0][1]), "samples_per_s": samples / steps / step_s,
+        "step_ms": 1000 * step_s, **{f"{k}_pct": 100 * v / steps / step_s for k, v in parts.items()},
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan"),
-        "tflops": flops / step_s / 1e12, "loss": loss.item(),
-        "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+        "tflops": 6 * n_params * tokens / steps / step_s / 1e12,  # forward + backward, dense, real positions only
+        "loss": loss.item(), "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+        "compile_s": runner.compile_seconds if runner else 0.0, "compile_in_timed_s": compile_timed,
     }
+
+
+def rate(samples_per_s: float) -> str:
+    """8 characters: two decimals, four below 1 (a full-size GPT on a CPU)."""
+    return f"{samples_per_s:8.2f}" if samples_per_s >= 1 else f"{samples_per_s:8.4f}"
+
+
+def step_batches(size: dict, lengths: str, batch: int, count: int, text_len: int, codes_len: int) -> list[tuple]:
+    if lengths == "equal":
+        return [synthetic_batch(size, batch, text_len, codes_len, cond_frames=258)] * count
+    return padded_batches(size, batch, count, cond_frames=258)
 
 
 def training_rows(args, size: dict, size_name: str, device: torch.device, batches: list[int], precisions: list[str],
                   steps: int, text_len: int, codes_len: int) -> list[dict]:
-    """Time real training steps of the GPT per precision and batch size; print one line per row."""
+    """Time real training steps of the GPT per batch shape, precision, batch size and path; print one line per row."""
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     peak = peak_tflops(name)
     torch.manual_seed(0)
@@ -182,32 +276,49 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
 
         enable_gradient_checkpointing(gpt)
     print(f"device {name}; GPT {size_name}: {sum(p.numel() for p in gpt.parameters()) / 1e6:.1f} M params; "
-          f"text {text_len} tokens, audio {codes_len} codes (longest clip); {steps} timed steps; "
-          f"gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}")
+          f"equal: every row text {text_len} tokens, audio {codes_len} codes (longest clip); padded: clips of "
+          f"datasets/amharic_demo's length spread, length-bucketed as the sampler does; {steps} timed steps after "
+          f"{args.warmup} warm-up; gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}; "
+          f"torch threads {torch.get_num_threads()}")
+    for path in args.paths:
+        print(f"  {path}: {PATHS[path]}")
     rows = []
-    for precision in runnable_precisions(precisions, device):
-        for batch in batches:
-            row = None
-            try:
-                row = measure(gpt, size, device, precision, batch, steps, text_len, codes_len)
-            except torch.OutOfMemoryError:
-                print(f"{precision} batch {batch}: out of memory")
-            if row is None:  # outside the except: its traceback no longer holds the failed step's tensors
-                gpt.zero_grad(set_to_none=True)
-                torch.cuda.empty_cache()
-                continue
-            row["gradient_checkpointing"] = args.gradient_checkpointing
-            rows.append(row)
-            mfu = f"{100 * row['tflops'] / peak:5.1f}% of peak" if peak else "peak unknown"
-            print(f"{precision:>4} b{batch:<3} {row['samples_per_s']:8.2f} samples/s  {row['step_ms']:8.1f} ms/step  "
-                  f"data {row['data_pct']:4.1f}% fwd {row['forward_pct']:4.1f}% bwd {row['backward_pct']:4.1f}% "
-                  f"opt {row['optimizer_pct']:4.1f}%  peak {row['peak_mem_gib']:6.2f} GiB  "
-                  f"{row['tflops']:7.2f} TFLOP/s ({mfu})")
-    best = {p: max((r["samples_per_s"] for r in rows if r["precision"] == p), default=None) for p in precisions}
-    if best.get("fp32"):
-        for p in ("fp16", "bf16"):
-            if best.get(p):
-                print(f"{p} / fp32 best samples/s: {best[p] / best['fp32']:.2f}x")
+    for lengths in args.lengths:
+        for precision in runnable_precisions(precisions, device):
+            for batch in batches:
+                host = step_batches(size, lengths, batch, args.warmup + steps, text_len, codes_len)
+                by_path = {}
+                for path in args.paths:
+                    row = None
+                    try:
+                        row = measure(gpt, device, precision, host, args.warmup, path)
+                    except torch.OutOfMemoryError:
+                        print(f"{lengths} {precision} batch {batch} {path}: out of memory")
+                    if row is None:  # outside the except: its traceback no longer holds the failed step's tensors
+                        gpt.zero_grad(set_to_none=True)
+                        torch.cuda.empty_cache()
+                        continue
+                    row.update(lengths=lengths, gradient_checkpointing=args.gradient_checkpointing)
+                    rows.append(row)
+                    by_path[path] = row
+                    mfu = f"{100 * row['tflops'] / peak:5.1f}% of peak" if peak else "peak unknown"
+                    compiled = f"  (compiling {row['compile_s']:.1f} s, not timed)" if row["compile_s"] else ""
+                    print(f"{lengths:>6} {precision:>4} b{batch:<3} {path:>8} {rate(row['samples_per_s'])} samples/s "
+                          f"{row['step_ms']:8.1f} ms/step  data {row['data_pct']:4.1f}% fwd {row['forward_pct']:4.1f}% "
+                          f"bwd {row['backward_pct']:4.1f}% opt {row['optimizer_pct']:4.1f}%  peak "
+                          f"{row['peak_mem_gib']:6.2f} GiB  {row['tflops']:7.2f} TFLOP/s ({mfu}){compiled}")
+                if "coqui" in by_path:
+                    base = by_path["coqui"]["samples_per_s"]
+                    ratios = ", ".join(f"{p} {r['samples_per_s'] / base:.2f}x" for p, r in by_path.items() if p != "coqui")
+                    if ratios:
+                        print(f"{'':>6} {precision:>4} b{batch:<3} against coqui: {ratios}")
+    for path in args.paths:
+        best = {p: max((r["samples_per_s"] for r in rows if r["precision"] == p and r["path"] == path), default=None)
+                for p in precisions}
+        if best.get("fp32"):
+            for p in ("fp16", "bf16"):
+                if best.get(p):
+                    print(f"{p} / fp32 best samples/s ({path}): {best[p] / best['fp32']:.2f}x")
     return rows
 
 
@@ -223,8 +334,19 @@ def main() -> None:
                         help="worker processes for the data-loader measurement (training.num_workers; 0 = none)")
     parser.add_argument("--loader-only", action="store_true",
                         help="only measure the data loader (no model is built; works for --size full on a CPU)")
+    parser.add_argument("--paths", default=None,
+                        help="comma-separated training forwards: coqui (today's), fast, compiled (default: coqui,fast "
+                             "and compiled where --compile is on)")
+    parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                        help="add the compiled path (training.compile; auto: on a GPU)")
+    parser.add_argument("--lengths", default="equal,padded",
+                        help="comma-separated batch shapes: equal (every row the longest clip), padded (real spread)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 2 on a GPU, 1 on CPU)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (keep it low on a shared CPU)")
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     size_name = args.size or ("full" if device.type == "cuda" else "small")
@@ -232,6 +354,13 @@ def main() -> None:
     batches = [int(b) for b in (args.batches or ("4,8,16" if device.type == "cuda" else "2,4")).split(",")]
     precisions = (args.precisions or ("fp32,fp16,bf16" if device.type == "cuda" else "fp32,bf16")).split(",")
     steps = args.steps or (10 if device.type == "cuda" else 3)
+    args.warmup = args.warmup if args.warmup is not None else (2 if device.type == "cuda" else 1)
+    args.lengths = args.lengths.split(",")
+    compiled = ["compiled"] if compile_enabled(args.compile, device) else []
+    args.paths = args.paths.split(",") if args.paths else ["coqui", "fast", *compiled]
+    unknown = [p for p in args.paths if p not in PATHS] + [x for x in args.lengths if x not in ("equal", "padded")]
+    if unknown:
+        parser.error(f"unknown path or batch shape: {', '.join(unknown)}")
     text_len, codes_len = (size["max_text_tokens"] // 2, size["max_mel_tokens"] - 5)
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     rows = [] if args.loader_only else training_rows(args, size, size_name, device, batches, precisions, steps,

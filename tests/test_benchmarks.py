@@ -26,6 +26,11 @@ def test_gpu_throughput_benchmark_runs_small_on_cpu(tmp_path):
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert {r["precision"] for r in rows} == {"fp32", "bf16"}
     assert all(r["samples_per_s"] > 0 for r in rows)
+    # coqui's forward and ours side by side, on equal-length and on realistically padded batches
+    assert {(r["path"], r["lengths"], r["precision"]) for r in rows} == {
+        (p, x, q) for p in ("coqui", "fast") for x in ("equal", "padded") for q in ("fp32", "bf16")}
+    assert out.stdout.count("against coqui: fast") == 4
+    assert all(abs(sum(r[f"{k}_pct"] for k in ("data", "forward", "backward", "optimizer")) - 100) < 1e-6 for r in rows)
     assert "bf16 / fp32 best samples/s" in out.stdout
     loader = json.loads((tmp_path / "rows.json").read_text())["loader"]
     assert loader["batch"] == 2 and loader["workers"] == 2 and loader["samples_per_s"] > 0
@@ -52,7 +57,8 @@ def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
-    assert len(rows) == 1 and rows[0]["gradient_checkpointing"] is True and rows[0]["samples_per_s"] > 0
+    assert {(r["path"], r["lengths"]) for r in rows} == {(p, x) for p in ("coqui", "fast") for x in ("equal", "padded")}
+    assert all(r["gradient_checkpointing"] is True and r["samples_per_s"] > 0 for r in rows)  # both forwards
     assert "gradient checkpointing on" in out.stdout
 
 
@@ -127,3 +133,20 @@ def test_trainable_cost_benchmark_measures_each_option_small(capsys):
     assert 0 < trained["lora"] < trained["freeze"] < trained["all"] == rows[0]["gpt_params_m"]
     assert all(r["step_s"] > 0 and r["step_cpu_s"] > 0 and r["optimizer_state_mb"] > 0 for r in rows)
     assert "CPU time of all" in capsys.readouterr().out.splitlines()[3]  # each option's cost next to all's
+
+
+def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_throughput", REPO_ROOT / "benchmarks" / "gpu_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    spread = bench.demo_spread()
+    assert len(spread) == 66 and 2.0 < min(s for _, s in spread) < max(s for _, s in spread) < 10.5
+    batches = bench.padded_batches(bench.SMALL, 4, 6, cond_frames=20)
+    longest_codes = bench.SMALL["max_mel_tokens"] - 5
+    for text, text_lens, codes, wav_lens, _, _ in batches:
+        assert text.shape[1] == int(text_lens.max()) and codes.shape[1] == -(-int(wav_lens.max()) // 1024)
+        assert int(wav_lens.max()) <= longest_codes * 1024 and int(text_lens.max()) <= bench.SMALL["max_text_tokens"]
+        assert int(wav_lens.min()) > 0.6 * int(wav_lens.max())  # length-bucketed: rows of a batch are alike
+    assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "lora_weights", "run_lock")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
-    ("models", ("base_model", "random_model", "model")),
+    ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),
     ("data", ("data",)),
     ("asr", ("asr",)),
     ("checkpoints", ("checkpoint_store",)),

@@ -17,18 +17,23 @@ prompt it was conditioned on. :func:`prompt_masked_mel_loss` recomputes the cros
 GPT's own mel logits with each row's prompt codes ignored; coqui is called without ``cond_idxs``
 (they only feed that mask and an attention mask its ``get_logits`` replaces), so nothing of coqui
 is patched.
+
+Which forward a training step runs (``use_forward``): ``fast`` (``gpt_forward.fast_gpt_losses``, the
+same function laid out for speed, its blocks optionally compiled: ``gpt_compile.CompiledBlocks``) or
+``coqui`` (:func:`coqui_gpt_losses`, the reference). A built model starts on ``coqui``; the trainer
+sets ``training.gpt_forward``. Synthesis and export call coqui's GPT directly and never see either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import ContextManager, Optional, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from TTS.tts.configs.xtts_config import XttsConfig
 from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
 from TTS.tts.layers.xtts.dvae import DiscreteVAE
@@ -36,14 +41,19 @@ from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.errors import ModelError
+from xtts_ft.gpt_forward import BlockRunner, check_supported, fast_gpt_losses, row_length
+from xtts_ft.gpt_targets import (  # noqa: F401 - the loss weights: re-exported
+    LOSS_MEL_CE_WEIGHT,
+    LOSS_TEXT_CE_WEIGHT,
+    prompt_masked_mel_loss,
+    weighted_losses,
+)
 from xtts_ft.languages import AMHARIC
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tokenizer.resize import resize_text_rows
 
 log = logging.getLogger(__name__)
 
-LOSS_TEXT_CE_WEIGHT = 0.01  # coqui GPTArgs.gpt_loss_text_ce_weight
-LOSS_MEL_CE_WEIGHT = 1.0  # coqui GPTArgs.gpt_loss_mel_ce_weight
 _DROPPED_KEYS = ("torch_mel_spectrogram_style_encoder", "torch_mel_spectrogram_dvae", "dvae")
 
 
@@ -151,6 +161,8 @@ class XttsTrainingModel(nn.Module):
         self.mel_dvae = new_dvae_mel(mel_stats_pth, xtts.config.audio.dvae_sample_rate)
         self.requires_grad_(False)
         self.xtts.gpt.requires_grad_(True)
+        self.forward_path = "coqui"  # training.gpt_forward picks (session.build_model): use_forward
+        self.block_runner: Optional[BlockRunner] = None
 
     @property
     def gpt(self) -> nn.Module:
@@ -176,6 +188,40 @@ class XttsTrainingModel(nn.Module):
         mel = self.mel_style(conditioning.view(b * n, c, t))
         return mel.view(b, n, mel.shape[1], mel.shape[2])
 
+    def use_forward(self, path: str, runner: Optional[BlockRunner] = None) -> None:
+        """Which training forward ``forward`` runs: ``fast`` (``gpt_forward.py``, blocks run by ``runner``)
+        or ``coqui`` (coqui's ``GPT.forward``: the reference). A GPT the fast forward cannot run stays on coqui's."""
+        if path not in ("fast", "coqui"):
+            raise ValueError(f"training forward {path!r}: expected 'fast' or 'coqui'")
+        problem = check_supported(self.xtts.gpt) if path == "fast" else None
+        if problem:
+            log.warning("training forward: coqui's (the fast one cannot run this GPT: %s)", problem)
+            path = "coqui"
+        self.forward_path, self.block_runner = path, runner
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling the GPT blocks so far (training.compile; 0 without)."""
+        return float(getattr(self.block_runner, "compile_seconds", 0.0))
+
+    def pending_compile_seconds(self) -> float:
+        """Compile time still expected (the length buckets not yet met; 0 without training.compile)."""
+        pending = getattr(self.block_runner, "pending_seconds", None)
+        return float(pending()) if pending else 0.0
+
+    def expect_rows(self, text_tokens: Sequence[int], audio_samples: Sequence[int]) -> None:
+        """The clips' text lengths and audio lengths (samples): the compiled blocks' buckets they reach."""
+        expect = getattr(self.block_runner, "expect_lengths", None)
+        if expect and text_tokens:
+            gpt = self.xtts.gpt
+            rows = [row_length(gpt, t, a) for t, a in zip(text_tokens, audio_samples)]
+            expect(min(rows), max(rows))
+
+    def eager_blocks(self) -> ContextManager:
+        """Within it the blocks run uncompiled (the batch-size probe: its many sizes are not worth compiling)."""
+        paused = getattr(self.block_runner, "paused", None)
+        return paused() if paused else contextlib.nullcontext()
+
     def forward(
         self,
         text_inputs: torch.Tensor,
@@ -186,46 +232,25 @@ class XttsTrainingModel(nn.Module):
         cond_idxs: Optional[torch.Tensor] = None,
         cond_lens: Optional[torch.Tensor] = None,
     ) -> dict[str, torch.Tensor]:
-        loss_text, loss_mel, mel_logits = self.xtts.gpt(
-            text_inputs, text_lengths, audio_codes, wav_lengths,
-            cond_mels=cond_mels, cond_idxs=None, cond_lens=cond_lens,  # cond_idxs: see the module doc
-        )
-        if cond_idxs is not None:
-            loss_mel = prompt_masked_mel_loss(self.xtts.gpt, mel_logits, audio_codes, wav_lengths, cond_idxs)
-        text = loss_text * LOSS_TEXT_CE_WEIGHT
-        mel = loss_mel * LOSS_MEL_CE_WEIGHT
-        return {"loss": text + mel, "loss_text_ce": text, "loss_mel_ce": mel}
+        if self.forward_path == "fast" and cond_lens is None:
+            loss_text, loss_mel = fast_gpt_losses(self.xtts.gpt, text_inputs, text_lengths, audio_codes, wav_lengths,
+                                                  cond_mels, cond_idxs, runner=self.block_runner)
+            return weighted_losses(loss_text, loss_mel)
+        return weighted_losses(*coqui_gpt_losses(self.xtts.gpt, text_inputs, text_lengths, audio_codes, wav_lengths,
+                                                 cond_mels, cond_idxs, cond_lens))
 
 
-def mel_targets(gpt: nn.Module, audio_codes: torch.Tensor, wav_lengths: torch.Tensor) -> torch.Tensor:
-    """The GPT's mel targets (B, T) as coqui builds them: codes, stop tokens after each clip, -1 padding."""
-    stride = gpt.code_stride_len
-    code_lengths = torch.ceil(wav_lengths / stride).long() + 3
-    max_len = int(code_lengths.max())
-    if max_len > audio_codes.shape[-1]:
-        audio_codes = F.pad(audio_codes, (0, max_len - audio_codes.shape[-1]))
-    codes = F.pad(audio_codes[:, :max_len], (0, 1), value=gpt.stop_audio_token)
-    codes = gpt.set_mel_padding(codes, code_lengths - 3)
-    _, targets = gpt.set_inputs_and_targets(codes, gpt.start_audio_token, gpt.stop_audio_token)
-    positions = torch.arange(targets.shape[1], device=targets.device)
-    return targets.masked_fill(positions[None, :] > code_lengths[:, None], -1)
-
-
-def prompt_masked_mel_loss(gpt: nn.Module, mel_logits: torch.Tensor, audio_codes: torch.Tensor,
-                           wav_lengths: torch.Tensor, cond_idxs: torch.Tensor) -> torch.Tensor:
-    """Mel cross-entropy with every row's prompt ignored: the codes whose audio overlaps its crop.
-
-    ``cond_idxs`` (B, 2): each row's prompt crop [start, end) in samples of the target clip.
-    """
-    targets = mel_targets(gpt, audio_codes, wav_lengths)
-    stride = gpt.code_stride_len
-    idxs = cond_idxs.to(targets.device).long()
-    first = torch.div(idxs[:, 0], stride, rounding_mode="floor")
-    end = torch.div(idxs[:, 1] + stride - 1, stride, rounding_mode="floor")
-    positions = torch.arange(targets.shape[1], device=targets.device)[None, :]
-    in_prompt = (positions >= first[:, None]) & (positions < end[:, None])
-    targets = targets.masked_fill(in_prompt, -1)
-    return F.cross_entropy(mel_logits, targets, ignore_index=-1, label_smoothing=gpt.label_smoothing)
+def coqui_gpt_losses(gpt: nn.Module, text_inputs: torch.Tensor, text_lengths: torch.Tensor, audio_codes: torch.Tensor,
+                     wav_lengths: torch.Tensor, cond_mels: torch.Tensor, cond_idxs: Optional[torch.Tensor] = None,
+                     cond_lens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(text CE, mel CE) through coqui's ``GPT.forward``, the mel CE recomputed with every row's prompt ignored."""
+    loss_text, loss_mel, mel_logits = gpt(
+        text_inputs, text_lengths, audio_codes, wav_lengths,
+        cond_mels=cond_mels, cond_idxs=None, cond_lens=cond_lens,  # cond_idxs: see the module doc
+    )
+    if cond_idxs is not None:
+        loss_mel = prompt_masked_mel_loss(gpt, mel_logits, audio_codes, wav_lengths, cond_idxs)
+    return loss_text, loss_mel
 
 
 def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_weights: bool = True):

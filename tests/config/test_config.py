@@ -236,3 +236,17 @@ def test_a_bare_config_name_is_found_in_the_project_configs(tmp_path, monkeypatc
     for missing in ("other.yaml", "sub/amharic.yaml"):  # only a bare name is looked up in configs/
         with pytest.raises(ConfigError, match="config file not found"):
             locate_config(missing, shipped)
+
+
+def test_training_compile_reads_yaml_on_off_and_needs_the_fast_forward(tmp_path, dataset_dir):
+    """YAML 1.1 reads a bare on/off as true/false: both spellings are accepted; compiling coqui's forward is refused."""
+    base = {"dataset": {"path": str(dataset_dir)}}
+    path = tmp_path / "run.yaml"
+    path.write_text(f"dataset: {{path: {dataset_dir}}}\ntraining: {{compile: off}}\n", encoding="utf-8")
+    assert load_config(path).training.compile is False
+    assert load_config(write(tmp_path, base), ["training.compile=on"]).training.compile in ("on", True)
+    assert load_config(write(tmp_path, {**base, "training": {"compile": "auto"}})).training.compile == "auto"
+    with pytest.raises(ConfigError, match="training.compile: on needs training.gpt_forward: fast"):
+        load_config(write(tmp_path, {**base, "training": {"compile": "on", "gpt_forward": "coqui"}}))
+    with pytest.raises(ConfigError, match="training.gpt_forward"):
+        load_config(write(tmp_path, {**base, "training": {"gpt_forward": "quick"}}))

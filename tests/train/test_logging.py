@@ -102,3 +102,28 @@ def test_a_resumed_run_logs_each_step_once(tmp_path):
     acc.Reload()
     curve = {e.step: e.value for e in acc.Scalars("train/loss")}
     assert curve == {1: 9.0, 2: 9.0, 3: 9.0, 4: 1.0}
+
+
+def test_compile_time_is_shown_and_the_eta_counts_it(tmp_path, caplog):
+    """training.compile: a step's compile seconds are not projected over the steps left (a one-off), the compiles
+    still expected are added, and the line says how long compiling took."""
+    from xtts_ft.config import StabilityConfig
+    from xtts_ft.train.metrics import MetricsLogger
+    from xtts_ft.train.stability import StabilityGuard, StepStats
+
+    logger = MetricsLogger(tmp_path, enabled=True, max_steps=102, start_step=0, log_every=2)
+    guard = StabilityGuard(StabilityConfig())
+    stats = StepStats(loss=1.0, loss_text_ce=0.5, loss_mel_ce=0.9, finite_losses=2, expected_losses=2, grad_norm=0.1,
+                      loss_scale=1.0, stop_requested=False)
+    common = dict(lr=1e-3, guard=guard, precision="fp32", epoch=0, samples=2)
+    with caplog.at_level(logging.INFO, logger="xtts_ft.train.metrics"):
+        logger.train_step(1, stats, seconds=31.0, compile_s=30.0, compile_pending_s=60.0, **common)
+        logger.train_step(2, stats, seconds=1.0, compile_pending_s=60.0, **common)
+        logger.train_step(3, stats, seconds=1.0, **common)
+        logger.train_step(4, stats, seconds=1.0, **common)
+    logger.close()
+    first, second = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert first["eta_s"] == pytest.approx(1.0 * 100 + 60.0) and first["compile_s"] == 30.0
+    assert second["eta_s"] == pytest.approx(1.0 * 98) and "compile_s" not in second
+    assert "compiling 30.0 s" in caplog.records[0].getMessage()
+    assert "compiling" not in caplog.records[1].getMessage()

@@ -88,5 +88,7 @@ def test_the_benchmark_scaler_starts_at_the_configured_scale():
     bench = _benchmark()
     torch.manual_seed(0)
     gpt = bench.build_gpt(bench.SMALL, torch.device("cpu"))
-    row = bench.measure(gpt, bench.SMALL, torch.device("cpu"), "fp16", batch=1, steps=1, text_len=8, codes_len=10)
-    assert row["loss_scale"] == 1024.0  # precision.init_scale, not torch's 65536 (3 clean steps: no growth yet)
+    batches = [bench.synthetic_batch(bench.SMALL, 1, text_len=8, codes_len=10, cond_frames=20)] * 3
+    for path in ("coqui", "fast"):
+        row = bench.measure(gpt, torch.device("cpu"), "fp16", batches, warmup=2, path=path)
+        assert row["loss_scale"] == 1024.0  # precision.init_scale, not torch's 65536 (3 clean steps: no growth yet)

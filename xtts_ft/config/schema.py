@@ -355,6 +355,18 @@ class TrainingConfig:
     log_every: int = opt(10, "Console and metrics.jsonl line every this many optimizer steps.")
     cache_dvae_codes: bool = opt(True, "Compute the DVAE codes of training audio once and cache them on disk.")
     gradient_checkpointing: bool = opt(False, "Recompute GPT block activations in backward to save memory.")
+    gpt_forward: Literal["fast", "coqui"] = opt(
+        "fast",
+        "The GPT's training forward. fast: our layout of coqui's GPT (xtts_ft/gpt_forward.py: no attention mask, "
+        "so attention keeps its fast kernels; no KV cache; no per-row loops), the same losses and gradients. coqui: "
+        "coqui's own GPT.forward (the reference). Inference and export always use coqui's.",
+    )
+    compile: Union[Literal["auto", "on", "off"], bool] = opt(
+        "auto",
+        "torch.compile the GPT blocks of the fast training forward (xtts_ft/gpt_compile.py). auto: on for CUDA. "
+        "Batch lengths are rounded up so a run compiles at most 6 times (the time is logged and counted in the "
+        "ETA); a compile failure falls back to eager with one warning line.",
+    )
     length_bucketing: bool = opt(True, "Batch clips of similar length together (less padding).")
     offload_frozen: bool = opt(
         False,
@@ -413,6 +425,8 @@ class TrainingConfig:
             )
         if self.num_workers < 0:
             problems.append("training.num_workers: must be >= 0 (0 loads data in the training process)")
+        if self.compile in ("on", True) and self.gpt_forward != "fast":
+            problems.append("training.compile: on needs training.gpt_forward: fast (it compiles that forward's blocks)")
         if isinstance(self.cpu_threads, int) and self.cpu_threads < 1:
             problems.append("training.cpu_threads: must be >= 1 or 'auto'")
         if self.new_token_lr_multiplier <= 0:

@@ -313,7 +313,7 @@ class FineTuneRecipe:
             self.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=self.stability.guard,
                                     precision=self.stability.policy.name, epoch=self.progress.epoch,
                                     samples=self.plan.samples_per_step, seconds=self.last_step_seconds,
-                                    epochs=epochs, audio_hours=epochs * self.train_hours)
+                                    epochs=epochs, audio_hours=epochs * self.train_hours, **self.stepper.compile_times)
         return write
 
     def _redo_cut_short_evaluation(self) -> bool:

@@ -267,7 +267,8 @@ def probe_batch_size(model: nn.Module, dataset, clips: Sequence, model_inputs: C
     if _will_probe(probe, device):
         log.info("batch_size auto: probing up to %d clips, each padded to the longest text (%d tokens) and audio "
                  "(%d samples)", limit, max(texts), max(audio))
-    with reserve_memory(probe_reserve_bytes(list(model.xtts.gpt.parameters()), world_size), device):
+    eager = getattr(model, "eager_blocks", contextlib.nullcontext)  # training.compile: the probe runs uncompiled
+    with reserve_memory(probe_reserve_bytes(list(model.xtts.gpt.parameters()), world_size), device), eager():
         return find_batch_size(try_batch, device, limit, probe=probe)
 
 

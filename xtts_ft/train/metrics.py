@@ -96,7 +96,7 @@ class MetricsLogger:
         """The running average of the steps since the last logged row, for the checkpoint: a resumed run's first
         row then averages the same steps as an uninterrupted run's."""
         return {"n": self._n, "finite": self._finite, "sums": list(self._sums), "samples": self._samples,
-                "seconds": self._seconds}
+                "seconds": self._seconds, "compile": self._compile}
 
     def load_interval_state(self, state: Optional[dict]) -> None:
         """Continue the running average saved by :meth:`interval_state` (None: an older checkpoint, start afresh)."""
@@ -105,6 +105,7 @@ class MetricsLogger:
         self._n, self._finite = int(state["n"]), int(state["finite"])
         self._sums = [float(v) for v in state["sums"]]
         self._samples, self._seconds = int(state["samples"]), float(state["seconds"])
+        self._compile = float(state.get("compile", 0.0))
 
     def _reset_interval(self) -> None:
         self._n = 0
@@ -112,6 +113,7 @@ class MetricsLogger:
         self._sums = [0.0, 0.0, 0.0]
         self._samples = 0
         self._seconds = 0.0
+        self._compile = 0.0
 
     def _write(self, record: dict, file=None) -> None:
         file = file or self._jsonl
@@ -122,14 +124,18 @@ class MetricsLogger:
     def train_step(
         self, step: int, stats: StepStats, *, lr: float, guard: StabilityGuard, precision: str, epoch: int,
         samples: int, seconds: float, epochs: Optional[float] = None, audio_hours: Optional[float] = None,
+        compile_s: float = 0.0, compile_pending_s: float = 0.0,
     ) -> None:
         """Record optimizer step ``step`` (1-based count of steps done); ``epochs``: passes over the training clips
-        so far (fractional), ``audio_hours``: hours of training audio seen so far."""
+        so far (fractional), ``audio_hours``: hours of training audio seen so far; ``compile_s``: of the step's
+        ``seconds``, those spent compiling (training.compile), ``compile_pending_s``: compile time still expected.
+        The ETA is the interval's steps less their compile time, times the steps left, plus the pending compiles."""
         if not self.enabled:
             return
         self._n += 1
         self._samples += samples
         self._seconds += seconds
+        self._compile += compile_s
         if math.isfinite(stats.loss):
             self._finite += 1
             for i, v in enumerate((stats.loss, stats.loss_text_ce, stats.loss_mel_ce)):
@@ -143,7 +149,7 @@ class MetricsLogger:
         self._bar.set_postfix(loss=f"{stats.loss:.4f}", lr=f"{lr:.2e}", grad=f"{stats.grad_norm:.3f}", refresh=False)
         if step % self.log_every and step != self.max_steps:
             return
-        per_step = self._seconds / max(1, self._n)
+        per_step = max(0.0, self._seconds - self._compile) / max(1, self._n)
         mean = [s / self._finite if self._finite else float("nan") for s in self._sums]
         record = {
             "step": step, "epoch": epoch, "epochs": epochs, "audio_hours": audio_hours,
@@ -153,18 +159,21 @@ class MetricsLogger:
             "skipped_nonfinite_grad": guard.skipped_nonfinite_grad, "rollbacks": guard.rollbacks,
             "oom_split": guard.oom_split, "oom_skipped": guard.oom_skipped,
             "precision": precision, "samples_per_s": self._samples / self._seconds if self._seconds else None,
-            "eta_s": per_step * (self.max_steps - step), "time": time.time(),
+            "eta_s": per_step * (self.max_steps - step) + compile_pending_s, "time": time.time(),
         }
+        if self._compile:
+            record["compile_s"] = self._compile
         self._write(record)
         for key in ("samples_per_s", "skipped_steps"):
             if record[key] is not None:
                 self._tb.add_scalar(f"train/{key}", record[key], step)
+        compiled = f" | compiling {self._compile:.1f} s" if self._compile else ""
         seen = f" | epoch {epochs:.2f}, {audio_hours:.2f} h of audio" if epochs is not None and audio_hours is not None else ""
         log.info(
             "step %d/%d%s | loss %.4f (text %.4f, mel %.4f) | lr %.3g | grad %.3f | scale %g | skipped %d | "
-            "%.1f samples/s | eta %s",
+            "%.1f samples/s | eta %s%s",
             step, self.max_steps, seen, mean[0], mean[1], mean[2], lr, stats.grad_norm, stats.loss_scale,
-            guard.skipped_steps, record["samples_per_s"] or 0.0, _fmt_duration(record["eta_s"]),
+            guard.skipped_steps, record["samples_per_s"] or 0.0, _fmt_duration(record["eta_s"]), compiled,
         )
         self._reset_interval()
 

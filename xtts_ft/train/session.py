@@ -24,6 +24,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import ConfigError, DataError
+from xtts_ft.gpt_compile import MAX_SHAPES, CompiledBlocks, compile_enabled, longest_row
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model
 from xtts_ft.stop_signals import raise_if_stopped
@@ -123,8 +124,21 @@ def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer, 
     model.to(device)
     if cfg.training.gradient_checkpointing:
         enable_gradient_checkpointing(model.xtts.gpt)
+    model.use_forward(cfg.training.gpt_forward, block_runner(cfg.training, model.xtts.gpt, device))
     model.train()
     return model
+
+
+def block_runner(tcfg: TrainingConfig, gpt, device: torch.device) -> Optional[CompiledBlocks]:
+    """``training.compile``: the compiled blocks of the fast forward, or None (eager)."""
+    if tcfg.gpt_forward != "fast" or not compile_enabled(tcfg.compile, device):
+        log.info("training forward: %s, GPT blocks not compiled (training.compile: %s)", tcfg.gpt_forward,
+                 tcfg.compile)
+        return None
+    runner = CompiledBlocks(longest_row(gpt))
+    log.info("training forward: fast, GPT blocks compiled on first use (lengths rounded up to a multiple of %d: at "
+             "most %d compiles)", runner.width, min(runner.buckets, MAX_SHAPES))
+    return runner
 
 
 def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: Limits, *, model, runtime: Runtime,
@@ -233,6 +247,7 @@ def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: Batc
     vocabulary's rows under training.trainable freeze/lora: ``TrainableSetup.kept``)."""
     scaler, policy = stability.scaler, stability.policy
     check_setup(model, optimizer, runtime.device, offloaded, kept=kept)
+    model.expect_rows([len(c.tokens) for c in data.train_clips], [c.num_samples for c in data.train_clips])
     vocab_rows = model.gpt.text_embedding.weight.shape[0]
     picked = pick_check_clips([c.tokens for c in data.train_clips], base_vocab_size, vocab_rows, plan.batch_size)
     items = collate([data.train_set[ItemKey(i, 0, 0, slot, runtime.dist.rank)] for slot, i in enumerate(picked)])

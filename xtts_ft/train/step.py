@@ -11,12 +11,15 @@
    otherwise the step is skipped and counted (the stability controller); ``zero_grad``.
 
 Injected faults (tests) come from the hooks object (``hooks.py``), asked once per step.
+``compile_times``: of the newest step, the seconds ``training.compile`` spent compiling in it and the
+compile time still expected (``XttsTrainingModel.compile_seconds`` / ``pending_compile_seconds``), for
+the metrics line and its ETA.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -63,6 +66,7 @@ class StepRunner:
     train_iter: Any  # the training loader's batches (None after cleanup: ends its workers)
     metrics: Any
     lr: float = 0.0  # of the newest step, for its metrics line
+    compile_times: dict = field(default_factory=dict)  # of the newest step: MetricsLogger.train_step's compile_*
 
     def run(self, progress: Progress) -> Optional[StepStats]:
         """One step from ``progress`` (its data position moves on); None when a stop abandoned it."""
@@ -71,6 +75,7 @@ class StepRunner:
         set_lr(opt.optimizer, lr)
         fault = self.hooks.fault_at(step)
         rows, kept_inputs, kept_clips = [], [], []
+        compiled_before = self.model.compile_seconds
 
         def forward(piece: dict) -> tuple[torch.Tensor, torch.Tensor]:
             inputs = model_inputs(self.model, self.device, piece, train=True)
@@ -102,6 +107,8 @@ class StepRunner:
         for event in self.runner.events:
             self.metrics.event(step + 1, **event)
         self.lr = lr
+        self.compile_times = {"compile_s": self.model.compile_seconds - compiled_before,
+                              "compile_pending_s": self.model.pending_compile_seconds()}
         if not self.runner.finish([p.grad for p in opt.trainable]):  # every clip ran out of memory: no update
             opt.optimizer.zero_grad(set_to_none=True)
             nan = float("nan")
