@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import torch
-from transformers import StoppingCriteriaList
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tests.evaluate.evalhelpers import identity
 
@@ -22,6 +23,20 @@ TEXTS = ["the quick brown fox", "peter piper picked a peck", "hello", "a b c d e
 SEEDS = [0, 1, 2, 3, 4]
 MAX_CODES = 24
 TEMPERATURE = 0.75
+
+
+class CodeRecorder(StoppingCriteria):
+    """Never stops generation; remembers the codes generated so far (batch of one)."""
+
+    def __init__(self) -> None:
+        self.prompt_len: Optional[int] = None
+        self.codes: Optional[torch.Tensor] = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        if self.prompt_len is None:  # first call: the prompt plus one new token
+            self.prompt_len = input_ids.shape[1] - 1
+        self.codes = input_ids[0, self.prompt_len :].detach().cpu()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def golden_model(tiny_base, am_vocab):
@@ -44,9 +59,9 @@ def golden_model(tiny_base, am_vocab):
 
 def coqui_codes(xtts, latents, text: str, seed: int, **kwargs) -> list[int]:
     """The codes coqui's ``Xtts.inference`` generates for ``text`` from ``seed`` (at most MAX_CODES)."""
-    from xtts_ft.evaluate.synthesis import _CodeRecorder, gpt_ready_for_inference
+    from xtts_ft.evaluate.synthesis import gpt_ready_for_inference
 
-    recorder = _CodeRecorder()
+    recorder = CodeRecorder()
     with torch.inference_mode(), gpt_ready_for_inference(xtts, MAX_CODES), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         xtts.inference(text, "am", latents[0], latents[1], temperature=TEMPERATURE,

@@ -9,7 +9,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.evaluate.golden import MAX_CODES, SEEDS, TEMPERATURE, TEXTS, coqui_codes, golden_model, read_golden
+from tests.evaluate.golden import (
+    MAX_CODES,
+    SEEDS,
+    TEMPERATURE,
+    TEXTS,
+    CodeRecorder,
+    coqui_codes,
+    golden_model,
+    read_golden,
+)
 from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, Sampling, decode_all, prefix_embeddings
 
 
@@ -60,7 +69,7 @@ def test_latents_are_coquis_second_pass(golden):
     """The latents handed to HiFiGAN: coqui recomputes them with a second forward pass; ours come with the codes."""
     from transformers import StoppingCriteriaList
 
-    from xtts_ft.evaluate.synthesis import _CodeRecorder, gpt_ready_for_inference
+    from xtts_ft.evaluate.synthesis import gpt_ready_for_inference
 
     xtts, _tokenizer, latents = golden
     request = _request(golden, TEXTS[0], SEEDS[0])
@@ -68,7 +77,7 @@ def test_latents_are_coquis_second_pass(golden):
         decode_all(xtts.gpt, [request])
         torch.manual_seed(SEEDS[0])
         out = xtts.inference(TEXTS[0], "am", latents[0], latents[1], temperature=TEMPERATURE,
-                             stopping_criteria=StoppingCriteriaList([_CodeRecorder()]))
+                             stopping_criteria=StoppingCriteriaList([CodeRecorder()]))
     theirs = torch.as_tensor(out["gpt_latents"])[0]
     ours = torch.stack(request.latents)
     assert ours.shape == theirs.shape == (MAX_CODES, xtts.gpt.model_dim)
