@@ -1,7 +1,7 @@
 """The speech engine under N concurrent callers, in process: the new engine, the old per-piece path, coqui's stream.
 
-    python benchmarks/serve_load.py --in-process --clients 1 8 32 --threads 1
-    python benchmarks/engine_load.py --size tiny --clients 1 8 32 --threads 1   # the same, directly
+    python benchmarks/engine_load.py --size tiny --clients 1 8 32 --threads 1
+    python benchmarks/engine_load.py --size full --clients 1 2 --paths engine per-piece --max-codes 20
 
 Three paths over the same export (``serve_load.make_export``), the same two-sentence text and voice, each
 piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
