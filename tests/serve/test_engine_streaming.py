@@ -86,3 +86,24 @@ def test_concurrent_requests_are_batched_and_keep_their_solo_codes(engine):
     assert [r.codes for r in batched] == solo
     assert engine.loop.largest_batch >= 4 and engine.loop.steps - before < sum(len(c) for c in solo), "batched"
     assert engine.loop.active == 0
+
+
+def test_the_next_piece_decodes_while_this_one_is_spoken(engine, monkeypatch):
+    """One piece ahead: the second piece is submitted before the first's audio is sent; the audio is each piece's own."""
+    text = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።"
+    pieces = engine.pieces(text)
+    assert len(pieces) == 2
+    events: list[str] = []
+    submit = engine.loop.submit
+    monkeypatch.setattr(engine.loop, "submit", lambda request: (events.append("submit"), submit(request))[1])
+    chunks = []
+    for chunk in engine.synthesize(text, "spk1"):
+        events.append("chunk")
+        chunks.append(chunk)
+    monkeypatch.undo()
+    assert events[:3] == ["submit", "submit", "chunk"] and events.count("submit") == 2
+    whole = np.concatenate([engine.synthesize_piece(p, engine.voices.get("spk1")).audio for p in pieces])
+    streamed = np.concatenate(chunks)
+    assert streamed.size == whole.size
+    assert np.abs(streamed - whole).max() <= 1e-3 * np.abs(whole).max()
+    assert engine.loop.active == 0

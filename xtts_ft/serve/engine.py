@@ -251,20 +251,28 @@ class SpeechEngine:
         self._count(kept.ended_with_stop, start, audio.size)
         return PieceResult(audio, kept.ended_with_stop, len(kept.codes), cap, attempt + 1)
 
+    def _streams(self, piece: str, speed: float) -> bool:
+        """Whether ``piece`` is streamed (else synthesised whole: a short piece that may be retried, or a speed)."""
+        return speed == 1.0 and not (len(piece) <= self.settings.short_text_chars and self.settings.short_text_retries)
+
+    def _submit(self, piece: str, voice: Voice, language: str) -> tuple[DecodeRequest, Stream, float]:
+        request = self.decode_request(piece, language, self._latents(voice)[0], self.settings.seed,
+                                      self.piece_cap(piece))
+        return request, self.loop.submit(request), time.perf_counter()
+
     def stream_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
-                     cancel: Optional[Cancel] = None) -> Iterator[np.ndarray]:
+                     cancel: Optional[Cancel] = None,
+                     submitted: Optional[tuple[DecodeRequest, Stream, float]] = None) -> Iterator[np.ndarray]:
         """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then every
         ``stream_chunk_codes``. A short piece that may be retried, or ``speed`` other than 1, is synthesised
-        whole (one chunk)."""
+        whole (one chunk). ``submitted``: its decoding, already started (:meth:`synthesize` starts the next
+        piece's while this one is vocoded)."""
         language = language or self.language
-        if speed != 1.0 or (len(piece) <= self.settings.short_text_chars and self.settings.short_text_retries):
+        if not self._streams(piece, speed):
             yield self.synthesize_piece(piece, voice, language=language, speed=speed, cancel=cancel).audio
             return
-        start = time.perf_counter()
-        gpt_cond_latent, speaker_embedding = self._latents(voice)
-        request = self.decode_request(piece, language, gpt_cond_latent, self.settings.seed, self.piece_cap(piece))
-        vocoder = StreamingVocoder(self.xtts.hifigan_decoder, speaker_embedding)
-        stream = self.loop.submit(request)
+        request, stream, start = submitted or self._submit(piece, voice, language)
+        vocoder = StreamingVocoder(self.xtts.hifigan_decoder, self._latents(voice)[1])
         given, samples = 0, 0
         for have in self._codes(stream, cancel, self.settings.stream_chunk_codes,
                                 self.settings.stream_first_chunk_codes):
@@ -284,6 +292,8 @@ class SpeechEngine:
                    cancel: Optional[Cancel] = None) -> Iterator[np.ndarray]:
         """Float32 audio chunks (at :attr:`sample_rate`) as they are ready, piece after piece.
 
+        The next piece's decoding starts when this piece's starts (one piece ahead, so a long text holds at
+        most two rows of the batch), so its first audio is ready when this piece's last has been sent.
         ``cancel`` is asked while audio is awaited (at least every 50 ms); when it returns True the
         request leaves the decode batch at its next step and the generator ends early (counted in
         ``stats.cancelled``). Raises ``DataError`` for empty text and ``VoiceError`` for an unknown voice
@@ -295,14 +305,25 @@ class SpeechEngine:
         pieces = self.pieces(text, language)
         if not pieces:
             raise DataError("input: no speakable text (after normalisation nothing is left); give words to say")
-        for i, piece in enumerate(pieces):
-            try:
-                yield from self.stream_piece(piece, chosen, language=language, speed=speed, cancel=cancel)
-            except SynthesisCancelled:
-                with self.stats.lock:
-                    self.stats.cancelled += 1
-                self.stats.note(f"cancelled: caller went away during piece {i + 1}/{len(pieces)}")
-                return
+        ahead = None  # the next piece's decoding, started early
+        try:
+            for i, piece in enumerate(pieces):
+                current, ahead = ahead, None
+                if i + 1 < len(pieces) and self._streams(pieces[i + 1], speed):
+                    if current is None and self._streams(piece, speed):
+                        current = self._submit(piece, chosen, language)  # this piece first: it is needed first
+                    ahead = self._submit(pieces[i + 1], chosen, language)
+                try:
+                    yield from self.stream_piece(piece, chosen, language=language, speed=speed, cancel=cancel,
+                                                 submitted=current)
+                except SynthesisCancelled:
+                    with self.stats.lock:
+                        self.stats.cancelled += 1
+                    self.stats.note(f"cancelled: caller went away during piece {i + 1}/{len(pieces)}")
+                    return
+        finally:
+            if ahead is not None and not ahead[1].finished:
+                ahead[1].cancel()  # ended early (cancelled, failed, or the caller stopped reading)
 
     def synthesize_all(self, text: str, voice: str, **kwargs) -> np.ndarray:
         """The whole text as one float32 array (the chunks of :meth:`synthesize` joined)."""
