@@ -6,6 +6,7 @@ codes depend on the text, the voice and every earlier code.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -142,3 +143,27 @@ def test_a_stop_code_ends_a_row_and_only_that_row(golden):
         with torch.no_grad():
             bias.copy_(saved)
     assert stopper.codes == [xtts.gpt.stop_audio_token] and stopper.ended_with_stop and stopper.done
+
+
+def test_evaluation_samples_in_one_batch_sound_as_coquis_one_by_one(golden, tmp_path):
+    """synthesize_samples decodes all samples together; each still sounds as Xtts.inference makes it alone."""
+    import soundfile as sf
+
+    from tests.evaluate.golden import VOICE
+    from xtts_ft.evaluate.synthesis import synthesize_samples
+
+    xtts, tokenizer, latents = golden
+    texts = TEXTS[:3]
+    results = synthesize_samples(xtts, tokenizer, texts, [VOICE], tmp_path, language="am", temperature=TEMPERATURE,
+                                 seed=3, max_new_tokens=MAX_CODES)
+    for text, result in zip(texts, results):
+        with torch.inference_mode(), torch.random.fork_rng(devices=[]):
+            from xtts_ft.evaluate.synthesis import gpt_ready_for_inference
+
+            with gpt_ready_for_inference(xtts, MAX_CODES):
+                torch.manual_seed(3)
+                theirs = xtts.inference(text, "am", latents[0], latents[1], temperature=TEMPERATURE)["wav"]
+        ours, _sr = sf.read(str(result.path), dtype="float32")
+        theirs = np.clip(np.asarray(theirs, dtype=np.float32).reshape(-1), -1.0, 1.0)
+        assert ours.shape == theirs.shape and result.n_codes == MAX_CODES
+        assert np.abs(ours - theirs).max() <= 2e-4 + 2 / 32768, text  # PCM16 on disk
