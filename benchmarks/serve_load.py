@@ -14,6 +14,9 @@ of audio per second over all clients), requests per minute and errors.
 
 Side by side, the same export under coqui-tts's own ``tts-server`` (its ``/v1/audio/speech``), once in
 Amharic and once with ``--language_idx en``; whatever stops it is printed instead of numbers.
+
+The engine alone, without HTTP, beside the old per-piece path and coqui's ``inference_stream`` at 1, 8
+and 32 callers: ``benchmarks/engine_load.py`` (same export, text and voice).
 """
 
 from __future__ import annotations

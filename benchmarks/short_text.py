@@ -55,7 +55,7 @@ def variant(engine, **changes):
 
     return SpeechEngine(engine.xtts, engine.tokenizer, engine.meta, engine.source, engine.voices,
                         settings=dataclasses.replace(engine.settings, **changes), temperature=engine.temperature,
-                        max_codes=engine.max_codes)
+                        max_codes=engine.max_codes, loop=engine.loop)  # one decode thread
 
 
 COMPARED = ("eval_loss", "sample_cer_short", "sample_stop_rate_short", "sample_seconds_per_char")

@@ -1,4 +1,4 @@
-"""The engine: what the model reads, the short-text mitigation, cancellation at the next layer, cached latents.
+"""The engine: what the model reads, the short-text mitigation, cancellation, cached latents.
 
 Runs before the server tests (file order), so nothing else uses the shared model meanwhile.
 """
@@ -6,6 +6,7 @@ Runs before the server tests (file order), so nothing else uses the shared model
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -26,7 +27,8 @@ def test_short_text_mitigation_caps_and_retries(engine):
 
     settings = dataclasses.replace(engine.settings, short_text_retries=2)
     mitigated = SpeechEngine(engine.xtts, engine.tokenizer, engine.meta, engine.source, engine.voices,
-                             settings=settings, temperature=engine.temperature, max_codes=engine.max_codes)
+                             settings=settings, temperature=engine.temperature, max_codes=engine.max_codes,
+                             loop=engine.loop)
     piece = mitigated.pieces("ሰላም።")[0]
     cap = mitigated.piece_cap(piece)
     assert cap == min(engine.max_codes, int(np.ceil((len(piece) * settings.max_seconds_per_char + settings.min_piece_s)
@@ -39,17 +41,19 @@ def test_short_text_mitigation_caps_and_retries(engine):
     assert np.array_equal(again.audio, result.audio), "fixed seed per request: the same text sounds the same"
 
 
-def test_cancel_stops_inside_the_model(engine):
-    calls = []
-
-    def cancel() -> bool:
-        calls.append(1)
-        return len(calls) > 30  # well inside the first piece: each layer asks
-
+def test_cancel_ends_the_request_and_it_leaves_the_batch(engine):
+    chunks: list = []
     before = engine.stats.cancelled, engine.stats.pieces
-    chunks = list(engine.synthesize("ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ ጥንታዊ ሀገር ናት።", "spk1", cancel=cancel))
-    assert chunks == [] and engine.stats.cancelled == before[0] + 1 and engine.stats.pieces == before[1]
+    for chunk in engine.synthesize("ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ ጥንታዊ ሀገር ናት።", "spk1",
+                                   cancel=lambda: len(chunks) >= 1):  # gone once the first audio is in hand
+        chunks.append(chunk)
+    assert len(chunks) == 1 and chunks[0].size > 0
+    assert engine.stats.cancelled == before[0] + 1 and engine.stats.pieces == before[1]
     assert "cancelled" in engine.stats.events[-1]
+    deadline = time.monotonic() + 10
+    while engine.loop.active and time.monotonic() < deadline:  # the row leaves at the loop's next step
+        time.sleep(0.01)
+    assert engine.loop.active == 0
 
 
 def test_user_mistakes_are_user_errors(engine):

@@ -714,6 +714,17 @@ class ServeConfig:
         16, "Requests admitted at once (being spoken or waiting for the model, streams included); one more gets "
         "503 with Retry-After.",
     )
+    max_active_streams: int = opt(
+        16, "Requests the model decodes together in one batch (each holds a cache of the GPT's keys and values: "
+        "memory); admitted requests beyond it wait in order for a free place.",
+    )
+    stream_first_chunk_codes: int = opt(
+        10, "Audio codes decoded before the first audio of a piece is vocoded and sent (10 codes ~ 0.45 s of "
+        "speech): smaller is sooner audio, at the cost of one more vocoder call.",
+    )
+    stream_chunk_codes: int = opt(
+        40, "Audio codes per later chunk of a streamed piece; larger means fewer, longer vocoder calls.",
+    )
 
 
 @dataclass

@@ -30,7 +30,7 @@ from xtts_ft.evaluate.cer_floor import measure_cer_floor
 from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
 from xtts_ft.evaluate.languages import LanguageEval, evaluate_languages, say_why_no_cer
 from xtts_ft.evaluate.metrics import mcd_files
-from xtts_ft.evaluate.synthesis import SampleResult, check_language, synthesize_requests, synthesize_samples
+from xtts_ft.evaluate.synthesis import SampleResult, check_language, sample_requests, synthesize_requests
 from xtts_ft.layout import RunLayout
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.hooks import EvalHook
@@ -125,10 +125,11 @@ def evaluate_step(
     # mode while its GPT trains, so one flag cannot say how to restore it.
     modes = [(m, m.training) for m in model.modules()]
     try:
-        samples = synthesize_samples(xtts, tokenizer, list(ev.sentences), list(speaker_wavs), out_dir, **common)
+        sample_reqs = sample_requests(list(ev.sentences), list(speaker_wavs))
         clips = list(eval_clips)[: ev.mcd_clips]
-        requests = [(f"mcd_{j}_{Path(wav).stem}", j, text, Path(wav)) for j, (wav, text) in enumerate(clips)]
-        mcd_samples = synthesize_requests(xtts, tokenizer, requests, out_dir, **common) if requests else []
+        mcd_reqs = [(f"mcd_{j}_{Path(wav).stem}", j, text, Path(wav)) for j, (wav, text) in enumerate(clips)]
+        synthesized = synthesize_requests(xtts, tokenizer, sample_reqs + mcd_reqs, out_dir, **common)  # one batch
+        samples, mcd_samples = synthesized[: len(sample_reqs)], synthesized[len(sample_reqs) :]
         for r in mcd_samples:
             raise_if_stopped("the MCD measurement")
             r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)

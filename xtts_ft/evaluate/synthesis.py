@@ -6,11 +6,11 @@ The GPT is made ready for generation the way coqui's ``GPTTrainer.test_run`` doe
 keeps its keys. Every module's train/eval flag is restored, and the random generators are
 forked: evaluating never changes the training run's random stream.
 
+The GPT decodes every sample of a call together (:mod:`.batch_decode`: the codes each sample
+would get from ``Xtts.inference`` alone, with the same seed), and HiFiGAN then vocodes each one.
 Whether generation ended with the stop token or ran into the length limit is read from the
-generated codes themselves: a ``transformers`` StoppingCriteria (a supported ``generate``
-argument, passed through ``Xtts.inference``) records the sequence and never stops it. During
-training it also checks the run's stop request at every generated token and raises
-``StopRequested`` (an untrained GPT runs every sample to the length limit, which takes minutes
+generated codes themselves. During training every module checks the run's stop request
+(:func:`stop_checks`; an untrained GPT runs every sample to the length limit, which takes minutes
 with the full model), so a SIGTERM during evaluation is acted on within seconds.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 import soundfile as sf
 import torch
 import torchaudio
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from xtts_ft.errors import DataError, TokenizerError
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
 from xtts_ft.languages import canonical_language
 from xtts_ft.safe_load import first_line
@@ -39,6 +39,7 @@ from xtts_ft.tempfiles import atomic_write
 log = logging.getLogger(__name__)
 
 MIN_REFERENCE_S = 0.5  # shortest voice reference accepted (the dataset's default shortest clip)
+EVAL_BATCH = 32  # most samples whose GPT decodes together (each row holds a KV cache: memory)
 
 
 @dataclass
@@ -76,21 +77,6 @@ class SampleResult:
                 p = p.relative_to(Path(relative_to).resolve())
             out[key] = p.as_posix()
         return out
-
-
-class _CodeRecorder(StoppingCriteria):
-    """Never stops generation; remembers the codes generated so far (batch of one)."""
-
-    def __init__(self) -> None:
-        self.prompt_len: Optional[int] = None
-        self.codes: Optional[torch.Tensor] = None
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        raise_if_stopped("sample synthesis")
-        if self.prompt_len is None:  # first call: the prompt plus one new token
-            self.prompt_len = input_ids.shape[1] - 1
-        self.codes = input_ids[0, self.prompt_len :].detach().cpu()
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 @contextlib.contextmanager
@@ -140,6 +126,11 @@ def gpt_ready_for_inference(xtts, max_new_tokens: Optional[int] = None) -> Itera
                 del gpt.gpt.wte
         for module, mode in modes:
             module.training = mode
+
+
+def _synchronize(xtts) -> None:
+    if next(xtts.parameters()).is_cuda:
+        torch.cuda.synchronize()
 
 
 def _rng_devices(xtts) -> list[int]:
@@ -205,8 +196,11 @@ def synthesize_requests(
 ) -> list[SampleResult]:
     """Synthesise ``(name, index, text, reference_wav)`` requests to ``out_dir/<name>.wav``.
 
-    Each sample is generated from ``seed`` (forked generators), so the same request at two
-    checkpoints differs only by the weights.
+    Each sample is generated from ``seed`` (its own generator), so the same request at two
+    checkpoints differs only by the weights. The GPT decodes all requests together
+    (:func:`xtts_ft.evaluate.batch_decode.decode_all`, at most ``EVAL_BATCH`` rows at once): each
+    sample gets the codes ``Xtts.inference`` gives it alone; ``synthesis_s`` is its share of the
+    batch's decoding plus its own vocoding.
     """
     check_language(tokenizer, language)
     for wav in dict.fromkeys(Path(r[3]) for r in requests):
@@ -219,51 +213,56 @@ def synthesize_requests(
     xtts.tokenizer = tokenizer
     latents: dict[Path, tuple] = {}
     results: list[SampleResult] = []
+    code_language = language.split("-")[0]  # what Xtts.inference encodes with
     try:
         with gpt_ready_for_inference(xtts, max_new_tokens), torch.random.fork_rng(devices=_rng_devices(xtts)), \
-                stop_checks(xtts):
-            for name, index, text, wav in requests:
+                stop_checks(xtts), torch.no_grad():
+            decodes = []
+            for _name, index, text, wav in requests:
                 raise_if_stopped("sample synthesis")
                 sent = text.strip().lower()  # what Xtts.inference does before encoding
-                n_tokens = len(tokenizer.encode(sent, lang=language))
-                if n_tokens >= limit:
+                tokens = tokenizer.encode(sent, lang=code_language)
+                if len(tokens) >= limit:
                     raise DataError(
-                        f"sentence {index} ('{text[:40]}...') has {n_tokens} tokens; the model takes fewer than "
+                        f"sentence {index} ('{text[:40]}...') has {len(tokens)} tokens; the model takes fewer than "
                         f"{limit}: split it"
                     )
                 wav = Path(wav)
                 if wav not in latents:
                     latents[wav] = _conditioning(xtts, wav)
-                gpt_cond_latent, speaker_embedding = latents[wav]
-                recorder = _CodeRecorder()
-                torch.manual_seed(seed)
+                gpt_cond_latent = latents[wav][0].to(xtts.device)
+                text_tokens = torch.IntTensor(tokens).unsqueeze(0).to(xtts.device)
+                decodes.append(DecodeRequest(prefix_embeddings(xtts.gpt, gpt_cond_latent, text_tokens),
+                                             int(xtts.gpt.max_gen_mel_tokens), Sampling(temperature=temperature), seed))
+            start = time.perf_counter()
+            decode_all(xtts.gpt, decodes, max_batch=EVAL_BATCH)  # every sample's GPT in one batch
+            _synchronize(xtts)
+            decode_share = (time.perf_counter() - start) / max(1, len(decodes))
+            for (name, index, text, wav), decoded in zip(requests, decodes):
+                wav = Path(wav)
                 start = time.perf_counter()
-                out = xtts.inference(
-                    text, language, gpt_cond_latent, speaker_embedding, temperature=temperature,
-                    stopping_criteria=StoppingCriteriaList([recorder]),
-                )
-                if gpt_cond_latent.is_cuda:
-                    torch.cuda.synchronize()
-                elapsed = time.perf_counter() - start
-                audio = np.asarray(out["wav"], dtype=np.float32).reshape(-1)
+                audio = xtts.hifigan_decoder(torch.stack(decoded.latents)[None], g=latents[wav][1].to(xtts.device))
+                audio = audio.detach().cpu().numpy().astype(np.float32).reshape(-1)
+                _synchronize(xtts)
+                elapsed = decode_share + time.perf_counter() - start
                 path = out_dir / f"{name}.wav"
                 _write_wav(path, audio, sr)
-                codes = recorder.codes if recorder.codes is not None else torch.zeros(0, dtype=torch.long)
-                ended = bool(codes.numel() and int(codes[-1]) == int(xtts.gpt.stop_audio_token))
                 duration = audio.size / sr
-                normalized = tokenizer.preprocess_text(sent, language)
+                normalized = tokenizer.preprocess_text(text.strip().lower(), language)
                 spc = seconds_per_char(duration, normalized)
                 results.append(
                     SampleResult(
                         name=name, speaker=wav.stem, index=index, text=text, normalized_text=normalized,
-                        path=path, reference_wav=wav, sample_rate=sr, n_codes=int(codes.numel()),
-                        max_codes=int(xtts.gpt.max_gen_mel_tokens), ended_with_stop=ended, duration_s=duration,
-                        seconds_per_char=spc, seconds_per_char_in_range=in_range(spc, seconds_per_char_range),
+                        path=path, reference_wav=wav, sample_rate=sr, n_codes=len(decoded.codes),
+                        max_codes=int(xtts.gpt.max_gen_mel_tokens), ended_with_stop=decoded.ended_with_stop,
+                        duration_s=duration, seconds_per_char=spc,
+                        seconds_per_char_in_range=in_range(spc, seconds_per_char_range),
                         silence_ratio=silence_ratio(audio, sr), synthesis_s=elapsed,
                         rtf=elapsed / duration if duration > 0 else float("inf"),
                     )
                 )
-                log.debug("%s: %.2f s, %d codes, stop=%s", path.name, duration, codes.numel(), ended)
+                log.debug("%s: %.2f s, %d codes, stop=%s", path.name, duration, len(decoded.codes),
+                          decoded.ended_with_stop)
     finally:
         xtts.tokenizer = previous_tokenizer
     return results
@@ -294,12 +293,17 @@ def synthesize_samples(
     seconds_per_char_range: Optional[tuple[float, float]] = None,
 ) -> list[SampleResult]:
     """Every sentence in every voice, to ``out_dir/<speaker>_<i>.wav`` at the output rate (24 kHz)."""
-    requests = [
+    return synthesize_requests(
+        xtts, tokenizer, sample_requests(sentences, speaker_wavs), out_dir, language=language, temperature=temperature,
+        seed=seed, max_new_tokens=max_new_tokens, seconds_per_char_range=seconds_per_char_range,
+    )
+
+
+def sample_requests(sentences: Sequence[str], speaker_wavs: Sequence[Path]) -> list[tuple[str, int, str, Path]]:
+    """The ``(name, index, text, reference_wav)`` requests of every sentence in every voice."""
+    return [
         (f"{speaker}_{i}", i, sentence, Path(wav))
         for speaker, wav in zip(speaker_names(speaker_wavs), speaker_wavs)
         for i, sentence in enumerate(sentences)
     ]
-    return synthesize_requests(
-        xtts, tokenizer, requests, out_dir, language=language, temperature=temperature, seed=seed,
-        max_new_tokens=max_new_tokens, seconds_per_char_range=seconds_per_char_range,
-    )
+

@@ -3,14 +3,17 @@
 It is the evaluation's synthesis, kept loaded: the model comes from the project's loaders
 (``xtts_ft.evaluate.infer`` via :mod:`.model_source`), the text goes through the model's own
 tokenizer and normaliser (the export's recorded text settings: numbers read as words, as in
-training), the GPT is readied with ``gpt_ready_for_inference`` and every layer checks the
-caller's cancel callback through ``stop_checks`` (the evaluation's per-layer stop check), so a
-client that goes away stops its generation within one layer's time.
+training); the caller's cancel callback is asked while its audio is awaited, so a
+client that goes away leaves the batch at the next decode step.
 
 Long text is split (:mod:`.text_pieces`) at sentence and clause marks into pieces that fit the
-character and token limits; each piece is yielded as float32 audio as soon as it is ready.
-One model serves everyone: pieces are synthesised one at a time under a lock (requests take
-turns piece by piece).
+character and token limits. One model serves everyone through one decode thread
+(:mod:`.decode_loop`, continuous batching): each piece is a row of the GPT's batch from the step
+after it arrives until its stop code, with its own seed and generator, so its codes are the ones it
+would get alone. Each piece is streamed: the first ``stream_first_chunk_codes`` codes are vocoded and
+sent at once, then every ``stream_chunk_codes`` (:mod:`.streaming_vocoder`: each stretch of audio
+vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
+seed (tests/serve/test_engine_codes.py; golden codes in tests/assets/).
 
 Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
 
@@ -21,7 +24,8 @@ Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
    cannot babble on;
 3. a plausibility retry: a short piece (``short_text_chars``) that hit its cap without the stop
    token is generated again with the next seed (``short_text_retries`` times); the first that
-   stops is kept;
+   stops is kept (such a piece is decoded whole before its audio is sent: whether it stopped is only
+   known at its end);
 4. very short sentences inside a longer text are joined to a neighbour before synthesis.
 """
 
@@ -37,19 +41,15 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
-from transformers import StoppingCriteriaList
+import torch.nn.functional as F
 
 from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
-from xtts_ft.evaluate.synthesis import (
-    _CodeRecorder,
-    _conditioning,
-    _rng_devices,
-    check_language,
-    gpt_ready_for_inference,
-    stop_checks,
-)
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
+from xtts_ft.evaluate.synthesis import _conditioning, check_language
+from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.model_source import ResolvedModel
+from xtts_ft.serve.streaming_vocoder import StreamingVocoder
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
 
@@ -71,12 +71,15 @@ class EngineStats:
     cancelled: int = 0  # syntheses abandoned because their caller went away
     retries: int = 0  # short pieces generated again (mitigation step 3)
     capped: int = 0  # pieces that reached their length cap without the stop token (after retries)
-    synthesis_s: float = 0.0
+    synthesis_s: float = 0.0  # wall time from a piece's submission to its last audio (pieces overlap)
     audio_s: float = 0.0
+    first_audio_s: float = 0.0  # the latest piece's time from submission to its first audio
     events: list[str] = field(default_factory=list)  # the last few notable events, newest last
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def note(self, line: str) -> None:
-        self.events = (self.events + [line])[-20:]
+        with self.lock:
+            self.events = (self.events + [line])[-20:]
         log.info("%s", line)
 
 
@@ -93,7 +96,8 @@ class SpeechEngine:
     """A loaded model with its voices. Build with :meth:`open`."""
 
     def __init__(self, xtts, tokenizer, meta: dict, source: ResolvedModel, voices: VoiceLibrary, *,
-                 settings: ServeConfig, temperature: float, max_codes: Optional[int] = None) -> None:
+                 settings: ServeConfig, temperature: float, max_codes: Optional[int] = None,
+                 loop: Optional[DecodeLoop] = None) -> None:
         self.xtts = xtts
         self.tokenizer = tokenizer
         self.meta = meta
@@ -110,13 +114,16 @@ class SpeechEngine:
         self.model_max_codes: int = int(xtts.gpt.max_gen_mel_tokens)
         self.max_codes = min(self.model_max_codes, int(max_codes)) if max_codes else self.model_max_codes
         self.codes_per_second: float = float(xtts.config.audio.sample_rate) / float(xtts.args.gpt_code_stride_len)
+        self.sampling = Sampling(temperature=temperature)  # Xtts.inference's settings, the evaluation's temperature
         self.stats = EngineStats()
-        self._lock = threading.Lock()
         check_language(tokenizer, self.language)
         xtts.tokenizer = tokenizer
-        if "gpt_inference" not in xtts.gpt._modules:  # a checkpoint folder: ready once, not once per piece
-            xtts.gpt.init_gpt_for_inference(kv_cache=True)
-        xtts.train(False)  # serving only: dropout off for good (gpt_ready_for_inference restores this state)
+        xtts.train(False)  # serving only: dropout off for good
+        # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.
+        self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams)
+        # One vocoder call at a time (held for one chunk, never across a piece): callers' threads running
+        # HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
+        self._vocoder_lock = threading.Lock()
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
@@ -136,6 +143,10 @@ class SpeechEngine:
         log.info("engine: %s on %s in %.1f s; language %s, %d voices", source.describe(), device,
                  time.perf_counter() - start, engine.language, len(voices.names()))
         return engine
+
+    def close(self) -> None:
+        """Stop the decode thread (requests still running end with an error)."""
+        self.loop.close()
 
     # --- text --------------------------------------------------------------------------------
     def normalized_text(self, text: str, language: Optional[str] = None) -> str:
@@ -158,61 +169,135 @@ class SpeechEngine:
         seconds = len(piece) * self.settings.max_seconds_per_char + self.settings.min_piece_s
         return max(1, min(self.max_codes, math.ceil(seconds * self.codes_per_second)))
 
+    # --- decoding ----------------------------------------------------------------------------
+    def decode_request(self, piece: str, language: str, gpt_cond_latent: torch.Tensor, seed: int,
+                       max_codes: int) -> DecodeRequest:
+        """The decoding of ``piece`` as ``Xtts.inference`` would do it (its text handling, this engine's sampling)."""
+        device = gpt_cond_latent.device
+        tokens = torch.IntTensor(self.tokenizer.encode(piece.strip().lower(), lang=language)).unsqueeze(0).to(device)
+        with torch.inference_mode():
+            prefix = prefix_embeddings(self.xtts.gpt, gpt_cond_latent, tokens)
+        return DecodeRequest(prefix, max_codes, self.sampling, seed)
+
+    def _latents(self, voice: Voice) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.inference_mode():
+            return self.voices.latents(voice, lambda path: _conditioning(self.xtts, path))
+
+    def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[int]:
+        """Yield the code count each time ``first``, then ``every`` more codes exist, and once at the end."""
+        goal = first
+        try:
+            while True:
+                if cancel is not None and cancel():
+                    raise SynthesisCancelled()
+                have = stream.wait(goal - 1, timeout=0.05)
+                if stream.finished:
+                    yield stream.produced
+                    return
+                if have >= goal:
+                    goal = have + every
+                    yield have
+        finally:
+            if not stream.finished:
+                stream.cancel()
+
+    def _vocode_whole(self, latents: list[torch.Tensor], speaker_embedding: torch.Tensor, speed: float) -> np.ndarray:
+        """HiFiGAN over a whole piece, as ``Xtts.inference`` does it (``speed`` stretches the latents)."""
+        with torch.inference_mode():
+            gpt_latents = torch.stack(latents)[None]
+            length_scale = 1.0 / max(speed, 0.05)
+            if length_scale != 1.0:
+                gpt_latents = F.interpolate(gpt_latents.transpose(1, 2), scale_factor=length_scale,
+                                            mode="linear").transpose(1, 2)
+            with self._vocoder_lock:
+                wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
+        return wav.detach().cpu().numpy().astype(np.float32).reshape(-1)
+
+    def _decode_whole(self, piece: str, language: str, latents: tuple, seed: int, cap: int,
+                      cancel: Optional[Cancel]) -> DecodeRequest:
+        request = self.decode_request(piece, language, latents[0], seed, cap)
+        for _ in self._codes(self.loop.submit(request), cancel, every=cap + 1, first=cap + 1):
+            pass
+        return request
+
+    def _count(self, ended: bool, started: float, audio_samples: int) -> None:
+        with self.stats.lock:
+            self.stats.pieces += 1
+            self.stats.capped += 0 if ended else 1
+            self.stats.synthesis_s += time.perf_counter() - started
+            self.stats.audio_s += audio_samples / self.sample_rate
+
     # --- synthesis ---------------------------------------------------------------------------
-    def _check(self, cancel: Optional[Cancel]) -> None:
-        if cancel is not None and cancel():
-            raise SynthesisCancelled()
-
-    def _generate(self, piece: str, language: str, latents: tuple, seed: int,
-                  speed: float) -> tuple[np.ndarray, bool, int]:
-        gpt_cond_latent, speaker_embedding = latents
-        recorder = _CodeRecorder()
-        with torch.random.fork_rng(devices=_rng_devices(self.xtts)):
-            torch.manual_seed(seed)
-            out = self.xtts.inference(
-                piece, language, gpt_cond_latent, speaker_embedding, temperature=self.temperature, speed=speed,
-                stopping_criteria=StoppingCriteriaList([recorder]),
-            )
-        codes = recorder.codes if recorder.codes is not None else torch.zeros(0, dtype=torch.long)
-        ended = bool(codes.numel() and int(codes[-1]) == int(self.xtts.gpt.stop_audio_token))
-        return np.asarray(out["wav"], dtype=np.float32).reshape(-1), ended, int(codes.numel())
-
     def synthesize_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
                          cancel: Optional[Cancel] = None) -> PieceResult:
-        """One piece (already normalised and within the limits), with the short-text mitigation."""
+        """One piece (already normalised and within the limits), whole, with the short-text mitigation."""
         language = language or self.language
         cap = self.piece_cap(piece)
         short = len(piece) <= self.settings.short_text_chars
         attempts = 1 + (self.settings.short_text_retries if short else 0)
-        check = lambda: self._check(cancel)  # noqa: E731
-        with self._lock:
-            check()
-            start = time.perf_counter()
-            with torch.inference_mode(), gpt_ready_for_inference(self.xtts, cap), stop_checks(self.xtts, check):
-                latents = self.voices.latents(voice, lambda path: _conditioning(self.xtts, path))
-                kept = None
-                for attempt in range(attempts):
-                    result = self._generate(piece, language, latents, self.settings.seed + attempt, speed)
-                    if kept is None or result[1]:  # the first attempt, or the first that stopped
-                        kept = result
-                    if result[1]:
-                        break
-                    if attempt + 1 < attempts:
-                        self.stats.retries += 1
-            audio, ended, n_codes = kept
-            self.stats.pieces += 1
-            self.stats.capped += 0 if ended else 1
-            self.stats.synthesis_s += time.perf_counter() - start
-            self.stats.audio_s += audio.size / self.sample_rate
-        return PieceResult(audio, ended, n_codes, cap, attempt + 1)
+        start = time.perf_counter()
+        latents = self._latents(voice)
+        kept = None
+        for attempt in range(attempts):
+            request = self._decode_whole(piece, language, latents, self.settings.seed + attempt, cap, cancel)
+            if kept is None or request.ended_with_stop:  # the first attempt, or the first that stopped
+                kept = request
+            if request.ended_with_stop:
+                break
+            if attempt + 1 < attempts:
+                with self.stats.lock:
+                    self.stats.retries += 1
+        audio = self._vocode_whole(kept.latents, latents[1], speed)
+        self._count(kept.ended_with_stop, start, audio.size)
+        return PieceResult(audio, kept.ended_with_stop, len(kept.codes), cap, attempt + 1)
+
+    def _streams(self, piece: str, speed: float) -> bool:
+        """Whether ``piece`` is streamed (else synthesised whole: a short piece that may be retried, or a speed)."""
+        return speed == 1.0 and not (len(piece) <= self.settings.short_text_chars and self.settings.short_text_retries)
+
+    def _submit(self, piece: str, voice: Voice, language: str) -> tuple[DecodeRequest, Stream, float]:
+        request = self.decode_request(piece, language, self._latents(voice)[0], self.settings.seed,
+                                      self.piece_cap(piece))
+        return request, self.loop.submit(request), time.perf_counter()
+
+    def stream_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
+                     cancel: Optional[Cancel] = None,
+                     submitted: Optional[tuple[DecodeRequest, Stream, float]] = None) -> Iterator[np.ndarray]:
+        """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then every
+        ``stream_chunk_codes``. A short piece that may be retried, or ``speed`` other than 1, is synthesised
+        whole (one chunk). ``submitted``: its decoding, already started (:meth:`synthesize` starts the next
+        piece's while this one is vocoded)."""
+        language = language or self.language
+        if not self._streams(piece, speed):
+            yield self.synthesize_piece(piece, voice, language=language, speed=speed, cancel=cancel).audio
+            return
+        request, stream, start = submitted or self._submit(piece, voice, language)
+        vocoder = StreamingVocoder(self.xtts.hifigan_decoder, self._latents(voice)[1])
+        given, samples = 0, 0
+        for have in self._codes(stream, cancel, self.settings.stream_chunk_codes,
+                                self.settings.stream_first_chunk_codes):
+            vocoder.add(request.latents[given:have])
+            given = have
+            with torch.inference_mode(), self._vocoder_lock:
+                chunk = vocoder.audio(final=stream.finished)
+            if chunk.size:
+                if not samples:
+                    with self.stats.lock:
+                        self.stats.first_audio_s = time.perf_counter() - start
+                samples += chunk.size
+                yield chunk
+        self._count(request.ended_with_stop, start, samples)
 
     def synthesize(self, text: str, voice: str, *, language: Optional[str] = None, speed: float = 1.0,
                    cancel: Optional[Cancel] = None) -> Iterator[np.ndarray]:
-        """Float32 audio chunks (one per piece, at :attr:`sample_rate`) as each piece is ready.
+        """Float32 audio chunks (at :attr:`sample_rate`) as they are ready, piece after piece.
 
-        ``cancel`` is asked before each piece and at every layer of the model; when it returns True
-        the generator ends early (counted in ``stats.cancelled``). Raises ``DataError`` for empty
-        text and ``VoiceError`` for an unknown voice before anything is synthesised.
+        The next piece's decoding starts when this piece's starts (one piece ahead, so a long text holds at
+        most two rows of the batch), so its first audio is ready when this piece's last has been sent.
+        ``cancel`` is asked while audio is awaited (at least every 50 ms); when it returns True the
+        request leaves the decode batch at its next step and the generator ends early (counted in
+        ``stats.cancelled``). Raises ``DataError`` for empty text and ``VoiceError`` for an unknown voice
+        before anything is synthesised.
         """
         language = language or self.language
         check_language(self.tokenizer, language)
@@ -220,14 +305,25 @@ class SpeechEngine:
         pieces = self.pieces(text, language)
         if not pieces:
             raise DataError("input: no speakable text (after normalisation nothing is left); give words to say")
-        for i, piece in enumerate(pieces):
-            try:
-                result = self.synthesize_piece(piece, chosen, language=language, speed=speed, cancel=cancel)
-            except SynthesisCancelled:
-                self.stats.cancelled += 1
-                self.stats.note(f"cancelled: caller went away during piece {i + 1}/{len(pieces)}")
-                return
-            yield result.audio
+        ahead = None  # the next piece's decoding, started early
+        try:
+            for i, piece in enumerate(pieces):
+                current, ahead = ahead, None
+                if i + 1 < len(pieces) and self._streams(pieces[i + 1], speed):
+                    if current is None and self._streams(piece, speed):
+                        current = self._submit(piece, chosen, language)  # this piece first: it is needed first
+                    ahead = self._submit(pieces[i + 1], chosen, language)
+                try:
+                    yield from self.stream_piece(piece, chosen, language=language, speed=speed, cancel=cancel,
+                                                 submitted=current)
+                except SynthesisCancelled:
+                    with self.stats.lock:
+                        self.stats.cancelled += 1
+                    self.stats.note(f"cancelled: caller went away during piece {i + 1}/{len(pieces)}")
+                    return
+        finally:
+            if ahead is not None and not ahead[1].finished:
+                ahead[1].cancel()  # ended early (cancelled, failed, or the caller stopped reading)
 
     def synthesize_all(self, text: str, voice: str, **kwargs) -> np.ndarray:
         """The whole text as one float32 array (the chunks of :meth:`synthesize` joined)."""

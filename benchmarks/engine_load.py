@@ -1,0 +1,162 @@
+"""The speech engine under N concurrent callers, in process: the new engine, the old per-piece path, coqui's stream.
+
+    python benchmarks/engine_load.py --size tiny --clients 1 8 32 --threads 1
+    python benchmarks/engine_load.py --size full --clients 1 2 --paths engine per-piece --max-codes 20
+
+Three paths over the same export (``serve_load.make_export``), the same two-sentence text and voice, each
+piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
+
+- ``engine``: :class:`xtts_ft.serve.engine.SpeechEngine` (one decode thread batching every request,
+  token-level streaming);
+- ``per-piece``: the engine before issue 33: one lock, coqui's ``Xtts.inference`` per piece, a piece's audio
+  when the whole piece is done;
+- ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
+  (it stores the prefix on the model: one at a time), which re-vocodes everything so far at every chunk.
+
+Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own; all
+callers start together and each synthesises the text once. Reported: time to first audio p50/p95,
+aggregate seconds of audio per second of wall time, peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PATHS = ("engine", "per-piece", "coqui-stream")
+
+
+def _engine(export: Path, voices: Path, max_codes: int):
+    sys.path.insert(0, str(ROOT))
+    from xtts_ft.config import ServeConfig
+    from xtts_ft.serve.engine import SpeechEngine
+    from xtts_ft.serve.model_source import resolve_model
+
+    return SpeechEngine.open(resolve_model(export), "cpu", voices_dir=voices, max_codes=max_codes,
+                             settings=ServeConfig(short_text_retries=0))
+
+
+def _old_path(engine, kind: str):
+    """One caller of the per-piece lock path (coqui's inference, or its inference_stream): yields audio chunks."""
+    import torch
+
+    xtts = engine.xtts
+    lock = threading.Lock()
+    if "gpt_inference" not in xtts.gpt._modules:
+        xtts.gpt.init_gpt_for_inference(kv_cache=True)
+
+    def synthesize(text: str):
+        latents = engine._latents(engine.voices.get("spk1"))
+        for piece in engine.pieces(text):
+            with lock, torch.inference_mode(), torch.random.fork_rng(devices=[]):
+                xtts.gpt.max_gen_mel_tokens = engine.piece_cap(piece)
+                torch.manual_seed(engine.settings.seed)
+                if kind == "per-piece":
+                    out = xtts.inference(piece, engine.language, *latents, temperature=engine.temperature)
+                    yield np.asarray(out["wav"], dtype=np.float32).reshape(-1)
+                else:
+                    for chunk in xtts.inference_stream(piece, engine.language, *latents, stream_chunk_size=20,
+                                                       temperature=engine.temperature):
+                        yield chunk.cpu().numpy().astype(np.float32).reshape(-1)
+
+    return synthesize
+
+
+def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    engine = _engine(export, voices, max_codes)
+    synthesize = ((lambda t: engine.synthesize(t, "spk1")) if path == "engine" else _old_path(engine, path))
+    list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
+    barrier = threading.Barrier(clients)
+    results: list[tuple[float, float]] = []
+
+    def caller() -> None:
+        barrier.wait()
+        start = time.perf_counter()
+        first, samples = None, 0
+        for chunk in synthesize(text):
+            if first is None and chunk.size:
+                first = time.perf_counter() - start
+            samples += chunk.size
+        results.append((first or float("nan"), samples / engine.sample_rate))
+
+    t0 = time.perf_counter()
+    pool = [threading.Thread(target=caller) for _ in range(clients)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    wall = time.perf_counter() - t0
+    firsts = np.array([r[0] for r in results])
+    audio = sum(r[1] for r in results)
+    engine.close()
+    return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
+            "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
+            "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
+            text: str) -> list[dict]:
+    rows = []
+    for n in clients:
+        for path in paths:
+            cmd = [sys.executable, __file__, "--worker", path, "--export", str(export), "--voices", str(voices),
+                   "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text]
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if done.returncode != 0:
+                print(f"{path} x{n}: failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+                continue
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
+                  f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
+                  f"peak {row['peak_mb']:.0f} MB", flush=True)
+    return rows
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", choices=["tiny", "full"], default="tiny")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    p.add_argument("--max-codes", type=int, default=40, help="Audio codes per piece at most (~21.5 per second).")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process.")
+    p.add_argument("--worker", choices=PATHS, help=argparse.SUPPRESS)
+    p.add_argument("--export", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--voices", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--text", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        row = worker(args.worker, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text)
+        print(json.dumps(row))
+        return
+    import soundfile as sf
+    from serve_load import TEXT, VOICE, make_export
+
+    with tempfile.TemporaryDirectory(prefix="engine_load_") as tmp:
+        work = Path(tmp)
+        export = make_export(args.size, work)
+        voices = work / "voices"
+        voices.mkdir()
+        data, sr = sf.read(VOICE)
+        sf.write(voices / "spk1.wav", data, sr)
+        print(f"{args.size} random export; text of {len(TEXT)} characters (two pieces); max {args.max_codes} codes "
+              f"per piece; {args.threads} torch thread(s) per process", flush=True)
+        run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The batched decoder: golden codes, coqui's own codes when alone, and rows that do not depend on each other.
+
+The model is the tiny random one with its attention made to matter (tests/evaluate/golden.py), so the
+codes depend on the text, the voice and every earlier code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.evaluate.golden import (
+    MAX_CODES,
+    SEEDS,
+    TEMPERATURE,
+    TEXTS,
+    CodeRecorder,
+    coqui_codes,
+    golden_model,
+    read_golden,
+)
+from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, Sampling, decode_all, prefix_embeddings
+
+
+@pytest.fixture(scope="module")
+def golden(tiny_base, am_vocab):
+    return golden_model(tiny_base, am_vocab)
+
+
+COQUI = Sampling(temperature=TEMPERATURE)  # Xtts.inference's settings at the evaluation's temperature
+
+
+def _request(golden, text: str, seed: int, sampling: Sampling = COQUI, max_codes: int = MAX_CODES) -> DecodeRequest:
+    xtts, tokenizer, latents = golden
+    tokens = torch.IntTensor(tokenizer.encode(text.strip().lower(), lang="am")).unsqueeze(0)
+    with torch.inference_mode():
+        return DecodeRequest(prefix_embeddings(xtts.gpt, latents[0], tokens), max_codes, sampling, seed)
+
+
+def _solo(golden, text, seed, **kw) -> list[int]:
+    request = _request(golden, text, seed, **kw)
+    with torch.inference_mode():
+        decode_all(golden[0].gpt, [request])
+    return request.codes
+
+
+def test_golden_codes_hold(golden):
+    """coqui's Xtts.inference still gives the checked-in codes (a dependency upgrade that changes them fails here;
+    regenerate with tests/assets/make_golden_codes.py only after a deliberate change of the model or texts)."""
+    xtts, _tokenizer, latents = golden
+    recorded = read_golden()
+    assert recorded["texts"] == TEXTS and recorded["seeds"] == SEEDS
+    assert len({tuple(c) for c in recorded["codes"]}) == len(TEXTS), "each text its own codes"
+    assert [coqui_codes(xtts, latents, t, s) for t, s in zip(TEXTS, SEEDS)] == recorded["codes"]
+
+
+def test_alone_the_decoder_gives_exactly_coquis_codes(golden):
+    recorded = read_golden()["codes"]
+    assert [_solo(golden, t, s) for t, s in zip(TEXTS, SEEDS)] == recorded
+    # greedy too (coqui's do_sample=False), and a text that is not in the golden file
+    xtts, _tokenizer, latents = golden
+    greedy = Sampling(temperature=TEMPERATURE, do_sample=False)
+    assert _solo(golden, "zebra crossing", 7, sampling=greedy) == coqui_codes(xtts, latents, "zebra crossing", 7,
+                                                                               do_sample=False)
+    assert _solo(golden, "zebra crossing", 7) == coqui_codes(xtts, latents, "zebra crossing", 7)
+
+
+def test_latents_are_coquis_second_pass(golden):
+    """The latents handed to HiFiGAN: coqui recomputes them with a second forward pass; ours come with the codes."""
+    from transformers import StoppingCriteriaList
+
+    from xtts_ft.evaluate.synthesis import gpt_ready_for_inference
+
+    xtts, _tokenizer, latents = golden
+    request = _request(golden, TEXTS[0], SEEDS[0])
+    with torch.inference_mode(), gpt_ready_for_inference(xtts, MAX_CODES), torch.random.fork_rng(devices=[]):
+        decode_all(xtts.gpt, [request])
+        torch.manual_seed(SEEDS[0])
+        out = xtts.inference(TEXTS[0], "am", latents[0], latents[1], temperature=TEMPERATURE,
+                             stopping_criteria=StoppingCriteriaList([CodeRecorder()]))
+    theirs = torch.as_tensor(out["gpt_latents"])[0]
+    ours = torch.stack(request.latents)
+    assert ours.shape == theirs.shape == (MAX_CODES, xtts.gpt.model_dim)
+    assert torch.allclose(ours, theirs, atol=1e-4), (ours - theirs).abs().max()
+
+
+def test_eight_batched_greedy_requests_each_give_their_solo_codes(golden):
+    greedy = Sampling(temperature=TEMPERATURE, do_sample=False)
+    texts = TEXTS + ["zebra", "a much longer sentence than the others here", "xy"]
+    solo = [_solo(golden, t, i, sampling=greedy) for i, t in enumerate(texts)]
+    assert len({tuple(c) for c in solo}) > 1
+    batch = [_request(golden, t, i, sampling=greedy) for i, t in enumerate(texts)]
+    decoder = BatchDecoder(golden[0].gpt)
+    with torch.inference_mode():
+        for request in batch:  # prefixes of different lengths: left padding in the joint cache
+            decoder.join(request)
+        assert len(decoder) == 8
+        while decoder.rows:
+            decoder.step()
+    assert [r.codes for r in batch] == solo
+
+
+def test_sampled_codes_do_not_change_when_others_join_leave_or_cancel(golden):
+    """Per-row settings and generators: staggered joins, short rows leaving early, one row cancelled mid-batch."""
+    texts = TEXTS
+    solo = [_solo(golden, t, s) for t, s in zip(texts, SEEDS)]
+    hot = Sampling(temperature=1.3, top_k=20, top_p=0.95, repetition_penalty=2.0)
+    solo_hot = _solo(golden, "hot row", 9, sampling=hot)
+    rows = [_request(golden, t, s, max_codes=MAX_CODES if i % 2 else 9) for i, (t, s) in enumerate(zip(texts, SEEDS))]
+    other = _request(golden, "hot row", 9, sampling=hot)
+    victim = _request(golden, "this one is cancelled", 5)
+    decoder = BatchDecoder(golden[0].gpt)
+    with torch.inference_mode():
+        decoder.join(victim)
+        decoder.join(rows[0])
+        for step in range(MAX_CODES * 2):
+            if step < len(rows) - 1:
+                decoder.join(rows[step + 1])  # one more joins at each of the first steps
+            if step == 3:
+                decoder.join(other)
+            if step == 6:
+                assert victim in decoder.rows and len(victim.codes) == 7
+                decoder.drop([victim])  # its reader went away
+            decoder.step()
+        assert not decoder.rows
+    assert [r.codes for r in rows] == [c if i % 2 else c[:9] for i, c in enumerate(solo)]
+    assert other.codes == solo_hot and len(victim.codes) == 7 and not victim.done
+    assert all(r.done and not r.ended_with_stop for r in rows)
+
+
+def test_a_stop_code_ends_a_row_and_only_that_row(golden):
+    xtts = golden[0]
+    bias = xtts.gpt.mel_head.bias
+    saved = bias.detach().clone()
+    try:
+        with torch.no_grad():
+            bias[xtts.gpt.stop_audio_token] += 1e4  # the stop code is chosen at once
+        stopper = _request(golden, "stop", 0)
+        with torch.inference_mode():
+            decode_all(xtts.gpt, [stopper])
+    finally:
+        with torch.no_grad():
+            bias.copy_(saved)
+    assert stopper.codes == [xtts.gpt.stop_audio_token] and stopper.ended_with_stop and stopper.done
+
+
+def test_evaluation_samples_in_one_batch_sound_as_coquis_one_by_one(golden, tmp_path):
+    """synthesize_samples decodes all samples together; each still sounds as Xtts.inference makes it alone."""
+    import soundfile as sf
+
+    from tests.evaluate.golden import VOICE
+    from xtts_ft.evaluate.synthesis import synthesize_samples
+
+    xtts, tokenizer, latents = golden
+    texts = TEXTS[:3]
+    results = synthesize_samples(xtts, tokenizer, texts, [VOICE], tmp_path, language="am", temperature=TEMPERATURE,
+                                 seed=3, max_new_tokens=MAX_CODES)
+    for text, result in zip(texts, results):
+        with torch.inference_mode(), torch.random.fork_rng(devices=[]):
+            from xtts_ft.evaluate.synthesis import gpt_ready_for_inference
+
+            with gpt_ready_for_inference(xtts, MAX_CODES):
+                torch.manual_seed(3)
+                theirs = xtts.inference(text, "am", latents[0], latents[1], temperature=TEMPERATURE)["wav"]
+        ours, _sr = sf.read(str(result.path), dtype="float32")
+        theirs = np.clip(np.asarray(theirs, dtype=np.float32).reshape(-1), -1.0, 1.0)
+        assert ours.shape == theirs.shape and result.n_codes == MAX_CODES
+        assert np.abs(ours - theirs).max() <= 2e-4 + 2 / 32768, text  # PCM16 on disk

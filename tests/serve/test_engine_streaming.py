@@ -1,0 +1,109 @@
+"""The engine streams each piece from its first codes, through one decode loop shared by all requests."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all
+
+PIECE = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው"  # longer than short_text_chars: streamed
+
+
+@dataclass(frozen=True)
+class Gated(Sampling):
+    """Sampling that holds the decode loop before choosing code number ``hold_at + 1`` until ``gate`` is set."""
+
+    hold_at: int = 10
+    gate: threading.Event = field(default_factory=threading.Event, compare=False)
+    calls: list = field(default_factory=list, compare=False)
+
+    def choose(self, scores, seen, generator):
+        self.calls.append(1)
+        if len(self.calls) > self.hold_at:
+            assert self.gate.wait(60), "the test never opened the gate"
+        return super().choose(scores, seen, generator)
+
+
+def _engine_with(engine, **settings):
+    from xtts_ft.serve.engine import SpeechEngine
+
+    return SpeechEngine(engine.xtts, engine.tokenizer, engine.meta, engine.source, engine.voices,
+                        settings=dataclasses.replace(engine.settings, **settings), temperature=engine.temperature,
+                        max_codes=engine.max_codes, loop=engine.loop)
+
+
+def test_first_chunk_is_sent_after_the_first_chunk_codes(engine):
+    first_codes = 6
+    streaming = _engine_with(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
+    gated = Gated(temperature=engine.temperature, hold_at=first_codes)
+    streaming.sampling = gated
+    chunks = streaming.stream_piece(PIECE, engine.voices.get("spk1"))
+    try:
+        first = next(chunks)  # arrives while the decoder is held after `first_codes` codes
+        assert len(gated.calls) == first_codes + 1 and first.size > 0
+    finally:
+        gated.gate.set()
+    rest = list(chunks)
+    assert len(rest) >= 2 and all(c.size for c in rest)
+
+
+def test_streamed_piece_is_the_whole_piece(engine):
+    voice = engine.voices.get("spk1")
+    streamed = list(engine.stream_piece(PIECE, voice))
+    whole = engine.synthesize_piece(PIECE, voice)
+    assert len(streamed) >= 2, "a first chunk and at least one more"
+    joined = np.concatenate(streamed)
+    assert joined.size == whole.audio.size
+    assert np.abs(joined - whole.audio).max() <= 1e-3 * np.abs(whole.audio).max()
+
+
+def test_concurrent_requests_are_batched_and_keep_their_solo_codes(engine):
+    """8 requests through the decode loop at once (CPU fp32, sampling): each gives exactly its solo codes."""
+    gpt_cond_latent, _speaker = engine._latents(engine.voices.get("spk1"))
+    texts = ["ሰላም", "ዛሬ የአየሩ ሁኔታ", "ኢትዮጵያ ጥንታዊ ሀገር ናት", "ጥሩ", "በጣም ጥሩ ነው", "ሀ", "ተማሪዎች", "አምስት ሺህ"]
+    cap = engine.max_codes
+
+    def request(i: int) -> DecodeRequest:
+        return engine.decode_request(texts[i], engine.language, gpt_cond_latent, seed=i, max_codes=cap - i)
+
+    solo = []
+    for i in range(len(texts)):
+        r = request(i)
+        with torch.inference_mode():
+            decode_all(engine.xtts.gpt, [r])
+        solo.append(r.codes)
+    batched = [request(i) for i in range(len(texts))]
+    engine.loop.largest_batch, before = 0, engine.loop.steps
+    streams = [engine.loop.submit(r) for r in batched]
+    for stream in streams:
+        while not stream.finished:
+            stream.wait(stream.produced, timeout=1.0)
+    assert [r.codes for r in batched] == solo
+    assert engine.loop.largest_batch >= 4 and engine.loop.steps - before < sum(len(c) for c in solo), "batched"
+    assert engine.loop.active == 0
+
+
+def test_the_next_piece_decodes_while_this_one_is_spoken(engine, monkeypatch):
+    """One piece ahead: the second piece is submitted before the first's audio is sent; the audio is each piece's own."""
+    text = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።"
+    pieces = engine.pieces(text)
+    assert len(pieces) == 2
+    events: list[str] = []
+    submit = engine.loop.submit
+    monkeypatch.setattr(engine.loop, "submit", lambda request: (events.append("submit"), submit(request))[1])
+    chunks = []
+    for chunk in engine.synthesize(text, "spk1"):
+        events.append("chunk")
+        chunks.append(chunk)
+    monkeypatch.undo()
+    assert events[:3] == ["submit", "submit", "chunk"] and events.count("submit") == 2
+    whole = np.concatenate([engine.synthesize_piece(p, engine.voices.get("spk1")).audio for p in pieces])
+    streamed = np.concatenate(chunks)
+    assert streamed.size == whole.size
+    assert np.abs(streamed - whole).max() <= 1e-3 * np.abs(whole).max()
+    assert engine.loop.active == 0

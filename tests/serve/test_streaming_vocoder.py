@@ -1,0 +1,76 @@
+"""Streamed vocoding: the same audio as the whole utterance, no clicks at the joins, work linear in the audio."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xtts_ft.serve.streaming_vocoder import CROSSFADE_FRAMES, StreamingVocoder
+
+
+def _latents(n: int, dim: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.cumsum(torch.randn(n, dim, generator=gen) * 0.3, dim=0)  # smooth, like a GPT's latents
+
+
+def _stream(hifigan, latents, g, sizes) -> tuple[list[np.ndarray], StreamingVocoder]:
+    vocoder = StreamingVocoder(hifigan, g)
+    chunks, given = [], 0
+    for size in sizes:
+        vocoder.add(list(latents[given : given + size]))
+        given += size
+        chunks.append(vocoder.audio(final=given >= len(latents)))
+    return chunks, vocoder
+
+
+@pytest.mark.parametrize("n", [61, 7])  # several chunks; an utterance shorter than the first chunk
+def test_streamed_audio_is_the_whole_vocoding(engine, n):
+    hifigan = engine.xtts.hifigan_decoder
+    latents = _latents(n, engine.xtts.gpt.model_dim)
+    g = torch.randn(1, 512, 1, generator=torch.Generator().manual_seed(1))
+    sizes = [10] + [17] * 10  # a small first chunk, then larger ones (more than needed: the rest are empty)
+    with torch.inference_mode():
+        whole = hifigan(latents[None], g=g).reshape(-1).numpy()
+        chunks, vocoder = _stream(hifigan, latents, g, sizes)
+    streamed = np.concatenate(chunks)
+    assert streamed.dtype == np.float32 and streamed.size == whole.size
+    joins = np.cumsum([c.size for c in chunks if c.size])[:-1]
+    near = np.zeros(whole.size, dtype=bool)
+    xf = CROSSFADE_FRAMES * vocoder.hop
+    for j in joins:
+        near[max(0, j - 8) : j + xf + 8] = True
+    error = np.abs(streamed - whole)
+    scale = np.abs(whole).max()
+    assert error[~near].max() <= 1e-4 * scale, "away from the joins: the whole-utterance audio"
+    if joins.size:
+        assert error[near].max() <= 1e-3 * scale, "at the joins: a blend of two versions of the same samples"
+        jumps = np.abs(np.diff(streamed))
+        at_joins = max(jumps[max(0, j - 2) : j + xf + 2].max() for j in joins)
+        assert at_joins <= jumps.max() and at_joins <= np.abs(np.diff(whole)).max() * (1 + 1e-3), "no clicks"
+
+
+def test_first_chunk_comes_from_the_first_codes_alone(engine):
+    hifigan = engine.xtts.hifigan_decoder
+    latents = _latents(10, engine.xtts.gpt.model_dim)
+    g = torch.zeros(1, 512, 1)
+    with torch.inference_mode():
+        vocoder = StreamingVocoder(hifigan, g)
+        vocoder.add(list(latents))
+        first = vocoder.audio()
+    assert first.size > 0.15 * 24000, "10 codes (~0.46 s) give audio at once (0.2-0.3 s of it)"
+
+
+def test_vocoder_work_is_linear_in_the_audio(engine):
+    """coqui's inference_stream re-vocodes everything so far at every chunk; here each frame about once."""
+    hifigan = engine.xtts.hifigan_decoder
+    n = 400  # ~18 s of speech
+    latents = _latents(n, engine.xtts.gpt.model_dim)
+    sizes = [10] + [20] * 20
+    with torch.inference_mode():
+        _chunks, vocoder = _stream(hifigan, latents, torch.zeros(1, 512, 1), sizes)
+    total_frames = int(np.floor(np.floor(n * 4) * 24000 / 22050))
+    overhead = vocoder.windows * (vocoder.context + vocoder.lookahead + 2 * CROSSFADE_FRAMES)
+    assert vocoder.frames_vocoded <= total_frames + overhead
+    quadratic = sum(min(n, 10 + 20 * i) for i in range(len(sizes))) * total_frames / n  # coqui: all so far, each time
+    assert vocoder.frames_vocoded < 0.25 * quadratic

@@ -1,0 +1,164 @@
+"""One thread decodes the GPT for every active request at once (continuous batching).
+
+Requests are :class:`Stream` objects: :meth:`DecodeLoop.submit` queues one; at its next turn the loop
+prefills it and it joins the batch (:class:`xtts_ft.evaluate.batch_decode.BatchDecoder`); every step
+appends one code and its latent to each row and wakes the row's reader; a row that reaches its stop code
+or its code limit, or whose reader cancelled, leaves. At most ``max_active`` rows decode at once (memory:
+each holds a KV cache); more wait in the loop's queue, in order. The HTTP server's admission limit
+(``ServeConfig.queue_size``, 503 beyond) sits in front of both.
+
+No lock is held across a piece: the loop holds its condition only to take new requests, and a
+reader only to look at its own stream's counters. Vocoding happens in the reader's thread
+(:mod:`.streaming_vocoder`), while the loop goes on decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Optional
+
+import torch
+
+from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest
+
+log = logging.getLogger(__name__)
+
+
+class Stream:
+    """One request in the loop; its reader waits for codes with :meth:`wait` and may :meth:`cancel` it."""
+
+    def __init__(self, request: DecodeRequest) -> None:
+        self.request = request
+        self._cond = threading.Condition()
+        self.produced = 0  # codes (and latents) in request.codes/request.latents so far
+        self.finished = False
+        self.cancelled = False
+        self.error: Optional[BaseException] = None
+
+    def wait(self, have: int, timeout: float) -> int:
+        """Block until more than ``have`` codes exist, the stream ended, or ``timeout`` s passed; the count now."""
+        with self._cond:
+            if self.produced <= have and not self.finished:
+                self._cond.wait(timeout)
+            if self.error is not None:
+                raise self.error
+            return self.produced
+
+    def cancel(self) -> None:
+        """The reader no longer wants codes: the loop drops the row at its next step."""
+        self.cancelled = True
+
+    def _update(self, finished: bool = False, error: Optional[BaseException] = None) -> None:
+        with self._cond:
+            self.produced = len(self.request.codes)
+            self.finished = self.finished or finished
+            self.error = self.error or error
+            self._cond.notify_all()
+
+
+class DecodeLoop:
+    """The decoding thread of one model (started at the first request)."""
+
+    def __init__(self, gpt, max_active: int) -> None:
+        self.gpt = gpt
+        self.max_active = max(1, int(max_active))
+        self._decoder = BatchDecoder(gpt)
+        self._active: list[Stream] = []
+        self._pending: deque[Stream] = deque()
+        self._cond = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+        self.steps = 0  # batched decode steps run
+        self.largest_batch = 0  # most rows decoded together in one step
+        self.dropped = 0  # rows that left because their reader cancelled
+
+    def submit(self, request: DecodeRequest) -> Stream:
+        stream = Stream(request)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the decode loop is closed")
+            self._pending.append(stream)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="xtts-ft-decode", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return stream
+
+    @property
+    def active(self) -> int:
+        """Rows decoding now."""
+        return len(self._active)
+
+    def close(self) -> None:
+        """Stop the thread after its current step; waiting and active streams end with an error."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    # --- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not self._pending and not self._active and not self._closed:
+                        self._cond.wait()
+                    if self._closed:
+                        self._fail_all(RuntimeError("the decode loop was closed"))
+                        return
+                    joining = [self._pending.popleft()
+                               for _ in range(min(len(self._pending), self.max_active - len(self._active)))]
+                for stream in joining:
+                    self._join(stream)
+                self._leave([s for s in self._active if s.cancelled], cancelled=True)
+                if not self._active:
+                    continue
+                self.largest_batch = max(self.largest_batch, len(self._active))
+                try:
+                    self._decoder.step()
+                except Exception as exc:  # noqa: BLE001 - handed to every reader, which re-raises it
+                    log.exception("decode step failed")
+                    self._fail_all(exc, pending=False)
+                    continue
+                self.steps += 1
+                for stream in self._active:
+                    stream._update(finished=stream.request.done)
+                self._active = [s for s in self._active if not s.request.done]
+
+    def _join(self, stream: Stream) -> None:
+        if stream.cancelled:
+            self.dropped += 1
+            stream._update(finished=True)
+            return
+        try:
+            self._decoder.join(stream.request)
+        except Exception as exc:  # noqa: BLE001 - this request's failure (e.g. out of memory), not the loop's
+            log.exception("prefill failed")
+            stream._update(finished=True, error=exc)
+            return
+        stream._update(finished=stream.request.done)
+        if not stream.request.done:
+            self._active.append(stream)
+
+    def _leave(self, streams: list[Stream], *, cancelled: bool) -> None:
+        if not streams:
+            return
+        self._decoder.drop([s.request for s in streams])
+        gone = {id(s) for s in streams}
+        self._active = [s for s in self._active if id(s) not in gone]
+        self.dropped += len(streams) if cancelled else 0
+        for stream in streams:
+            stream._update(finished=True)
+
+    def _fail_all(self, exc: BaseException, pending: bool = True) -> None:
+        streams = list(self._active)
+        if pending:  # (called holding the condition)
+            streams += list(self._pending)
+            self._pending.clear()
+        self._active = []
+        self._decoder = BatchDecoder(self.gpt)
+        for stream in streams:
+            stream._update(finished=True, error=exc)

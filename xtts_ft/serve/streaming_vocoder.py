@@ -1,0 +1,139 @@
+"""HiFiGAN over a growing sequence of GPT latents, each stretch of audio vocoded once.
+
+coqui's ``inference_stream`` re-runs the vocoder over *all* latents so far at every chunk (work
+quadratic in the length: about 15x the needed work on a 28 s sentence). Here each chunk vocodes only
+its new frames plus a fixed left context and right look-ahead, so the work is linear in the audio:
+
+- ``HifiDecoder.forward`` first upsamples the latents linearly twice (x4 to the mel frame rate, then
+  x24000/22050 to the output rate). The second factor is not an integer, so a window of latents does
+  not map onto whole frames of the full utterance. :meth:`StreamingVocoder._frames` therefore computes
+  the upsampled frames by index, exactly as ``torch.nn.functional.interpolate`` (linear,
+  ``align_corners=False``) places them for the whole utterance, and only the frames whose inputs are
+  all known already (not the clamped right edge) count as ready;
+- the waveform generator runs on ``[first new frame - CONTEXT_FRAMES, last ready frame)``; the audio
+  of the last ``LOOKAHEAD_FRAMES`` is not kept (it saw the zero padding at the window's right edge,
+  not the frames that will follow) and is vocoded again by the next chunk;
+- the ``CROSSFADE_FRAMES`` before that point are held back and cross-faded (linear) with the next
+  chunk's version of the same samples, so a join is a blend of two near-identical signals.
+
+The sizes follow from the generator's receptive field (below); tests/serve/test_streaming_vocoder.py
+checks the streamed audio against the whole-utterance vocoding away from the joins, the sample-to-sample
+jumps at the joins, and the linear work.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+# XTTS's HiFiGAN generator (conv_pre, upsampling 8-8-2-2, resblocks of kernels 3/7/11 with dilations 1/3/5) sees
+# about 13 frames to the left and 14 to the right of each output frame (measured: one input frame changed, the
+# samples that change at all). 16 frames on each side cover all of it, so a chunk's kept audio is the same
+# computation as the whole utterance's, up to float rounding, whatever the weights.
+CONTEXT_FRAMES = 16  # left context given to the waveform generator (frames of output_hop_length samples)
+LOOKAHEAD_FRAMES = 16  # right edge of each window, vocoded again by the next chunk
+CROSSFADE_FRAMES = 2  # samples blended at each join, in frames (2 x 256 samples ~ 21 ms at 24 kHz)
+
+
+class StreamingVocoder:
+    """Feed latents with :meth:`add`; :meth:`audio` returns the samples ready so far (``final=True``: all)."""
+
+    def __init__(self, hifigan, speaker_embedding: torch.Tensor, *, context_frames: int = CONTEXT_FRAMES,
+                 lookahead_frames: int = LOOKAHEAD_FRAMES, crossfade_frames: int = CROSSFADE_FRAMES) -> None:
+        self.hifigan = hifigan
+        self.g = speaker_embedding
+        self.hop = int(hifigan.output_hop_length)
+        self.r1 = hifigan.ar_mel_length_compression / hifigan.output_hop_length
+        self.r2 = (hifigan.output_sample_rate / hifigan.input_sample_rate
+                   if hifigan.output_sample_rate != hifigan.input_sample_rate else 1.0)
+        self.context = context_frames
+        self.lookahead = lookahead_frames
+        self.crossfade = crossfade_frames * self.hop
+        self._latents: list[torch.Tensor] = []
+        self._emitted = 0  # samples handed out (or held in the tail) so far; always a whole number of frames
+        self._tail: Optional[torch.Tensor] = None  # the held-back samples to blend into the next chunk
+        self.frames_vocoded = 0  # work done: frames passed through the waveform generator
+        self.windows = 0
+
+    def add(self, latents: list[torch.Tensor]) -> None:
+        """Append latents (each (D,), one per code)."""
+        self._latents.extend(latents)
+
+    # --- frames ------------------------------------------------------------------------------
+    def _sizes(self, final: bool) -> tuple[int, int]:
+        """(upsampled frames that exist, of them the ones final already)."""
+        n = len(self._latents)
+        n1 = int(math.floor(n * self.r1))
+        n2 = int(math.floor(n1 * self.r2))
+        if final:
+            return n2, n2
+        ready1 = _ready(n1, n, self.r1)
+        return n2, _ready(n2, ready1, self.r2)
+
+    def _frames(self, start: int, stop: int, total: int) -> torch.Tensor:
+        """Upsampled frames ``[start, stop)`` (C, stop-start) of the utterance whose final frame count is ``total``."""
+        latents = torch.stack(self._latents)  # (L, C)
+        n1 = int(math.floor(len(self._latents) * self.r1))
+        idx2 = torch.arange(start, stop, dtype=torch.float64)
+        j0, j1, w2 = _source(idx2, self.r2, n1)
+        needed = torch.unique(torch.cat([j0, j1]))
+        a0, a1, w1 = _source(needed.to(torch.float64), self.r1, len(self._latents))
+        z1 = latents[a0] + (latents[a1] - latents[a0]) * w1.to(latents.dtype)[:, None]
+        pos = torch.searchsorted(needed, torch.stack([j0, j1]))
+        w = w2.to(latents.dtype)[:, None]
+        z2 = z1[pos[0]] + (z1[pos[1]] - z1[pos[0]]) * w
+        return z2.T
+
+    # --- audio -------------------------------------------------------------------------------
+    def audio(self, final: bool = False) -> np.ndarray:
+        """The float32 samples that are ready (may be empty); ``final``: the utterance is complete, give the rest."""
+        total, ready = self._sizes(final)
+        good_end = ready if final else ready - self.lookahead  # frames whose audio is kept this time
+        if not final and good_end * self.hop - self.crossfade <= self._emitted:
+            return np.zeros(0, dtype=np.float32)
+        start = self._emitted // self.hop
+        if good_end <= start:  # final, and nothing new (an utterance shorter than the held tail)
+            out = self._tail if self._tail is not None else torch.zeros(0)
+            self._tail = None
+            return out.numpy().astype(np.float32, copy=False)
+        w0 = max(0, start - self.context)
+        z = self._frames(w0, ready, total)
+        wav = self.hifigan.waveform_decoder(z[None], g=self.g).reshape(-1)
+        self.frames_vocoded += ready - w0
+        self.windows += 1
+        seg = wav[(start - w0) * self.hop : (good_end - w0) * self.hop].clone()
+        if self._tail is not None:
+            n = min(len(self._tail), len(seg))
+            fade = torch.linspace(0.0, 1.0, n + 2, dtype=seg.dtype)[1:-1]
+            seg[:n] = self._tail[:n] * (1 - fade) + seg[:n] * fade
+        if final:
+            self._tail = None
+            self._emitted += len(seg)
+            out = seg
+        else:
+            keep = len(seg) - self.crossfade
+            out, self._tail = seg[:keep], seg[keep:]
+            self._emitted += keep
+        return out.detach().cpu().numpy().astype(np.float32, copy=False)
+
+
+def _source(dst: torch.Tensor, scale: float, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where ``interpolate(mode="linear", align_corners=False, scale_factor=scale)`` reads output index ``dst``."""
+    src = ((dst + 0.5) / scale - 0.5).clamp(min=0.0)
+    i0 = src.floor().long().clamp(max=size - 1)
+    i1 = torch.where(i0 < size - 1, i0 + 1, i0)
+    return i0, i1, src - i0.to(src.dtype)
+
+
+def _ready(n_out: int, n_in_known: int, scale: float) -> int:
+    """Output frames (of ``n_out``) whose both sources lie below ``n_in_known`` - 1: not the clamped right edge."""
+    if n_in_known < 2:
+        return 0
+    # src(k) = (k + 0.5) / scale - 0.5 must satisfy floor(src) + 1 <= n_in_known - 1
+    k = int(math.floor((n_in_known - 1 + 0.5) * scale - 0.5))  # largest k with src(k) < n_in_known - 1
+    while k >= 0 and math.floor((k + 0.5) / scale - 0.5) + 1 > n_in_known - 1:
+        k -= 1
+    return max(0, min(n_out, k + 1))
