@@ -51,6 +51,22 @@ def test_streaming_delivers_the_first_piece_before_the_whole_text_is_synthesised
     assert arrivals[0] < 0.7 * total, (arrivals, total)
 
 
+def test_one_sentence_in_pcm_is_streamed_as_it_is_decoded(server, engine):
+    """Raw PCM of a single piece is not held back until the piece is whole: it goes out chunked (no length known
+    in advance), the engine's first chunk first; a one-piece wav is still a complete file with its length."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    body = {"input": "ሰላም።", "voice": "spk1", "response_format": "pcm"}
+    assert len(engine.pieces(body["input"])) == 1
+    with httpx.stream("POST", server.url + "/v1/audio/speech", headers=headers, json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert "content-length" not in response.headers and response.headers.get("transfer-encoding") == "chunked"
+        data = b"".join(response.iter_bytes())
+    assert len(data) % 2 == 0 and len(data) > 0
+    whole = httpx.post(server.url + "/v1/audio/speech", headers=headers, json={**body, "response_format": "wav"},
+                       timeout=60)
+    assert int(whole.headers["content-length"]) == len(whole.content)
+
+
 def test_every_producible_format_decodes(client, server, engine):
     formats = [f for f in server.server.config.app.state.formats if f != "pcm"]
     assert {"wav", "flac"} <= set(formats)

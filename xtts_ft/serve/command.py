@@ -138,6 +138,9 @@ def serve_command(opts: ServeOptions) -> int:
     report = asyncio.run(serve_forever(engine, opts, generations))
     if not generations.join(THREAD_JOIN_S):
         log.warning("a synthesis did not end within %.0f s of the stop", THREAD_JOIN_S)
+    # the decode thread ends after its current step: a daemon thread left inside torch while the interpreter
+    # shuts down is what aborted the process ("terminate called without an active exception")
+    engine.close()
     cut = f"; {report.cut_short} request(s) being spoken were cut short" if report.cut_short else ""
     print(f"stopped ({report.signal_name or 'server ended'}){cut}", flush=True)
     return 0

@@ -190,7 +190,9 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         cancel = threading.Event()
         chunks = engine.synthesize(body.input, body.voice, language=body.language, speed=body.speed,
                                    cancel=cancel.is_set)
-        if body.stream_format == "sse" or (fmt.streams and len(pieces) > 1):  # one piece: a plain, complete file
+        # Raw PCM has no header, so even one piece is sent as the engine decodes it (its first codes first); a
+        # container of one piece (wav) stays a plain, complete file with its true length in the header.
+        if body.stream_format == "sse" or (fmt.streams and (len(pieces) > 1 or fmt.sf_format is None)):
             return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, generations),
                                   release=lambda: (cancel.set(), admission.leave()),
                                   media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
