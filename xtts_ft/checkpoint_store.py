@@ -30,6 +30,7 @@ Nothing outside the store builds or lists checkpoint folder paths (utils/import_
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import hashlib
 import logging
@@ -220,16 +221,17 @@ class CheckpointStore:
             CheckpointStore.verify(folder)  # a truncated or corrupted file is named, never used
         obj = load_weights(path, CheckpointError)
         if isinstance(obj, dict) and "format" in obj:  # a LoRA run's adapters merged into plain weights
-            record = TrainingState.from_dict(obj, str(path))
-            return merged_gpt_state(record.gpt, record.training_config, str(path))
+            state = TrainingState.from_dict(obj, str(path))
+            return merged_gpt_state(state.gpt, state.training_config, str(path))
         for key in ("gpt", "model"):
             if isinstance(obj, dict) and isinstance(obj.get(key), dict):
                 return obj[key]
         raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")
 
-    def _good(self) -> tuple[list[StoredCheckpoint], list[StoredCheckpoint]]:
+    def _good(self) -> tuple[builtins.list[StoredCheckpoint], builtins.list[StoredCheckpoint]]:
         """(verified, damaged) among the current run's checkpoints, oldest first."""
-        good, damaged = [], []
+        good: builtins.list[StoredCheckpoint] = []
+        damaged: builtins.list[StoredCheckpoint] = []
         for c in self.list():
             try:
                 good.append(dataclasses.replace(c, record=self.verify(c.folder)))
@@ -258,7 +260,7 @@ class CheckpointStore:
     # --- writing ---------------------------------------------------------------------------------
     def save(self, state: TrainingState, *, vocab_path: Path, write_config: Callable[[Path], None],
              run_id: Optional[str] = None, base_model: Optional[str] = None, eval_loss: Optional[float] = None,
-             eval_metrics: Optional[dict] = None, dvae_pth: Optional[Path] = None) -> Path:
+             eval_metrics: Optional[dict[str, Any]] = None, dvae_pth: Optional[Path] = None) -> Path:
         """Write ``step_<state.step>/`` through a staging folder and return it; the rest of the record
         (epoch, vocab, precision, whether the optimizer state is in it) comes from ``state``. ``dvae_pth``: the
         run's fine-tuned DVAE (the DVAE stage), copied in: the checkpoint's codes, evaluation and export need it."""
@@ -270,7 +272,7 @@ class CheckpointStore:
         return self._write(state, record, Path(vocab_path).read_bytes(), write_config, dvae_pth)
 
     def _write(self, state: TrainingState, record: CheckpointRecord, vocab: bytes,
-               write_config: Callable[[Path], None], dvae_pth: Optional[Path] = None) -> Path:
+               write_config: Callable[[Path], object], dvae_pth: Optional[Path] = None) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.folder_of(state.step)
         stage = staging_sibling(final, "new")
@@ -326,23 +328,23 @@ class CheckpointStore:
                         "hand", path, policy.keep_last)
         return outcome
 
-    def move_aside(self, folders: Iterable[Path], into: Path) -> list[Path]:
+    def move_aside(self, folders: Iterable[Path], into: Path) -> builtins.list[Path]:
         """Move checkpoint folders out of this store into the folder ``into`` (created), keeping their names:
         the later steps a resume from an older one sets aside (a branch), another run's folder a save would
         otherwise overwrite. Returns where each went."""
         into = Path(into)
         into.mkdir(parents=True, exist_ok=True)
-        moved: list[Path] = []
+        moved: builtins.list[Path] = []
         for folder in folders:
             target = into / Path(folder).name
             os.replace(folder, target)
             moved.append(target)
         return moved
 
-    def clean_staging(self) -> list[Path]:
+    def clean_staging(self) -> builtins.list[Path]:
         """Remove staging, swapped-out and half-deleted folders whose writer is dead; returns those removed.
         A live writer's (another rank, another run on this folder) and another host's are left alone."""
-        removed: list[Path] = []
+        removed: builtins.list[Path] = []
         if not self.root.is_dir():
             return removed
         for p in self.root.iterdir():
