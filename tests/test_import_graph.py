@@ -4,9 +4,9 @@ utils/import_graph.py reads the source (ast); nothing is imported or run. Its ru
 layer, no circle, no import from a lower layer up to a higher one, the project's own imports at the top of
 each file, a heavy optional package imported inside functions of its one adapter only, and the finer
 FORBIDDEN / ONLY rules, and one rule about names: outside the checkpoint store's modules and layout.py nothing
-names a checkpoint folder (CHECKPOINTS_DIR, step_dir_name, "checkpoints", "step_..."). One module (cli.py, DEFERRED) imports project modules by name after parsing: the
-"module:function" names of its command table are imports of the graph, and nothing it imports at the top
-may reach a heavy package.
+names a checkpoint folder (CHECKPOINTS_DIR, step_dir_name, "checkpoints", "step_..."). One module (cli.py,
+DEFERRED) imports project modules by name after parsing: the "module:function" names of its command table
+are imports of the graph, and nothing it imports at the top may reach a heavy package.
 """
 
 from __future__ import annotations
