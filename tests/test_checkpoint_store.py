@@ -17,10 +17,12 @@ import pytest
 from xtts_ft.checkpoint_store import (
     CheckpointRecord,
     CheckpointStore,
+    RetentionPlan,
     RetentionPolicy,
     is_better,
     score_of,
 )
+from xtts_ft.config import CheckpointConfig
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import staging_sibling
@@ -160,3 +162,69 @@ def test_a_corrupt_training_state_is_refused_in_one_line_naming_the_folder(tmp_p
     no_sum.write(good)
     with pytest.raises(CheckpointError, match="lacks training_state_sha256"):
         CheckpointStore.verify(good)
+
+
+def test_what_a_folder_is_has_one_definition_that_the_config_shares(tmp_path):
+    both = _save(CheckpointStore(RunLayout(tmp_path / "run")), 2)
+    record_only, state_only, neither = tmp_path / "record_only", tmp_path / "state_only", tmp_path / "neither"
+    for folder in (record_only, state_only, neither):
+        folder.mkdir()
+    (record_only / "meta.json").write_bytes((both / "meta.json").read_bytes())
+    (state_only / "training_state.pt").write_bytes((both / "training_state.pt").read_bytes())  # a coqui-style folder
+    assert [CheckpointStore.is_checkpoint(f) for f in (both, record_only, state_only, neither)] == [True, True, False, False]
+    assert [CheckpointStore.holds_weights(f) for f in (both, record_only, state_only, neither)] == [True, False, True, False]
+    # the config's check of checkpoint.resume (below the store, in the foundation) asks the same function
+    for folder, refused in ((both, False), (record_only, False), (state_only, True)):
+        problems: list[str] = []
+        CheckpointConfig(resume=str(folder)).check(problems)
+        assert bool(problems) is refused, (folder, problems)
+    assert "is not a checkpoint folder (it has no meta.json)" in problems[0]
+
+
+def test_step_folders_lists_every_step_named_folder_and_list_only_finished_ones(tmp_path):
+    store = CheckpointStore.of_run(tmp_path / "run")
+    assert not store.exists() and store.step_folders() == {} and store.disk_bytes() == 0
+    saved = [_save(store, step) for step in (10, 2)]
+    unfinished = store.folder_of(30)  # a folder of that name without its record (e.g. copied by hand, half)
+    unfinished.mkdir()
+    (store.root / ".step_000040.new-host-1").mkdir()  # a staging folder is no step folder
+    (store.root / "notes").mkdir()
+    (store.root / "step_000050").write_text("a file, not a folder", encoding="utf-8")
+    assert store.exists() and unfinished == tmp_path / "run" / "checkpoints" / "step_000030"
+    assert store.step_folders() == {2: saved[1], 10: saved[0], 30: unfinished}
+    assert list(store.step_folders()) == [2, 10, 30]  # oldest first
+    assert [c.folder for c in store.list()] == [saved[1], saved[0]]  # only finished ones are checkpoints
+    assert store.disk_bytes() == sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file()) > 0
+    # a checkpoint knows its run folder; a folder elsewhere has none
+    assert CheckpointStore.run_dir_of(saved[0]) == (tmp_path / "run").resolve()
+    assert CheckpointStore.run_dir_of(tmp_path / "run") is None
+
+
+def test_move_aside_keeps_each_folder_whole_under_its_name(tmp_path):
+    store = CheckpointStore.of_run(tmp_path / "run")
+    for step in (2, 4, 6):
+        _save(store, step, eval_loss=float(step))
+    branch = CheckpointStore.of_run(tmp_path / "run" / "branches" / "b1")
+    later = [c.folder for c in store.list() if c.step > 2]
+    moved = store.move_aside(later, into=branch.root)
+    assert moved == [branch.root / "step_000004", branch.root / "step_000006"]
+    assert [c.step for c in store.list()] == [2] and [c.step for c in branch.list()] == [4, 6]
+    assert [CheckpointStore.verify(p).eval_loss for p in moved] == [4.0, 6.0]  # records and states intact
+    assert store.move_aside([], into=tmp_path / "empty") == [] and (tmp_path / "empty").is_dir()
+
+
+def test_the_retention_plan_is_what_a_pass_does_and_what_the_disk_estimate_counts(scored_run):
+    policy = RetentionPolicy(keep_last=2, keep_best=True, metric="cer", slim=True)
+    good = [dataclasses.replace(c, record=CheckpointStore.verify(c.folder)) for c in scored_run.list()]
+    plan = policy.plan(good)
+    assert [c.step for c in plan.remove] == [100, 300, 400]  # 200 is the best by CER; 500 and 600 the last two
+    assert [c.step for c in plan.slim] == [200, 500]  # the newest (600) keeps its optimizer state
+    assert [c.step for c in policy.plan(good, latest=good[-2].folder).slim] == [200, 600]
+    outcome = scored_run.apply_retention(policy)
+    assert outcome.removed == [c.folder for c in plan.remove] and outcome.slimmed == [c.folder for c in plan.slim]
+    assert RetentionPolicy(keep_last=1, keep_best=False).plan(good[:1]) == RetentionPlan([], [])
+    # at the fullest moment of a save: the kept ones, the best, the one being written (all full) ...
+    assert RetentionPolicy(keep_last=3, keep_best=True).peak_on_disk() == (5, 0)
+    assert RetentionPolicy(keep_last=3, keep_best=False).peak_on_disk() == (4, 0)
+    # ... or, slimmed, two full (the new latest and the previous one) and the rest weights only
+    assert RetentionPolicy(keep_last=3, keep_best=True, slim=True).peak_on_disk() == (2, 4)

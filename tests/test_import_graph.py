@@ -3,9 +3,10 @@
 utils/import_graph.py reads the source (ast); nothing is imported or run. Its rules: every module in a
 layer, no circle, no import from a lower layer up to a higher one, the project's own imports at the top of
 each file, a heavy optional package imported inside functions of its one adapter only, and the finer
-FORBIDDEN / ONLY rules. One module (cli.py, DEFERRED) imports project modules by name after parsing: the
-"module:function" names of its command table are imports of the graph, and nothing it imports at the top
-may reach a heavy package.
+FORBIDDEN / ONLY rules, and one rule about names: outside the checkpoint store's modules and layout.py nothing
+names a checkpoint folder (CHECKPOINTS_DIR, step_dir_name, "checkpoints", "step_..."). One module (cli.py,
+DEFERRED) imports project modules by name after parsing: the "module:function" names of its command table
+are imports of the graph, and nothing it imports at the top may reach a heavy package.
 """
 
 from __future__ import annotations
@@ -93,3 +94,40 @@ def test_the_commands_imported_after_parsing_are_checked_like_any_import(tmp_pat
                for line in bad)
     assert not any("inside a function" in line for line in bad)  # the table's import is the named exception
     assert not any(line.startswith("xtts_ft.cli:") and "by name" in line for line in bad)
+
+
+def test_only_the_checkpoint_store_builds_or_lists_checkpoint_folders(tmp_path):
+    """Every way of naming a checkpoint folder outside the store is one problem line; the store may, and step_of
+    (a step from a name: sample folders are named alike) stays free."""
+    graph = import_graph.build_graph(REPO)
+    assert {source for source, _, _ in graph.checkpoint_paths} <= {
+        f"xtts_ft.{owner}" for owner in import_graph.CHECKPOINT_OWNERS}
+    assert any(source == "xtts_ft.checkpoint_store" for source, _, _ in graph.checkpoint_paths)  # it does look
+
+    pkg = tmp_path / "xtts_ft"
+    pkg.mkdir()
+    files = {
+        "__init__.py": "",
+        "layout.py": 'CHECKPOINTS_DIR = "checkpoints"\n\n\ndef step_dir_name(step):\n    return f"step_{step:06d}"\n',
+        "checkpoint_store.py": "from xtts_ft.layout import CHECKPOINTS_DIR, step_dir_name\n",
+        "errors.py": (
+            "from xtts_ft import layout\nfrom xtts_ft.layout import CHECKPOINTS_DIR\n\n\n"
+            "def listing(run):\n    return sorted((run / 'checkpoints').glob('step_*'))\n\n\n"
+            "def one(run, step):\n    return run / CHECKPOINTS_DIR / f'step_{step:06d}'\n\n\n"
+            "def other(run, step):\n    return run / layout.CHECKPOINTS_DIR / layout.step_dir_name(step)\n\n\n"
+            "def fine(name):\n    return layout.step_of(name), 'step_every', 'a folder like checkpoints/step_001000'\n"
+        ),
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text, encoding="utf-8")
+    bad = [line for line in import_graph.problems(import_graph.build_graph(tmp_path)) if "CheckpointStore" in line]
+    assert [line.split(": only")[0] for line in bad] == [
+        "xtts_ft.errors:2 uses CHECKPOINTS_DIR",
+        "xtts_ft.errors:6 uses 'checkpoints'",
+        "xtts_ft.errors:6 uses 'step_*'",
+        "xtts_ft.errors:10 uses 'step_'",
+        "xtts_ft.errors:10 uses CHECKPOINTS_DIR",
+        "xtts_ft.errors:14 uses CHECKPOINTS_DIR",
+        "xtts_ft.errors:14 uses step_dir_name",
+    ], bad
+    assert all("only the CheckpointStore builds or lists checkpoint folders" in line for line in bad)

@@ -13,6 +13,11 @@ modules at run time, by name: cli.py imports the chosen command's module after p
 modules its table names are edges of the graph like any import, and what it imports at the top must not
 reach a heavy package (so ``--help`` answers at once).
 
+One rule is about names, not imports: checkpoint folders have one owner. Outside the checkpoint store's modules
+and layout.py (CHECKPOINT_OWNERS), no module names ``CHECKPOINTS_DIR``, ``STEP_DIR_PATTERN`` or ``step_dir_name``
+nor writes the literal folder names (``"checkpoints"``, ``"step_"``, ``"step_*"``, ``"step_000500"``): a checkpoint
+folder's path, a listing of them, "is this one?", a move and retention come from the CheckpointStore.
+
 The tests run the same checks (tests/test_import_graph.py).
 """
 
@@ -39,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),
     ("data", ("data",)),
     ("asr", ("asr",)),
-    ("checkpoints", ("checkpoint_store",)),
+    ("checkpoints", ("checkpoint_record", "checkpoint_retention", "checkpoint_store")),
     ("train", ("train",)),
     ("run folder", ("run_folder",)),
     ("evaluate", ("evaluate",)),
@@ -83,6 +88,12 @@ ADAPTERS: dict[str, str] = {
 DEFERRED: dict[str, str] = {
     "xtts_ft.cli": "imports the chosen command's module after parsing, so --help loads only the options",
 }
+# Checkpoint folders have one owner (docs/DESIGN.md "Checkpoint folder and record"): only these modules build or
+# list checkpoint folder paths; every other module asks the CheckpointStore (xtts_ft/checkpoint_store.py).
+CHECKPOINT_OWNERS = ("checkpoint_store", "checkpoint_record", "checkpoint_retention", "layout")
+CHECKPOINT_NAMES = ("CHECKPOINTS_DIR", "STEP_DIR_PATTERN", "step_dir_name")
+_CHECKPOINT_LITERAL = re.compile(r"^(checkpoints|step_(\d*|\*))/?$")
+
 HEAVY_AT_PARSE = ("torch", "torchaudio", "TTS", "trainer", "transformers", "fastapi", "gradio")
 _RUN_TARGET = re.compile(r"^(xtts_ft(?:\.\w+)+):\w+$")
 
@@ -103,6 +114,7 @@ class Graph:
     third_party: list[Import] = field(default_factory=list)
     by_name: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, how): imports at run time
     unknown: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, target): no such module
+    checkpoint_paths: list[tuple[str, int, str]] = field(default_factory=list)  # (module, line, what): see above
 
 
 def layer_of(module: str) -> int:
@@ -146,7 +158,24 @@ def build_graph(root: Path = REPO) -> Graph:
                         seen.add((name, top, node.lineno))
                         graph.third_party.append(Import(name, top, node.lineno, at_top))
         _run_time_imports(graph, name, tree, modules)
+        graph.checkpoint_paths += [(name, line, what) for line, what in checkpoint_path_uses(tree)]
     return graph
+
+
+def checkpoint_path_uses(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, what) for each use of a checkpoint folder name in ``tree``: a CHECKPOINT_NAMES name (imported, used,
+    or reached as an attribute) or a string that is a checkpoint folder name (also the text parts of an f-string)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name in CHECKPOINT_NAMES]
+        elif isinstance(node, ast.Name) and node.id in CHECKPOINT_NAMES:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute) and node.attr in CHECKPOINT_NAMES:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _CHECKPOINT_LITERAL.match(node.value):
+            found.append((node.lineno, repr(node.value)))
+    return sorted(set(found))
 
 
 def _run_time_imports(graph: Graph, name: str, tree: ast.Module, modules: dict[str, Path]) -> None:
@@ -302,6 +331,10 @@ def problems(graph: Graph) -> list[str]:
                          f"(DEFERRED in utils/import_graph.py): import it at the top")
     for source, line, target in graph.unknown:
         found.append(f"{source}:{line} names {target}, which is no module of the package")
+    for source, line, what in graph.checkpoint_paths:
+        if not any(_within(source, owner) for owner in CHECKPOINT_OWNERS):
+            found.append(f"{source}:{line} uses {what}: only the CheckpointStore builds or lists checkpoint folders "
+                         f"(xtts_ft/checkpoint_store.py); ask it (is_checkpoint, list, step_folders, folder_of, ...)")
     for source in DEFERRED:
         later = {imp.target for imp in graph.own if imp.source == source and imp.deferred}
         for imp in graph.own:

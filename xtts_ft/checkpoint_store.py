@@ -1,4 +1,4 @@
-"""The one owner of a run's checkpoints: their record, their files, which is best or latest, what is kept.
+"""The one owner of a run's checkpoints: which folders are checkpoints, which is best or latest, what is kept.
 
 Layout (with the base model folder its record names, a checkpoint is all a resume or an export needs)::
 
@@ -9,53 +9,63 @@ Layout (with the base model folder its record names, a checkpoint is all a resum
         vocab.json          the (extended) vocabulary the GPT was trained with
         config.yaml         the resolved run config
 
-Nothing outside this module parses ``meta.json`` or reads ``training_state.pt``:
+Nothing outside the store builds or lists checkpoint folder paths (utils/import_graph.py fails on
+``CHECKPOINTS_DIR``, the ``step_`` folder name, ``"checkpoints"`` elsewhere), parses ``meta.json`` or reads
+``training_state.pt``. Its parts, one job each (every name is re-exported here; import them from here):
 
-* :class:`CheckpointRecord` is the one parser and writer of ``meta.json`` (every file this project
-  wrote reads, tests/assets/checkpoint_format1 included); a damaged one is a one-line
-  :class:`CheckpointError` naming the folder.
-* :meth:`CheckpointStore.load_state` verifies the sha256 and then loads with ``weights_only=True``;
-  :meth:`CheckpointStore.load_gpt_weights` also takes a coqui-trainer-style folder (export, synthesis).
-* :meth:`CheckpointStore.save` writes each file into a staging folder beside the final one, fsyncs,
-  and swaps it in (:func:`xtts_ft.tempfiles.replace_dir`): a crash or a full disk leaves the earlier
-  checkpoints untouched, and a failed save removes its staging folder at once.
-* :meth:`CheckpointStore.apply_retention` is one pass over the run's good checkpoints: the newest
-  ``keep_last`` and (``keep_best``) the best stay, the rest go, and with ``optimizer_state: latest``
-  every kept one but the newest is rewritten without AdamW's moments (twice the GPT's size; only a
-  resume needs them). Damaged checkpoints are never counted nor deleted, another run's never touched.
-* :func:`score_of` / :func:`is_better` decide "better by metric" both for the trainer's in-memory best
+* xtts_ft/checkpoint_record.py: :class:`CheckpointRecord`, the one parser and writer of ``meta.json``, and
+  :func:`score_of` / :func:`is_better` / :func:`best_of`, "better by metric" for the trainer's in-memory best
   and for :meth:`CheckpointStore.best` on disk.
-* Staging, swapped-out and half-deleted folders are named by :func:`xtts_ft.tempfiles.staging_sibling`
-  (``.step_000500.new-<host>-<pid>``, ``.old-``, ``.trash-``); :meth:`CheckpointStore.clean_staging`
-  removes one only when its writer is dead.
+* xtts_ft/checkpoint_retention.py: :class:`RetentionPolicy`, what ``checkpoint.keep_last`` / ``keep_best`` /
+  ``optimizer_state: latest`` keep (the plan of one pass, and the most checkpoints on disk at once).
+* this module, the folders: :func:`is_checkpoint` / :func:`holds_weights` (what a folder is), :meth:`list`,
+  :meth:`step_folders`, :meth:`latest`, :meth:`best`, :meth:`move_aside` (a branch, another run's folder),
+  :meth:`apply_retention`; :meth:`load_state` verifies the sha256 and then loads with ``weights_only=True``;
+  :meth:`save` writes each file into a staging folder beside the final one, fsyncs, and swaps it in
+  (:func:`xtts_ft.tempfiles.replace_dir`): a crash or a full disk leaves the earlier checkpoints untouched, and a
+  failed save removes its staging folder at once. Staging, swapped-out and half-deleted folders are named by
+  :func:`xtts_ft.tempfiles.staging_sibling` (``.step_000500.new-<host>-<pid>``, ``.old-``, ``.trash-``);
+  :meth:`clean_staging` removes one only when its writer is dead.
 """
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import hashlib
-import json
 import logging
-import math
 import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import IO, Any, Callable, Iterable, Optional, Union
 
 import torch
 
+from xtts_ft.checkpoint_record import (
+    BEST_METRICS,
+    SIMILARITY_WEIGHT,
+    CheckpointRecord,
+    Owner,
+    Scored,
+    StoredCheckpoint,
+    best_of,
+    is_better,
+    score_of,
+)
+from xtts_ft.checkpoint_retention import RetentionOutcome, RetentionPlan, RetentionPolicy
 from xtts_ft.errors import CheckpointError
 from xtts_ft.layout import (
+    CHECKPOINTS_DIR,
     CONFIG_FILE,
     DVAE_FILE,
-    META_FILE,
     STATE_FILE,
     VOCAB_FILE,
     CheckpointLayout,
     RunLayout,
+    holds_weights,
+    is_checkpoint,
     step_dir_name,
     step_of,
 )
@@ -64,156 +74,20 @@ from xtts_ft.safe_load import load_weights
 from xtts_ft.tempfiles import atomic_write, fsync_dir, process_alive, replace_dir, staging_sibling, staging_writer_dead
 from xtts_ft.training_state import FORMAT, TrainingState
 
+__all__ = [
+    "BEST_METRICS", "SIMILARITY_WEIGHT", "CheckpointRecord", "CheckpointStore", "Owner", "RetentionOutcome",
+    "RetentionPlan", "RetentionPolicy", "Scored", "StoredCheckpoint", "best_of", "file_sha256", "holds_weights",
+    "is_better", "is_checkpoint", "score_of", "write_state",
+]
+
 log = logging.getLogger(__name__)
-
-# --- "better by metric" (checkpoint.best_metric) --------------------------------------------------
-
-BEST_METRICS = ("eval_loss", "cer", "cer_similarity")
-SIMILARITY_WEIGHT = 0.5  # cer_similarity: 5 points of CER make up for 0.1 of speaker similarity
-
-
-def score_of(metric: str, evals: Optional[Mapping[str, Any]]) -> Optional[float]:
-    """One evaluation's score under ``metric`` (lower is better); None when it lacks the metric or is not finite.
-
-    ``eval_loss``: the teacher-forced eval loss; ``cer``: ``sample_cer``, the samples' character error rate
-    as the recogniser hears them; ``cer_similarity``: ``sample_cer + 0.5 * (1 - sample_speaker_similarity)``.
-    """
-    if metric not in BEST_METRICS:
-        raise ValueError(f"unknown best metric {metric!r}; expected one of {BEST_METRICS}")
-    if not evals:
-        return None
-    if metric == "eval_loss":
-        value = evals.get("eval_loss")
-    elif metric == "cer":
-        value = evals.get("sample_cer")
-    else:
-        cer, sim = evals.get("sample_cer"), evals.get("sample_speaker_similarity")
-        value = None if cer is None or sim is None else float(cer) + SIMILARITY_WEIGHT * (1.0 - float(sim))
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-Scored = Union[None, float, Mapping[str, Any]]  # a score already computed, or an evaluation to score
-
-
-def is_better(metric: str, new: Scored, old: Scored, *, by: float = 0.0) -> bool:
-    """Whether ``new`` beats ``old`` under ``metric``: a missing or non-finite score is never better, and
-    anything scored beats nothing. Each side is a score (float) or an evaluation's metrics (scored here).
-    ``by``: how much lower ``new`` must be (early stopping's ``min_improvement``; 0: any lower score, the rule
-    that picks the best checkpoint)."""
-    new_score = _as_score(metric, new)
-    if new_score is None:
-        return False
-    old_score = _as_score(metric, old)
-    return old_score is None or new_score < old_score - by
-
-
-def _as_score(metric: str, value: Scored) -> Optional[float]:
-    if isinstance(value, Mapping):
-        return score_of(metric, value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-# --- the record (meta.json) ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckpointRecord:
-    """What ``meta.json`` says about a checkpoint folder; the file's one reader and writer."""
-
-    step: int
-    state_sha256: Optional[str]  # sha256 of training_state.pt; None only in folders other tools wrote
-    format: int = FORMAT
-    epoch: Optional[int] = None
-    run_id: Optional[str] = None  # the run that wrote it (run_folder.RunRecord.owns)
-    vocab_fingerprint: Optional[str] = None
-    base_model: Optional[str] = None
-    base_vocab_size: Optional[int] = None
-    precision: Optional[str] = None
-    eval_loss: Optional[float] = None  # None: this step was not evaluated (or its loss was not finite)
-    eval_metrics: Optional[dict[str, Any]] = None
-    eval_pending: bool = False  # its evaluation was cut short by a stop; the resume redoes it
-    optimizer_state: bool = True  # False: weights-only (slimmed by retention); resuming it restarts AdamW
-    created: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, written back as read
-
-    # the JSON names of fields whose attribute name differs
-    _JSON_NAMES = {"state_sha256": "training_state_sha256"}
-
-    @property
-    def evaluations(self) -> dict[str, Any]:
-        """The eval results to score (eval_loss included), for :func:`score_of`."""
-        return dict(self.eval_metrics or {}, eval_loss=self.eval_loss)
-
-    def score(self, metric: str) -> Optional[float]:
-        return score_of(metric, self.evaluations)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.extra)
-        for f in dataclasses.fields(self):
-            if f.name != "extra":
-                out[self._JSON_NAMES.get(f.name, f.name)] = getattr(self, f.name)
-        return out
-
-    @classmethod
-    def from_json(cls, data: object, source: str) -> CheckpointRecord:
-        """Read a parsed meta.json; anything that is not one is a CheckpointError naming ``source``."""
-        if not isinstance(data, dict):
-            raise CheckpointError(f"{source}: not a checkpoint record (a JSON object); the checkpoint is damaged, "
-                                  f"use an earlier one")
-        known = {cls._JSON_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}
-        values = {known[k]: v for k, v in data.items() if k in known}
-        step = values.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise CheckpointError(f"{source}: no step number; the checkpoint is damaged, use an earlier one")
-        values.setdefault("state_sha256", None)
-        for name in ("optimizer_state", "eval_pending"):
-            values[name] = bool(values.get(name, name == "optimizer_state"))
-        if not isinstance(values.get("eval_metrics"), (dict, type(None))):
-            values["eval_metrics"] = None
-        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
-
-    @classmethod
-    def read(cls, folder: Path) -> CheckpointRecord:
-        """The record of ``folder``; a missing or damaged meta.json is one CheckpointError line naming it."""
-        path = CheckpointLayout(folder).meta
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise CheckpointError(
-                f"{folder}: no {META_FILE}; not a checkpoint folder (or its save was interrupted)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-            raise CheckpointError(f"{path}: unreadable ({exc}); the checkpoint is damaged, use an earlier one") from None
-        return cls.from_json(data, str(path))
-
-    @classmethod
-    def find(cls, folder: Path) -> Optional[CheckpointRecord]:
-        """:meth:`read`, or None when ``folder`` has no meta.json at all (e.g. a coqui-trainer folder)."""
-        return cls.read(folder) if CheckpointLayout(folder).meta.is_file() else None
-
-    def write(self, folder: Path) -> None:
-        atomic_write(CheckpointLayout(folder).meta, json.dumps(self.to_json(), indent=2, default=str), durable=True)
-
-
-@dataclass(frozen=True)
-class StoredCheckpoint:
-    step: int
-    folder: Path
-    record: Optional[CheckpointRecord]  # None: its meta.json is damaged
-
-
-Owner = Callable[[Optional[CheckpointRecord]], bool]  # whether a checkpoint belongs to the current run
-
 
 # --- files -----------------------------------------------------------------------------------------
 
 _verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: each file hashed once
 
 
-def write_state(state: dict, f) -> None:
+def write_state(state: dict[str, Any], f: IO[bytes]) -> None:
     """Serialise the training state (module level so tests can simulate a crash mid-write)."""
     torch.save(state, f)
 
@@ -230,27 +104,6 @@ def file_sha256(path: Path) -> str:
     return _verified[key]
 
 
-@dataclass(frozen=True)
-class RetentionPolicy:
-    keep_last: int
-    keep_best: bool = True
-    metric: str = "eval_loss"
-    slim: bool = False  # checkpoint.optimizer_state: latest
-
-    @classmethod
-    def from_config(cls, section) -> RetentionPolicy:
-        """From the ``checkpoint`` config section."""
-        return cls(keep_last=section.keep_last, keep_best=section.keep_best, metric=section.best_metric,
-                   slim=section.optimizer_state == "latest")
-
-
-@dataclass
-class RetentionOutcome:
-    removed: list[Path] = field(default_factory=list)
-    slimmed: list[Path] = field(default_factory=list)
-    damaged: list[Path] = field(default_factory=list)  # left in place for the user to inspect
-
-
 _LEGACY_STAGING = re.compile(r"^\.(tmp|trash)_step_\d+_(?P<pid>\d+)$")  # names written before staging_sibling
 
 
@@ -259,13 +112,31 @@ class CheckpointStore:
     of them are the current run's (None: all)."""
 
     def __init__(self, checkpoints: Union[Path, RunLayout], owner: Optional[Owner] = None) -> None:
-        self.root = checkpoints.checkpoints if isinstance(checkpoints, RunLayout) else Path(checkpoints)
+        self.root = checkpoints.root / CHECKPOINTS_DIR if isinstance(checkpoints, RunLayout) else Path(checkpoints)
         self.owner = owner
 
     @classmethod
     def of_run(cls, run_dir: Path, owner: Optional[Owner] = None) -> CheckpointStore:
         """The store of ``<run_dir>/checkpoints``."""
         return cls(RunLayout(run_dir), owner)
+
+    # --- what a folder is (nothing verified) -------------------------------------------------------
+    is_checkpoint = staticmethod(is_checkpoint)  # a checkpoint this project wrote: it has its record
+    holds_weights = staticmethod(holds_weights)  # it has a training state: what export and synthesis load
+
+    @staticmethod
+    def run_dir_of(folder: Path) -> Optional[Path]:
+        """``<run>/checkpoints/step_N`` -> ``<run>``; None when ``folder`` does not sit in a run's checkpoints."""
+        parent = Path(folder).resolve().parent
+        return parent.parent if parent.name == CHECKPOINTS_DIR else None
+
+    def exists(self) -> bool:
+        """Whether the checkpoints folder is there (a run that has started saving)."""
+        return self.root.is_dir()
+
+    def folder_of(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is (or would be) written."""
+        return self.root / step_dir_name(step)
 
     # --- reading ---------------------------------------------------------------------------------
     def list(self) -> list[StoredCheckpoint]:
@@ -275,7 +146,7 @@ class CheckpointStore:
         found = []
         for p in self.root.iterdir():
             step = step_of(p.name)
-            if step is None or not p.is_dir() or not CheckpointLayout(p).meta.is_file():
+            if step is None or not p.is_dir() or not is_checkpoint(p):
                 continue
             try:
                 record: Optional[CheckpointRecord] = CheckpointRecord.read(p)
@@ -287,7 +158,7 @@ class CheckpointStore:
 
     def foreign_at(self, step: int) -> Optional[Path]:
         """The folder of ``step`` when another run wrote it (a save must move it aside, never overwrite it)."""
-        folder = self.root / step_dir_name(step)
+        folder = self.folder_of(step)
         if not folder.is_dir():
             return None
         try:
@@ -295,6 +166,20 @@ class CheckpointStore:
         except CheckpointError:
             record = None
         return None if self.owner is None or self.owner(record) else folder
+
+    def step_folders(self) -> dict[int, Path]:
+        """Every folder named like a checkpoint (``step_NNNNNN``), finished or not, any run's, by step: what a
+        listing for the user shows (the report's links, the folders a mistaken ``--checkpoint`` holds)."""
+        if not self.root.is_dir():
+            return {}
+        found = {step: p for p in self.root.iterdir() if (step := step_of(p.name)) is not None and p.is_dir()}
+        return dict(sorted(found.items()))
+
+    def disk_bytes(self) -> int:
+        """Bytes of every file under the checkpoints folder (staging and other runs' folders included)."""
+        if not self.root.is_dir():
+            return 0
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
 
     @staticmethod
     def verify(folder: Path) -> CheckpointRecord:
@@ -317,11 +202,6 @@ class CheckpointStore:
         return record
 
     @staticmethod
-    def is_checkpoint(folder: Path) -> bool:
-        """Whether ``folder`` looks like a checkpoint (it has a record); nothing verified."""
-        return CheckpointLayout(folder).meta.is_file()
-
-    @staticmethod
     def load_state(folder: Path) -> TrainingState:
         """The verified training state (sha256, then ``weights_only=True``)."""
         CheckpointStore.verify(folder)
@@ -341,16 +221,17 @@ class CheckpointStore:
             CheckpointStore.verify(folder)  # a truncated or corrupted file is named, never used
         obj = load_weights(path, CheckpointError)
         if isinstance(obj, dict) and "format" in obj:  # a LoRA run's adapters merged into plain weights
-            record = TrainingState.from_dict(obj, str(path))
-            return merged_gpt_state(record.gpt, record.training_config, str(path))
+            state = TrainingState.from_dict(obj, str(path))
+            return merged_gpt_state(state.gpt, state.training_config, str(path))
         for key in ("gpt", "model"):
             if isinstance(obj, dict) and isinstance(obj.get(key), dict):
                 return obj[key]
         raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")
 
-    def _good(self) -> tuple[list[StoredCheckpoint], list[StoredCheckpoint]]:
+    def _good(self) -> tuple[builtins.list[StoredCheckpoint], builtins.list[StoredCheckpoint]]:
         """(verified, damaged) among the current run's checkpoints, oldest first."""
-        good, damaged = [], []
+        good: builtins.list[StoredCheckpoint] = []
+        damaged: builtins.list[StoredCheckpoint] = []
         for c in self.list():
             try:
                 good.append(dataclasses.replace(c, record=self.verify(c.folder)))
@@ -373,12 +254,13 @@ class CheckpointStore:
     def best(self, metric: str = "eval_loss") -> Optional[Path]:
         """The current run's good checkpoint that :func:`is_better` than all others under ``metric`` (the
         earliest on a tie); None when none has a score."""
-        return _best_of(self._good()[0], metric)
+        best = best_of(self._good()[0], metric)
+        return best.folder if best is not None else None
 
     # --- writing ---------------------------------------------------------------------------------
     def save(self, state: TrainingState, *, vocab_path: Path, write_config: Callable[[Path], None],
              run_id: Optional[str] = None, base_model: Optional[str] = None, eval_loss: Optional[float] = None,
-             eval_metrics: Optional[dict] = None, dvae_pth: Optional[Path] = None) -> Path:
+             eval_metrics: Optional[dict[str, Any]] = None, dvae_pth: Optional[Path] = None) -> Path:
         """Write ``step_<state.step>/`` through a staging folder and return it; the rest of the record
         (epoch, vocab, precision, whether the optimizer state is in it) comes from ``state``. ``dvae_pth``: the
         run's fine-tuned DVAE (the DVAE stage), copied in: the checkpoint's codes, evaluation and export need it."""
@@ -390,9 +272,9 @@ class CheckpointStore:
         return self._write(state, record, Path(vocab_path).read_bytes(), write_config, dvae_pth)
 
     def _write(self, state: TrainingState, record: CheckpointRecord, vocab: bytes,
-               write_config: Callable[[Path], None], dvae_pth: Optional[Path] = None) -> Path:
+               write_config: Callable[[Path], object], dvae_pth: Optional[Path] = None) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / step_dir_name(state.step)
+        final = self.folder_of(state.step)
         stage = staging_sibling(final, "new")
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir()
@@ -426,35 +308,43 @@ class CheckpointStore:
         self._write(state, record, vocab, lambda p: p.write_bytes(config), dvae)
 
     def apply_retention(self, policy: RetentionPolicy, latest: Optional[Path] = None) -> RetentionOutcome:
-        """One pass: keep the newest ``keep_last`` good checkpoints and (``keep_best``) the best one, remove the
-        others, and (``slim``) drop the optimizer state of every kept one but ``latest`` (default: the newest)."""
+        """One pass of :meth:`RetentionPolicy.plan` over the good checkpoints: remove what it drops, then rewrite
+        without the optimizer state what it slims (every kept one but ``latest``, default: the newest)."""
         good, damaged = self._good()
         outcome = RetentionOutcome(damaged=[c.folder for c in damaged])
-        keep = {c.folder for c in good[-policy.keep_last:]}
-        best = _best_of(good, policy.metric) if policy.keep_best else None
-        if best is not None:
-            keep.add(best)
-        newest = Path(latest).resolve() if latest is not None else (good[-1].folder.resolve() if good else None)
-        for c in good:
-            if c.folder not in keep:
-                if _remove_folder(c.folder):
-                    outcome.removed.append(c.folder)
-            elif policy.slim and c.folder.resolve() != newest and c.record is not None and c.record.optimizer_state:
-                try:
-                    self._slim(c)
-                except (CheckpointError, OSError) as exc:  # housekeeping: the full checkpoint stays as it was
-                    log.warning("could not drop the optimizer state of %s (%s); it keeps it", c.folder, exc)
-                    continue
-                outcome.slimmed.append(c.folder)
+        plan = policy.plan(good, latest)
+        for c in plan.remove:
+            if _remove_folder(c.folder):
+                outcome.removed.append(c.folder)
+        for c in plan.slim:
+            try:
+                self._slim(c)
+            except (CheckpointError, OSError) as exc:  # housekeeping: the full checkpoint stays as it was
+                log.warning("could not drop the optimizer state of %s (%s); it keeps it", c.folder, exc)
+                continue
+            outcome.slimmed.append(c.folder)
         for path in outcome.damaged:
             log.warning("damaged checkpoint %s is left in place (not counted as one of the last %d); delete it by "
                         "hand", path, policy.keep_last)
         return outcome
 
-    def clean_staging(self) -> list[Path]:
+    def move_aside(self, folders: Iterable[Path], into: Path) -> builtins.list[Path]:
+        """Move checkpoint folders out of this store into the folder ``into`` (created), keeping their names:
+        the later steps a resume from an older one sets aside (a branch), another run's folder a save would
+        otherwise overwrite. Returns where each went."""
+        into = Path(into)
+        into.mkdir(parents=True, exist_ok=True)
+        moved: builtins.list[Path] = []
+        for folder in folders:
+            target = into / Path(folder).name
+            os.replace(folder, target)
+            moved.append(target)
+        return moved
+
+    def clean_staging(self) -> builtins.list[Path]:
         """Remove staging, swapped-out and half-deleted folders whose writer is dead; returns those removed.
         A live writer's (another rank, another run on this folder) and another host's are left alone."""
-        removed: list[Path] = []
+        removed: builtins.list[Path] = []
         if not self.root.is_dir():
             return removed
         for p in self.root.iterdir():
@@ -465,15 +355,6 @@ class CheckpointStore:
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
         return removed
-
-
-def _best_of(good: list[StoredCheckpoint], metric: str) -> Optional[Path]:
-    best: Optional[StoredCheckpoint] = None
-    for c in good:
-        if c.record is not None and is_better(metric, c.record.evaluations,
-                                              best.record.evaluations if best and best.record else None):
-            best = c
-    return best.folder if best is not None else None
 
 
 def _remove_folder(path: Path) -> bool:

@@ -2,7 +2,11 @@
 
 Readers and writers build paths through :class:`RunLayout` (``RunLayout(cfg.run_dir).metrics``)
 and :class:`CheckpointLayout` (``CheckpointLayout(folder).meta``); the names themselves are the
-module constants, for code that only needs a name (a glob, a list of outputs).
+module constants, for code that only needs a name (a glob, a list of outputs). Checkpoint folders are
+the exception: their paths (``CHECKPOINTS_DIR``, ``step_dir_name``) are built and listed only by the
+CheckpointStore (xtts_ft/checkpoint_store.py; utils/import_graph.py enforces it), so RunLayout has no
+``checkpoints``; :func:`is_checkpoint` (what resume takes) and :func:`holds_weights` (what export loads)
+are defined here, below the config that checks ``checkpoint.resume``.
 
 ::
 
@@ -83,6 +87,11 @@ def step_of(name: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+def branch_dir_name(stamp: str, step: int) -> str:
+    """``<stamp>_after_step_000002``: the folder under ``branches/`` of the steps a resume from ``step`` set aside."""
+    return f"{stamp}_after_{step_dir_name(step)}"
+
+
 @dataclass(frozen=True)
 class _Folder:
     root: Path
@@ -103,6 +112,21 @@ class CheckpointLayout(_Folder):
     step = property(lambda self: step_of(self.root.name))
 
 
+def is_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` is a checkpoint this project wrote: it holds its record (``meta.json``); nothing verified.
+
+    The one definition ("what resume continues from"); ``CheckpointStore.is_checkpoint`` is this function. It
+    sits here, below the config, so that the config's check of ``checkpoint.resume`` asks the same question.
+    """
+    return CheckpointLayout(folder).meta.is_file()
+
+
+def holds_weights(folder: Path) -> bool:
+    """Whether ``folder`` holds a training state (``training_state.pt``): what export and synthesis load, from a
+    checkpoint this project wrote or a coqui-trainer-style folder (``CheckpointStore.holds_weights``)."""
+    return CheckpointLayout(folder).state.is_file()
+
+
 class RunLayout(_Folder):
     """The files and folders of one run directory (``run.output_dir``)."""
 
@@ -120,7 +144,6 @@ class RunLayout(_Folder):
     cache = property(lambda self: self.root / CACHE_DIR)
     codes_cache = property(lambda self: self.cache / CODES_CACHE)
     dvae = property(lambda self: self.root / DVAE_DIR)
-    checkpoints = property(lambda self: self.root / CHECKPOINTS_DIR)
     samples = property(lambda self: self.root / SAMPLES_DIR)
     samples_index = property(lambda self: self.samples / INDEX_FILE)
     cer_floor = property(lambda self: self.samples / CER_FLOOR_FILE)
@@ -132,9 +155,6 @@ class RunLayout(_Folder):
     exports = property(lambda self: self.root / EXPORTS_DIR)
     app_process = property(lambda self: self.root / APP_PROCESS_FILE)
     app_console = property(lambda self: self.root / APP_CONSOLE_LOG)
-
-    def checkpoint(self, step: int) -> CheckpointLayout:
-        return CheckpointLayout(self.checkpoints / step_dir_name(step))
 
     def samples_at(self, step: int) -> Path:
         return self.samples / step_dir_name(step)

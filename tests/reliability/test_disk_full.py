@@ -16,6 +16,7 @@ import logging
 import pytest
 
 from tests.reliability.relhelpers import read_events, small_config, train_lines
+from xtts_ft import checkpoint_record
 from xtts_ft import checkpoint_store as ckpt
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import TrainingStopped
@@ -39,7 +40,7 @@ def fail_on_save(monkeypatch, nth: int, phase: str) -> list[int]:
 
         monkeypatch.setattr(ckpt, "write_state", write_state)
     else:
-        real_atomic = ckpt.atomic_write
+        real_atomic = checkpoint_record.atomic_write  # the record (meta.json) writes itself there
 
         def atomic_write(path, content, **kwargs):
             if path.name == META_FILE:
@@ -48,7 +49,7 @@ def fail_on_save(monkeypatch, nth: int, phase: str) -> list[int]:
                     raise ENOSPC
             real_atomic(path, content, **kwargs)
 
-        monkeypatch.setattr(ckpt, "atomic_write", atomic_write)
+        monkeypatch.setattr(checkpoint_record, "atomic_write", atomic_write)
     return calls
 
 

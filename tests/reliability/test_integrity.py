@@ -111,12 +111,12 @@ def test_a_missing_training_state_is_named(trained_run, tmp_path, caplog):
 
 
 def test_a_saved_checkpoint_has_the_layout_files(trained_run):
-    from xtts_ft.layout import RunLayout
+    from xtts_ft.layout import CheckpointLayout, RunLayout
 
     folders = [(c.step, c.folder) for c in CheckpointStore.of_run(trained_run).list()]
     assert [step for step, _ in folders] == [2, 4]
     for step, folder in folders:
-        files = RunLayout(trained_run).checkpoint(step)
+        files = CheckpointLayout(CheckpointStore.of_run(trained_run).folder_of(step))
         assert folder == files.folder
         assert all(p.is_file() for p in (files.state, files.meta, files.vocab, files.config))
     run = RunLayout(trained_run)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from xtts_ft.languages import AMHARIC, BASE_LANGUAGES, LANGUAGE_ALIASES
-from xtts_ft.layout import META_FILE, CheckpointLayout
+from xtts_ft.layout import META_FILE, is_checkpoint
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
@@ -552,7 +552,7 @@ class CheckpointConfig:
         if self.resume not in ("auto", "never"):
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
-            elif not CheckpointLayout(self.resume).meta.is_file():  # caught here, before data prep and model loading
+            elif not is_checkpoint(Path(self.resume)):  # caught here, before data prep and model loading
                 problems.append(
                     f"checkpoint.resume: '{self.resume}' is not a checkpoint folder (it has no {META_FILE}); use auto, "
                     f"never, or a folder like <run.output_dir>/checkpoints/step_001000"

@@ -13,17 +13,16 @@ from xtts_ft.base_model import BaseModelFiles, resolve_base_model
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import BaseModelConfig
 from xtts_ft.errors import CheckpointError
-from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout, step_of
+from xtts_ft.layout import META_FILE
 
 
 def refuse_folder_of_checkpoints(ckpt_dir: Path) -> None:
     """``--checkpoint RUN/checkpoints`` (or the run folder): name the step folders it holds, the newest as the example."""
     ckpt_dir = Path(ckpt_dir)
-    if CheckpointStore.is_checkpoint(ckpt_dir) or CheckpointLayout(ckpt_dir).state.is_file():
+    if CheckpointStore.is_checkpoint(ckpt_dir) or CheckpointStore.holds_weights(ckpt_dir):
         return
-    for parent in (ckpt_dir, RunLayout(ckpt_dir).checkpoints):
-        steps = sorted((p for p in parent.iterdir() if p.is_dir() and step_of(p.name) is not None),
-                       key=lambda p: step_of(p.name)) if parent.is_dir() else []
+    for store in (CheckpointStore(ckpt_dir), CheckpointStore.of_run(ckpt_dir)):
+        steps = list(store.step_folders().values())
         if steps:
             shown = ", ".join(p.name for p in steps[-5:])
             more = f"{len(steps) - 5} more, " if len(steps) > 5 else ""

@@ -218,7 +218,7 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, 
         raise CheckpointError(f"--checkpoint {ckpt_dir}: folder not found")
     _check_out_dir(Path(out_dir), on_existing)  # before the weights are read: a wrong --out fails at once
     refuse_folder_of_checkpoints(ckpt_dir)
-    if not (ckpt_dir / TRAINING_STATE).is_file():
+    if not CheckpointStore.holds_weights(ckpt_dir):
         raise CheckpointError(f"{ckpt_dir}: no {TRAINING_STATE}; pass a checkpoint folder such as checkpoints/step_001000")
     vocab = CheckpointLayout(ckpt_dir).vocab
     if not vocab.is_file():

@@ -18,6 +18,7 @@ import torch
 from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.base_model import BaseModelFiles
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, DataError, ModelError
 from xtts_ft.evaluate.export import TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
@@ -111,7 +112,7 @@ def synthesize_command(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if is_export(model_dir):
         xtts, tokenizer, meta = load_export(model_dir, normalizer=normalizer, device=device)
-    elif (model_dir / TRAINING_STATE).is_file():
+    elif CheckpointStore.holds_weights(model_dir):
         if base is None:
             raise CheckpointError(
                 f"{model_dir}: is a training checkpoint; pass the base model too, or export it first "

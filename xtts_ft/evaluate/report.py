@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Iterable, Optional
 from urllib.parse import quote
 
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.evaluate.cer_floor import read_cer_floor
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
-from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, RunLayout, step_of
+from xtts_ft.layout import INDEX_FILE, RunLayout
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.dvae_stage import dvae_summary
 
@@ -156,15 +157,9 @@ def _sample_plots(index: list[dict]) -> list[str]:
 
 
 def _checkpoints(run_dir: Path) -> dict[int, str]:
-    root = RunLayout(run_dir).checkpoints
-    if not root.is_dir():
-        return {}
-    out = {}
-    for d in root.iterdir():
-        step = step_of(d.name)
-        if step is not None and d.is_dir():
-            out[step] = f"{CHECKPOINTS_DIR}/{d.name}/"
-    return out
+    """Step -> the link (relative to the run folder) of every checkpoint folder the run holds."""
+    return {step: f"{folder.relative_to(run_dir).as_posix()}/"
+            for step, folder in CheckpointStore.of_run(run_dir).step_folders().items()}
 
 
 def _best_step(values: dict[int, Optional[float]]) -> Optional[int]:

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import torch
 
 from xtts_ft.asr.recognizer import Recognizer
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError, ModelError
 from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
@@ -32,7 +33,7 @@ def load_model(model_dir: Path, base_model: Optional[str], device: str):
     """(xtts, tokenizer, meta) of an export folder or a training checkpoint folder."""
     if is_export(model_dir):
         return load_export(model_dir, device=device)
-    if (model_dir / TRAINING_STATE).is_file():
+    if CheckpointStore.holds_weights(model_dir):
         return load_checkpoint_folder(model_dir, base_for_checkpoint(model_dir, base_model), device=device)
     raise ModelError(
         f"--model {model_dir}: neither an export folder ({' + '.join(EXPORT_FILES)}) nor a checkpoint folder "

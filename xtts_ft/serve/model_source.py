@@ -31,7 +31,7 @@ from xtts_ft.config import CheckpointConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
-from xtts_ft.layout import CHECKPOINTS_DIR, CONFIG_FILE, RUN_FILE, STATE_FILE, RunLayout
+from xtts_ft.layout import CONFIG_FILE, RUN_FILE, STATE_FILE, RunLayout
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.run_folder import read_record
 
@@ -66,16 +66,10 @@ class ResolvedModel:
         return load_checkpoint_folder(self.model_dir, base, device=device)
 
 
-def _is_checkpoint(folder: Path) -> bool:
-    return (folder / STATE_FILE).is_file()
-
-
 def _run_of_checkpoint(ckpt: Path) -> Optional[Path]:
     """``<run>/checkpoints/step_N`` -> ``<run>``, when that looks like a run folder."""
-    parent = ckpt.resolve().parent
-    if parent.name == CHECKPOINTS_DIR and (parent.parent / CONFIG_FILE).is_file():
-        return parent.parent
-    return None
+    run_dir = CheckpointStore.run_dir_of(ckpt)
+    return run_dir if run_dir is not None and RunLayout(run_dir).config.is_file() else None
 
 
 def _run_of_export(export: Path) -> Optional[Path]:
@@ -113,7 +107,7 @@ def _pick_run_checkpoint(run_dir: Path) -> tuple[Path, str]:
     if latest is not None:
         return latest, "latest"
     raise ModelError(
-        f"--model {run_dir}: a run folder with no checkpoint yet (none good in {CHECKPOINTS_DIR}/); serve it once "
+        f"--model {run_dir}: a run folder with no checkpoint yet (none good in {store.root.name}/); serve it once "
         f"training has saved its first checkpoint, or pass an export folder"
     )
 
@@ -131,16 +125,17 @@ def resolve_model(path: str | Path, base_model: Optional[str] = None) -> Resolve
         raise ModelError(f"--model {given}: is a file; pass the folder (an export, a checkpoint or a run folder)")
     if is_export(given):
         return ResolvedModel("export", given, given, "export", _run_of_export(given))
-    if _is_checkpoint(given):
+    if CheckpointStore.holds_weights(given):
         return ResolvedModel("checkpoint", given, given, "checkpoint", _run_of_checkpoint(given), base_model)
-    if (given / CHECKPOINTS_DIR).is_dir():
+    store = CheckpointStore.of_run(given)
+    if store.exists():
         ckpt, how = _pick_run_checkpoint(given)
         log.info("--model %s: serving the %s checkpoint %s", given, how, ckpt.name)
         return ResolvedModel("run", given, ckpt, "checkpoint", given, base_model, how)
     if (given / RUN_FILE).is_file() or (given / CONFIG_FILE).is_file():
-        raise ModelError(f"--model {given}: a run folder with no checkpoint yet (nothing in {CHECKPOINTS_DIR}/); "
+        raise ModelError(f"--model {given}: a run folder with no checkpoint yet (nothing in {store.root.name}/); "
                          f"serve it once training has saved its first checkpoint, or pass an export folder")
     raise ModelError(
         f"--model {given}: expected an export folder ({' + '.join(EXPORT_FILES)}), a checkpoint folder ({STATE_FILE}) "
-        f"or a run folder ({CHECKPOINTS_DIR}/); it holds none of them"
+        f"or a run folder ({store.root.name}/); it holds none of them"
     )

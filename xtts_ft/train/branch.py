@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.checkpoint_store import CheckpointStore, Owner
-from xtts_ft.layout import CHECKPOINTS_DIR, INDEX_FILE, METRICS_FILE, OLD_RUNS, SAMPLES_DIR, RunLayout, step_dir_name, step_of
+from xtts_ft.layout import INDEX_FILE, METRICS_FILE, OLD_RUNS, SAMPLES_DIR, RunLayout, branch_dir_name, step_of
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.metrics import drop_lines_after
 
@@ -55,27 +55,28 @@ def _later_samples(run_dir: Path, step: int) -> list[Path]:
 def set_aside_later_steps(run_dir: Path, step: int, owner: Optional[Owner]) -> Optional[Branch]:
     """Move this run's checkpoints (and sample folders) after ``step`` into a new branch folder; None if there are none."""
     layout = RunLayout(run_dir)
-    later = [(c.step, c.folder) for c in CheckpointStore.of_run(run_dir, owner).list() if c.step > step]
+    store = CheckpointStore.of_run(run_dir, owner)
+    later = [c for c in store.list() if c.step > step]
     samples = _later_samples(run_dir, step)
     if not later and not samples:
         return None
-    name = f"{time.strftime('%Y%m%d-%H%M%S')}_after_{step_dir_name(step)}"
+    name = branch_dir_name(time.strftime('%Y%m%d-%H%M%S'), step)
     folder, n = layout.branches / name, 1
     while folder.exists():  # two branches within a second: never mix them
         n += 1
         folder = layout.branches / f"{name}-{n}"
-    (folder / CHECKPOINTS_DIR).mkdir(parents=True)
+    branch_store = CheckpointStore.of_run(folder)  # the same layout as the run folder
+    branch_store.root.mkdir(parents=True)
     (folder / SAMPLES_DIR).mkdir()
     # copies of the history as it was (the run's own files keep only the steps up to the branch point)
     for source, target in ((layout.metrics, folder / METRICS_FILE), (layout.samples_index, folder / SAMPLES_DIR / INDEX_FILE)):
         if source.is_file():
             atomic_write(target, source.read_bytes())
-    for _, path in later:
-        os.replace(path, folder / CHECKPOINTS_DIR / path.name)
+    store.move_aside([c.folder for c in later], into=branch_store.root)
     for path in samples:
         os.replace(path, folder / SAMPLES_DIR / path.name)
     drop_lines_after(layout.samples_index, step)  # the report lists what the folder holds
-    branch = Branch(step=step, folder=folder, steps=tuple(s for s, _ in later))
+    branch = Branch(step=step, folder=folder, steps=tuple(c.step for c in later))
     log.warning("resume from step %d while this run has later checkpoints (%s): they are kept, moved with their "
                 "samples to %s; training continues from step %d as a new branch", step,
                 ", ".join(str(s) for s in branch.steps) or "none, only samples", folder, step)
@@ -85,10 +86,9 @@ def set_aside_later_steps(run_dir: Path, step: int, owner: Optional[Owner]) -> O
 def set_aside_foreign(run_dir: Path, checkpoint: Path) -> Path:
     """Move a checkpoint of another run out of the way of a save with the same step number (never overwrite it)."""
     dest = Path(run_dir) / OLD_RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}_foreign_checkpoints"
-    dest.mkdir(parents=True, exist_ok=True)
-    os.replace(checkpoint, dest / Path(checkpoint).name)
+    [moved] = CheckpointStore.of_run(run_dir).move_aside([checkpoint], into=dest)
     log.warning("%s belongs to another run: moved to %s before saving this run's step there", checkpoint, dest)
-    return dest / Path(checkpoint).name
+    return moved
 
 
 def keep_foreign_aside(run_dir: Path, step: int, owner: Owner) -> None:

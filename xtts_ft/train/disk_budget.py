@@ -18,6 +18,7 @@ from typing import Optional
 import torch.nn as nn
 
 from xtts_ft.audio_io import OUTPUT_RATE
+from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.config import Config
 from xtts_ft.errors import DiskSpaceError
 from xtts_ft.layout import RunLayout
@@ -61,15 +62,9 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
     ck, ev = cfg.checkpoint, cfg.evaluation
     weights, trainable = _tensor_bytes(gpt)
     full = weights + 2 * trainable  # AdamW: exp_avg and exp_avg_sq, same size as the parameters
-    best = 1 if ck.keep_best else 0
-    if ck.optimizer_state == "latest":
-        # the new latest (full) is written while the previous latest is still full; then the previous one is
-        # rewritten weights-only (its new copy staged beside it)
-        counts = (2, ck.keep_last - 1 + best + 1)
-    else:
-        counts = (ck.keep_last + best + 1, 0)  # the one being written before the oldest is pruned
+    counts = RetentionPolicy.from_config(ck).peak_on_disk()  # (with optimizer state, weights only) at the fullest
     files = RunLayout(run_dir)
-    existing = folder_bytes(files.checkpoints)
+    existing = CheckpointStore.of_run(run_dir).disk_bytes()
     checkpoints = counts[0] * full + counts[1] * weights - existing
     if evaluations is None:
         every = ev.every_steps or cfg.training.max_steps

@@ -414,7 +414,7 @@ class FineTuneRecipe:
         if not self.dist.all_true(error is None):
             previous = (f"the previous checkpoint ({self.last_checkpoint}) is intact" if self.last_checkpoint
                         else "no earlier checkpoint exists")
-            msg = (f"could not write the checkpoint of step {p.step} in {self.run_dir / 'checkpoints'}: "
+            msg = (f"could not write the checkpoint of step {p.step} in {self._store().root}: "
                    f"{error or 'failed on rank 0'}; {previous}")
             if self.cfg.checkpoint.on_save_error == "stop" or final:
                 raise TrainingStopped(msg + "; free disk space, then rerun the same command to resume")

@@ -28,7 +28,7 @@ import yaml
 from xtts_ft.checkpoint_store import CheckpointStore, Owner
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import CheckpointError
-from xtts_ft.layout import META_FILE, CheckpointLayout, RunLayout
+from xtts_ft.layout import META_FILE, CheckpointLayout
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
@@ -50,7 +50,7 @@ def choose_checkpoint(resume: str, run_dir: Path, owner: Optional[Owner] = None)
         store = CheckpointStore.of_run(run_dir, owner)
         path = store.latest()
         if path is None and store.list():
-            log.warning("no checkpoint in %s verifies; starting a new run", RunLayout(run_dir).checkpoints)
+            log.warning("no checkpoint in %s verifies; starting a new run", store.root)
         return path
     path = Path(resume)
     if not CheckpointStore.is_checkpoint(path):

@@ -130,7 +130,7 @@ def evaluations(run_dir: Path) -> dict[int, dict]:
 
 def checkpoints(run_dir: Path) -> list[Path]:
     """Every checkpoint folder of the run directory, oldest first (not verified: a damaged one is still listed)."""
-    return [c.folder for c in CheckpointStore(RunLayout(run_dir)).list()]
+    return [c.folder for c in CheckpointStore.of_run(run_dir).list()]
 
 
 def best_step(run_dir: Path) -> Optional[int]:
