@@ -25,8 +25,8 @@ def _evaluation(step: int, **metrics: float) -> EvalRecord:
 
 
 def test_each_record_type_round_trips_through_its_file(tmp_path: Path) -> None:
-    rows = [MetricsRow(step=1, values={"loss": 2.5, "lr": 1e-4, "time": 10.0}),
-            MetricsRow(step=2, split="eval", values={"eval_loss": 1.75, "time": 11.0})]
+    rows = [MetricsRow(step=1, fields={"loss": 2.5, "lr": 1e-4, "time": 10.0}),
+            MetricsRow(step=2, split="eval", fields={"eval_loss": 1.75, "time": 11.0})]
     events = [Event(event="resume", step=2, fields={"checkpoint": "c/step_000002"}, time=12.0),
               Event(event="data_changed", step=None, fields={"changes": ["hours"]}, time=13.0)]
     evaluation = _evaluation(2)
@@ -44,6 +44,7 @@ def test_each_record_type_round_trips_through_its_file(tmp_path: Path) -> None:
     # the typed fields, and the line as written (a row's metric names are open-ended)
     train, ev = run_history.read_metrics(tmp_path)
     assert (train.step, train.split, train["loss"], "split" in train) == (1, "train", 2.5, False)
+    assert list(train.values()) == [1, 2.5, 1e-4, 10.0]  # a full mapping: keys, values and items in written order
     assert ev.is_eval and ev.get("eval_loss") == 1.75 and dict(ev) == {"step": 2, "split": "eval", "eval_loss": 1.75,
                                                                         "time": 11.0}
     read = run_history.read_evaluations(tmp_path).records[0]
@@ -57,7 +58,7 @@ def test_each_record_type_round_trips_through_its_file(tmp_path: Path) -> None:
 def test_non_finite_numbers_are_written_as_null_so_every_line_stays_json(tmp_path: Path) -> None:
     run_history.append_evaluation(tmp_path, _evaluation(4, mcd=math.nan))
     with run_history.open_metrics(tmp_path) as appender:
-        appender.append(MetricsRow(step=4, values={"loss": math.inf, "grad_norm": 0.5}))
+        appender.append(MetricsRow(step=4, fields={"loss": math.inf, "grad_norm": 0.5}))
     line = json.loads(RunLayout(tmp_path).samples_index.read_text(encoding="utf-8"))  # strict: no NaN token
     assert line["metrics"]["mcd"] is None
     assert run_history.read_metrics(tmp_path).records[0]["loss"] is None
@@ -65,8 +66,8 @@ def test_non_finite_numbers_are_written_as_null_so_every_line_stays_json(tmp_pat
 
 def test_a_line_cut_short_by_a_kill_is_skipped_and_counted(tmp_path: Path) -> None:
     with run_history.open_metrics(tmp_path) as appender:
-        appender.append(MetricsRow(step=1, values={"loss": 2.0}))
-        appender.append(MetricsRow(step=2, values={"loss": 1.9}))
+        appender.append(MetricsRow(step=1, fields={"loss": 2.0}))
+        appender.append(MetricsRow(step=2, fields={"loss": 1.9}))
     path = RunLayout(tmp_path).metrics
     with path.open("a", encoding="utf-8") as f:
         f.write('\n["not", "a", "row"]\n{"no_step": 1}\n{"step": 3, "lo')  # a blank line, two strays, a cut line
@@ -87,8 +88,8 @@ def test_truncation_keeps_the_lines_up_to_the_step_as_written(tmp_path: Path) ->
 
     with run_history.open_metrics(tmp_path) as appender:
         for step in (1, 2, 3):
-            appender.append(MetricsRow(step=step, values={"loss": 1.0}))
-        appender.append(MetricsRow(step=3, split="eval", values={"eval_loss": 1.0}))
+            appender.append(MetricsRow(step=step, fields={"loss": 1.0}))
+        appender.append(MetricsRow(step=3, split="eval", fields={"eval_loss": 1.0}))
     assert run_history.truncate_metrics(tmp_path, 2) == 2
     assert [(r.step, r.split) for r in run_history.read_metrics(tmp_path)] == [(1, "train"), (2, "train")]
     assert run_history.truncate_metrics(tmp_path / "absent", 2) == 0
@@ -138,7 +139,7 @@ def test_latest_by_step_keeps_the_last_record_of_a_step_written_twice(tmp_path: 
 def test_a_branch_copy_holds_the_history_as_it_was(tmp_path: Path) -> None:
     run, branch = tmp_path / "run", tmp_path / "run" / "branches" / "b"
     with run_history.open_metrics(run) as appender:
-        appender.append(MetricsRow(step=1, values={"loss": 1.0}))
+        appender.append(MetricsRow(step=1, fields={"loss": 1.0}))
     run_history.append_evaluation(run, _evaluation(2))
     run_history.copy_history(run, branch)
     assert RunLayout(branch).metrics.read_bytes() == RunLayout(run).metrics.read_bytes()

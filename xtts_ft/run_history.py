@@ -68,7 +68,7 @@ class MetricsRow(Mapping[str, JsonValue]):
     since the metric names are open-ended: ``row["loss"]``, ``row.get("eval_loss")``, ``"lr" in row``."""
 
     step: int  # optimizer steps done when the line was written
-    values: Mapping[str, JsonValue] = field(default_factory=dict)  # every other key of the line, in written order
+    fields: Mapping[str, JsonValue] = field(default_factory=dict)  # every other key of the line, in written order
     split: str = "train"  # "train" (the key is absent from such lines) or "eval"
 
     @property
@@ -76,7 +76,7 @@ class MetricsRow(Mapping[str, JsonValue]):
         return self.split == "eval"
 
     def to_json(self) -> JsonObject:
-        return {"step": self.step, **({} if self.split == "train" else {"split": self.split}), **self.values}
+        return {"step": self.step, **({} if self.split == "train" else {"split": self.split}), **self.fields}
 
     @classmethod
     def from_json(cls, obj: JsonObject) -> Optional[MetricsRow]:
@@ -85,11 +85,11 @@ class MetricsRow(Mapping[str, JsonValue]):
         if step is None:
             return None
         split = obj.get("split", "train")
-        values = {k: v for k, v in obj.items() if k not in ("step", "split")}
-        return cls(step=step, values=values, split=split if isinstance(split, str) else str(split))
+        fields = {k: v for k, v in obj.items() if k not in ("step", "split")}
+        return cls(step=step, fields=fields, split=split if isinstance(split, str) else str(split))
 
     @cached_property
-    def _line(self) -> JsonObject:
+    def _line(self) -> dict[str, JsonValue]:
         return self.to_json()
 
     def __getitem__(self, key: str) -> JsonValue:
@@ -134,7 +134,7 @@ class Event(Mapping[str, JsonValue]):
                    time=float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None)
 
     @cached_property
-    def _line(self) -> JsonObject:
+    def _line(self) -> dict[str, JsonValue]:
         return self.to_json()
 
     def __getitem__(self, key: str) -> JsonValue:

@@ -128,7 +128,7 @@ class MetricsLogger:
         }
         if self._compile:
             record["compile_s"] = self._compile
-        self._metrics.append(MetricsRow(step=step, values=record))
+        self._metrics.append(MetricsRow(step=step, fields=record))
         for key in ("samples_per_s", "skipped_steps"):
             if record[key] is not None:
                 self._tb.add_scalar(f"train/{key}", record[key], step)
@@ -145,7 +145,7 @@ class MetricsLogger:
     def evaluation(self, step: int, losses: dict[str, float], extra: Optional[dict[str, float]] = None) -> None:
         if not self.enabled:
             return
-        self._metrics.append(MetricsRow(step=step, split="eval", values={**losses, **(extra or {}), "time": time.time()}))
+        self._metrics.append(MetricsRow(step=step, split="eval", fields={**losses, **(extra or {}), "time": time.time()}))
         for key, value in {**losses, **(extra or {})}.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._tb.add_scalar(f"eval/{key.removeprefix('eval_')}", value, step)
