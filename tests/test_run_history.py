@@ -45,6 +45,8 @@ def test_each_record_type_round_trips_through_its_file(tmp_path: Path) -> None:
     train, ev = run_history.read_metrics(tmp_path)
     assert (train.step, train.split, train["loss"], "split" in train) == (1, "train", 2.5, False)
     assert list(train.values()) == [1, 2.5, 1e-4, 10.0]  # a full mapping: keys, values and items in written order
+    assert (train.number("lr"), train.number("absent"), MetricsRow(step=3, fields={"loss": None}).number("loss")) == (
+        1e-4, None, None)
     assert ev.is_eval and ev.get("eval_loss") == 1.75 and dict(ev) == {"step": 2, "split": "eval", "eval_loss": 1.75,
                                                                         "time": 11.0}
     read = run_history.read_evaluations(tmp_path).records[0]

@@ -75,6 +75,11 @@ class MetricsRow(Mapping[str, JsonValue]):
     def is_eval(self) -> bool:
         return self.split == "eval"
 
+    def number(self, key: str) -> Optional[float]:
+        """The value of ``key`` when it is a number; None when absent, null (a non-finite value) or not a number."""
+        value = self.fields.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     def to_json(self) -> JsonObject:
         return {"step": self.step, **({} if self.split == "train" else {"split": self.split}), **self.fields}
 

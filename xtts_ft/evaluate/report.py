@@ -152,7 +152,7 @@ def _cer_cell(cer, floor: Optional[dict]) -> str:
 
 
 def _checkpoint_table(run_dir: Path, evals: list[MetricsRow], index: list[EvalRecord]) -> str:
-    eval_loss = {r.step: r.get("eval_loss") for r in evals}
+    eval_loss = {r.step: r.number("eval_loss") for r in evals}
     sample_metrics = {r.step: r.metrics for r in index}
     mcd = {s: m.get("mcd") for s, m in sample_metrics.items()}
     ckpts = _checkpoints(run_dir)

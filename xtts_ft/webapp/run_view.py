@@ -105,7 +105,7 @@ def progress(run_dir: Path) -> Progress:
     if not train:
         return Progress(0, max_steps, None, None)
     last = train[-1]
-    return Progress(last.step, max_steps, last.get("eta_s"), last.get("loss"))
+    return Progress(last.step, max_steps, last.number("eta_s"), last.number("loss"))
 
 
 # --- evaluations, samples, checkpoints -----------------------------------------------------------------
