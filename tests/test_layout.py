@@ -17,6 +17,8 @@ def test_run_and_checkpoint_paths(tmp_path):
     run = RunLayout(str(tmp_path))
     assert run.root == tmp_path and run.metrics == tmp_path / "metrics.jsonl"
     assert run.samples_index == tmp_path / "samples" / "index.jsonl"
+    assert (run.data_report, run.tokenizer_report, run.dvae_report) == (
+        tmp_path / "data" / "report.json", tmp_path / "tokenizer" / "report.json", tmp_path / "dvae" / "report.json")
     assert run.vocab == tmp_path / "tokenizer" / "vocab.json" and run.codes_cache == tmp_path / "cache" / "dvae_codes"
     ckpt = run.checkpoint(20)
     assert ckpt == CheckpointLayout(tmp_path / "checkpoints" / "step_000020") and ckpt.step == 20

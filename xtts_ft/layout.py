@@ -131,6 +131,7 @@ class RunLayout(_Folder):
     samples = property(lambda self: self.root / SAMPLES_DIR)
     samples_index = property(lambda self: self.samples / INDEX_FILE)
     cer_floor = property(lambda self: self.samples / CER_FLOOR_FILE)
+    # the history files (samples_index above, metrics, events): only xtts_ft/run_history.py opens them
     metrics = property(lambda self: self.root / METRICS_FILE)
     events = property(lambda self: self.root / EVENTS_FILE)
     tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)

@@ -32,7 +32,7 @@ from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.readme import tokenizer_lines
 from xtts_ft.layout import CheckpointLayout, RunLayout
-from xtts_ft.run_history import EvalRecord, latest_by_step, read_evaluations
+from xtts_ft.run_history import EvalRecord, read_evaluations
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _eval_record(run_dir: Path, step: int) -> Optional[EvalRecord]:
     index = read_evaluations(run_dir)
     for n in index.skipped:
         log.warning("%s line %d: not an evaluation record, skipped", index.path, n)
-    return latest_by_step(r for r in index if r.step == step).get(step)
+    return next((r for r in reversed(index.records) if r.step == step), None)
 
 
 def _run_config(resolved, export_meta: dict) -> dict:
