@@ -19,6 +19,8 @@ def test_run_and_checkpoint_paths(tmp_path):
     run = RunLayout(str(tmp_path))
     assert run.root == tmp_path and run.metrics == tmp_path / "metrics.jsonl"
     assert run.samples_index == tmp_path / "samples" / "index.jsonl"
+    assert (run.data_report, run.tokenizer_report, run.dvae_report) == (
+        tmp_path / "data" / "report.json", tmp_path / "tokenizer" / "report.json", tmp_path / "dvae" / "report.json")
     assert run.vocab == tmp_path / "tokenizer" / "vocab.json" and run.codes_cache == tmp_path / "cache" / "dvae_codes"
     store = CheckpointStore.of_run(str(tmp_path))  # checkpoint folders: only the store builds their paths
     ckpt = CheckpointLayout(store.folder_of(20))

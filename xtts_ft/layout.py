@@ -12,8 +12,8 @@ are defined here, below the config that checks ``checkpoint.resume``.
 
     <run.output_dir>/                 RunLayout
       run.json  trainer.lock  old_runs/  config.yaml  summary.json  report.html
-      data/  (metadata_train.csv, metadata_eval.csv, wavs/, report.json; a dataset list: datasets/<i>_<name>/)
-      tokenizer/vocab.json  cache/dvae_codes/  dvae/ (dvae.pth, dvae_state.pt, report.json: dvae.finetune)
+      data/  (metadata_train.csv, metadata_eval.csv, wavs/, report.json/.txt/.png; a dataset list: datasets/<i>_<name>/)
+      tokenizer/vocab.json, report.json  cache/dvae_codes/  dvae/ (dvae.pth, dvae_state.pt, report.json: dvae.finetune)
       checkpoints/step_000500/        CheckpointLayout: training_state.pt, meta.json, vocab.json, config.yaml
       samples/step_000500/*.wav  samples/index.jsonl
       metrics.jsonl  events.jsonl  tensorboard/
@@ -43,13 +43,17 @@ DATA_DIR = "data"
 TRAIN_CSV = "metadata_train.csv"
 EVAL_CSV = "metadata_eval.csv"
 DATASETS_SUBDIR = "datasets"  # data/datasets/<i>_<name>/: one prepared dataset of a dataset list
+# Each stage's report in its own folder: data/ (and each data/datasets/<i>_<name>/: counts, hours, rejections by
+# reason), tokenizer/ (new tokens, tokens per character), dvae/ (held-out reconstruction loss before and after).
+STAGE_REPORT = "report.json"
+DATA_REPORT_TEXT = "report.txt"  # data/: the prepare report for a person (rejection examples)
+DATA_REPORT_PLOT = "report.png"  # data/: durations and speaking rates of kept and rejected clips
 TOKENIZER_DIR = "tokenizer"
 CACHE_DIR = "cache"
 CODES_CACHE = "dvae_codes"
 DVAE_DIR = "dvae"  # dvae/: the DVAE stage (xtts_ft/train/dvae_stage.py): dvae.pth, its resumable state, report.json
 DVAE_FILE = "dvae.pth"  # the DVAE weights file, as coqui/XTTS-v2 names it (also in a checkpoint of a DVAE run)
 DVAE_STATE_FILE = "dvae_state.pt"  # the DVAE stage's resumable state (weights, optimizer, step)
-DVAE_REPORT_FILE = "report.json"  # the DVAE stage's held-out reconstruction loss before and after
 CHECKPOINTS_DIR = "checkpoints"
 SAMPLES_DIR = "samples"
 INDEX_FILE = "index.jsonl"  # samples/index.jsonl: one record per evaluation
@@ -139,14 +143,18 @@ class RunLayout(_Folder):
     train_csv = property(lambda self: self.data / TRAIN_CSV)
     eval_csv = property(lambda self: self.data / EVAL_CSV)
     listed_datasets = property(lambda self: self.data / DATASETS_SUBDIR)
+    data_report = property(lambda self: self.data / STAGE_REPORT)
     tokenizer = property(lambda self: self.root / TOKENIZER_DIR)
     vocab = property(lambda self: self.tokenizer / VOCAB_FILE)
+    tokenizer_report = property(lambda self: self.tokenizer / STAGE_REPORT)
     cache = property(lambda self: self.root / CACHE_DIR)
     codes_cache = property(lambda self: self.cache / CODES_CACHE)
     dvae = property(lambda self: self.root / DVAE_DIR)
+    dvae_report = property(lambda self: self.dvae / STAGE_REPORT)
     samples = property(lambda self: self.root / SAMPLES_DIR)
     samples_index = property(lambda self: self.samples / INDEX_FILE)
     cer_floor = property(lambda self: self.samples / CER_FLOOR_FILE)
+    # the history files (samples_index above, metrics, events): only xtts_ft/run_history.py opens them
     metrics = property(lambda self: self.root / METRICS_FILE)
     events = property(lambda self: self.root / EVENTS_FILE)
     tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)

@@ -35,7 +35,7 @@ from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 from xtts_ft.evaluate.languages import language_evals
 from xtts_ft.evaluate.references import pick_references
 from xtts_ft.ingest.short_pieces import ShortPieceMaker
-from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
+from xtts_ft.layout import EVAL_CSV, STAGE_REPORT, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.model import describe_vocab
 from xtts_ft.output_folder import MOVE_ASIDE
 from xtts_ft.random_model import resolve_or_create_base_model
@@ -95,7 +95,7 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.asr))
     if pieces:
         key = stages.hash_inputs(key, dataclasses.asdict(cfg.ingest), hears)
-    if stages.is_current(data_dir, key, [TRAIN_CSV, EVAL_CSV, "report.json"]):
+    if stages.is_current(data_dir, key, [TRAIN_CSV, EVAL_CSV, STAGE_REPORT]):
         log.info("prepare: dataset unchanged, reusing %s", data_dir)
         return data_dir
     recognizer = None
@@ -147,7 +147,7 @@ def tokenizer_stage(cfg: Config, base: BaseModelFiles, data_dir: Path, keep_exis
         vocab_fingerprint(base.vocab_json),
         stages.file_stats([train_csv, eval_csv, *extra]),
     )
-    if stages.is_current(tok_dir, key, [VOCAB_FILE, "report.json"]):
+    if stages.is_current(tok_dir, key, [VOCAB_FILE, STAGE_REPORT]):
         log.info("tokenizer: inputs unchanged, reusing %s", tok_dir / VOCAB_FILE)
         return tok_dir / VOCAB_FILE
     if keep_existing and (tok_dir / VOCAB_FILE).is_file():

@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import REPO_ROOT
 from tests.train.trainhelpers import small_config
-from xtts_ft.layout import DVAE_FILE, DVAE_REPORT_FILE, DVAE_STATE_FILE, RunLayout
+from xtts_ft.layout import DVAE_FILE, DVAE_STATE_FILE, STAGE_REPORT, RunLayout
 from xtts_ft.model import build_training_model, model_limits, new_dvae
 from xtts_ft.stop_signals import StopRequested
 from xtts_ft.train import dvae_stage as stage_module
@@ -51,7 +51,7 @@ def test_the_stage_lowers_held_out_reconstruction_loss(uninterrupted):
     run_dir, result = uninterrupted
     assert result.steps == 2 and result.skipped_steps == 0
     assert result.eval_loss_after < result.eval_loss_before
-    report = json.loads((RunLayout(run_dir).dvae / DVAE_REPORT_FILE).read_text())
+    report = json.loads((RunLayout(run_dir).dvae / STAGE_REPORT).read_text())
     assert report["eval_loss_before"] == result.eval_loss_before and report["eval_clips"] == 2
     assert "held-out reconstruction loss" in dvae_summary(run_dir)
     state = torch.load(result.dvae_pth, weights_only=True)

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from xtts_ft.commands.common import command, setup_logging
+from xtts_ft.layout import VOCAB_FILE
 from xtts_ft.text import normalize_text
 from xtts_ft.text_settings import make_normalizer
 from xtts_ft.tokenizer import tokenizer_command
@@ -41,6 +42,6 @@ def tokenizer(args: argparse.Namespace) -> int:
     print(
         f"{report.new_tokens_added} new tokens, vocab {report.base_vocab_size} -> {report.vocab_size}, "
         f"{report.train_tokens_per_char:.3f} tokens/char on the training text{held_out}; "
-        f"wrote {Path(args.out) / 'vocab.json'}"
+        f"wrote {Path(args.out) / VOCAB_FILE}"
     )
     return 0

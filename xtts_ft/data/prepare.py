@@ -40,7 +40,7 @@ from xtts_ft.data.runner import run_jobs
 from xtts_ft.data.split import split_clips
 from xtts_ft.data.transcript_check import check_transcripts
 from xtts_ft.errors import ConfigError, DataError
-from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
+from xtts_ft.layout import DATA_REPORT_TEXT, EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def prepare_dataset(
         top = ", ".join(f"{r} {c}" for r, c in report.top_reasons()) or "none"
         raise DataError(
             f"dataset '{root}': no usable clips out of {report.total} (top rejections: {top}); "
-            f"see {out_dir / 'report.txt'} for examples"
+            f"see {out_dir / DATA_REPORT_TEXT} for examples"
         )
     return report
 

@@ -22,13 +22,14 @@ from xtts_ft.config.schema import DATASET_FORMATS
 from xtts_ft.data.commonvoice import default_files, is_commonvoice, read_commonvoice
 from xtts_ft.data.entries import SourceEntry, bad_row, clip_entry, read_text_lines
 from xtts_ft.errors import DataError
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg")
 FORMATS = tuple(f for f in DATASET_FORMATS if f not in ("auto", "hf"))  # the layouts read here; hf: data/hf_source.py
 LJSPEECH_FILES = ("metadata.csv",)
-COQUI_FILES = ("metadata.csv", "metadata_train.csv", "metadata_eval.csv")
+COQUI_FILES = ("metadata.csv", TRAIN_CSV, EVAL_CSV)  # the names coqui gives them (and a prepared data/ folder)
 # First-row values that mark a header line rather than a clip.
 HEADER_NAMES = {"id", "file", "file_id", "filename", "name", "audio", "audio_file", "path", "wav", "utt", "utt_id"}
 COQUI_COLUMNS = {

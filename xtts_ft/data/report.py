@@ -12,6 +12,7 @@ import numpy as np
 
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.figures import new_figure
+from xtts_ft.layout import DATA_REPORT_PLOT, DATA_REPORT_TEXT, STAGE_REPORT
 from xtts_ft.tempfiles import atomic_write
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
@@ -212,10 +213,10 @@ def write_reports(
     bounds: Optional[dict[str, tuple[float, float]]] = None,
 ) -> None:
     """report.json, report.txt and report.png; kept/rejected are (durations, chars_per_second)."""
-    atomic_write(out_dir / "report.json", json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")
+    atomic_write(out_dir / STAGE_REPORT, json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")
     text = report.summary_lines() + [""] + report.detail_lines()
-    atomic_write(out_dir / "report.txt", "\n".join(text).rstrip("\n") + "\n")
-    write_plot(out_dir / "report.png", kept, rejected, bounds or {})
+    atomic_write(out_dir / DATA_REPORT_TEXT, "\n".join(text).rstrip("\n") + "\n")
+    write_plot(out_dir / DATA_REPORT_PLOT, kept, rejected, bounds or {})
 
 
 def write_rejections(path: Path, rejections: list[Rejection]) -> None:

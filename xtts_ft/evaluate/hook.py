@@ -3,7 +3,7 @@
 At each evaluation it synthesises the configured test sentences in every reference voice into
 ``<run_dir>/samples/step_XXXXXX/``, re-synthesises up to ``evaluation.mcd_clips`` eval clips
 (their own text, their own recording as the voice) to measure MCD against the recording,
-appends one JSON record to ``<run_dir>/samples/index.jsonl`` (read by the report), logs the
+appends one :class:`~xtts_ft.run_history.EvalRecord` to the run's evaluations (read by the report), logs the
 audio to TensorBoard when a writer is given, and returns averaged scalars for the trainer to log.
 The model comes back in the train/eval state it arrived in. When the training run is asked to
 stop, the evaluation is abandoned within a generated token (``StopRequested``), its half-written
@@ -12,7 +12,6 @@ sample folder removed.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -32,6 +31,7 @@ from xtts_ft.evaluate.languages import LanguageEval, evaluate_languages, say_why
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, sample_requests, synthesize_requests
 from xtts_ft.layout import RunLayout
+from xtts_ft.run_history import EvalRecord, append_evaluation
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.hooks import EvalHook
 
@@ -67,25 +67,6 @@ def summarize(samples: Sequence[SampleResult], mcd_samples: Sequence[SampleResul
 
 def _recognizer_name(cfg: Config) -> str:
     return f"{cfg.asr.model}@{cfg.asr.revision or 'main'}"
-
-
-def _append_jsonl(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n"
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-
-
-def _json_safe(obj):
-    """NaN/inf -> None, recursively, so index.jsonl stays strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_safe(v) for v in obj]
-    return obj
 
 
 def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) -> None:
@@ -147,19 +128,19 @@ def evaluate_step(
         for module, mode in modes:
             module.training = mode
     metrics = {**summarize(samples, mcd_samples), **language_metrics}
-    record = {
-        "step": int(step),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "dir": out_dir.relative_to(run_dir).as_posix(),
-        "samples": [s.to_json(relative_to=run_dir) for s in samples],
-        "mcd_samples": [s.to_json(relative_to=run_dir) for s in mcd_samples],
-        "language_samples": {code: [s.to_json(relative_to=run_dir) for s in found]
-                             for code, found in language_samples.items()},
-        "metrics": metrics,
-        "seconds_per_char_range": list(duration_range) if duration_range is not None else None,
-        "eval_seconds": round(time.perf_counter() - started, 3),
-    }
-    _append_jsonl(RunLayout(run_dir).samples_index, _json_safe(record))
+    record = EvalRecord(
+        step=int(step),
+        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        dir=out_dir.relative_to(run_dir).as_posix(),
+        samples=tuple(s.to_json(relative_to=run_dir) for s in samples),
+        mcd_samples=tuple(s.to_json(relative_to=run_dir) for s in mcd_samples),
+        language_samples={code: tuple(s.to_json(relative_to=run_dir) for s in found)
+                          for code, found in language_samples.items()},
+        metrics=metrics,
+        seconds_per_char_range=duration_range,
+        eval_seconds=round(time.perf_counter() - started, 3),
+    )
+    append_evaluation(run_dir, record)
     if writer is not None:
         _log_audio(writer, step, samples, "samples")
         _log_audio(writer, step, mcd_samples, "mcd_samples")
@@ -167,7 +148,7 @@ def evaluate_step(
             _log_audio(writer, step, found, f"samples_{code}")
     log.info(
         "step %d: %d samples, %d MCD clips in %.1f s: %s", step, len(samples), len(mcd_samples),
-        record["eval_seconds"], ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
+        record.eval_seconds, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
     )
     return metrics
 

@@ -10,19 +10,19 @@ Missing keys and unreadable lines are tolerated; skipped lines are counted on th
 from __future__ import annotations
 
 import html
-import json
 import logging
 import math
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Mapping, Optional, Sequence
 from urllib.parse import quote
 
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.evaluate.cer_floor import read_cer_floor
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
-from xtts_ft.layout import INDEX_FILE, RunLayout
+from xtts_ft.layout import RunLayout
+from xtts_ft.run_history import EvalRecord, MetricsRow, latest_by_step, read_evaluations, read_events, read_metrics
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.dvae_stage import dvae_summary
 
@@ -39,35 +39,7 @@ audio{height:32px;width:260px}td.text{max-width:420px}
 """
 
 
-def read_jsonl(path: Path) -> tuple[list[dict], int]:
-    """The JSON objects in ``path`` and how many non-empty lines could not be read as one."""
-    if not path.is_file():
-        return [], 0
-    rows, bad = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("step"), (int, float)):
-            rows.append(obj)
-        else:
-            bad += 1
-    return rows, bad
-
-
-def _last_per_step(rows: Iterable[dict]) -> list[dict]:
-    """One row per step, the last one written (a resumed run writes some steps twice), by step."""
-    by_step: dict[int, dict] = {}
-    for row in rows:
-        by_step[int(row["step"])] = row
-    return [by_step[s] for s in sorted(by_step)]
-
-
-def _points(rows: list[dict], key: str) -> list[tuple]:
+def _points(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple]:
     return [(r["step"], r.get(key)) for r in rows if key in r]
 
 
@@ -94,7 +66,7 @@ def _figure(title: str, uri: Optional[str]) -> str:
 _CER_BUCKETS = {f"sample_cer_{name}" for name, _ in LENGTH_BUCKETS}  # per text length, not per language
 
 
-def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
+def _training_plots(train: list[MetricsRow], evals: list[MetricsRow]) -> list[str]:
     loss = PlotSpec("Loss", "loss", [
         clean_series("train loss", _points(train, "loss")),
         clean_series("text CE", _points(train, "loss_text_ce")),
@@ -126,9 +98,9 @@ def _training_plots(train: list[dict], evals: list[dict]) -> list[str]:
     return [_figure(s.title, plot_data_uri(s)) for s in specs]
 
 
-def _sample_plots(index: list[dict]) -> list[str]:
-    rows = [dict(r.get("metrics") or {}, step=r["step"]) for r in index]
-    spc_range = next((r.get("seconds_per_char_range") for r in reversed(index) if r.get("seconds_per_char_range")), None)
+def _sample_plots(index: list[EvalRecord]) -> list[str]:
+    rows = [dict(r.metrics, step=r.step) for r in index]
+    spc_range = next((r.seconds_per_char_range for r in reversed(index) if r.seconds_per_char_range), None)
     specs = [
         PlotSpec("Generation ended with the stop token", "share", [
             clean_series("test sentences", _points(rows, "sample_stop_rate"), "points"),
@@ -174,9 +146,9 @@ def _cer_cell(cer, floor: Optional[dict]) -> str:
     return f"{_fmt(cer, 2)} against a floor of {_fmt(floor['cer_floor'], 2)}"
 
 
-def _checkpoint_table(run_dir: Path, evals: list[dict], index: list[dict]) -> str:
-    eval_loss = {int(r["step"]): r.get("eval_loss") for r in evals}
-    sample_metrics = {int(r["step"]): r.get("metrics") or {} for r in index}
+def _checkpoint_table(run_dir: Path, evals: list[MetricsRow], index: list[EvalRecord]) -> str:
+    eval_loss = {r.step: r.number("eval_loss") for r in evals}
+    sample_metrics = {r.step: r.metrics for r in index}
     mcd = {s: m.get("mcd") for s, m in sample_metrics.items()}
     ckpts = _checkpoints(run_dir)
     steps = sorted(set(eval_loss) | set(sample_metrics) | set(ckpts))
@@ -229,7 +201,7 @@ def _heard(sample: dict) -> str:
     return f'<div class="heard">heard: {html.escape(text) if text else "<i>(nothing)</i>"}</div>'
 
 
-def _sample_rows(run_dir: Path, samples: list[dict], with_reference: bool) -> str:
+def _sample_rows(run_dir: Path, samples: Sequence[dict[str, Any]], with_reference: bool) -> str:
     head = "<tr><th>voice</th><th>text</th><th>sample</th>"
     head += "<th>recording</th><th>MCD</th>" if with_reference else ""
     head += "<th>CER</th><th>similarity</th>" if not with_reference else ""
@@ -254,34 +226,33 @@ def _sample_rows(run_dir: Path, samples: list[dict], with_reference: bool) -> st
     return "<table>" + "\n".join(rows) + "</table>"
 
 
-def _sample_sections(run_dir: Path, index: list[dict]) -> str:
+def _sample_sections(run_dir: Path, index: list[EvalRecord]) -> str:
     if not index:
         return '<p class="muted">No samples yet (they are written at each evaluation).</p>'
     parts = []
     for i, rec in enumerate(reversed(index)):
-        metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in (rec.get("metrics") or {}).items())
-        parts.append(f'<details{" open" if i == 0 else ""}><summary><b>step {rec["step"]}</b> '
+        metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in rec.metrics.items())
+        parts.append(f'<details{" open" if i == 0 else ""}><summary><b>step {rec.step}</b> '
                      f'<span class="muted">{html.escape(metrics)}</span></summary>')
-        if rec.get("samples"):
-            parts.append(_sample_rows(run_dir, rec["samples"], with_reference=False))
-        if rec.get("mcd_samples"):
+        if rec.samples:
+            parts.append(_sample_rows(run_dir, rec.samples, with_reference=False))
+        if rec.mcd_samples:
             parts.append("<h3>Eval clips (own text, own recording as the voice)</h3>")
-            parts.append(_sample_rows(run_dir, rec["mcd_samples"], with_reference=True))
+            parts.append(_sample_rows(run_dir, rec.mcd_samples, with_reference=True))
         parts.append("</details>")
     return "\n".join(parts)
 
 
 def _training_banners(run_dir: Path) -> list[str]:
     """What the training loop found about the run as a whole (events.jsonl): overfitting, an early stop."""
-    events, _ = read_jsonl(RunLayout(run_dir).events)
     out = []
-    for e in events:
-        if e.get("event") == "overfitting":
+    for e in read_events(run_dir):
+        if e.event == "overfitting":
             out.append(f"Overfitting: {e.get('metric')} has been worse than its best (step {e.get('best_step')}) for "
                        f"{e.get('evals_worse')} evaluations by step {e.get('at_step')} while the training loss fell "
                        f"({_fmt(e.get('train_loss_from'), 4)} -> {_fmt(e.get('train_loss_to'), 4)}). The best "
                        f"checkpoint is step {e.get('best_step')}.")
-        elif e.get("event") == "early_stop":
+        elif e.event == "early_stop":
             kept = f" (the best checkpoint kept: {Path(e['best_checkpoint']).name})" if e.get("best_checkpoint") else ""
             out.append(f"Stopped early at step {e.get('step')}: {e.get('metric')} did not improve for "
                        f"{e.get('patience')} evaluations; the best was step {e.get('best_step')}{kept}.")
@@ -292,14 +263,14 @@ def render_report(run_dir: Path) -> str:
 
     """The report page for ``run_dir`` as an HTML string."""
     run_dir = Path(run_dir)
-    metrics, bad_metrics = read_jsonl(RunLayout(run_dir).metrics)
-    index, bad_index = read_jsonl(RunLayout(run_dir).samples_index)
-    train = _last_per_step(r for r in metrics if r.get("split", "train") == "train")
-    evals = _last_per_step(r for r in metrics if r.get("split") == "eval")
-    index = _last_per_step(index)
+    metrics, evaluations = read_metrics(run_dir), read_evaluations(run_dir)
+    train = list(latest_by_step(r for r in metrics if r.split == "train").values())
+    evals = list(latest_by_step(r for r in metrics if r.split == "eval").values())
+    index = list(latest_by_step(evaluations).values())
     notes = []
-    if bad_metrics or bad_index:
-        notes.append(f"Skipped unreadable lines: {bad_metrics} in metrics.jsonl, {bad_index} in samples/{INDEX_FILE}.")
+    if metrics.skipped or evaluations.skipped:
+        notes.append(f"Skipped unreadable lines: {len(metrics.skipped)} in metrics.jsonl, {len(evaluations.skipped)} "
+                     "in samples/index.jsonl.")
     if not metrics:
         notes.append("No metrics.jsonl lines yet.")
     last = train[-1] if train else {}

@@ -32,13 +32,13 @@ from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.readme import tokenizer_lines
 from xtts_ft.layout import CheckpointLayout, RunLayout
+from xtts_ft.run_history import EvalRecord, read_evaluations
 
 log = logging.getLogger(__name__)
 
 BASE_MODEL = "coqui/XTTS-v2"
 LICENSE_NAME = "coqui-public-model-license"
 LICENSE_LINK = "https://coqui.ai/cpml"
-DATA_REPORT = "report.json"  # data/report.json, written by xtts_ft/data/report.py
 MAX_SAMPLES = 3  # audio clips on the card: one per length bucket where the evaluation has one
 LOCAL_DIR = "xtts_voice"  # the folder name the card's download line uses
 VOICE_EXAMPLE = "narrator"  # the voice name the card's serve lines use
@@ -92,21 +92,12 @@ def read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _eval_record(run_dir: Path, step: int) -> Optional[dict]:
+def _eval_record(run_dir: Path, step: int) -> Optional[EvalRecord]:
     """The last evaluation of ``step`` in samples/index.jsonl (a resumed run may have evaluated it twice)."""
-    index = RunLayout(run_dir).samples_index
-    if not index.is_file():
-        return None
-    found = None
-    for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            log.warning("%s line %d: not JSON, skipped", index, n)
-            continue
-        if isinstance(record, dict) and record.get("step") == step:
-            found = record
-    return found
+    index = read_evaluations(run_dir)
+    for n in index.skipped:
+        log.warning("%s line %d: not an evaluation record, skipped", index.path, n)
+    return next((r for r in reversed(index.records) if r.step == step), None)
 
 
 def _run_config(resolved, export_meta: dict) -> dict:
@@ -142,19 +133,19 @@ def _recognizer(config: dict) -> Optional[str]:
     return f"{model}@{asr['revision']}" if asr.get("revision") else model
 
 
-def _pick_samples(record: dict) -> list[dict]:
+def _pick_samples(record: EvalRecord) -> list[dict]:
     """One sample per length bucket (short texts first: that is where XTTS fine-tunes fail)."""
     picked = []
     for bucket, _ in LENGTH_BUCKETS:
-        for s in record.get("samples") or []:
-            if isinstance(s, dict) and s.get("path") and length_bucket(s.get("normalized_text") or "") == bucket:
+        for s in record.samples:
+            if s.get("path") and length_bucket(s.get("normalized_text") or "") == bucket:
                 picked.append(s)
                 break
     return picked[:MAX_SAMPLES]
 
 
 def _data_facts(run_dir: Path) -> dict:
-    report = read_json(RunLayout(run_dir).data / DATA_REPORT)
+    report = read_json(RunLayout(run_dir).data_report)
     if not report:
         return {}
     speakers = report.get("speakers") or {}
@@ -176,7 +167,7 @@ def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
     run_dir = resolved.run_dir
     record = _eval_record(run_dir, step) if run_dir is not None and step is not None else None
     if record is not None:
-        facts.metrics = dict(record.get("metrics") or {})
+        facts.metrics = dict(record.metrics)
         facts.metrics_source = f"the run's samples/index.jsonl (the evaluation of step {step})"
         facts.samples = _pick_samples(record)
     else:  # the run folder is gone or never evaluated this step: the trainer's copy in meta.json, if any

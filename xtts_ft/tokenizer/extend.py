@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 
 from xtts_ft.errors import TokenizerError
 from xtts_ft.languages import AMHARIC
-from xtts_ft.layout import VOCAB_FILE
+from xtts_ft.layout import STAGE_REPORT, VOCAB_FILE
 from xtts_ft.tokenizer.bpe import learn_merges, target_words
 from xtts_ft.tokenizer.ethiopic import ethiopic_characters, is_ethiopic
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
@@ -203,7 +203,7 @@ def build_extended_vocab(
         eval_texts=len(evaluation),
         notes=notes,
     )
-    write_json_atomic(out_dir / "report.json", report.to_dict())
+    write_json_atomic(out_dir / STAGE_REPORT, report.to_dict())
     for note in notes:
         log.warning("%s", note)
     log.info(

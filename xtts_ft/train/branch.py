@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.checkpoint_store import CheckpointStore, Owner
-from xtts_ft.layout import INDEX_FILE, METRICS_FILE, OLD_RUNS, SAMPLES_DIR, RunLayout, branch_dir_name, step_of
-from xtts_ft.tempfiles import atomic_write
-from xtts_ft.train.metrics import drop_lines_after
+from xtts_ft.layout import OLD_RUNS, SAMPLES_DIR, RunLayout, branch_dir_name, step_of
+from xtts_ft.run_history import copy_history, truncate_evaluations
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +67,11 @@ def set_aside_later_steps(run_dir: Path, step: int, owner: Optional[Owner]) -> O
     branch_store = CheckpointStore.of_run(folder)  # the same layout as the run folder
     branch_store.root.mkdir(parents=True)
     (folder / SAMPLES_DIR).mkdir()
-    # copies of the history as it was (the run's own files keep only the steps up to the branch point)
-    for source, target in ((layout.metrics, folder / METRICS_FILE), (layout.samples_index, folder / SAMPLES_DIR / INDEX_FILE)):
-        if source.is_file():
-            atomic_write(target, source.read_bytes())
+    copy_history(run_dir, folder)  # the history as it was (the run's own files keep only the steps up to the branch)
     store.move_aside([c.folder for c in later], into=branch_store.root)
     for path in samples:
         os.replace(path, folder / SAMPLES_DIR / path.name)
-    drop_lines_after(layout.samples_index, step)  # the report lists what the folder holds
+    truncate_evaluations(run_dir, step)  # the report lists what the folder holds
     branch = Branch(step=step, folder=folder, steps=tuple(c.step for c in later))
     log.warning("resume from step %d while this run has later checkpoints (%s): they are kept, moved with their "
                 "samples to %s; training continues from step %d as a new branch", step,

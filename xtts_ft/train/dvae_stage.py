@@ -46,7 +46,7 @@ from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config
 from xtts_ft.errors import CheckpointError, ConfigError, DataError, TrainingStopped
-from xtts_ft.layout import DVAE_FILE, DVAE_REPORT_FILE, DVAE_STATE_FILE, EVAL_CSV, TRAIN_CSV, RunLayout
+from xtts_ft.layout import DVAE_FILE, DVAE_STATE_FILE, EVAL_CSV, STAGE_REPORT, TRAIN_CSV, RunLayout
 from xtts_ft.model import _build_dvae, load_xtts_config, new_dvae_mel
 from xtts_ft.safe_load import load_weights
 from xtts_ft.stop_signals import StopRequested, stop_requested
@@ -74,7 +74,7 @@ class DvaeStageResult:
 
 def read_dvae_report(run_dir: Path) -> Optional[dict]:
     """The DVAE stage's report.json of a run, or None (no DVAE stage, or not finished)."""
-    path = RunLayout(run_dir).dvae / DVAE_REPORT_FILE
+    path = RunLayout(run_dir).dvae_report
     if not path.is_file():
         return None
     try:
@@ -160,7 +160,7 @@ def dvae_stage(cfg: Config, base: BaseModelFiles, data_dir: Path) -> Optional[Dv
         return None
     out = RunLayout(cfg.run_dir).dvae
     key = stage_key(cfg, base, data_dir)
-    if stages.is_current(out, key, [DVAE_FILE, DVAE_REPORT_FILE]):
+    if stages.is_current(out, key, [DVAE_FILE, STAGE_REPORT]):
         report = read_dvae_report(cfg.run_dir) or {}
         log.info("dvae: inputs unchanged, reusing %s", out / DVAE_FILE)
         return DvaeStageResult(out / DVAE_FILE, report.get("eval_loss_before"), report.get("eval_loss_after"),
@@ -297,7 +297,7 @@ class DvaeTrainer:
         result = DvaeStageResult(self.out / DVAE_FILE, self.loss_before, after, self.step, self.skipped)
         report = {**result.to_dict(), "eval_clips": len(self.eval_clips), "crop_s": round(self.crop / self.sample_rate, 3),
                   "seconds": round(self.seconds, 1), "precision": self.policy.name}
-        atomic_write(self.out / DVAE_REPORT_FILE, json.dumps(report, indent=2))
+        atomic_write(self.out / STAGE_REPORT, json.dumps(report, indent=2))
         stages.mark_done(self.out, self.key, steps=self.step)
         (self.out / DVAE_STATE_FILE).unlink(missing_ok=True)  # 3x dvae.pth; only a stage cut short needs it
         log.info("dvae: held-out reconstruction loss %s -> %s after %d steps (%d skipped); %s",

@@ -12,7 +12,6 @@ holds only step and eval lines. Non-finite numbers are written as ``null`` (JSON
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -23,16 +22,10 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from xtts_ft.layout import RunLayout
-from xtts_ft.tempfiles import atomic_write
+from xtts_ft.run_history import Appender, Event, MetricsRow, open_events, open_metrics, truncate_metrics
 from xtts_ft.train.stability import StabilityGuard, StepStats
 
 log = logging.getLogger(__name__)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -42,36 +35,14 @@ def _fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def drop_lines_after(path: Path, step: int) -> int:
-    """Keep the lines of ``path`` with ``"step" <= step`` (rewritten atomically); return how many went.
-
-    A line cut short by a kill, or one that is not a JSON object with a step, goes too.
-    """
-    if not path.is_file():
-        return 0
-    kept, dropped = [], 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line) if line.endswith("\n") else None
-            except json.JSONDecodeError:
-                record = None
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
-                kept.append(line)
-            else:
-                dropped += 1
-    if dropped:
-        atomic_write(path, "".join(kept))
-    return dropped
-
-
 class MetricsLogger:
     def __init__(self, run_dir: Path, *, enabled: bool, max_steps: int, start_step: int, log_every: int):
         self.enabled = enabled
         self.max_steps = max_steps
         self.log_every = log_every
         self._reset_interval()
-        self._jsonl = self._events = None
+        self._metrics: Optional[Appender[MetricsRow]] = None
+        self._events: Optional[Appender[Event]] = None
         self._tb = None
         self._bar = None
         if not enabled:
@@ -81,11 +52,11 @@ class MetricsLogger:
         # A resumed run trains again the steps after its checkpoint: their old lines and curves go, so
         # metrics.jsonl and TensorBoard show each step once. events.jsonl keeps the history (it has the resume).
         files = RunLayout(run_dir)
-        dropped = drop_lines_after(files.metrics, start_step)
+        dropped = truncate_metrics(run_dir, start_step)
         if dropped:
             log.info("metrics.jsonl: %d line(s) after step %d removed (those steps are trained again)", dropped, start_step)
-        self._jsonl = open(files.metrics, "a", encoding="utf-8")
-        self._events = open(files.events, "a", encoding="utf-8")
+        self._metrics = open_metrics(run_dir)
+        self._events = open_events(run_dir)
         self._tb = SummaryWriter(str(files.tensorboard), purge_step=start_step + 1 if start_step else None)
         self._bar = tqdm(  # disable=None: a live bar on a terminal, none in redirected logs (the lines suffice)
             total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, disable=None,
@@ -114,12 +85,6 @@ class MetricsLogger:
         self._samples = 0
         self._seconds = 0.0
         self._compile = 0.0
-
-    def _write(self, record: dict, file=None) -> None:
-        file = file or self._jsonl
-        record = {k: _clean(v) for k, v in record.items()}
-        file.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
-        file.flush()
 
     def train_step(
         self, step: int, stats: StepStats, *, lr: float, guard: StabilityGuard, precision: str, epoch: int,
@@ -152,7 +117,7 @@ class MetricsLogger:
         per_step = max(0.0, self._seconds - self._compile) / max(1, self._n)
         mean = [s / self._finite if self._finite else float("nan") for s in self._sums]
         record = {
-            "step": step, "epoch": epoch, "epochs": epochs, "audio_hours": audio_hours,
+            "epoch": epoch, "epochs": epochs, "audio_hours": audio_hours,
             "loss": mean[0], "loss_text_ce": mean[1], "loss_mel_ce": mean[2],
             "lr": lr, "grad_norm": stats.grad_norm, "loss_scale": stats.loss_scale,
             "skipped_steps": guard.skipped_steps, "skipped_nonfinite_loss": guard.skipped_nonfinite_loss,
@@ -163,7 +128,7 @@ class MetricsLogger:
         }
         if self._compile:
             record["compile_s"] = self._compile
-        self._write(record)
+        self._metrics.append(MetricsRow(step=step, fields=record))
         for key in ("samples_per_s", "skipped_steps"):
             if record[key] is not None:
                 self._tb.add_scalar(f"train/{key}", record[key], step)
@@ -180,8 +145,7 @@ class MetricsLogger:
     def evaluation(self, step: int, losses: dict[str, float], extra: Optional[dict[str, float]] = None) -> None:
         if not self.enabled:
             return
-        record = {"step": step, "split": "eval", **losses, **(extra or {}), "time": time.time()}
-        self._write(record)
+        self._metrics.append(MetricsRow(step=step, split="eval", fields={**losses, **(extra or {}), "time": time.time()}))
         for key, value in {**losses, **(extra or {})}.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._tb.add_scalar(f"eval/{key.removeprefix('eval_')}", value, step)
@@ -193,19 +157,14 @@ class MetricsLogger:
             self._bar.n = step
             self._bar.refresh()
         if self.enabled:
-            self._write({"step": step, "event": event, **fields, "time": time.time()}, self._events)
+            self._events.append(Event.now(event, step, fields))
 
     def close(self) -> None:
         if not self.enabled:
             return
         self._bar.close()
         self._tb.close()
-        self._jsonl.close()
+        self._metrics.close()
         self._events.close()
         self.enabled = False
 
-
-def append_event(run_dir: Path, record: dict) -> None:
-    """One line of ``<run_dir>/events.jsonl`` written outside the training loop (run folder, stops before training)."""
-    with RunLayout(run_dir).events.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({**record, "time": time.time()}, default=str, ensure_ascii=False) + "\n")

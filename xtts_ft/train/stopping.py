@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from xtts_ft.train.metrics import append_event
+from xtts_ft.run_history import Event, append_event
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ def write_stop_event(run_dir: Path, record: dict) -> None:
     Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
     """
     if Path(run_dir).is_dir():
-        append_event(run_dir, record)
+        fields = {k: v for k, v in record.items() if k not in ("step", "event")}
+        append_event(run_dir, Event.now(record["event"], record.get("step"), fields))
 
 
 def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: Optional[Path] = None,

@@ -20,10 +20,9 @@ from typing import Iterator, Optional, Sequence
 
 from xtts_ft.config import DatasetConfig
 from xtts_ft.errors import ConfigError, UserError
-from xtts_ft.layout import TRAIN_CSV, RunLayout
+from xtts_ft.layout import STAGE_REPORT, TRAIN_CSV, RunLayout
 from xtts_ft.output_folder import REFUSE, OutputFolderError, check_output, inspect_folder
 
-REPORT_JSON = "report.json"  # written by data/report.py
 REJECTED_TSV = "rejected.tsv"
 INGEST_REPORT = "ingest_report.json"  # written by ingest/output.py
 
@@ -105,7 +104,7 @@ def stream_command(command: list[str], cwd: Path) -> Iterator[tuple[str, Optiona
 def report_markdown(folder: Path) -> str:
     """The dataset report of a prepared (or ingested) folder: kept, rejected by reason, per speaker, durations."""
     folder = Path(folder)
-    path = folder / REPORT_JSON
+    path = folder / STAGE_REPORT
     if not path.is_file():
         path = folder / INGEST_REPORT
     if not path.is_file():
@@ -155,7 +154,7 @@ def rejected_clips(folder: Path) -> list[dict]:
 def rejected_audio(folder: Path, row: dict) -> Optional[Path]:
     """The source audio of a rejected clip, when it can still be found (relative to the dataset root)."""
     try:
-        root = Path(json.loads((Path(folder) / REPORT_JSON).read_text(encoding="utf-8")).get("dataset", ""))
+        root = Path(json.loads((Path(folder) / STAGE_REPORT).read_text(encoding="utf-8")).get("dataset", ""))
     except (OSError, json.JSONDecodeError):
         return None
     for candidate in (row.get("where", ""), row.get("clip_id", "")):

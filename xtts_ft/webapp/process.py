@@ -37,10 +37,10 @@ import yaml
 
 from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
+from xtts_ft.run_history import Event, read_events
 from xtts_ft.run_lock import STARTED_BY_ENV, WEB_APP, lock_holder, refusal
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.stopping import resume_command
-from xtts_ft.webapp.run_view import read_jsonl
 
 HEADLESS_SCRIPT = "headless_train.py"
 
@@ -89,11 +89,6 @@ def _alive(record: ProcessRecord) -> bool:
         return False
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    """events.jsonl as records; a line cut short by a kill is skipped."""
-    return read_jsonl(RunLayout(run_dir).events)
-
-
 class RunController:
     """The training process of ``run_dir``; ``cwd`` is where relative config paths are read from."""
 
@@ -117,7 +112,7 @@ class RunController:
         if record is not None and _alive(record):
             return RunState(True, record.pid, "running", f"running (pid {record.pid}, {record.action})", None)
         since = record.started if record is not None else 0.0
-        stops = [e for e in read_events(self.run_dir) if e.get("event") == "stop" and float(e.get("time", 0)) >= since]
+        stops = [e for e in read_events(self.run_dir) if e.event == "stop" and (e.time or 0.0) >= since]
         summary = self.layout.summary
         if stops:
             stop = stops[-1]
@@ -147,7 +142,7 @@ class RunController:
             return "summary.json unreadable"
         return f"last checkpoint {summary.get('last_checkpoint')}"
 
-    def _resume_command(self, stop: Optional[dict]) -> Optional[str]:
+    def _resume_command(self, stop: Optional[Event]) -> Optional[str]:
         if stop is not None and stop.get("resume_command"):
             return str(stop["resume_command"])
         record = self.record()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -23,6 +22,7 @@ from xtts_ft.figures import new_figure
 from xtts_ft.layout import RunLayout, step_of
 from xtts_ft.model_folder import is_export
 from xtts_ft.run_folder import read_record
+from xtts_ft.run_history import EvalRecord, latest_by_step, read_evaluations, read_metrics
 
 # (metrics.jsonl key, title, which lines carry it)
 CURVES = (
@@ -38,20 +38,6 @@ CURVES = (
 MAX_PLOTTED = 400  # markers per curve at most
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of a .jsonl file; a line cut short (a run being written or killed) is skipped."""
-    out = []
-    if Path(path).is_file():
-        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-    return out
-
-
 def run_config(run_dir: Path) -> dict:
     """The run's resolved config.yaml as plain data ({} before the run wrote it)."""
     path = RunLayout(run_dir).config
@@ -64,12 +50,12 @@ def run_config(run_dir: Path) -> dict:
 def curve_points(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """(step, value) per curve, from metrics.jsonl."""
     series: dict[str, list[tuple[int, float]]] = {key: [] for key, _, _ in CURVES}
-    for record in read_jsonl(RunLayout(run_dir).metrics):
-        split = "eval" if record.get("split") == "eval" else "train"
+    for record in read_metrics(run_dir):
+        split = "eval" if record.is_eval else "train"
         for key, _, kind in CURVES:
             value = record.get(key)
-            if kind == split and isinstance(value, (int, float)) and isinstance(record.get("step"), int):
-                series[key].append((record["step"], float(value)))
+            if kind == split and isinstance(value, (int, float)):
+                series[key].append((record.step, float(value)))
     return series
 
 
@@ -114,18 +100,18 @@ class Progress:
 
 
 def progress(run_dir: Path) -> Progress:
-    train = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval" and "loss" in r]
+    train = [r for r in read_metrics(run_dir) if not r.is_eval and "loss" in r]
     max_steps = (run_config(run_dir).get("training") or {}).get("max_steps")
     if not train:
         return Progress(0, max_steps, None, None)
     last = train[-1]
-    return Progress(int(last.get("step", 0)), max_steps, last.get("eta_s"), last.get("loss"))
+    return Progress(last.step, max_steps, last.number("eta_s"), last.number("loss"))
 
 
 # --- evaluations, samples, checkpoints -----------------------------------------------------------------
-def evaluations(run_dir: Path) -> dict[int, dict]:
-    """step -> the latest samples/index.jsonl record of that step (a resumed run may evaluate a step again)."""
-    return {int(r["step"]): r for r in read_jsonl(RunLayout(run_dir).samples_index) if isinstance(r.get("step"), int)}
+def evaluations(run_dir: Path) -> dict[int, EvalRecord]:
+    """step -> the latest evaluation of that step, by step (a resumed run may evaluate a step again)."""
+    return latest_by_step(read_evaluations(run_dir))
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
@@ -164,7 +150,7 @@ def samples_table(run_dir: Path, step: int) -> str:
     if record is None:
         return "<p>No samples for this step.</p>"
     rows = []
-    for s in record.get("samples") or []:
+    for s in record.samples:
         audio = Path(run_dir) / s["path"]
         rows.append(
             f"<tr><td>{html.escape(str(s.get('speaker')))}</td><td>{html.escape(str(s.get('text')))}</td>"
@@ -172,7 +158,7 @@ def samples_table(run_dir: Path, step: int) -> str:
             f"<td>{_fmt(s.get('speaker_similarity'))}</td><td>{'yes' if s.get('ended_with_stop') else 'no'}</td>"
             f"<td><audio controls preload=\"auto\" src=\"{file_url(audio)}\"></audio></td></tr>"
         )
-    metrics = record.get("metrics") or {}
+    metrics = record.metrics
     head = (f"<p>step {step}: mean CER {_fmt(metrics.get('sample_cer'))}, speaker similarity "
             f"{_fmt(metrics.get('sample_speaker_similarity'))}, {len(rows)} samples</p>")
     return (head + "<table class='samples'><tr><th>voice</th><th>text</th><th>heard</th><th>CER</th>"
@@ -181,15 +167,15 @@ def samples_table(run_dir: Path, step: int) -> str:
 
 def sample_names(run_dir: Path, step: int) -> list[tuple[str, str]]:
     """(label, sample name) for each sample of an evaluation: the same name is the same sentence and voice."""
-    record = evaluations(run_dir).get(step) or {}
+    record = evaluations(run_dir).get(step)
     return [(f"{s.get('index')}: {str(s.get('text'))[:40]} ({s.get('speaker')})", s["name"])
-            for s in record.get("samples") or []]
+            for s in (record.samples if record is not None else ())]
 
 
 def sample_player(run_dir: Path, step: Optional[int], name: Optional[str], best: Optional[int]) -> str:
     """One checkpoint's sample of one sentence and voice, with its scores; the best checkpoint is marked."""
     record = evaluations(run_dir).get(step) if step is not None else None
-    sample = next((s for s in (record or {}).get("samples") or [] if s.get("name") == name), None)
+    sample = next((s for s in (record.samples if record is not None else ()) if s.get("name") == name), None)
     if sample is None:
         return "<p>-</p>"
     mark = " <b class='best'>&#9733; best</b>" if step == best else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xtts_ft.errors import UserError
-from xtts_ft.layout import RunLayout
+from xtts_ft.run_history import metrics_version
 from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
 from xtts_ft.webapp.train_form import check_form, config_choices, config_values, form_fields, overrides_from_form
@@ -21,9 +21,7 @@ class _SvgCache:
         self.svg = ""
 
     def get(self, run_dir: Path) -> str:
-        path = RunLayout(run_dir).metrics
-        stat = path.stat() if path.is_file() else None
-        key = (str(path.resolve()), stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
+        key = metrics_version(run_dir)
         if key != self.key:
             self.svg, self.key = run_view.curves_svg(run_dir), key
         return self.svg
