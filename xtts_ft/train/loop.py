@@ -150,7 +150,7 @@ class FineTuneRecipe:
                                  should_stop=lambda: self.stop.requested)
         if self.stop.agreed():  # a cache cut short: the pre-flight would miss codes
             raise StopRequested("the DVAE code cache")
-        offloaded = offload_plan(cfg.training.offload_frozen, cfg.training.cache_dvae_codes)
+        offloaded = tuple(offload_plan(cfg.training.offload_frozen, cfg.training.cache_dvae_codes))
         place_modules(model, offloaded, torch.device("cpu"))
         release_memory(device)
         source = session.find_resume_source(cfg, self.run_dir, self.handles)

@@ -16,7 +16,7 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 from xtts_ft.train.branch import Branch, set_aside_later_steps
 from xtts_ft.train.codes_cache import build_codes_cache
 from xtts_ft.train.cpu_threads import CpuPlan, apply_cpu_plan
-from xtts_ft.train.data import ClipDataset, Limits, collate, load_clips, make_loader
+from xtts_ft.train.data import Batch, BatchInputs, Clip, ClipDataset, Limits, ModelInputs, collate, load_clips, make_loader
 from xtts_ft.train.distributed import DistContext, MainFirst
 from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.memory import enable_gradient_checkpointing, plan_accumulation, probe_batch_size
@@ -204,7 +204,7 @@ def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer: 
     return model
 
 
-def block_runner(tcfg: TrainingConfig, gpt, device: torch.device) -> Optional[CompiledBlocks]:
+def block_runner(tcfg: TrainingConfig, gpt: torch.nn.Module, device: torch.device) -> Optional[CompiledBlocks]:
     """``training.compile``: the compiled blocks of the fast forward, or None (eager)."""
     if tcfg.gpt_forward != "fast" or not compile_enabled(tcfg.compile, device):
         log.info("training forward: %s, GPT blocks not compiled (training.compile: %s)", tcfg.gpt_forward,
@@ -216,7 +216,8 @@ def block_runner(tcfg: TrainingConfig, gpt, device: torch.device) -> Optional[Co
     return runner
 
 
-def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: Limits, *, model, runtime: Runtime,
+def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer: AmharicTokenizer, limits: Limits, *,
+              model: XttsTrainingModel, runtime: Runtime,
               run_dir: Path, should_stop: Callable[[], bool]) -> TrainingData:
     """Every clip checked up front; with ``training.cache_dvae_codes`` the DVAE codes of every clip on disk."""
     lang, show = cfg.run.language, runtime.is_main
@@ -240,13 +241,16 @@ def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: L
         # group, whose watchdog would abort them after COLLECTIVE_TIMEOUT on a large dataset or slow disk
         paths = MainFirst(runtime.dist).run("the DVAE code cache", build)
     n = len(train_clips)
-    common = dict(sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,
-                  cond_max_s=cfg.training.max_conditioning_s, seed=cfg.run.seed)
+    def dataset(clips: list[Clip], train: bool, code_paths: Optional[list[Path]]) -> ClipDataset:
+        return ClipDataset(clips, train=train, code_paths=code_paths, sample_rate=limits.sample_rate,
+                           cond_min_s=cfg.training.min_conditioning_s, cond_max_s=cfg.training.max_conditioning_s,
+                           seed=cfg.run.seed)
+
     return TrainingData(
         train_clips=train_clips, eval_clips=eval_clips,
         reports={"train": train_report.to_dict(), "eval": eval_report.to_dict()},
-        train_set=ClipDataset(train_clips, train=True, code_paths=paths[:n] if paths else None, **common),
-        eval_set=ClipDataset(eval_clips, train=False, code_paths=paths[n:] if paths else None, **common))
+        train_set=dataset(train_clips, True, paths[:n] if paths else None),
+        eval_set=dataset(eval_clips, False, paths[n:] if paths else None))
 
 
 def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> ResumeSource:
@@ -262,8 +266,8 @@ def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> Resum
     return ResumeSource(path=path, state=state, branch=branch)
 
 
-def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model, data: TrainingData, state: Optional[TrainingState],
-                 model_inputs: Callable[..., dict]) -> BatchPlan:
+def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model: XttsTrainingModel, data: TrainingData,
+                 state: Optional[TrainingState], model_inputs: BatchInputs) -> BatchPlan:
     """The micro-batch size (``auto``: reused from the checkpoint, else probed) and the accumulation."""
     dist, world = runtime.dist, runtime.dist.world_size
     auto = tcfg.batch_size == "auto"
@@ -272,7 +276,7 @@ def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model, data: TrainingDa
         size = saved
         log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again", size)
     elif auto:
-        def inputs_or_stop(batch: dict, *, train: bool) -> dict:  # each try may take seconds on a GPU
+        def inputs_or_stop(batch: Batch, *, train: bool) -> ModelInputs:  # each try may take seconds on a GPU
             raise_if_stopped("the batch-size probe")
             return model_inputs(batch, train=train)
 
@@ -315,8 +319,9 @@ def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchP
     return sampler, loader
 
 
-def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: BatchPlan, offloaded: tuple,
-              base_vocab_size: int, stability, model_inputs: Callable[..., dict], kept: int = 0) -> None:
+def preflight(model: XttsTrainingModel, optimizer: torch.optim.Optimizer, runtime: Runtime, data: TrainingData,
+              plan: BatchPlan, offloaded: Sequence[str], base_vocab_size: int, stability: StabilityController,
+              model_inputs: BatchInputs, kept: int = 0) -> None:
     """One real forward/backward on the clips most likely to fail, before hours of training. ``stability``: the
     run's loss scaler and precision policy; ``kept``: weights of trainable tensors that stay as they are (the base
     vocabulary's rows under training.trainable freeze/lora: ``TrainableSetup.kept``)."""
