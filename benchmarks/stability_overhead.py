@@ -178,7 +178,7 @@ def main() -> int:
             uncached.cleanup()
     overhead = checked_s / unchecked_s - 1.0
     speedup = nocache_s / cache_s
-    precision = cached.stability.policy.name
+    precision = cached.session.stability.policy.name
     print(f"tiny XTTS on {device} ({precision}), batch {args.batch_size}, median of {args.steps} steps per variant")
     print(f"stability checks: {1e3 * checked_s:8.1f} ms/step with, {1e3 * unchecked_s:8.1f} ms/step without "
           f"-> overhead {100 * overhead:+.2f}% (target < 1%)")
