@@ -192,14 +192,16 @@ class FineTuneRecipe:
                           batch_inputs, trainable.kept)
         if dist.enabled:
             ddp_ignore(model, offloaded)
+        ddp_model = wrap_model(model, dist)
         metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=training.max_steps,
                                 start_step=self.progress.step, log_every=training.log_every)
         built = Session(
-            training=training, runtime=runtime, model=model, ddp_model=wrap_model(model, dist), trainable=trainable,
+            training=training, runtime=runtime, model=model, ddp_model=ddp_model, trainable=trainable,
             data=data, plan=plan, opt=opt, stability=stability, sampler=sampler, metrics=metrics, save_time=save_time,
             offloaded=offloaded,
             train_hours=sum(c.num_samples for c in data.train_clips) / limits.sample_rate / 3600)
-        runner = MicroBatchRunner(counters=guard, device=device, describe=lambda batch: data.clip_names(batch["clips"].tolist()),
+        runner = MicroBatchRunner(counters=guard, device=device,
+                                  describe=lambda batch: data.clip_names(batch["clips"].tolist()),
                                   zero_grads=lambda: opt.optimizer.zero_grad(set_to_none=True), recover=not dist.enabled)
         self._session = built
         self._stepper = StepRunner(built, stop=self.stop, runner=runner, batches=iter(loader))
