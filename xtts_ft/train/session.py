@@ -121,8 +121,8 @@ class BatchPlan:
 
 @dataclass
 class TrainingData:
-    train_clips: list
-    eval_clips: list
+    train_clips: list[Clip]
+    eval_clips: list[Clip]
     reports: dict  # per split: clips kept / rejected per reason
     train_set: ClipDataset
     eval_set: ClipDataset
@@ -150,8 +150,9 @@ class ResumeSource:
 
 @dataclass(frozen=True)
 class Session:
-    """Everything ``FineTuneRecipe.setup`` builds, built once and never replaced (mutable parts - progress, the
-    stability controller's policy, the sampler's position - change inside their own objects)."""
+    """Everything ``FineTuneRecipe.setup`` builds, built once and never replaced. Parts that change while training
+    change inside their own objects (the stability controller's policy and scaler, the optimizer's state, the
+    metrics' interval); the recipe keeps the progress and the judges."""
 
     training: TrainingConfig
     """``cfg.training`` as this run applies it: the planned accumulation, and ``max_steps`` cut by
