@@ -39,7 +39,7 @@ from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.model import describe_vocab
 from xtts_ft.output_folder import MOVE_ASIDE
 from xtts_ft.random_model import resolve_or_create_base_model
-from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
+from xtts_ft.run_folder import RunRecord, claim_run_folder, record_fingerprint, run_fingerprint
 from xtts_ft.run_lock import RunLock
 from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
@@ -47,9 +47,9 @@ from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.text_settings import TextSettings, make_normalizer
 from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
 from xtts_ft.tokenizer.command import read_text_lines, text_files_in
-from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer, make_tokenizer
 from xtts_ft.train import TrainResult, train
-from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
+from xtts_ft.train.distributed import DistContext, MainFirst, cleanup_distributed, setup_distributed
 from xtts_ft.train.dvae_stage import dvae_stage
 from xtts_ft.train.resume import check_vocab
 from xtts_ft.train.session import RunHandles, TrainInputs
@@ -320,7 +320,8 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     )
 
 
-def training_handles(cfg: Config, dist, vocab_path: Path, record, tokenizer=None):
+def training_handles(cfg: Config, dist: DistContext, vocab_path: Path, record: RunRecord,
+                     tokenizer: Optional[AmharicTokenizer] = None) -> RunHandles:
     """What the recipe gets from the command: the distributed handle, the run folder's record, the tokenizer
     (built here once, unless a test gives a ready one) and the vocabulary's fingerprint."""
 
@@ -328,7 +329,7 @@ def training_handles(cfg: Config, dist, vocab_path: Path, record, tokenizer=None
     return RunHandles(dist=dist, run=record, tokenizer=tokenizer, vocab_fingerprint=vocab_fingerprint(vocab_path))
 
 
-def run_training(cfg: Config, inputs: TrainInputs, *, tokenizer=None) -> TrainResult:
+def run_training(cfg: Config, inputs: TrainInputs, *, tokenizer: Optional[AmharicTokenizer] = None) -> TrainResult:
     """The training stage alone on prepared data (tests, benchmarks): what ``run_pipeline`` sets up before training
     (distributed handle, the run-folder claim without a fingerprint, the tokenizer), then ``xtts_ft.train.train``."""
 
