@@ -52,7 +52,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -231,8 +230,8 @@ def eval_inputs_section(args, device, state):
     from xtts_ft.train.codes_cache import cache_paths, codes_for_batch, dvae_fingerprint, num_codes
     from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips, read_segment
     from xtts_ft.train.evaluation import eval_losses
-    from xtts_ft.train.loop import FineTuneRecipe
     from xtts_ft.train.precision import resolve_precision
+    from xtts_ft.train.step import model_inputs as step_inputs
 
     needs(state, "model", "cfg")
     model, cfg, prep = state["model"].to(device), state["cfg"], state["prep"]
@@ -243,8 +242,7 @@ def eval_inputs_section(args, device, state):
     paths = cache_paths(clips, RunLayout(args.out / "train").codes_cache, dvae_fingerprint(model))
     data = ClipDataset(clips, sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,
                        cond_max_s=cfg.training.max_conditioning_s, seed=0, train=False, code_paths=paths)
-    recipe = types.SimpleNamespace(device=device, model=model)
-    model_inputs = lambda batch, train: FineTuneRecipe.model_inputs(recipe, batch, train=train)  # noqa: E731
+    model_inputs = lambda batch, train: step_inputs(model, device, batch, train=train)  # noqa: E731
     seen = []
     forward = model.forward
 

@@ -98,9 +98,11 @@ def prepared(args):
 
 def train_run(args, cfg, prep, *, injector=None, eval_hook=None, edit_model=None):
     """run_training on the prepared data; returns (result, the trained model, its GPT weights before training)."""
+    from tests.fixtures.faults import patched_recipe
     from xtts_ft.base_model import resolve_base_model
     from xtts_ft.model import build_training_model
     from xtts_ft.pipeline import base_vocab_size, run_training
+    from xtts_ft.train import TrainInputs
     from xtts_ft.train.stability import gpt_state_dict, to_cpu
 
     base = resolve_base_model(cfg.base_model)
@@ -113,9 +115,11 @@ def train_run(args, cfg, prep, *, injector=None, eval_hook=None, edit_model=None
             edit_model(built[-1])
         return built[-1]
 
-    result = run_training(cfg, base=base, vocab_path=prep.vocab_path, base_vocab_size=base_vocab_size(base),
-                          train_csv=prep.data_dir / "metadata_train.csv", eval_csv=prep.data_dir / "metadata_eval.csv",
-                          run_dir=cfg.run_dir, model_factory=factory, fault_injector=injector, eval_hook=eval_hook)
+    inputs = TrainInputs(base=base, vocab_path=prep.vocab_path, base_vocab_size=base_vocab_size(base),
+                         train_csv=prep.data_dir / "metadata_train.csv", eval_csv=prep.data_dir / "metadata_eval.csv",
+                         run_dir=cfg.run_dir, eval_hook=eval_hook)
+    with patched_recipe(factory, injector):  # the model builder and the step's seams, patched for this run
+        result = run_training(cfg, inputs)
     return result, built[-1], start
 
 

@@ -66,12 +66,12 @@ def write_fixture(root: Path, clips: int) -> dict:
 def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: int, model):
     import copy
 
+    from tests.fixtures.faults import patched_recipe
     from xtts_ft.pipeline import training_handles
     from xtts_ft.run_folder import claim_run_folder
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
     from xtts_ft.train.distributed import setup_distributed
-    from xtts_ft.train.hooks import TrainingHooks
-    from xtts_ft.train.loop import FineTuneRecipe
+    from xtts_ft.train.loop import FineTuneRecipe, TrainInputs
 
     cfg = Config()
     cfg.run.output_dir, cfg.run.device = str(run_dir), device
@@ -82,27 +82,28 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
     t.min_conditioning_s, t.max_conditioning_s = 0.5, 1.0
     tokenizer = AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False)
     record = claim_run_folder(run_dir, fingerprint=None, resume=cfg.checkpoint.resume)
-    recipe = FineTuneRecipe(
-        cfg, handles=training_handles(cfg, setup_distributed(device), fx["vocab"], record, tokenizer),
-        base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
-        train_csv=fx["data"] / "metadata_train.csv", eval_csv=fx["data"] / "metadata_eval.csv", run_dir=run_dir,
-        hooks=TrainingHooks(model_factory=lambda *_: copy.deepcopy(model)),
-    )
-    recipe.setup()
+    inputs = TrainInputs(base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
+                         train_csv=fx["data"] / "metadata_train.csv", eval_csv=fx["data"] / "metadata_eval.csv",
+                         run_dir=run_dir)
+    recipe = FineTuneRecipe(cfg, inputs,
+                            handles=training_handles(cfg, setup_distributed(device), fx["vocab"], record, tokenizer))
+    with patched_recipe(lambda *_: copy.deepcopy(model)):
+        recipe.setup()
     return recipe
 
 
 def unchecked_step(r) -> None:
     """The same optimizer step with no defence: no finite flags, no fetch, no skip logic."""
-    accum, stepper, scaler = r.plan.grad_accum_steps, r.stepper, r.stability.scaler
+    s, stepper = r.session, r.stepper
+    accum, scaler = s.plan.grad_accum_steps, s.stability.scaler
     for _ in range(accum):
-        batch = next(stepper.train_iter)
+        batch = stepper.next_batch()
         inputs = r.model_inputs(batch, train=True)
-        with r.stability.policy.autocast():
-            out = stepper.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
+        with s.stability.policy.autocast():
+            out = s.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
         scaler.scale(out["loss"] / accum).backward()
     scaler.unscale_(r.optimizer)
-    torch.nn.utils.clip_grad_norm_(r.opt.trainable, r.tcfg.grad_clip)
+    torch.nn.utils.clip_grad_norm_(s.opt.trainable, s.training.grad_clip)
     scaler.step(r.optimizer)
     scaler.update()
     r.optimizer.zero_grad(set_to_none=True)
@@ -177,7 +178,7 @@ def main() -> int:
             uncached.cleanup()
     overhead = checked_s / unchecked_s - 1.0
     speedup = nocache_s / cache_s
-    precision = cached.stability.policy.name
+    precision = cached.session.stability.policy.name
     print(f"tiny XTTS on {device} ({precision}), batch {args.batch_size}, median of {args.steps} steps per variant")
     print(f"stability checks: {1e3 * checked_s:8.1f} ms/step with, {1e3 * unchecked_s:8.1f} ms/step without "
           f"-> overhead {100 * overhead:+.2f}% (target < 1%)")

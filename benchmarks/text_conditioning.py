@@ -199,6 +199,7 @@ def main() -> None:
     from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
     from xtts_ft.model import model_limits
     from xtts_ft.pipeline import base_vocab_size, prepare_stage, run_training, tokenizer_stage
+    from xtts_ft.train import TrainInputs
     from xtts_ft.train.data import Limits, load_clips
     from xtts_ft.train.dvae_stage import dvae_stage
 
@@ -229,8 +230,9 @@ def main() -> None:
     del untrained
 
     t_train = time.perf_counter()
-    outcome = run_training(cfg, base=base, vocab_path=vocab, base_vocab_size=base_vocab_size(base),
-                           train_csv=data_dir / TRAIN_CSV, eval_csv=data_dir / EVAL_CSV, run_dir=cfg.run_dir)
+    outcome = run_training(cfg, TrainInputs(base=base, vocab_path=vocab, base_vocab_size=base_vocab_size(base),
+                                            train_csv=data_dir / TRAIN_CSV, eval_csv=data_dir / EVAL_CSV,
+                                            run_dir=cfg.run_dir))
     train_s = time.perf_counter() - t_train
     if outcome.last_checkpoint is None:
         raise SystemExit("training wrote no checkpoint; see the log above")

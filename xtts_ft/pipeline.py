@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from xtts_ft import stages
 from xtts_ft.asr.recognizer import Recognizer
@@ -39,7 +39,7 @@ from xtts_ft.layout import EVAL_CSV, STAGE_REPORT, TRAIN_CSV, VOCAB_FILE, RunLay
 from xtts_ft.model import describe_vocab
 from xtts_ft.output_folder import MOVE_ASIDE
 from xtts_ft.random_model import resolve_or_create_base_model
-from xtts_ft.run_folder import claim_run_folder, record_fingerprint, run_fingerprint
+from xtts_ft.run_folder import RunRecord, claim_run_folder, record_fingerprint, run_fingerprint
 from xtts_ft.run_lock import RunLock
 from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
@@ -47,15 +47,20 @@ from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.text_settings import TextSettings, make_normalizer
 from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
 from xtts_ft.tokenizer.command import read_text_lines, text_files_in
-from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
-from xtts_ft.train import train
-from xtts_ft.train.distributed import MainFirst, cleanup_distributed, setup_distributed
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer, make_tokenizer
+from xtts_ft.train import TrainResult, train
+from xtts_ft.train.distributed import DistContext, MainFirst, cleanup_distributed, setup_distributed
 from xtts_ft.train.dvae_stage import dvae_stage
 from xtts_ft.train.resume import check_vocab
-from xtts_ft.train.session import RunHandles
+from xtts_ft.train.session import RunHandles, TrainInputs
 from xtts_ft.train.stopping import continue_command, report_stop
 
 log = logging.getLogger(__name__)
+
+
+#: The fields of TrainResult that summary.json carries (with the run's folders and the stages' outputs).
+SUMMARY_TRAINING_FIELDS = ("last_checkpoint", "best_checkpoint", "first_eval_loss", "final_eval_loss", "best_step",
+                           "stopped_early", "overfit_warning")
 
 
 @dataclass
@@ -63,18 +68,25 @@ class PipelineResult:
     run_dir: Path
     data_dir: Path
     vocab_path: Path
-    last_checkpoint: Optional[Path] = None
-    best_checkpoint: Optional[Path] = None
+    training: Optional[TrainResult] = None  # what training returned; None when it did not run
+    stopped_before_training: bool = False  # a stop in a stage before training (training's own: training.stopped_...)
     samples_dir: Optional[Path] = None
     report: Optional[Path] = None
-    stopped_by_signal: bool = False
-    first_eval_loss: Optional[float] = None
-    final_eval_loss: Optional[float] = None
-    best_step: Optional[int] = None
-    stopped_early: bool = False  # training.early_stopping ended training
-    overfit_warning: Optional[dict] = None  # the overfitting detector's finding (events.jsonl "overfitting")
     best_export: Optional[Path] = None  # training.export_best_at_end: the best checkpoint exported
     dvae: Optional[dict] = None  # the DVAE stage (dvae.finetune): dvae.pth, held-out reconstruction loss before/after
+
+    @property
+    def stopped_by_signal(self) -> bool:
+        return self.stopped_before_training or (self.training is not None and self.training.stopped_by_signal)
+
+    def summary(self) -> dict[str, Union[str, int, float, bool, dict, None]]:
+        """summary.json: the run's folders, how it ended, and what training returned (its data reports aside)."""
+        trained = dataclasses.asdict(self.training) if self.training is not None else {}
+        out = {"run_dir": self.run_dir, "data_dir": self.data_dir, "vocab_path": self.vocab_path,
+               **{key: trained.get(key) for key in SUMMARY_TRAINING_FIELDS},
+               "stopped_early": bool(trained.get("stopped_early", False)), "stopped_by_signal": self.stopped_by_signal,
+               "samples_dir": self.samples_dir, "report": self.report, "best_export": self.best_export, "dvae": self.dvae}
+        return {key: str(value) if isinstance(value, Path) else value for key, value in out.items()}
 
 
 def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
@@ -219,7 +231,7 @@ def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str]
         claimed = layout.run_file.is_file()  # before the claim the folder may be another run's
         report_stop(where, signal_name, hint, run_dir=run_dir if claimed else None)
     return PipelineResult(run_dir=run_dir, data_dir=layout.data, vocab_path=layout.tokenizer / VOCAB_FILE,
-                          stopped_by_signal=True)
+                          stopped_before_training=True)
 
 
 def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, archive_old_run: bool, command_line,
@@ -262,27 +274,13 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
     raise_if_stopped("the DVAE stage")
 
     eval_hook = make_eval_hook_for(cfg, run_dir, vocab_path, data_dir, tokenizer=handles.tokenizer) if is_main else None
-    outcome = train(
-        cfg,
-        handles=handles,
-        base=base,
-        vocab_path=vocab_path,
-        base_vocab_size=base_vocab_size(base),
-        train_csv=data_dir / TRAIN_CSV,
-        eval_csv=data_dir / EVAL_CSV,
-        run_dir=run_dir,
-        eval_hook=eval_hook,
-        command_line=command_line,
-    )
+    inputs = TrainInputs(base=base, vocab_path=vocab_path, base_vocab_size=base_vocab_size(base),
+                         train_csv=data_dir / TRAIN_CSV, eval_csv=data_dir / EVAL_CSV, run_dir=run_dir,
+                         eval_hook=eval_hook, command_line=command_line)
+    outcome = train(cfg, inputs, handles=handles)
     if is_main:
         record_fingerprint(run_dir, fingerprint)  # trained with these settings (adopted folders learn them here)
-    result.last_checkpoint = outcome.last_checkpoint
-    result.best_checkpoint = outcome.best_checkpoint
-    result.stopped_by_signal = outcome.stopped_by_signal
-    result.first_eval_loss = outcome.first_eval_loss
-    result.final_eval_loss = outcome.final_eval_loss
-    result.best_step, result.stopped_early = outcome.best_step, outcome.stopped_early
-    result.overfit_warning = outcome.overfit_warning
+    result.training = outcome
     if is_main and cfg.training.export_best_at_end and outcome.best_checkpoint is not None \
             and not outcome.stopped_by_signal:
         result.best_export = _export_best(outcome.best_checkpoint, run_dir, base)
@@ -290,7 +288,7 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
     result.report = RunLayout(run_dir).report
     if is_main:
         result.report = write_report(run_dir)
-        atomic_write(RunLayout(run_dir).summary, json.dumps(dataclasses.asdict(result), indent=2, default=str))
+        atomic_write(RunLayout(run_dir).summary, json.dumps(result.summary(), indent=2, default=str))
     return result
 
 
@@ -322,7 +320,8 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
     )
 
 
-def training_handles(cfg: Config, dist, vocab_path: Path, record, tokenizer=None):
+def training_handles(cfg: Config, dist: DistContext, vocab_path: Path, record: RunRecord,
+                     tokenizer: Optional[AmharicTokenizer] = None) -> RunHandles:
     """What the recipe gets from the command: the distributed handle, the run folder's record, the tokenizer
     (built here once, unless a test gives a ready one) and the vocabulary's fingerprint."""
 
@@ -330,21 +329,19 @@ def training_handles(cfg: Config, dist, vocab_path: Path, record, tokenizer=None
     return RunHandles(dist=dist, run=record, tokenizer=tokenizer, vocab_fingerprint=vocab_fingerprint(vocab_path))
 
 
-def run_training(cfg: Config, *, vocab_path: Path, run_dir: Path, tokenizer=None, **kwargs):
+def run_training(cfg: Config, inputs: TrainInputs, *, tokenizer: Optional[AmharicTokenizer] = None) -> TrainResult:
     """The training stage alone on prepared data (tests, benchmarks): what ``run_pipeline`` sets up before training
-    (distributed handle, the run-folder claim without a fingerprint, the tokenizer), then ``xtts_ft.train.train``
-    with ``kwargs`` (base, base_vocab_size, train_csv, eval_csv, eval_hook, max_steps_override, command_line,
-    model_factory, fault_injector)."""
+    (distributed handle, the run-folder claim without a fingerprint, the tokenizer), then ``xtts_ft.train.train``."""
 
     ctx = setup_distributed(cfg.run.device)
-    lock = RunLock(run_dir)
+    lock = RunLock(inputs.run_dir)
     try:
         record = None
         if ctx.is_main:
             lock.acquire()
-            record = claim_run_folder(Path(run_dir), fingerprint=None, resume=cfg.checkpoint.resume)
-        handles = training_handles(cfg, ctx, vocab_path, ctx.broadcast_object(record), tokenizer)
-        return train(cfg, handles=handles, vocab_path=vocab_path, run_dir=run_dir, **kwargs)
+            record = claim_run_folder(Path(inputs.run_dir), fingerprint=None, resume=cfg.checkpoint.resume)
+        handles = training_handles(cfg, ctx, inputs.vocab_path, ctx.broadcast_object(record), tokenizer)
+        return train(cfg, inputs, handles=handles)
     finally:
         lock.release()
         cleanup_distributed(ctx)

@@ -23,6 +23,7 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.pipeline import run_training
 from xtts_ft.random_model import write_tiny_model
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.train import TrainInputs
 from xtts_ft.train.slim import strip_optimizer_state
 
 OUT = Path(__file__).resolve().parent / "checkpoint_format1"
@@ -52,8 +53,8 @@ def main() -> int:
         run = tmp / "run"
         cfg = small_config(run, training={"max_steps": 2}, checkpoint={"every_steps": 2, "keep_last": 1})
         tokenizer = AmharicTokenizer(str(vocab), normalizer=lambda s: s)
-        run_training(cfg, base=base, vocab_path=vocab, base_vocab_size=base_size, train_csv=train_csv,
-                     eval_csv=eval_csv, run_dir=run, tokenizer=tokenizer)
+        run_training(cfg, TrainInputs(base=base, vocab_path=vocab, base_vocab_size=base_size, train_csv=train_csv,
+                                      eval_csv=eval_csv, run_dir=run), tokenizer=tokenizer)
         folder = run / "checkpoints" / "step_000002"
         strip_optimizer_state(folder)
         shutil.rmtree(OUT, ignore_errors=True)

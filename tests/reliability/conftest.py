@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.faults import patched_recipe
 from tests.reliability.relhelpers import small_config
 from xtts_ft.checkpoint_store import CheckpointStore
 
@@ -34,6 +35,7 @@ def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, 
     import torch
 
     from xtts_ft.pipeline import run_training
+    from xtts_ft.train import TrainInputs
 
     run = tmp_path_factory.mktemp("trained") / "run"  # never changed: tests copy it before damaging it
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
@@ -41,9 +43,10 @@ def trained_run(tiny_base, vocab, tokenizer, dataset, built_model, codes_cache, 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        result = run_training(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
-                              eval_csv=dataset[1], run_dir=run, tokenizer=tokenizer,
-                              model_factory=lambda *_: copy.deepcopy(built_model))
+        inputs = TrainInputs(base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
+                             eval_csv=dataset[1], run_dir=run)
+        with patched_recipe(lambda *_: copy.deepcopy(built_model)):
+            result = run_training(cfg, inputs, tokenizer=tokenizer)
     finally:
         torch.set_num_threads(before)
     assert result.step == 4 and [c.step for c in CheckpointStore.of_run(run).list()] == [2, 4]

@@ -103,13 +103,17 @@ def test_the_amharic_config_stops_early():
 @pytest.fixture
 def run_on(tiny_base, vocab, tokenizer, model_factory, codes_cache):
     """``run_on(cfg, train_csv, eval_csv)``: run_training on the tiny model with any pair of CSVs."""
+    from tests.fixtures.faults import patched_recipe
     from xtts_ft.pipeline import run_training
+    from xtts_ft.train import TrainInputs
 
     def run(cfg, train_csv: Path, eval_csv: Path):
         run_dir = Path(cfg.run.output_dir)
         shutil.copytree(codes_cache, run_dir / "cache" / "dvae_codes", dirs_exist_ok=True)  # keyed by audio hash
-        return run_training(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=train_csv,
-                            eval_csv=eval_csv, run_dir=run_dir, tokenizer=tokenizer, model_factory=model_factory)
+        inputs = TrainInputs(base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=train_csv,
+                             eval_csv=eval_csv, run_dir=run_dir)
+        with patched_recipe(model_factory):
+            return run_training(cfg, inputs, tokenizer=tokenizer)
 
     return run
 

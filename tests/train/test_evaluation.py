@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 import torch
@@ -13,8 +12,8 @@ from tests.train.trainhelpers import read_events, small_config
 from xtts_ft.model import model_limits
 from xtts_ft.train.data import ClipDataset, Limits, collate, eval_batches, load_clips
 from xtts_ft.train.evaluation import eval_losses
-from xtts_ft.train.loop import FineTuneRecipe
 from xtts_ft.train.precision import PrecisionPolicy
+from xtts_ft.train.step import model_inputs as step_inputs
 
 
 class Recorder(nn.Module):
@@ -36,8 +35,7 @@ def test_eval_inputs_equal_the_training_inputs_under_autocast(built_model, datas
     clips, _ = load_clips(dataset[1], tokenizer, "am", limits, progress=False)
     eval_set = ClipDataset(clips, sample_rate=limits.sample_rate, cond_min_s=0.4, cond_max_s=0.8, seed=0, train=False)
     batches = eval_batches(clips, 2, 2)
-    recipe = types.SimpleNamespace(device=torch.device("cpu"), model=built_model)
-    model_inputs = lambda batch, train: FineTuneRecipe.model_inputs(recipe, batch, train=train)  # noqa: E731
+    model_inputs = lambda batch, train: step_inputs(built_model, torch.device("cpu"), batch, train=train)  # noqa: E731
     recorder = Recorder(built_model).eval()
     built_model.eval()
     try:

@@ -71,12 +71,14 @@ def test_a_two_language_run_logs_cer_per_language_and_says_once_why_one_has_none
         tiny_base, vocab, tokenizer, model_factory, codes_cache, dataset, small_recognizer, tmp_path, caplog):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from tests.fixtures.faults import patched_recipe
     from xtts_ft.evaluate.hook import make_eval_hook
     from xtts_ft.evaluate.languages import language_evals
     from xtts_ft.evaluate.references import pick_references
     from xtts_ft.evaluate.report import render_report
     from xtts_ft.pipeline import run_training
     from xtts_ft.text.error_rates import error_rates
+    from xtts_ft.train import TrainInputs
 
     caplog.set_level(logging.INFO, logger="xtts_ft")
     rows = read_metadata(dataset[1])
@@ -104,8 +106,10 @@ def test_a_two_language_run_logs_cer_per_language_and_says_once_why_one_has_none
     hook = make_eval_hook(cfg, run, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
                           recognizer=am_heard, languages=languages)
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes", dirs_exist_ok=True)
-    run_training(cfg, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
-                 eval_csv=eval_csv, run_dir=run, tokenizer=tokenizer, model_factory=model_factory, eval_hook=hook)
+    with patched_recipe(model_factory):
+        run_training(cfg, TrainInputs(base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1],
+                                      train_csv=dataset[0], eval_csv=eval_csv, run_dir=run, eval_hook=hook),
+                     tokenizer=tokenizer)
 
     evals = [r for r in read_metrics(run) if r.get("split") == "eval"]
     assert [r["step"] for r in evals] == [1, 2]

@@ -1,44 +1,76 @@
-"""The recipe's shape: attributes declared up front, setup builds a batch plan, the config it was given stays;
+"""The recipe's shape: attributes declared up front, setup returns one frozen session (batch plan, max_steps from
+epochs), the config it was given stays;
 and its progress (the best score included) survives a stop and a resume."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
+from tests.fixtures.faults import patched_recipe
 from tests.train.trainhelpers import read_events, small_config
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.pipeline import training_handles
 from xtts_ft.run_folder import claim_run_folder
+from xtts_ft.train import TrainInputs
 from xtts_ft.train.distributed import setup_distributed
-from xtts_ft.train.hooks import TrainingHooks
 from xtts_ft.train.loop import BatchPlan, FineTuneRecipe
 from xtts_ft.train.progress import Progress
 from xtts_ft.training_state import TrainingState
 
 
-def test_setup_adds_no_attribute_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset, model_factory,
-                                                      codes_cache, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
-    cfg = small_config(run, training={"max_steps": 2, "batch_size": 2, "effective_batch_size": 8})
+def _recipe(cfg, run: Path, tiny_base, vocab, tokenizer, dataset) -> FineTuneRecipe:
     record = claim_run_folder(run, fingerprint=None, resume=cfg.checkpoint.resume)
     handles = training_handles(cfg, setup_distributed("cpu"), vocab[0], record, tokenizer)
-    recipe = FineTuneRecipe(cfg, handles=handles, base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1],
-                            train_csv=dataset[0], eval_csv=dataset[1], run_dir=Path(run),
-                            hooks=TrainingHooks(model_factory=model_factory))
+    inputs = TrainInputs(base=tiny_base, vocab_path=vocab[0], base_vocab_size=vocab[1], train_csv=dataset[0],
+                         eval_csv=dataset[1], run_dir=run)
+    return FineTuneRecipe(cfg, inputs, handles=handles)
+
+
+def test_setup_returns_a_frozen_session_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset, model_factory,
+                                                            codes_cache, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
+    # 12 clips x 2 epochs at 8 clips per step = 3 steps, before max_steps 50: the epochs end the run
+    cfg = small_config(run, training={"max_steps": 50, "max_epochs": 2, "batch_size": 2, "effective_batch_size": 8})
+    recipe = _recipe(cfg, run, tiny_base, vocab, tokenizer, dataset)
     declared = set(vars(recipe))
     try:
-        recipe.setup()
+        with patched_recipe(model_factory):
+            session = recipe.setup()
         assert set(vars(recipe)) == declared  # every attribute setup fills was declared in __init__
-        assert recipe.cfg is cfg and cfg.training.grad_accum_steps == 1  # not replaced halfway
-        assert recipe.plan == BatchPlan(batch_size=2, grad_accum_steps=4, world_size=1)
-        assert recipe.plan.samples_per_step == 8 and recipe.effective_training().grad_accum_steps == 4
-        assert recipe.model is not None and recipe.optimizer is not None and len(recipe.train_clips) == 12
+        assert recipe.session is session
+        assert recipe.cfg is cfg and cfg.training.max_steps == 50 and cfg.training.grad_accum_steps == 1  # as given
+        assert session.plan == BatchPlan(batch_size=2, grad_accum_steps=4, world_size=1)
+        assert session.plan.samples_per_step == 8
+        assert session.max_steps == 3 and session.training.grad_accum_steps == 4  # what checkpoints record
+        assert recipe.effective_config().training is session.training
+        assert session.metrics.max_steps == 3
+        assert recipe.optimizer is session.opt.optimizer and len(session.data.train_clips) == 12
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            session.plan = None
     finally:
         recipe.cleanup()
+
+
+def test_the_recipe_needs_setup_first(tiny_base, vocab, tokenizer, dataset, tmp_path):
+    run = tmp_path / "run"
+    recipe = _recipe(small_config(run), run, tiny_base, vocab, tokenizer, dataset)
+    with pytest.raises(RuntimeError, match="setup"):
+        recipe.session  # noqa: B018
+    recipe.cleanup()  # nothing built: nothing to close
+
+
+def test_a_run_sized_by_epochs_trains_those_steps_and_records_them(trainer, tmp_path):
+    run = tmp_path / "run"
+    cfg = small_config(run, training={"max_steps": 50, "max_epochs": 1, "batch_size": 4})  # 12 clips: 3 steps
+    result = trainer(cfg)
+    assert result.step == 3 and cfg.training.max_steps == 50
+    assert CheckpointStore.load_state(result.last_checkpoint).training_config["max_steps"] == 3
 
 
 CER_AT_STEP = {1: 0.30, 2: 0.20, 3: 0.50, 4: 0.60}  # the best evaluation comes before the stop; later ones are worse

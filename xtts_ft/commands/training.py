@@ -100,23 +100,25 @@ def _headless_run(args: argparse.Namespace, cfg) -> int:
     result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line,
                           new_data=args.continue_with_new_data)
     log.info("stopped." if result.stopped_by_signal else "done.")
-    log.info("  last checkpoint  %s", result.last_checkpoint)
-    if result.best_checkpoint:
-        log.info("  best checkpoint  %s (step %s, by checkpoint.best_metric %s)", result.best_checkpoint,
-                 result.best_step, cfg.checkpoint.best_metric)
-    if result.stopped_early:
+    trained = result.training  # None: stopped before training
+    last = trained.last_checkpoint if trained is not None else None
+    log.info("  last checkpoint  %s", last)
+    if trained is not None and trained.best_checkpoint:
+        log.info("  best checkpoint  %s (step %s, by checkpoint.best_metric %s)", trained.best_checkpoint,
+                 trained.best_step, cfg.checkpoint.best_metric)
+    if trained is not None and trained.stopped_early:
         log.info("  early stopping   ended training: no improvement for %d evaluations",
                  cfg.training.early_stopping.patience)
-    if result.overfit_warning:
+    if trained is not None and trained.overfit_warning:
         log.info("  overfitting      seen from step %s on (best step %s): see events.jsonl and the report",
-                 result.overfit_warning.get("at_step"), result.overfit_warning.get("best_step"))
+                 trained.overfit_warning.get("at_step"), trained.overfit_warning.get("best_step"))
     if result.best_export:
         log.info("  best exported    %s", result.best_export)
     log.info("  samples          %s", result.samples_dir)
     log.info("  report           %s", result.report)
-    if result.first_eval_loss is not None and result.final_eval_loss is not None:
-        log.info("  eval loss        %.4f -> %.4f", result.first_eval_loss, result.final_eval_loss)
+    if trained is not None and trained.first_eval_loss is not None and trained.final_eval_loss is not None:
+        log.info("  eval loss        %.4f -> %.4f", trained.first_eval_loss, trained.final_eval_loss)
     if result.stopped_by_signal:
         log.info("stopped early; resume with: %s",
-                 continue_command(command_line, cfg.checkpoint.resume, cfg.run_dir, result.last_checkpoint))
+                 continue_command(command_line, cfg.checkpoint.resume, cfg.run_dir, last))
     return 0

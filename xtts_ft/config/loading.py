@@ -225,7 +225,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
         raise ConfigError(f"{source}: expected a YAML mapping with sections like 'run:' and 'dataset:'")
     sections = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "more_datasets"}
     hints = typing.get_type_hints(Config)
-    built = {}
+    built: dict[str, Any] = {}  # section name -> its dataclass (or the dataset list)
     for key, value in raw.items():
         if key not in sections:
             problems.append(f"{key}: unknown section{_did_you_mean(str(key), list(sections))}")
@@ -272,7 +272,7 @@ def duplicate_keys(text: str) -> list[str]:
     """
     found: list[str] = []
 
-    def walk(node, prefix: str) -> None:
+    def walk(node: yaml.Node, prefix: str) -> None:
         if isinstance(node, yaml.MappingNode):
             first: dict[str, int] = {}
             for key_node, value_node in node.value:

@@ -7,23 +7,27 @@ sections and the YAML reading are in :mod:`xtts_ft.config.loading`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import os
 import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, TypeVar, Union
 
 from xtts_ft.languages import AMHARIC, BASE_LANGUAGES, LANGUAGE_ALIASES
 from xtts_ft.layout import META_FILE, is_checkpoint
 
+_T = TypeVar("_T")
 
-def opt(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors argparse
+
+def opt(default: _T, help: str) -> _T:  # noqa: A002 - mirrors argparse
     """A schema field: its default and the sentence that documents it."""
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=functools.partial(copy.copy, default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 def is_local_source(source: str) -> bool:
@@ -768,4 +772,4 @@ class Config:
 
 def field_help(section: type, name: str) -> str:
     """A config field's help text: the schema documents each option once, the CLI reuses it."""
-    return next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", "")
+    return str(next(f for f in dataclasses.fields(section) if f.name == name).metadata.get("help", ""))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -37,9 +38,10 @@ def _cell(text: str) -> str:
     return re.sub(r"\s+", " ", text).replace("|", "\\|").strip()
 
 
-def sections() -> list[tuple[str, type]]:
+def sections() -> list[tuple[str, Callable[[], object]]]:
     """(YAML section name, its dataclass) in the order Config lists them (the dataset list is not a section)."""
-    return [(f.name, f.default_factory) for f in dataclasses.fields(Config) if f.name != "more_datasets"]
+    return [(f.name, f.default_factory) for f in dataclasses.fields(Config)
+            if f.name != "more_datasets" and callable(f.default_factory)]
 
 
 def render_table() -> str:
@@ -52,6 +54,7 @@ def render_table() -> str:
 
 def _rows(prefix: str, defaults: object) -> list[str]:
     """One row per field; a nested section (e.g. training.early_stopping) gives one row per field of its own."""
+    assert dataclasses.is_dataclass(defaults), defaults
     rows = []
     for f in dataclasses.fields(defaults):
         value = getattr(defaults, f.name)

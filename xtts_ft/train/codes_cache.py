@@ -17,6 +17,7 @@ the stop token (``set_mel_padding``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from xtts_ft.audio_io import DATASET_RATE
+from xtts_ft.model import XttsTrainingModel
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.train.data import Clip, read_segment
 
@@ -39,7 +41,7 @@ MAX_BATCH_CLIPS = 16
 MAX_BATCH_SAMPLES = 16 * DATASET_RATE * 12  # padded samples per DVAE batch
 
 
-def dvae_fingerprint(model) -> str:
+def dvae_fingerprint(model: XttsTrainingModel) -> str:
     """sha256 over the DVAE weights, the DVAE mel front end and the code stride (16 hex chars)."""
     h = hashlib.sha256()
     tensors = {f"dvae.{k}": v for k, v in model.dvae.state_dict().items()}
@@ -57,7 +59,7 @@ def num_codes(num_samples: int, code_stride: int) -> int:
 
 
 @torch.no_grad()
-def codes_for_batch(model, wav: torch.Tensor) -> torch.Tensor:
+def codes_for_batch(model: XttsTrainingModel, wav: torch.Tensor) -> torch.Tensor:
     """Codes of a zero-padded (B, 1, T) batch, the per-step path (no cache)."""
     return model.audio_codes(F.pad(wav, (0, CODE_TAIL_PAD)))
 
@@ -71,11 +73,11 @@ def _is_valid(path: Path, expected: int) -> bool:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
         return False
-    return arr.shape == (expected,)
+    return bool(arr.shape == (expected,))
 
 
 def build_codes_cache(
-    model,
+    model: XttsTrainingModel,
     clips: Sequence[Clip],
     cache_dir: Path,
     device: torch.device,
@@ -93,7 +95,8 @@ def build_codes_cache(
         log.info("DVAE code cache: all %d clips cached in %s", len(clips), cache_dir)
         return paths
     log.info("DVAE code cache: computing codes of %d of %d clips on %s", len(todo), len(clips), device)
-    batches, current = [], []
+    batches: list[list[int]] = []
+    current: list[int] = []
     for i in todo:  # ascending length: the last clip of a batch is its longest
         full = len(current) >= MAX_BATCH_CLIPS or (len(current) + 1) * clips[i].num_samples > MAX_BATCH_SAMPLES
         if current and full:
@@ -111,6 +114,5 @@ def build_codes_cache(
         codes = codes_for_batch(model, wav.to(device)).to("cpu")
         for row, i in enumerate(batch):
             n = num_codes(clips[i].num_samples, stride)
-            saved = codes[row, :n].numpy().astype(np.int16)
-            atomic_write(paths[i], lambda f, saved=saved: np.save(f, saved))
+            atomic_write(paths[i], functools.partial(np.save, arr=codes[row, :n].numpy().astype(np.int16)))
     return paths

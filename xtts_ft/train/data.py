@@ -29,16 +29,29 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import torch
 from tqdm import tqdm
 
 from xtts_ft.errors import DataError
 from xtts_ft.stop_signals import ignore_stop_signals, raise_if_stopped
-from xtts_ft.train.sampler import ItemKey
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
+
+#: A collated batch (:func:`collate`): tensors by name ("clips", "padded_text", "wav", ...).
+Batch = dict[str, torch.Tensor]
+#: XttsTrainingModel.forward's keyword arguments on the device (``cond_idxs`` / ``cond_lens`` may be None).
+ModelInputs = dict[str, Optional[torch.Tensor]]
+
+
+class BatchInputs(Protocol):
+    """``model_inputs(batch, train=)``: a collated batch -> the model's inputs (train/step.py ``model_inputs``)."""
+
+    def __call__(self, batch: Batch, *, train: bool) -> ModelInputs: ...
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +129,7 @@ def read_manifest(csv_path: Path) -> list[dict[str, str]]:
         return list(reader)
 
 
-def _read_audio_checked(path: Path) -> tuple[Optional[np.ndarray], int, str]:
+def _read_audio_checked(path: Path) -> tuple[Optional[npt.NDArray[np.float32]], int, str]:
     """(mono samples or None, sample rate, sha256 of the file) - None when the file cannot be decoded."""
     try:
         data = path.read_bytes()
@@ -131,7 +144,7 @@ def _read_audio_checked(path: Path) -> tuple[Optional[np.ndarray], int, str]:
 
 
 def load_clips(
-    csv_path: Path, tokenizer, language: str, limits: Limits, *, progress: bool = True
+    csv_path: Path, tokenizer: AmharicTokenizer, language: str, limits: Limits, *, progress: bool = True
 ) -> tuple[list[Clip], DataReport]:
     """Tokenise and check every row of ``csv_path``; return the usable clips and the per-reason report.
 
@@ -194,14 +207,15 @@ def crop_bounds(num_samples: int, min_len: int, max_len: int, rng: Optional[np.r
     return start, start + int(length)
 
 
-def read_segment(path: Path, start: int, stop: Optional[int]) -> np.ndarray:
+def read_segment(path: Path, start: int, stop: Optional[int]) -> npt.NDArray[np.float32]:
     try:
         wav, _ = sf.read(str(path), start=start, stop=stop, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError, OSError) as exc:
         raise DataError(
             f"{path}: cannot be read any more ({exc}); it passed the check at start - was it changed?"
         ) from None
-    return wav.mean(axis=1)
+    mono: npt.NDArray[np.float32] = wav.mean(axis=1)
+    return mono
 
 
 class ClipDataset(torch.utils.data.Dataset):
@@ -295,7 +309,7 @@ def _seed_worker(base_seed: int, worker_id: int) -> None:
 
 
 def make_loader(
-    dataset: ClipDataset, batch_sampler, *, num_workers: int, base_seed: int, pin_memory: bool
+    dataset: ClipDataset, batch_sampler: ResumableBatchSampler, *, num_workers: int, base_seed: int, pin_memory: bool
 ) -> torch.utils.data.DataLoader:
     """A DataLoader over ``batch_sampler``; its own generator keeps the global torch RNG untouched."""
     return torch.utils.data.DataLoader(

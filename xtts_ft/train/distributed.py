@@ -19,7 +19,7 @@ import datetime
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar
+from typing import Callable, Optional, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -73,7 +73,7 @@ class DistContext:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return bool(t.item() > 0)
 
-    def broadcast_object(self, obj: Any) -> Any:
+    def broadcast_object(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
         if not self.enabled:
             return obj
@@ -81,10 +81,10 @@ class DistContext:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def all_gather_object(self, obj: Any) -> list:
+    def all_gather_object(self, obj: T) -> list[T]:
         if not self.enabled:
             return [obj]
-        out: list = [None] * self.world_size
+        out: list[T] = [obj] * self.world_size  # every slot is replaced by that rank's object
         dist.all_gather_object(out, obj)
         return out
 
@@ -146,7 +146,7 @@ class MainFirst:
         self.ctx = ctx
         self._group = None
 
-    def _group_once(self):
+    def _group_once(self) -> dist.ProcessGroup:
         if self._group is None:  # created on first use; every rank reaches it in the same order
             self._group = dist.new_group(backend="gloo", timeout=STAGE_TIMEOUT)
         return self._group
@@ -154,10 +154,10 @@ class MainFirst:
     def _from_main(self, outcome: Optional[str]) -> str:
         box = [outcome]
         dist.broadcast_object_list(box, src=0, group=self._group_once())
-        return box[0]
+        return box[0] or ""
 
     def _gather(self, outcome: str) -> list[str]:
-        out: list = [None] * self.ctx.world_size
+        out: list[str] = [outcome] * self.ctx.world_size  # every slot is replaced by that rank's outcome
         dist.all_gather_object(out, outcome, group=self._group_once())
         return out
 
@@ -189,7 +189,7 @@ class MainFirst:
         errors = [e for e in self._gather(error) if e]
         if errors:
             raise StageFailedOnMain(f"{what}: another rank failed ({errors[0]}); rank {self.ctx.rank} stopped too")
-        return result if first else fn()
+        return cast(T, result) if first else fn()  # first: fn() returned it above
 
 
 def cleanup_distributed(ctx: DistContext) -> None:

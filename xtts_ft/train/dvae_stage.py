@@ -78,7 +78,8 @@ def read_dvae_report(run_dir: Path) -> Optional[dict]:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        report: dict = json.loads(path.read_text(encoding="utf-8"))
+        return report
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
 

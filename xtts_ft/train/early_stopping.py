@@ -26,7 +26,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from xtts_ft.checkpoint_store import is_better, score_of
+from xtts_ft.checkpoint_store import CheckpointStore, is_better, score_of
+from xtts_ft.config import TrainingConfig
+from xtts_ft.train.metrics import MetricsLogger
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,8 @@ class OverfitDetector:
         # "while the training loss falls": lower now than at the best evaluation (or, when that one had no training
         # loss, e.g. the evaluation before step 1, than at the first evaluation after it that had one)
         known = [e for e in [self.best, *self.since_best] if e.train_loss is not None]
-        if now.train_loss is None or known[0] is now or not now.train_loss < known[0].train_loss:
+        first_loss = known[0].train_loss
+        if now.train_loss is None or first_loss is None or known[0] is now or not now.train_loss < first_loss:
             return None
         self.finding = {"at_step": now.step, "best_step": self.best.step, "best_score": self.best.score,
                         "score": now.score, "evals_worse": len(self.since_best),
@@ -130,7 +133,7 @@ class RunJudges:
     evaluation's numbers, as ``checkpoint_store.score_of`` reads them) returns ``(stop, overfit_finding)``.
     """
 
-    def __init__(self, tcfg, best_metric: str):
+    def __init__(self, tcfg: TrainingConfig, best_metric: str) -> None:
         cfg = tcfg.early_stopping
         self.metric = stopping_metric(cfg.metric, best_metric)
         self.stopper = EarlyStopping(cfg.patience, cfg.min_improvement, metric=self.metric) if cfg.enabled else None
@@ -147,7 +150,7 @@ class RunJudges:
         train_loss = self._loss_sum / self._loss_n if self._loss_n else None
         self._loss_sum, self._loss_n = 0.0, 0
         finding = self.overfit.update(step, score, train_loss)
-        if finding is not None:
+        if finding is not None and self.overfit.finding is not None:
             self.overfit.finding["metric"] = finding["metric"] = self.metric
         stop = self.stopper.update(step, score) if self.stopper is not None else False
         return stop, finding
@@ -156,7 +159,7 @@ class RunJudges:
     def best_step(self) -> Optional[int]:
         return self.stopper.best_step if self.stopper is not None else None
 
-    def warn_overfitting(self, finding: dict, step: int, metrics) -> None:
+    def warn_overfitting(self, finding: dict, step: int, metrics: MetricsLogger) -> None:
         """Said once per run (the detector remembers it across resumes): console, events.jsonl, report banner."""
         log.warning("overfitting: %s has been worse than its best (%.4g at step %d) for %d evaluations while the "
                     "training loss fell from %.4g to %.4g; the best checkpoint is step %d. Set "
@@ -165,10 +168,12 @@ class RunJudges:
                     finding["train_loss_to"], finding["best_step"])
         metrics.event(step, "overfitting", **finding)
 
-    def report_early_stop(self, step: int, metrics, store, best_metric: str) -> None:
+    def report_early_stop(self, step: int, metrics: MetricsLogger, store: CheckpointStore, best_metric: str) -> None:
         """The run ends here: the console line and the ``early_stop`` event (rank 0 calls it). They name the
         checkpoint kept as best (``store``: the run's ``CheckpointStore``, after this step's save and retention)."""
         stopper, best_checkpoint = self.stopper, store.best(best_metric)
+        if stopper is None:  # the recipe only calls this when early stopping ended the run
+            raise RuntimeError("report_early_stop without training.early_stopping")
         kept = (f"the best checkpoint (checkpoint.best_metric {best_metric}) is {best_checkpoint}"
                 if best_checkpoint is not None else f"no checkpoint has a {best_metric} score")
         log.warning("early stopping at step %d: %s has not improved by %g for %d evaluations; its best was %.4g at "

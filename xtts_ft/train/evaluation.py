@@ -21,14 +21,18 @@ language shows up as a rising curve of its own.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
 
+from xtts_ft.model import XttsTrainingModel
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
-from xtts_ft.train.data import Clip, ClipDataset, collate
+from xtts_ft.train.data import BatchInputs, Clip, ClipDataset, collate
+from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.memory import modules_on
+from xtts_ft.train.metrics import MetricsLogger
+from xtts_ft.train.precision import Autocast
 from xtts_ft.train.sampler import ItemKey
 
 log = logging.getLogger(__name__)
@@ -41,8 +45,8 @@ def eval_losses(
     model: nn.Module,
     dataset: ClipDataset,
     batches: list[list[ItemKey]],
-    autocast: Callable,
-    model_inputs: Callable[..., dict],
+    autocast: Autocast,
+    model_inputs: BatchInputs,
 ) -> dict[str, float]:
     """``{"eval_loss", "eval_loss_text_ce", "eval_loss_mel_ce"}`` over ``batches`` (the model must be in eval mode)."""
     device = next(model.parameters()).device
@@ -58,7 +62,8 @@ def eval_losses(
     return {f"eval_{k}": v for k, v in zip(KEYS, values)}
 
 
-def run_eval_hook(hook: Callable, step: int, model, *, offloaded: tuple, device: torch.device, metrics) -> dict:
+def run_eval_hook(hook: EvalHook, step: int, model: XttsTrainingModel, *, offloaded: Sequence[str], device: torch.device,
+                  metrics: MetricsLogger) -> dict[str, float]:
     """The integrator's hook (sample synthesis) -> its numeric results. Its random draws are isolated from
     training's, and a failure inside it is logged with its traceback instead of ending hours of training."""
     try:  # offloaded modules (training.offload_frozen) are on the device for synthesis, on the CPU after it
@@ -72,7 +77,7 @@ def run_eval_hook(hook: Callable, step: int, model, *, offloaded: tuple, device:
     return {k: float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def report_nonfinite_eval(value: float, step: int, precision: str, metrics, is_main: bool) -> None:
+def report_nonfinite_eval(value: float, step: int, precision: str, metrics: MetricsLogger, is_main: bool) -> None:
     """A NaN/Inf eval loss is a finding, not a gap: warned and recorded (the caller keeps it out of best/last)."""
     if is_main:
         log.warning("eval loss at step %d is %s (%s): the model's eval outputs overflow; this checkpoint gets no "
@@ -81,9 +86,10 @@ def report_nonfinite_eval(value: float, step: int, precision: str, metrics, is_m
         metrics.event(step, "eval_nonfinite", eval_loss=str(value), precision=precision)
 
 
-def evaluate_on_main(model, eval_set: ClipDataset, batches: list, autocast: Callable, model_inputs: Callable[..., dict],
-                     *, hook: Optional[Callable], step: int, offloaded: tuple, device: torch.device,
-                     metrics, language_batches: Optional[dict] = None) -> Optional[dict]:
+def evaluate_on_main(model: XttsTrainingModel, eval_set: ClipDataset, batches: list[list[ItemKey]], autocast: Autocast,
+                     model_inputs: BatchInputs, *, hook: Optional[EvalHook], step: int, offloaded: Sequence[str],
+                     device: torch.device, metrics: MetricsLogger,
+                     language_batches: Optional[dict[str, list[list[ItemKey]]]] = None) -> Optional[dict[str, float]]:
     """Rank 0's evaluation of ``step``: the eval losses, then the hook's results, logged (metrics.jsonl) and
     returned as one dict; the model is in eval mode meanwhile. None when a stop request cut it short.
     ``language_batches`` (``language_eval_batches``): also ``eval_loss_<language>`` for each language."""

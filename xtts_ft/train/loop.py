@@ -1,12 +1,14 @@
 """The fine-tuning recipe, readable top to bottom: setup, train, evaluate, save_checkpoint, cleanup.
 
 It is assembled from parts that each return what they build (docs/DESIGN.md, "Training recipe"):
-``session.py`` (runtime, model, data, resume source, batch plan, optimiser, loader), ``progress.py``
+``session.py`` (runtime, model, data, resume source, batch plan, optimiser, loader: one frozen
+``Session``, what ``setup`` returns), ``progress.py``
 (step, data position, LR factor, best and last evaluation; saved in the checkpoint),
 ``stability_control.py`` (guard, snapshot/rollback, GradScaler, precision fallback),
 ``stopping.StopCoordinator`` (agreed stop across ranks, abandoned steps, the stop report) and
 ``step.py`` (one optimizer step). What the pipeline sets up once per command (distributed handle,
-run-folder claim, tokenizer) arrives as ``session.RunHandles``. Around each step: rollbacks and the
+run-folder claim, tokenizer) arrives as ``session.RunHandles``, what the run trains on as
+``session.TrainInputs``. Around each step: rollbacks and the
 fp16 -> bf16/fp32 switch, evaluation every ``evaluation.every_steps``, checkpoints every
 ``checkpoint.every_steps``, a clean stop on SIGINT/SIGTERM, and a final evaluation and checkpoint.
 """
@@ -25,9 +27,8 @@ from typing import Callable, Optional
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
-from xtts_ft.config import Config, TrainingConfig, dump_config
+from xtts_ft.config import Config, dump_config
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.layout import step_of
 from xtts_ft.model import model_limits
@@ -40,7 +41,6 @@ from xtts_ft.train.distributed import wrap_model
 from xtts_ft.train.dvae_stage import fine_tuned_dvae
 from xtts_ft.train.early_stopping import RunJudges
 from xtts_ft.train.evaluation import evaluate_on_main, language_eval_batches, report_nonfinite_eval
-from xtts_ft.train.hooks import EvalHook, FaultInjector, TrainingHooks
 from xtts_ft.train.memory import ddp_ignore, offload_plan, place_modules, release_memory
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.oom import MicroBatchRunner
@@ -48,12 +48,12 @@ from xtts_ft.train.progress import Progress
 from xtts_ft.train.resume import apply_checkpoint, check_compatible
 from xtts_ft.train.rng_state import capture_rng
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
-from xtts_ft.train.session import BatchPlan, RunHandles  # noqa: F401 - BatchPlan: part of this module's interface
+from xtts_ft.train.session import BatchPlan, RunHandles, Session, TrainInputs  # noqa: F401 - BatchPlan: interface
 from xtts_ft.train.stability import StabilityGuard, StepStats, gpt_state_dict, to_cpu
 from xtts_ft.train.stability_control import StabilityController
-from xtts_ft.train.step import StepRunner, model_inputs
-from xtts_ft.train.stopping import CommandLine, StopCoordinator
-from xtts_ft.train.trainable import TrainableSetup, apply_trainable, check_resume_trainable
+from xtts_ft.train.step import Batch, ModelInputs, StepRunner, model_inputs
+from xtts_ft.train.stopping import StopCoordinator
+from xtts_ft.train.trainable import apply_trainable, check_resume_trainable
 from xtts_ft.training_state import TrainingState
 
 log = logging.getLogger(__name__)
@@ -67,28 +67,19 @@ class TrainResult:
     stopped_by_signal: bool
     final_eval_loss: Optional[float]
     first_eval_loss: Optional[float]
-    data_reports: dict = field(default_factory=dict)  # per split: clips kept / rejected per reason
+    data_reports: dict[str, dict] = field(default_factory=dict)  # per split: clips kept / rejected per reason
     best_step: Optional[int] = None  # the step of best_checkpoint
     stopped_early: bool = False  # training.early_stopping ended the run before max_steps / max_epochs
-    overfit_warning: Optional[dict] = None  # the overfitting detector's finding, when it fired (this run or before)
+    overfit_warning: Optional[dict] = None  # the overfitting detector's finding (this run or before)
 
 
-def train(cfg: Config, *, handles: RunHandles, base: BaseModelFiles, vocab_path: Path, base_vocab_size: int,
-          train_csv: Path, eval_csv: Path, run_dir: Path, eval_hook: Optional[EvalHook] = None,
-          max_steps_override: Optional[int] = None, command_line: Optional[CommandLine] = None,
-          model_factory: Optional[Callable] = None, fault_injector: Optional[FaultInjector] = None) -> TrainResult:
-    """Fine-tune the GPT of ``base`` (text rows grown to ``vocab_path``) on ``train_csv``; see the module doc.
+def train(cfg: Config, inputs: TrainInputs, *, handles: RunHandles) -> TrainResult:
+    """Fine-tune the GPT of ``inputs.base`` (text rows grown to ``inputs.vocab_path``) on ``inputs.train_csv``;
+    see the module doc. ``handles``: what the pipeline set up for the command (xtts_ft.pipeline).
 
-    ``handles``: what the pipeline set up for the command (xtts_ft.pipeline). ``command_line`` (prefix,
-    arguments): how the run was started, for the resume command printed after a stop. ``model_factory`` and
-    ``fault_injector``: test seams (:class:`TrainingHooks`).
-    """
-    hooks = TrainingHooks(model_factory=model_factory, fault_injector=fault_injector)
+    torchtune's recipe entry: setup, train (which saves its checkpoints), cleanup."""
     with StopSignals.shared() as signals:  # the command's own (the pipeline entered it), or one for this call
-        recipe = FineTuneRecipe(cfg, handles=handles, base=base, vocab_path=vocab_path, base_vocab_size=base_vocab_size,
-                                train_csv=train_csv, eval_csv=eval_csv, run_dir=run_dir, eval_hook=eval_hook,
-                                max_steps_override=max_steps_override, command_line=command_line, hooks=hooks,
-                                signals=signals)
+        recipe = FineTuneRecipe(cfg, inputs, handles=handles, signals=signals)
         try:
             try:
                 recipe.setup()
@@ -102,162 +93,150 @@ def train(cfg: Config, *, handles: RunHandles, base: BaseModelFiles, vocab_path:
 
 class FineTuneRecipe:
     """The fine-tuning loop. ``setup`` builds, in order: the model, the data, the resume source, the batch plan,
-    the optimiser and the stability controller, then loads the resume state into them; ``train`` runs steps until
-    max_steps or a stop. Every attribute is declared here (None until setup builds it); ``self.cfg`` never changes."""
+    the optimiser and the stability controller, loads the resume state into them and returns them as one frozen
+    :class:`Session`; ``train`` runs steps until ``session.max_steps`` or a stop. ``self.cfg`` is the config
+    it was given, never replaced (``training.max_epochs`` becomes ``session.max_steps``); what changes while
+    training is the progress, the judges' state and the flags below."""
 
-    def __init__(self, cfg: Config, *, handles: RunHandles, base: BaseModelFiles, vocab_path: Path,
-                 base_vocab_size: int, train_csv: Path, eval_csv: Path, run_dir: Path,
-                 eval_hook: Optional[EvalHook] = None, max_steps_override: Optional[int] = None,
-                 command_line: Optional[CommandLine] = None, hooks: Optional[TrainingHooks] = None,
-                 signals: Optional[StopSignals] = None):
-        if max_steps_override is not None:
-            cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_steps=int(max_steps_override)))
-        self.cfg, self.tcfg, self.handles, self.dist = cfg, cfg.training, handles, handles.dist
-        self.base, self.vocab_path, self.base_vocab_size = base, Path(vocab_path), int(base_vocab_size)
-        self.train_csv, self.eval_csv, self.run_dir = Path(train_csv), Path(eval_csv), Path(run_dir)
-        self.eval_hook, self.hooks = eval_hook, hooks or TrainingHooks()
-        self.is_main, self.max_steps = self.dist.is_main, self.tcfg.max_steps
-        self.stop = StopCoordinator(signals or StopSignals(), self.dist, command_line=command_line,
+    def __init__(self, cfg: Config, inputs: TrainInputs, *, handles: RunHandles,
+                 signals: Optional[StopSignals] = None) -> None:
+        self.cfg, self.inputs, self.handles, self.dist = cfg, inputs, handles, handles.dist
+        self.run_dir, self.is_main = Path(inputs.run_dir), handles.dist.is_main
+        self.stop = StopCoordinator(signals or StopSignals(), self.dist, command_line=inputs.command_line,
                                     config_resume=cfg.checkpoint.resume, run_dir=self.run_dir)
-        self.progress = Progress()
-        self.judges = RunJudges(self.tcfg, cfg.checkpoint.best_metric)  # early stopping + overfit detector
+        self.progress = Progress()  # replaced by the checkpoint's on a resume (in setup)
+        self.judges = RunJudges(cfg.training, cfg.checkpoint.best_metric)  # early stopping + overfit detector
         self.early_stop = False  # the last evaluation ran out of patience (training.early_stopping)
         self.stopped_early = False  # ... and that ended training before max_steps
-        self.train_hours = 0.0  # hours of audio in the training clips (epochs and hours seen are logged)
-        self.trainable_setup: Optional[TrainableSetup] = None  # training.trainable: all / freeze / lora
-        # built by setup(), in this order (types: session.Runtime, torch.device, XttsTrainingModel,
-        # session.TrainingData, BatchPlan, session.Optimisation, SaveTimeCheck, StabilityController,
-        # ResumableBatchSampler, MetricsLogger, StepRunner)
-        self.runtime = self.device = self.model = self.data = self.plan = self.opt = self.save_time = None
-        self.stability: Optional[StabilityController] = None
-        self.sampler = self.metrics = self.stepper = None
-        self.offloaded: tuple = ()  # modules kept on the CPU (training.offload_frozen)
         self.last_checkpoint: Optional[Path] = None  # the newest saved or loaded
         self.last_step_seconds = 0.0
+        self._session: Optional[Session] = None  # setup() builds it once
+        self._stepper: Optional[StepRunner] = None
+
+    @property
+    def session(self) -> Session:
+        """What setup built (an error before setup)."""
+        if self._session is None:
+            raise RuntimeError("FineTuneRecipe.setup() has not run")
+        return self._session
+
+    @property
+    def stepper(self) -> StepRunner:
+        if self._stepper is None:
+            raise RuntimeError("FineTuneRecipe.setup() has not run")
+        return self._stepper
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        return self.opt.optimizer
-
-    @property
-    def train_clips(self) -> list:
-        return self.data.train_clips
+        return self.session.opt.optimizer
 
     # ------------------------------------------------------------------ setup
-    def setup(self) -> None:
-        cfg, tcfg, dist = self.cfg, self.tcfg, self.dist
-        self.runtime = session.build_runtime(cfg, dist)
-        self.device = self.runtime.device
+    def setup(self) -> Session:
+        cfg, inputs, dist = self.cfg, self.inputs, self.dist
+        runtime = session.build_runtime(cfg, dist)
+        device = runtime.device
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             CheckpointStore.of_run(self.run_dir).clean_staging()
-        self.model = session.build_model(cfg, self.base, self.vocab_path, self.handles.tokenizer, self.device,
-                                         self.hooks.model_factory)
+        model = session.build_model(cfg, inputs.base, inputs.vocab_path, self.handles.tokenizer, device)
         # what trains (training.trainable): before the optimizer (it takes what requires gradients) and the resume
-        self.trainable_setup = apply_trainable(self.model.xtts.gpt, tcfg, self.base_vocab_size, seed=cfg.run.seed)
-        limits = Limits(**model_limits(self.model.xtts))
+        trainable = apply_trainable(model.xtts.gpt, cfg.training, inputs.base_vocab_size, seed=cfg.run.seed)
+        limits = Limits(**model_limits(model.xtts))
         # every rank checks (same disk, same answer), before the data, the code cache and the first step
-        check_disk_budget(cfg, estimate_run_disk(cfg, self.model.gpt, run_dir=self.run_dir,
-                                                 base_model_pth=self.base.model_pth), self.run_dir)
-        self.data = session.load_data(cfg, self.train_csv, self.eval_csv, self.handles.tokenizer, limits,
-                                      model=self.model, runtime=self.runtime, run_dir=self.run_dir,
-                                      should_stop=lambda: self.stop.requested)
+        check_disk_budget(cfg, estimate_run_disk(cfg, model.gpt, run_dir=self.run_dir,
+                                                 base_model_pth=inputs.base.model_pth), self.run_dir)
+        data = session.load_data(cfg, inputs.train_csv, inputs.eval_csv, self.handles.tokenizer, limits,
+                                 model=model, runtime=runtime, run_dir=self.run_dir,
+                                 should_stop=lambda: self.stop.requested)
         if self.stop.agreed():  # a cache cut short: the pre-flight would miss codes
             raise StopRequested("the DVAE code cache")
-        self.offloaded = offload_plan(tcfg.offload_frozen, tcfg.cache_dvae_codes)
-        place_modules(self.model, self.offloaded, torch.device("cpu"))
-        release_memory(self.device)
+        offloaded = tuple(offload_plan(cfg.training.offload_frozen, cfg.training.cache_dvae_codes))
+        place_modules(model, offloaded, torch.device("cpu"))
+        release_memory(device)
         source = session.find_resume_source(cfg, self.run_dir, self.handles)
-        self.plan = session.plan_batches(tcfg, self.runtime, self.model, self.data, source.state, self.model_inputs)
-        self.train_hours = sum(c.num_samples for c in self.train_clips) / limits.sample_rate / 3600
-        self._size_by_epochs()
-        tcfg = self.tcfg
 
-        self.opt = session.build_optimisation(self.model, tcfg, self.device, self.base_vocab_size)
-        self.trainable_setup.attach(self.optimizer)  # frozen base-vocabulary rows are put back after each step
-        self.save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
+        def batch_inputs(batch: Batch, *, train: bool) -> ModelInputs:
+            return model_inputs(model, device, batch, train=train)
+
+        plan = session.plan_batches(cfg.training, runtime, model, data, source.state, batch_inputs)
+        # training.max_epochs ends the run before max_steps when it comes first; the schedule (warm-up, cosine) is
+        # laid over the steps that will run; with the planned accumulation, what checkpoints record
+        max_steps = session.steps_for_epochs(cfg.training, len(data.train_clips), plan.samples_per_step)
+        training = dataclasses.replace(cfg.training, grad_accum_steps=plan.grad_accum_steps,
+                                       max_steps=cfg.training.max_steps if max_steps is None else max_steps)
+        opt = session.build_optimisation(model, training, device, inputs.base_vocab_size)
+        trainable.attach(opt.optimizer)  # frozen base-vocabulary rows are put back after each step
+        save_time = SaveTimeCheck(cfg.checkpoint.every_steps)
         if self.is_main:  # a stop must save within torchrun's 30 s: warn up front when the disk is too slow
-            self.save_time.estimate(checkpoint_bytes(list(self.model.gpt.parameters())), self.run_dir)
-        guard, policy, rng_state = StabilityGuard(cfg.stability), self.runtime.policy, None
-        if source.state is not None:  # the checkpoint's state replaces the fresh one
+            save_time.estimate(checkpoint_bytes(list(model.gpt.parameters())), self.run_dir)
+        guard, policy, rng_state = StabilityGuard(cfg.stability), runtime.policy, None
+        if source.state is not None and source.path is not None:  # the checkpoint's state replaces the fresh one
             state = source.state
-            check_resume_trainable(state.training_config, tcfg, source.path)  # names the key, before the tensors
+            check_resume_trainable(state.training_config, training, source.path)  # names the key, before tensors
             check_compatible(state, source.path, vocab_fingerprint=self.handles.vocab_fingerprint,
-                             gpt=self.model.gpt, cfg=cfg)
-            point = apply_checkpoint(state, source.path, gpt=self.model.gpt, optimizer=self.optimizer, guard=guard,
-                                     tcfg=self.effective_training(), policy=policy, device=self.device,
-                                     rank=dist.rank, world_size=dist.world_size, sampler_key=self._sampler_key(),
+                             gpt=model.gpt, cfg=cfg)
+            point = apply_checkpoint(state, source.path, gpt=model.gpt, optimizer=opt.optimizer, guard=guard,
+                                     tcfg=training, policy=policy, device=device, rank=dist.rank,
+                                     world_size=dist.world_size,
+                                     sampler_key=session.sampler_key(runtime, plan, data, cfg.run.seed),
                                      best_metric=cfg.checkpoint.best_metric)
             self.progress, policy, rng_state, self.last_checkpoint = point.progress, point.policy, point.rng, source.path
             self.judges.load_state_dict(state.early_stopping)
-        self.stability = StabilityController(cfg, self.device, policy, guard, model=self.model,
-                                             optimizer=self.optimizer,
-                                             scaler_state=source.state.scaler if source.state is not None else None)
+        stability = StabilityController(cfg, device, policy, guard, model=model, optimizer=opt.optimizer,
+                                        scaler_state=source.state.scaler if source.state is not None else None)
 
-        self.sampler, loader = session.build_loader(cfg, self.runtime, self.data, self.plan,
-                                                     self.progress.data_position, self.progress.step)
-        self.progress.data_position = self.sampler.position
-        session.preflight(self.model, self.optimizer, self.runtime, self.data, self.plan, self.offloaded,
-                          self.base_vocab_size, self.stability, self.model_inputs, self.trainable_setup.kept)
+        sampler, loader = session.build_loader(cfg, runtime, data, plan, self.progress.data_position,
+                                               self.progress.step)
+        self.progress.data_position = sampler.position
+        session.preflight(model, opt.optimizer, runtime, data, plan, offloaded, inputs.base_vocab_size, stability,
+                          batch_inputs, trainable.kept)
         if dist.enabled:
-            ddp_ignore(self.model, self.offloaded)
-        ddp_model = wrap_model(self.model, dist)
-        runner = MicroBatchRunner(counters=guard, device=self.device, describe=self._batch_names,
-                                  zero_grads=lambda: self.optimizer.zero_grad(set_to_none=True), recover=not dist.enabled)
-        self.metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=self.max_steps,
-                                     start_step=self.progress.step, log_every=tcfg.log_every)
-        self.stepper = StepRunner(tcfg=tcfg, plan=self.plan, opt=self.opt, stability=self.stability, stop=self.stop,
-                                  hooks=self.hooks, model=self.model, ddp_model=ddp_model, dist=dist, device=self.device,
-                                  runner=runner, sampler=self.sampler, train_iter=iter(loader), metrics=self.metrics)
-        self.stability.take_snapshot(self.progress.step)
-        if source.path is not None:
-            self.metrics.event(self.progress.step, "resume", checkpoint=str(source.path))
-            self.metrics.load_interval_state(source.state.log_interval)
+            ddp_ignore(model, offloaded)
+        ddp_model = wrap_model(model, dist)
+        metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=training.max_steps,
+                                start_step=self.progress.step, log_every=training.log_every)
+        built = Session(
+            training=training, runtime=runtime, model=model, ddp_model=ddp_model, trainable=trainable,
+            data=data, plan=plan, opt=opt, stability=stability, sampler=sampler, metrics=metrics, save_time=save_time,
+            offloaded=offloaded,
+            train_hours=sum(c.num_samples for c in data.train_clips) / limits.sample_rate / 3600)
+        runner = MicroBatchRunner(counters=guard, device=device,
+                                  describe=lambda batch: data.clip_names(batch["clips"].tolist()),
+                                  zero_grads=lambda: opt.optimizer.zero_grad(set_to_none=True), recover=not dist.enabled)
+        self._session = built
+        self._stepper = StepRunner(built, stop=self.stop, runner=runner, batches=iter(loader))
+        stability.take_snapshot(self.progress.step)
+        if source.path is not None and source.state is not None:
+            metrics.event(self.progress.step, "resume", checkpoint=str(source.path))
+            metrics.load_interval_state(source.state.log_interval)
         if source.branch is not None:
-            self.metrics.event(self.progress.step, "branch", **source.branch.event())
+            metrics.event(self.progress.step, "branch", **source.branch.event())
         log.info("training %d clips on %s (%s): batch %d x accum %d x %d process(es) = effective batch %d; "
-                 "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(self.train_clips), self.device,
-                 self.stability.policy.name, self.plan.batch_size, self.plan.grad_accum_steps, dist.world_size,
-                 self.plan.samples_per_step, self.progress.step, self.max_steps,
-                 "on" if tcfg.cache_dvae_codes else "off", ", ".join(self.offloaded) or "nothing")
+                 "steps %d -> %d; DVAE code cache %s; on the CPU: %s", len(data.train_clips), device,
+                 stability.policy.name, plan.batch_size, plan.grad_accum_steps, dist.world_size,
+                 plan.samples_per_step, self.progress.step, built.max_steps,
+                 "on" if cfg.training.cache_dvae_codes else "off", ", ".join(offloaded) or "nothing")
         # last: nothing after it may draw random numbers before step 1
-        session.seed_or_restore_rng(rng_state, cfg.run.seed, dist.rank, self.progress.step, self.device)
+        session.seed_or_restore_rng(rng_state, cfg.run.seed, dist.rank, self.progress.step, device)
+        return built
 
     def effective_config(self) -> Config:
-        return dataclasses.replace(self.cfg, training=self.effective_training())
-
-    def effective_training(self) -> TrainingConfig:
-        """training config with the planned accumulation (what the checkpoint records and resume compares)."""
-        return dataclasses.replace(self.tcfg, grad_accum_steps=self.plan.grad_accum_steps)
-
-    def _size_by_epochs(self) -> None:
-        """``training.max_epochs``: the run ends at whichever of max_steps / max_epochs comes first; the schedule
-        (warm-up, cosine) is laid over the steps that will run."""
-        steps = session.steps_for_epochs(self.tcfg, len(self.train_clips), self.plan.samples_per_step)
-        if steps is not None:
-            self.tcfg = dataclasses.replace(self.tcfg, max_steps=steps)
-            self.cfg = dataclasses.replace(self.cfg, training=self.tcfg)
-            self.max_steps = steps
-
-    def _sampler_key(self) -> dict:
-        return session.sampler_key(self.runtime, self.plan, self.data, self.cfg.run.seed)
-
-    def _batch_names(self, batch: dict) -> str:
-        return self.data.clip_names(batch["clips"].tolist())
+        """The config as this run applies it (each checkpoint's config.yaml): ``session.training`` in place."""
+        return dataclasses.replace(self.cfg, training=self.session.training)
 
     def _failing_files(self, clips: list[int]) -> str:
-        return ", ".join(sorted({self.train_clips[i].audio_path.name for i in clips})[:4])
+        return ", ".join(sorted({self.session.data.train_clips[i].audio_path.name for i in clips})[:4])
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
-        p, every = self.progress, self.cfg.evaluation.every_steps
+        p, every, s = self.progress, self.cfg.evaluation.every_steps, self.session
         if self.stop.agreed():  # stopped while caching codes: nothing trained yet
             self.stop.where = "setup"
             return self.finish_stop()
         if p.redo_eval and not self._redo_cut_short_evaluation():
             return self.finish_stop()
-        if p.step >= self.max_steps:
-            log.info("step %d already reaches training.max_steps=%d: nothing to train", p.step, self.max_steps)
+        if p.step >= s.max_steps:
+            log.info("step %d already reaches training.max_steps=%d: nothing to train", p.step, s.max_steps)
             return self._result(stopped=False)
         if self.judges.stopper is not None and self.judges.stopper.should_stop:  # the same command run again
             self.stopped_early = True
@@ -274,7 +253,7 @@ class FineTuneRecipe:
             if p.saved_step < 0 and self.cfg.evaluation.eval_at_start:  # a new run (nothing loaded or saved)
                 self.evaluate()
                 stopped = self.stop.agreed()
-            while not stopped and p.step < self.max_steps:
+            while not stopped and p.step < s.max_steps:
                 started = time.perf_counter()
                 stats = self.stepper.run(p)
                 if stats is None:  # a stop between micro-batches: the step was abandoned, nothing changed
@@ -282,17 +261,17 @@ class FineTuneRecipe:
                     break
                 p.step += 1
                 self.last_step_seconds = time.perf_counter() - started
-                self.stability.after_step(stats, p, self.metrics, self._log_step(stats), self._failing_files)
+                s.stability.after_step(stats, p, s.metrics, self._log_step(stats), self._failing_files)
                 if stats.stop_requested:
                     self.stop.note(f"step {p.step}")
                     stopped = True
                     break
                 new_best = False
-                if every and p.step % every == 0 and p.step < self.max_steps:
+                if every and p.step % every == 0 and p.step < s.max_steps:
                     new_best = self.evaluate() and self.cfg.checkpoint.keep_best
                     new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == p.step)
                     stopped = self.stop.agreed()
-                if (p.step % self.cfg.checkpoint.every_steps == 0 and p.step < self.max_steps) or new_best \
+                if (p.step % self.cfg.checkpoint.every_steps == 0 and p.step < s.max_steps) or new_best \
                         or stopped or self.early_stop:
                     self.save_checkpoint(final=stopped or self.early_stop)
                 if self.early_stop and not stopped:
@@ -308,12 +287,14 @@ class FineTuneRecipe:
     def _log_step(self, stats: StepStats) -> Callable[[], None]:
         self.judges.after_step(stats.loss if stats.good else float("nan"))
 
+        s = self.session
+
         def write() -> None:
-            epochs = self.progress.step * self.plan.samples_per_step / len(self.train_clips)  # clips drawn / in the set
-            self.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=self.stability.guard,
-                                    precision=self.stability.policy.name, epoch=self.progress.epoch,
-                                    samples=self.plan.samples_per_step, seconds=self.last_step_seconds,
-                                    epochs=epochs, audio_hours=epochs * self.train_hours, **self.stepper.compile_times)
+            epochs = self.progress.step * s.plan.samples_per_step / len(s.data.train_clips)  # clips drawn / in the set
+            s.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=s.stability.guard,
+                                 precision=s.stability.policy.name, epoch=self.progress.epoch,
+                                 samples=s.plan.samples_per_step, seconds=self.last_step_seconds,
+                                 epochs=epochs, audio_hours=epochs * s.train_hours, **self.stepper.compile_times)
         return write
 
     def _redo_cut_short_evaluation(self) -> bool:
@@ -321,7 +302,7 @@ class FineTuneRecipe:
         checkpoint (so ``best_metric`` can pick it). False when a stop cuts it short again."""
         step = self.progress.step
         log.info("resume: the evaluation at step %d was cut short by a stop; running it now", step)
-        self.metrics.event(step, "eval_redone")
+        self.session.metrics.event(step, "eval_redone")
         self.progress.redo_eval = False
         new_best = self.evaluate()
         if self.stop.agreed():
@@ -334,25 +315,27 @@ class FineTuneRecipe:
     def finish_stop(self) -> TrainResult:
         """After a stop: the last finished step is saved (by the caller); log it, record the event, return."""
         p = self.progress
-        self.stop.report(p.step, self.last_checkpoint, p.saved_step == p.step, self.metrics)
+        metrics = self._session.metrics if self._session is not None else None
+        self.stop.report(p.step, self.last_checkpoint, p.saved_step == p.step, metrics)
         return self._result(stopped=True)
 
-    def model_inputs(self, batch: dict, *, train: bool) -> dict:
-        return model_inputs(self.model, self.device, batch, train=train)
+    def model_inputs(self, batch: Batch, *, train: bool) -> ModelInputs:
+        return model_inputs(self.session.model, self.session.device, batch, train=train)
 
     # ------------------------------------------------------------------ evaluate
     def evaluate(self) -> bool:
         """Eval losses, then the eval hook (model in eval mode), on rank 0; True when it is a new best under
         ``checkpoint.best_metric`` (every rank gets rank 0's results, so every rank answers the same)."""
-        p, policy = self.progress, self.stability.policy
+        p, s = self.progress, self.session
+        policy, data = s.stability.policy, s.data
         results, abandoned = None, False
-        if self.is_main and self.data.eval_clips:
-            batches = eval_batches(self.data.eval_clips, self.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
-            per_language = language_eval_batches(self.data.eval_clips, self.sampler.batch_size,
+        if self.is_main and data.eval_clips:
+            batches = eval_batches(data.eval_clips, s.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
+            per_language = language_eval_batches(data.eval_clips, s.sampler.batch_size,
                                                  self.cfg.evaluation.max_eval_batches)
-            results = evaluate_on_main(self.model, self.data.eval_set, batches, policy.autocast, self.model_inputs,
-                                       hook=self.eval_hook, step=p.step, offloaded=self.offloaded, device=self.device,
-                                       metrics=self.metrics, language_batches=per_language)
+            results = evaluate_on_main(s.model, data.eval_set, batches, policy.autocast, self.model_inputs,
+                                       hook=self.inputs.eval_hook, step=p.step, offloaded=s.offloaded,
+                                       device=s.device, metrics=s.metrics, language_batches=per_language)
             if results is None:  # saved as eval_pending with this step's checkpoint, redone on resume
                 abandoned, p.eval_cut_short, self.stop.where = True, p.step, f"the evaluation at step {p.step}"
         results, abandoned = self.dist.broadcast_object((results, abandoned))
@@ -364,51 +347,55 @@ class FineTuneRecipe:
         p.last_eval_metrics = results
         if not math.isfinite(results["eval_loss"]):
             p.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
-            report_nonfinite_eval(results["eval_loss"], p.step, policy.name, self.metrics, self.is_main)
+            report_nonfinite_eval(results["eval_loss"], p.step, policy.name, s.metrics, self.is_main)
             return False
         is_best = p.record_evaluation(results["eval_loss"], results, self.cfg.checkpoint.best_metric)
         # early stopping and the overfit detector judge every evaluation (every rank has rank 0's results)
         self.early_stop, finding = self.judges.after_eval(p.step, results)
         if finding is not None and self.is_main:
-            self.judges.warn_overfitting(finding, p.step, self.metrics)
+            self.judges.warn_overfitting(finding, p.step, s.metrics)
         return is_best
 
     def _stop_early(self) -> None:
         self.stopped_early = True
         if self.is_main:
-            self.judges.report_early_stop(self.progress.step, self.metrics, self._store(), self.cfg.checkpoint.best_metric)
+            self.judges.report_early_stop(self.progress.step, self.session.metrics, self._store(),
+                                          self.cfg.checkpoint.best_metric)
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self, final: bool = False) -> None:
         """Save this step; a failed save follows ``checkpoint.on_save_error``, except the final one, which always
         stops with an error: nothing is left to continue, and exiting 0 would hide the steps since the last save."""
-        p, stability, run = self.progress, self.stability, self.handles.run
-        rngs = self.dist.all_gather_object(capture_rng(self.device))
+        p, s, run, inputs = self.progress, self.session, self.handles.run, self.inputs
+        stability = s.stability
+        rngs = self.dist.all_gather_object(capture_rng(s.device))
         error = None
         if self.is_main:
             state = TrainingState(
-                **p.state_dict(), gpt=to_cpu(gpt_state_dict(self.model.gpt)), optimizer=self.optimizer.state_dict(),
-                scaler=stability.scaler.state_dict(), sampler={**self.sampler.state_dict(p.data_position),
-                                                               **self._sampler_key()},
+                **p.state_dict(), gpt=to_cpu(gpt_state_dict(s.model.gpt)), optimizer=self.optimizer.state_dict(),
+                scaler=stability.scaler.state_dict(),
+                sampler={**s.sampler.state_dict(p.data_position),
+                         **session.sampler_key(s.runtime, s.plan, s.data, self.cfg.run.seed)},
                 rng=rngs, stability=stability.guard.state_dict(), precision=stability.policy.name,
-                training_config=dataclasses.asdict(self.effective_training()),
-                vocab_fingerprint=self.handles.vocab_fingerprint, base_vocab_size=self.base_vocab_size,
-                log_interval=self.metrics.interval_state(), early_stopping=self.judges.state_dict(),
+                training_config=dataclasses.asdict(s.training),
+                vocab_fingerprint=self.handles.vocab_fingerprint, base_vocab_size=inputs.base_vocab_size,
+                log_interval=s.metrics.interval_state(), early_stopping=self.judges.state_dict(),
             )
             evaluated = p.last_eval_step == p.step
             try:
                 keep_foreign_aside(self.run_dir, p.step, run.owns)  # never overwrite another run's step
                 started = time.perf_counter()
                 path = self._store().save(
-                    state, vocab_path=self.vocab_path, write_config=lambda out: dump_config(self.effective_config(), out),
-                    run_id=run.run_id, base_model=str(self.base.root),
+                    state, vocab_path=inputs.vocab_path,
+                    write_config=lambda out: dump_config(self.effective_config(), out),
+                    run_id=run.run_id, base_model=str(inputs.base.root),
                     eval_loss=p.last_eval_loss if evaluated else None,
                     eval_metrics=p.last_eval_metrics if evaluated else None,
-                    dvae_pth=fine_tuned_dvae(self.run_dir, self.base))
-                self.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
+                    dvae_pth=fine_tuned_dvae(self.run_dir, inputs.base))
+                s.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 self._store().apply_retention(RetentionPolicy.from_config(self.cfg.checkpoint), latest=path)
                 self.last_checkpoint = path
-                self.metrics.event(p.step, "checkpoint", path=str(path))
+                s.metrics.event(p.step, "checkpoint", path=str(path))
             except OSError as exc:
                 error = f"{exc.strerror or exc}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
         if not self.dist.all_true(error is None):
@@ -437,13 +424,13 @@ class FineTuneRecipe:
             log.info("best checkpoint (%s): %s (step %d)", self.cfg.checkpoint.best_metric, best, best_step)
         return TrainResult(step=p.step, last_checkpoint=last, best_checkpoint=best, stopped_by_signal=stopped,
                            final_eval_loss=final, first_eval_loss=p.first_eval_loss,
-                           data_reports=self.data.reports if self.data is not None else {},
+                           data_reports=self._session.data.reports if self._session is not None else {},
                            best_step=best_step, stopped_early=self.stopped_early and not stopped,
                            overfit_warning=self.judges.overfit.finding)
 
     def cleanup(self) -> None:
         """The loader's workers and the metrics files; the distributed handle belongs to whoever set it up."""
-        if self.stepper is not None:
-            self.stepper.train_iter = None  # shuts the loader's worker processes down
-        if self.metrics is not None:
-            self.metrics.close()
+        if self._stepper is not None:
+            self._stepper.close()  # shuts the loader's worker processes down
+        if self._session is not None:
+            self._session.metrics.close()

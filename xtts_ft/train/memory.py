@@ -46,7 +46,8 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from xtts_ft.errors import TrainingStopped
-from xtts_ft.train.data import collate
+from xtts_ft.train.data import Batch, BatchInputs, Clip, ClipDataset, ModelInputs, collate
+from xtts_ft.train.precision import Autocast
 from xtts_ft.train.sampler import ItemKey
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class BatchChoice:
             return f"batch_size auto: {self.size} (largest fitting {self.largest_fit}; no GPU memory to measure)"
         oom = f", {self.first_oom} ran out of memory" if self.first_oom else ", no size up to the limit ran out"
         return (f"batch_size auto: {self.size} (largest fitting {self.largest_fit}{oom}; peak "
-                f"{self.peak_bytes / 2**30:.2f} GiB of {self.total_bytes / 2**30:.2f} GiB at the longest clip)")
+                f"{self.peak_bytes / 2**30:.2f} GiB of {(self.total_bytes or 0) / 2**30:.2f} GiB at the longest clip)")
 
 
 # Messages of RuntimeErrors that mean "no memory for this" although they are not torch.OutOfMemoryError
@@ -223,7 +224,8 @@ def auto_batch_limit(num_clips: int, world_size: int, effective: Optional[int]) 
     return max(1, limit)
 
 
-def worst_case_batch(dataset, text_lengths: Sequence[int], audio_lengths: Sequence[int], n: int, rank: int = 0) -> dict:
+def worst_case_batch(dataset: ClipDataset, text_lengths: Sequence[int], audio_lengths: Sequence[int], n: int,
+                     rank: int = 0) -> Batch:
     """A collated batch of ``n`` rows, each the longest audio clip with the longest text's tokens.
 
     Every real batch of ``n`` clips is padded to at most this text and audio length.
@@ -239,7 +241,7 @@ def worst_case_batch(dataset, text_lengths: Sequence[int], audio_lengths: Sequen
     return collate(items)
 
 
-def probe_step(model: nn.Module, inputs: dict, autocast: Callable, device: torch.device) -> None:
+def probe_step(model: nn.Module, inputs: ModelInputs, autocast: Autocast, device: torch.device) -> None:
     """One forward and backward of ``inputs``; leaves no gradient and no change to any random stream."""
     gpt = model.xtts.gpt
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -253,7 +255,8 @@ def probe_step(model: nn.Module, inputs: dict, autocast: Callable, device: torch
             gpt.zero_grad(set_to_none=True)
 
 
-def probe_batch_size(model: nn.Module, dataset, clips: Sequence, model_inputs: Callable[..., dict], autocast: Callable,
+def probe_batch_size(model: nn.Module, dataset: ClipDataset, clips: Sequence[Clip], model_inputs: BatchInputs,
+                     autocast: Autocast,
                      device: torch.device, *, rank: int, world_size: int, effective: Optional[int],
                      probe: Optional[bool] = None) -> BatchChoice:
     """``batch_size: auto`` for the training loop: :func:`find_batch_size` on worst-case batches of ``clips``."""

@@ -36,7 +36,9 @@ from typing import Callable, Optional
 import torch
 
 from xtts_ft.errors import TrainingStopped
+from xtts_ft.train.data import Batch
 from xtts_ft.train.memory import is_out_of_memory, release_memory
+from xtts_ft.train.stability import StabilityGuard
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +69,8 @@ def split_batch(batch: dict) -> tuple[dict, dict]:
 class MicroBatchRunner:
     """Runs the micro-batches of one optimizer step; see the module doc."""
 
-    def __init__(self, *, counters, device: torch.device, describe: Callable[[dict], str],
-                 zero_grads: Callable[[], None], recover: bool = True):
+    def __init__(self, *, counters: StabilityGuard, device: torch.device, describe: Callable[[Batch], str],
+                 zero_grads: Callable[[], None], recover: bool = True) -> None:
         self.counters, self.device, self.describe = counters, device, describe
         self.zero_grads, self.recover = zero_grads, recover
         self.events: list[dict] = []
@@ -83,7 +85,8 @@ class MicroBatchRunner:
             step: int) -> Optional[torch.Tensor]:
         """Forward and backward of one micro-batch (split on OOM); its clip-weighted loss row, None if nothing ran."""
         self._nominal += batch_len(batch)
-        pending, rows = [batch], []
+        pending: list[Batch] = [batch]
+        rows: list[torch.Tensor] = []
         while pending:
             piece = pending.pop(0)
             n = batch_len(piece)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -39,6 +39,9 @@ from xtts_ft.config import PrecisionConfig
 from xtts_ft.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+#: ``PrecisionPolicy.autocast``: the forward pass's context.
+Autocast = Callable[[], AbstractContextManager[None]]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
@@ -62,11 +65,12 @@ class PrecisionPolicy:
     def scaler_enabled(self) -> bool:
         return self.name == "fp16"
 
-    def autocast(self) -> AbstractContextManager:
+    def autocast(self) -> AbstractContextManager[None]:
         """The forward-pass context: autocast to ``dtype``, or a disabled autocast for fp32."""
-        if not self.autocast_enabled:
-            return torch.amp.autocast(self.device_type, enabled=False)
-        return torch.amp.autocast(self.device_type, dtype=self.dtype)
+        ctx: AbstractContextManager[None] = (torch.amp.autocast(self.device_type, dtype=self.dtype)
+                                             if self.autocast_enabled else
+                                             torch.amp.autocast(self.device_type, enabled=False))
+        return ctx
 
 
 NATIVE_BF16_CAPABILITY = (8, 0)  # Ampere: the first NVIDIA generation with bf16 tensor cores
@@ -77,7 +81,7 @@ def cuda_bf16_supported(device: torch.device) -> bool:
     if device.type != "cuda" or not torch.cuda.is_available():
         return False
     if torch.version.hip:  # AMD: capabilities are not NVIDIA's numbering; torch knows its archs
-        return torch.cuda.is_bf16_supported(including_emulation=False)
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
     return tuple(torch.cuda.get_device_capability(device)) >= NATIVE_BF16_CAPABILITY
 
 

@@ -26,7 +26,7 @@ changes neither the model, the optimizer nor any random stream (exact resume dep
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -37,7 +37,7 @@ from xtts_ft.train.stability import diagnose_nonfinite
 log = logging.getLogger(__name__)
 
 
-def _count(params) -> int:
+def _count(params: Iterable[torch.nn.Parameter]) -> int:
     return sum(p.numel() for p in params)
 
 
@@ -100,7 +100,7 @@ class _HeadOutput:
         self.logits: Optional[torch.Tensor] = None
         self._handle = head.register_forward_hook(self._keep)
 
-    def _keep(self, _module, _args, output) -> None:
+    def _keep(self, _module: nn.Module, _args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
         self.logits = output
 
     def remove(self) -> None:
@@ -169,7 +169,7 @@ def _check_new_rows(gpt: nn.Module, inputs: dict, logits: Optional[torch.Tensor]
     connected = _head_rows_connected(logits, gpt.text_head.weight, base_vocab_size) if grew else None
     scale = float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
     (scaler.scale(loss) if scaler is not None else loss).backward()
-    if not grew:
+    if connected is None:  # the vocabulary did not grow: no new rows to check
         return
     used = torch.unique(inputs["text_inputs"].long())
     used = used[used >= base_vocab_size]

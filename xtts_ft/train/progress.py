@@ -14,9 +14,10 @@ step wins a tie), so the in-memory and on-disk answers cannot drift apart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional, TypedDict
 
 from xtts_ft.checkpoint_store import is_better, score_of
+from xtts_ft.training_state import TrainingState
 
 
 def score_and_improvement(metric: str, metrics: dict, best: Optional[float]) -> tuple[Optional[float], bool]:
@@ -26,6 +27,20 @@ def score_and_improvement(metric: str, metrics: dict, best: Optional[float]) -> 
     """
     score = score_of(metric, metrics)
     return score, is_better(metric, score, best)
+
+
+class ProgressState(TypedDict):
+    """The TrainingState fields :class:`Progress` owns."""
+
+    step: int
+    epoch: int
+    lr_factor: float
+    first_eval_loss: Optional[float]
+    best_eval_loss: Optional[float]
+    last_eval_loss: Optional[float]
+    best_score: Optional[float]
+    best_step: Optional[int]
+    eval_pending: bool
 
 
 @dataclass
@@ -51,21 +66,21 @@ class Progress:
     def epoch(self) -> int:
         return self.data_position[0]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> ProgressState:
         """The TrainingState fields this object owns (the sampler's own state is saved beside them)."""
         return {"step": self.step, "epoch": self.epoch, "lr_factor": self.lr_factor,
                 "first_eval_loss": self.first_eval_loss, "best_eval_loss": self.best_eval_loss,
                 "last_eval_loss": self.last_eval_loss, "best_score": self.best_score, "best_step": self.best_step,
                 "eval_pending": self.eval_cut_short == self.step}
 
-    def load_state_dict(self, state: Any, *, metric: str, position: tuple[int, int]) -> None:
+    def load_state_dict(self, state: TrainingState, *, metric: str, position: tuple[int, int]) -> None:
         """Continue from a checkpoint's TrainingState; ``position``: the data position resume settled on.
 
         A checkpoint from before the best score was saved reads as "no best yet", except under
         ``eval_loss``, whose best it always carried (as ``best_eval_loss``).
         """
         self.step = self.saved_step = int(state.step)
-        self.data_position = tuple(position)
+        self.data_position = (int(position[0]), int(position[1]))
         self.lr_factor = float(state.lr_factor)
         self.first_eval_loss, self.best_eval_loss = state.first_eval_loss, state.best_eval_loss
         self.last_eval_loss = state.last_eval_loss

@@ -73,7 +73,8 @@ def tokenizer_setting_changes(ckpt_dir: Path, cfg: Config) -> list[str]:
         return []
     changes = []
     for section in ("text", "tokenizer"):
-        old = saved.get(section) if isinstance(saved.get(section), dict) else {}
+        found = saved.get(section)
+        old = found if isinstance(found, dict) else {}
         for key, new in dataclasses.asdict(getattr(cfg, section)).items():
             if key in old and old[key] != new:
                 changes.append(f"{section}.{key}: {json.dumps(old[key], ensure_ascii=False)} -> "

@@ -35,7 +35,7 @@ PROBE_ABOVE_BYTES = 512 * 2**20  # smaller checkpoints need a disk slower than ~
 def checkpoint_bytes(params: Sequence[torch.Tensor]) -> int:
     """Size of a training checkpoint: the GPT's tensors plus AdamW's two fp32 copies of the trainable ones."""
     weights = sum(p.numel() * p.element_size() for p in params)
-    return weights + sum(2 * p.numel() * 4 for p in params if p.requires_grad)
+    return int(weights + sum(2 * p.numel() * 4 for p in params if p.requires_grad))
 
 
 def measure_write_rate(folder: Path, nbytes: int = PROBE_BYTES) -> float:

@@ -62,7 +62,9 @@ def _is_decayed(module: nn.Module, name: str, param: nn.Parameter) -> bool:
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     """Trainable parameters of ``module`` split into a decayed and a non-decayed AdamW group."""
-    decay, no_decay, seen = [], [], set()
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    seen: set[int] = set()
     for mod in module.modules():
         for name, param in mod.named_parameters(recurse=False):
             if not param.requires_grad or id(param) in seen:

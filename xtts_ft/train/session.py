@@ -3,9 +3,10 @@
 ``FineTuneRecipe.setup`` (train/loop.py) calls them in order: the runtime (device, precision, CPU
 threads) around the distributed handle the pipeline set up, the model, the data (checked clips, the
 DVAE code cache, the datasets), the resume state, the batch plan, the optimiser, the sampler and
-loader, the pre-flight check and the random streams. Nothing here stores into the recipe; what the
-pipeline sets up once per command (distributed handle, run-folder claim, tokenizer, vocabulary
-fingerprint) arrives as :class:`RunHandles`.
+loader, the pre-flight check and the random streams, and returns what they built as one frozen
+:class:`Session`. Nothing here stores into the recipe. What a run trains on arrives as
+:class:`TrainInputs`; what the pipeline sets up once per command (distributed handle, run-folder claim,
+tokenizer, vocabulary fingerprint) as :class:`RunHandles`.
 """
 
 from __future__ import annotations
@@ -15,34 +16,72 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from xtts_ft.base_model import BaseModelFiles
-from xtts_ft.checkpoint_store import CheckpointStore
+from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config, TrainingConfig
 from xtts_ft.errors import ConfigError, DataError
 from xtts_ft.gpt_compile import MAX_SHAPES, CompiledBlocks, compile_enabled, longest_row
 from xtts_ft.layout import RunLayout
 from xtts_ft.model import XttsTrainingModel, build_training_model
 from xtts_ft.stop_signals import raise_if_stopped
-from xtts_ft.train.branch import set_aside_later_steps
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.train.branch import Branch, set_aside_later_steps
 from xtts_ft.train.codes_cache import build_codes_cache
-from xtts_ft.train.cpu_threads import apply_cpu_plan
-from xtts_ft.train.data import ClipDataset, Limits, collate, load_clips, make_loader
+from xtts_ft.train.cpu_threads import CpuPlan, apply_cpu_plan
+from xtts_ft.train.data import Batch, BatchInputs, Clip, ClipDataset, Limits, ModelInputs, collate, load_clips, make_loader
 from xtts_ft.train.distributed import DistContext, MainFirst
+from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.memory import enable_gradient_checkpointing, plan_accumulation, probe_batch_size
+from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import PrecisionPolicy, apply_tf32, resolve_precision
 from xtts_ft.train.preflight import check_forward_backward, check_setup, pick_check_clips
 from xtts_ft.train.resume import choose_checkpoint
 from xtts_ft.train.rng_state import restore_rng
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
+from xtts_ft.train.save_time import SaveTimeCheck
 from xtts_ft.train.schedule import NewTokenRows, build_optimizer
+from xtts_ft.train.stability_control import StabilityController
+from xtts_ft.train.stopping import CommandLine
+from xtts_ft.train.trainable import TrainableSetup
 from xtts_ft.training_state import TrainingState
 
 log = logging.getLogger(__name__)
+
+
+class RunOwner(Protocol):
+    """The run folder's record as the recipe uses it (``run_folder.RunRecord``, which the recipe never imports:
+    the pipeline claims the folder and hands the record in)."""
+
+    run_id: str
+
+    def owns(self, checkpoint: Optional[CheckpointRecord]) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TrainInputs:
+    """What one training run reads, besides the config (litgpt's TrainArgs: one typed value, not 13 parameters)."""
+
+    base: BaseModelFiles
+    """The base model's files (with a fine-tuned ``dvae_pth`` after the DVAE stage)."""
+    vocab_path: Path
+    """The run's vocab.json: the GPT's text rows are grown to it."""
+    base_vocab_size: int
+    """Token ids below it are the base model's (their rows are kept under ``training.trainable`` freeze/lora)."""
+    train_csv: Path
+    """The prepared training metadata (``data/metadata_train.csv``)."""
+    eval_csv: Path
+    """The prepared evaluation metadata (``data/metadata_eval.csv``)."""
+    run_dir: Path
+    """The run folder: checkpoints, metrics, events."""
+    eval_hook: Optional[EvalHook] = None
+    """Called on rank 0 after each evaluation (the pipeline's sample synthesis); None: eval losses only."""
+    command_line: Optional[CommandLine] = None
+    """(prefix, arguments) the run was started with: the resume command printed after a stop."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +89,8 @@ class RunHandles:
     """What the pipeline sets up once per command and hands to the recipe."""
 
     dist: DistContext
-    run: Any  # the run folder's RunRecord (xtts_ft.run_folder): ``run_id`` and ``owns(meta)``, whose checkpoints
-    tokenizer: Any  # the run's tokenizer (text_settings.make_tokenizer of vocab.json)
+    run: RunOwner  # the run folder's record: ``run_id`` and ``owns(meta)``, whose checkpoints are this run's
+    tokenizer: AmharicTokenizer  # the run's tokenizer (text_settings.make_tokenizer of vocab.json)
     vocab_fingerprint: str  # of vocab.json: checkpoints record it, a resume must match it
 
 
@@ -59,7 +98,7 @@ class RunHandles:
 class Runtime:
     dist: DistContext
     device: torch.device
-    cpu_plan: Any  # cpu_threads.CpuPlan: threads and loader workers
+    cpu_plan: CpuPlan  # threads and loader workers
     policy: PrecisionPolicy  # the precision the run starts with (the stability controller may fall back)
 
     @property
@@ -82,8 +121,8 @@ class BatchPlan:
 
 @dataclass
 class TrainingData:
-    train_clips: list
-    eval_clips: list
+    train_clips: list[Clip]
+    eval_clips: list[Clip]
     reports: dict  # per split: clips kept / rejected per reason
     train_set: ClipDataset
     eval_set: ClipDataset
@@ -96,7 +135,7 @@ class TrainingData:
 @dataclass(frozen=True)
 class Optimisation:
     optimizer: torch.optim.Optimizer
-    trainable: list  # the parameters it updates (gradient clipping and the step's norm)
+    trainable: list[torch.nn.Parameter]  # the parameters it updates (gradient clipping and the step's norm)
     new_rows: NewTokenRows  # the LR correction of the new token rows
 
 
@@ -106,7 +145,44 @@ class ResumeSource:
 
     path: Optional[Path]
     state: Optional[TrainingState]
-    branch: Any = None  # branch.Branch: later steps set aside by a resume from an older checkpoint
+    branch: Optional[Branch] = None  # later steps set aside by a resume from an older checkpoint
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything ``FineTuneRecipe.setup`` builds, built once and never replaced. Parts that change while training
+    change inside their own objects (the stability controller's policy and scaler, the optimizer's state, the
+    metrics' interval); the recipe keeps the progress and the judges."""
+
+    training: TrainingConfig
+    """``cfg.training`` as this run applies it: the planned accumulation, and ``max_steps`` cut by
+    ``training.max_epochs`` (the schedule, the metrics' ETA and the checkpoint's training config use it);
+    the config the recipe was given is never replaced."""
+    runtime: Runtime
+    model: XttsTrainingModel
+    ddp_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper under torchrun (forward)
+    trainable: TrainableSetup  # training.trainable: all / freeze / lora
+    data: TrainingData
+    plan: BatchPlan
+    opt: Optimisation
+    stability: StabilityController
+    sampler: ResumableBatchSampler  # the data position after each batch
+    metrics: MetricsLogger
+    save_time: SaveTimeCheck
+    offloaded: tuple[str, ...]  # modules kept on the CPU (training.offload_frozen)
+    train_hours: float  # hours of audio in the training clips (epochs and hours seen are logged)
+
+    @property
+    def max_steps(self) -> int:
+        return self.training.max_steps
+
+    @property
+    def device(self) -> torch.device:
+        return self.runtime.device
+
+    @property
+    def dist(self) -> DistContext:
+        return self.runtime.dist
 
 
 def build_runtime(cfg: Config, dist: DistContext) -> Runtime:
@@ -117,10 +193,10 @@ def build_runtime(cfg: Config, dist: DistContext) -> Runtime:
     return Runtime(dist=dist, device=device, cpu_plan=cpu_plan, policy=policy)
 
 
-def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer, device: torch.device,
-                factory: Optional[Callable[..., XttsTrainingModel]] = None) -> XttsTrainingModel:
-    """The training model on the device, in train mode (``factory``: a test seam, TrainingHooks.model_factory)."""
-    model = (factory or build_training_model)(base, vocab_path, tokenizer)
+def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer: AmharicTokenizer,
+                device: torch.device) -> XttsTrainingModel:
+    """The training model (``build_training_model``) on the device, in train mode."""
+    model = build_training_model(base, vocab_path, tokenizer)
     model.to(device)
     if cfg.training.gradient_checkpointing:
         enable_gradient_checkpointing(model.xtts.gpt)
@@ -129,7 +205,7 @@ def build_model(cfg: Config, base: BaseModelFiles, vocab_path: Path, tokenizer, 
     return model
 
 
-def block_runner(tcfg: TrainingConfig, gpt, device: torch.device) -> Optional[CompiledBlocks]:
+def block_runner(tcfg: TrainingConfig, gpt: torch.nn.Module, device: torch.device) -> Optional[CompiledBlocks]:
     """``training.compile``: the compiled blocks of the fast forward, or None (eager)."""
     if tcfg.gpt_forward != "fast" or not compile_enabled(tcfg.compile, device):
         log.info("training forward: %s, GPT blocks not compiled (training.compile: %s)", tcfg.gpt_forward,
@@ -141,7 +217,8 @@ def block_runner(tcfg: TrainingConfig, gpt, device: torch.device) -> Optional[Co
     return runner
 
 
-def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: Limits, *, model, runtime: Runtime,
+def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer: AmharicTokenizer, limits: Limits, *,
+              model: XttsTrainingModel, runtime: Runtime,
               run_dir: Path, should_stop: Callable[[], bool]) -> TrainingData:
     """Every clip checked up front; with ``training.cache_dvae_codes`` the DVAE codes of every clip on disk."""
     lang, show = cfg.run.language, runtime.is_main
@@ -165,13 +242,16 @@ def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer, limits: L
         # group, whose watchdog would abort them after COLLECTIVE_TIMEOUT on a large dataset or slow disk
         paths = MainFirst(runtime.dist).run("the DVAE code cache", build)
     n = len(train_clips)
-    common = dict(sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,
-                  cond_max_s=cfg.training.max_conditioning_s, seed=cfg.run.seed)
+    def dataset(clips: list[Clip], train: bool, code_paths: Optional[list[Path]]) -> ClipDataset:
+        return ClipDataset(clips, train=train, code_paths=code_paths, sample_rate=limits.sample_rate,
+                           cond_min_s=cfg.training.min_conditioning_s, cond_max_s=cfg.training.max_conditioning_s,
+                           seed=cfg.run.seed)
+
     return TrainingData(
         train_clips=train_clips, eval_clips=eval_clips,
         reports={"train": train_report.to_dict(), "eval": eval_report.to_dict()},
-        train_set=ClipDataset(train_clips, train=True, code_paths=paths[:n] if paths else None, **common),
-        eval_set=ClipDataset(eval_clips, train=False, code_paths=paths[n:] if paths else None, **common))
+        train_set=dataset(train_clips, True, paths[:n] if paths else None),
+        eval_set=dataset(eval_clips, False, paths[n:] if paths else None))
 
 
 def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> ResumeSource:
@@ -187,8 +267,8 @@ def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> Resum
     return ResumeSource(path=path, state=state, branch=branch)
 
 
-def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model, data: TrainingData, state: Optional[TrainingState],
-                 model_inputs: Callable[..., dict]) -> BatchPlan:
+def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model: XttsTrainingModel, data: TrainingData,
+                 state: Optional[TrainingState], model_inputs: BatchInputs) -> BatchPlan:
     """The micro-batch size (``auto``: reused from the checkpoint, else probed) and the accumulation."""
     dist, world = runtime.dist, runtime.dist.world_size
     auto = tcfg.batch_size == "auto"
@@ -197,7 +277,7 @@ def plan_batches(tcfg: TrainingConfig, runtime: Runtime, model, data: TrainingDa
         size = saved
         log.info("batch_size auto: %d, as in the checkpoint (exact resume); start a new run dir to probe again", size)
     elif auto:
-        def inputs_or_stop(batch: dict, *, train: bool) -> dict:  # each try may take seconds on a GPU
+        def inputs_or_stop(batch: Batch, *, train: bool) -> ModelInputs:  # each try may take seconds on a GPU
             raise_if_stopped("the batch-size probe")
             return model_inputs(batch, train=train)
 
@@ -228,7 +308,7 @@ def sampler_key(runtime: Runtime, plan: BatchPlan, data: TrainingData, seed: int
 
 
 def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchPlan, position: tuple[int, int],
-                 step: int) -> tuple[ResumableBatchSampler, Any]:
+                 step: int) -> tuple[ResumableBatchSampler, torch.utils.data.DataLoader]:
     """(the resumable sampler at ``position``, the training loader; iterating it starts its workers)."""
     dist = runtime.dist
     sampler = ResumableBatchSampler([c.num_samples for c in data.train_clips], plan.batch_size, cfg.run.seed,
@@ -240,8 +320,9 @@ def build_loader(cfg: Config, runtime: Runtime, data: TrainingData, plan: BatchP
     return sampler, loader
 
 
-def preflight(model, optimizer, runtime: Runtime, data: TrainingData, plan: BatchPlan, offloaded: tuple,
-              base_vocab_size: int, stability, model_inputs: Callable[..., dict], kept: int = 0) -> None:
+def preflight(model: XttsTrainingModel, optimizer: torch.optim.Optimizer, runtime: Runtime, data: TrainingData,
+              plan: BatchPlan, offloaded: Sequence[str], base_vocab_size: int, stability: StabilityController,
+              model_inputs: BatchInputs, kept: int = 0) -> None:
     """One real forward/backward on the clips most likely to fail, before hours of training. ``stability``: the
     run's loss scaler and precision policy; ``kept``: weights of trainable tensors that stay as they are (the base
     vocabulary's rows under training.trainable freeze/lora: ``TrainableSetup.kept``)."""

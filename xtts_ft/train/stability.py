@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, TypeVar, cast
 
 import torch
 import torch.nn as nn
@@ -140,20 +140,23 @@ def gpt_state_dict(gpt: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in gpt.state_dict().items() if not k.startswith(_ALIAS_PREFIXES)}
 
 
-def to_cpu(obj):
+Nested = TypeVar("Nested")  # a tensor, or dicts/lists/tuples of them
+
+
+def to_cpu(obj: Nested) -> Nested:
     """A deep CPU copy of nested dicts/lists/tuples of tensors (an optimizer state dict)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        return cast(Nested, obj.detach().to("cpu", copy=True))
     if isinstance(obj, dict):
-        return {k: to_cpu(v) for k, v in obj.items()}
+        return cast(Nested, {k: to_cpu(v) for k, v in obj.items()})
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_cpu(v) for v in obj)
+        return cast(Nested, type(obj)(to_cpu(v) for v in obj))
     return obj
 
 
 def pin_snapshots(device: torch.device) -> bool:
     """Whether the rollback snapshot of a run on ``device`` goes to page-locked (pinned) host memory: on a GPU."""
-    return device.type == "cuda" and torch.cuda.is_available()
+    return device.type == "cuda" and bool(torch.cuda.is_available())
 
 
 def _page_locked(like: torch.Tensor) -> torch.Tensor:
@@ -161,10 +164,10 @@ def _page_locked(like: torch.Tensor) -> torch.Tensor:
 
 
 def _on_device(t: torch.Tensor) -> bool:
-    return t.device.type != "cpu"
+    return bool(t.device.type != "cpu")
 
 
-def _pinned_copy(obj, old):
+def _pinned_copy(obj: Nested, old: object) -> Nested:
     """A host copy of nested GPU tensors in pinned buffers, reusing ``old``'s buffers where shape and dtype match.
 
     Tensors already on the CPU (AdamW's ``step`` counters) are cloned as :func:`to_cpu` does: a restored
@@ -172,17 +175,18 @@ def _pinned_copy(obj, old):
     """
     if isinstance(obj, torch.Tensor):
         if not _on_device(obj):
-            return obj.detach().to("cpu", copy=True)
+            return cast(Nested, obj.detach().to("cpu", copy=True))
         reuse = isinstance(old, torch.Tensor) and old.shape == obj.shape and old.dtype == obj.dtype
-        buffer = old if reuse else _page_locked(obj)
+        buffer: torch.Tensor = old if reuse else _page_locked(obj)
         buffer.copy_(obj.detach(), non_blocking=True)  # ordered on the stream before any later kernel
-        return buffer
+        return cast(Nested, buffer)
     if isinstance(obj, dict):
-        old = old if isinstance(old, dict) else {}
-        return {k: _pinned_copy(v, old.get(k)) for k, v in obj.items()}
+        old_map = old if isinstance(old, dict) else {}
+        return cast(Nested, {k: _pinned_copy(v, old_map.get(k)) for k, v in obj.items()})
     if isinstance(obj, (list, tuple)):
-        old = old if isinstance(old, type(obj)) and len(old) == len(obj) else [None] * len(obj)
-        return type(obj)(_pinned_copy(v, o) for v, o in zip(obj, old))
+        old_items = old if isinstance(old, (list, tuple)) and type(old) is type(obj) and len(old) == len(obj) \
+            else [None] * len(obj)
+        return cast(Nested, type(obj)(_pinned_copy(v, o) for v, o in zip(obj, old_items)))
     return obj
 
 
@@ -229,7 +233,7 @@ class Snapshot:
         return int(self.step or 0)
 
 
-def _nonfinite(obj) -> bool:
+def _nonfinite(obj: object) -> bool:
     if isinstance(obj, torch.Tensor):
         return obj.is_floating_point() and not bool(torch.isfinite(obj).all())
     if isinstance(obj, dict):
@@ -260,8 +264,8 @@ def diagnose_nonfinite(model: nn.Module, batches: list[dict], autocast: Callable
                 return f"the model input '{key}' of the failing batch is non-finite (bad audio or a mel/DVAE overflow)"
     first: list[str] = []
 
-    def hook(name: str):
-        def fn(_module, _args, output):
+    def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], object], None]:
+        def fn(_module: nn.Module, _args: tuple[torch.Tensor, ...], output: object) -> None:
             if not first and _nonfinite(output):
                 first.append(name)
 

@@ -23,6 +23,8 @@ import torch
 
 from xtts_ft.config import Config
 from xtts_ft.errors import TrainingStopped
+from xtts_ft.model import XttsTrainingModel
+from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy, make_scaler, scale_tensor
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.stability import Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, pin_snapshots
@@ -34,7 +36,7 @@ class StabilityController:
     """Guard, snapshot, loss scaler and precision fallback of one run (see the module doc)."""
 
     def __init__(self, cfg: Config, device: torch.device, policy: PrecisionPolicy, guard: StabilityGuard, *,
-                 model, optimizer: torch.optim.Optimizer, scaler_state: Optional[dict] = None) -> None:
+                 model: XttsTrainingModel, optimizer: torch.optim.Optimizer, scaler_state: Optional[dict] = None) -> None:
         self.cfg, self.device, self.model, self.optimizer = cfg, device, model, optimizer
         self.policy = policy  # may fall back from fp16 during the run
         self.guard = guard  # loaded from the checkpoint on a resume (resume.apply_checkpoint)
@@ -59,7 +61,7 @@ class StabilityController:
         if self.scaler.is_enabled():
             self.scaler.update() if stats.loss_ok else self.scaler.update(new_scale=stats.loss_scale)
 
-    def after_step(self, stats: StepStats, progress: Progress, metrics, log_line: Callable[[], None],
+    def after_step(self, stats: StepStats, progress: Progress, metrics: MetricsLogger, log_line: Callable[[], None],
                    describe_clips: Callable[[list[int]], str]) -> None:
         """Record the step (``log_line`` writes its metrics line, after a precision switch and before a rollback
         changes the step); then switch precision, roll back to the snapshot, stop, or refresh the snapshot."""
@@ -86,7 +88,7 @@ class StabilityController:
     def take_snapshot(self, step: int) -> None:
         self.snapshot.take(step, self.model.gpt, self.optimizer)
 
-    def _switch_precision(self, scale: float, step: int, metrics) -> None:
+    def _switch_precision(self, scale: float, step: int, metrics: MetricsLogger) -> None:
         new = fallback_policy(self.policy, self.device)
         log.critical("loss scale fell to %g, below precision.min_scale=%g: fp16 keeps overflowing. Switching this run "
                      "from %s to %s (set precision.mode: %s to start there)", scale, self.cfg.precision.min_scale,
@@ -96,7 +98,8 @@ class StabilityController:
         self.scaler = make_scaler(new, self.cfg.precision)  # disabled: bf16 and fp32 need no loss scaling
         self.guard.consecutive_bad = 0
 
-    def _stop_with_diagnosis(self, progress: Progress, metrics, describe_clips: Callable[[list[int]], str]) -> None:
+    def _stop_with_diagnosis(self, progress: Progress, metrics: MetricsLogger,
+                             describe_clips: Callable[[list[int]], str]) -> None:
         inputs, clips = self.last_bad
         where = diagnose_nonfinite(self.model, inputs, self.policy.autocast)
         files = describe_clips(clips) or "unknown"

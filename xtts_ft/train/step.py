@@ -1,16 +1,17 @@
 """One optimizer step of the recipe (``StepRunner.run``), and the model inputs of a batch.
 
 1. ``lr = get_lr(step) * lr_factor`` on every param group (a pure function of the step);
-2. ``grad_accum_steps`` micro-batches: forward through the (DDP) wrapper under the precision
+2. ``grad_accum_steps`` micro-batches: ``forward_losses`` through the (DDP) wrapper under the precision
    policy's autocast, ``scaler.scale(loss / accum).backward()`` (DDP all-reduces on the last one);
    a micro-batch that runs out of GPU memory is split in halves or its clip skipped (``oom.py``);
    a stop request between micro-batches abandons the step (``stopping.StopCoordinator``);
-3. ``scaler.unscale_``, then clip to ``grad_clip`` (the norm is of unscaled gradients);
+3. ``unscale_and_clip``: ``scaler.unscale_``, then clip to ``grad_clip`` (the norm is of unscaled gradients);
 4. one fetch of losses, finite-loss count, grad norm and loss scale (the step's only sync);
-5. all finite: ``optimizer.step()`` (+ the new-token row LR correction) and ``scaler.update()``;
+5. all finite: ``optimizer_step`` (+ the new-token row LR correction) and ``scaler.update()``;
    otherwise the step is skipped and counted (the stability controller); ``zero_grad``.
 
-Injected faults (tests) come from the hooks object (``hooks.py``), asked once per step.
+``forward_losses`` and ``unscale_and_clip`` are module-level functions: the step's two numeric seams, which
+tests patch to inject a non-finite loss or gradient (tests/fixtures/faults.py); nothing here knows of tests.
 ``compile_times``: of the newest step, the seconds ``training.compile`` spent compiling in it and the
 compile time still expected (``XttsTrainingModel.compile_seconds`` / ``pending_compile_seconds``), for
 the metrics line and its ETA.
@@ -19,27 +20,32 @@ the metrics line and its ETA.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
-from xtts_ft.config import TrainingConfig
+from xtts_ft.model import XttsTrainingModel
 from xtts_ft.train.codes_cache import codes_for_batch
-from xtts_ft.train.hooks import TrainingHooks
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.schedule import get_lr, set_lr
-from xtts_ft.train.session import BatchPlan, Optimisation
+from xtts_ft.train.session import Optimisation, Session
 from xtts_ft.train.stability import StepStats, fetch_step_stats
-from xtts_ft.train.stability_control import StabilityController
 from xtts_ft.train.stopping import StopCoordinator
 
+#: A collated batch (xtts_ft.train.data.collate): tensors by name ("clips", "padded_text", "wav", ...).
+Batch = dict[str, torch.Tensor]
+#: XttsTrainingModel.forward's keyword arguments (``cond_idxs`` / ``cond_lens`` may be None).
+ModelInputs = dict[str, Optional[torch.Tensor]]
 
-def model_inputs(model, device: torch.device, batch: dict, *, train: bool) -> dict:
+
+def model_inputs(model: XttsTrainingModel, device: torch.device, batch: Batch, *, train: bool) -> ModelInputs:
     """A collated batch -> XttsTrainingModel.forward arguments on the device (prompt mels and codes in fp32)."""
     nb = device.type == "cuda"
-    to = lambda t: t.to(device, non_blocking=nb)  # noqa: E731
+
+    def to(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=nb)
+
     codes = to(batch["codes"]) if "codes" in batch else codes_for_batch(model, to(batch["wav"]))
     return {"text_inputs": to(batch["padded_text"]), "text_lengths": to(batch["text_lengths"]),
             "audio_codes": codes, "wav_lengths": to(batch["wav_lengths"]),
@@ -47,89 +53,107 @@ def model_inputs(model, device: torch.device, batch: dict, *, train: bool) -> di
             "cond_idxs": to(batch["cond_idxs"]) if train else None, "cond_lens": None}
 
 
-@dataclass
-class StepRunner:
-    """Everything one optimizer step touches, built once by the recipe's setup."""
+def forward_losses(ddp_model: torch.nn.Module, inputs: ModelInputs,
+                   autocast: Callable[[], contextlib.AbstractContextManager[None]]) -> dict[str, torch.Tensor]:
+    """One micro-batch's forward under the precision policy's autocast: ``loss``, ``loss_text_ce``, ``loss_mel_ce``."""
+    cond_idxs = inputs["cond_idxs"]
+    with autocast():  # a copy of cond_idxs: the GPT edits it in place
+        out: dict[str, torch.Tensor] = ddp_model(
+            **{**inputs, "cond_idxs": cond_idxs.clone() if cond_idxs is not None else None})
+    return out
 
-    tcfg: TrainingConfig
-    plan: BatchPlan
-    opt: Optimisation
-    stability: StabilityController
-    stop: StopCoordinator
-    hooks: TrainingHooks
-    model: Any  # XttsTrainingModel (inputs) and its (DDP) wrapper (forward)
-    ddp_model: Any
-    dist: Any
-    device: torch.device
-    runner: MicroBatchRunner
-    sampler: Any  # ResumableBatchSampler: the data position after each batch
-    train_iter: Any  # the training loader's batches (None after cleanup: ends its workers)
-    metrics: Any
-    lr: float = 0.0  # of the newest step, for its metrics line
-    compile_times: dict = field(default_factory=dict)  # of the newest step: MetricsLogger.train_step's compile_*
+
+def unscale_and_clip(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+                     grad_clip: float) -> torch.Tensor:
+    """Unscale the accumulated gradients, clip them to ``grad_clip`` (0: no clipping); their total norm."""
+    scaler.unscale_(optimizer)
+    if grad_clip > 0:
+        return torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def optimizer_step(opt: Optimisation) -> None:
+    """The update: the optimizer's step between the new-token rows' LR correction."""
+    opt.new_rows.before_step()
+    opt.optimizer.step()
+    opt.new_rows.after_step()
+
+
+class StepRunner:
+    """One optimizer step over the session's parts; ``stop``: the recipe's stop coordinator, ``runner``: the
+    out-of-memory splitting of micro-batches, ``batches``: the training loader's iterator (its workers run
+    until :meth:`close`)."""
+
+    def __init__(self, session: Session, *, stop: StopCoordinator, runner: MicroBatchRunner,
+                 batches: Iterator[Batch]) -> None:
+        self.session, self.stop, self.runner = session, stop, runner
+        self.batches: Optional[Iterator[Batch]] = batches
+        self.lr = 0.0  # of the newest step, for its metrics line
+        self.compile_times: dict[str, float] = {}  # of the newest step: MetricsLogger.train_step's compile_*
+
+    def close(self) -> None:
+        """Drop the loader's iterator: its worker processes shut down."""
+        self.batches = None
+
+    def next_batch(self) -> Batch:
+        if self.batches is None:
+            raise RuntimeError("StepRunner.close() has run")
+        return next(self.batches)
 
     def run(self, progress: Progress) -> Optional[StepStats]:
         """One step from ``progress`` (its data position moves on); None when a stop abandoned it."""
-        accum, step, opt, stability = self.plan.grad_accum_steps, progress.step, self.opt, self.stability
-        lr = get_lr(step, self.tcfg) * progress.lr_factor
+        s = self.session
+        accum, step, opt, stability, device = s.plan.grad_accum_steps, progress.step, s.opt, s.stability, s.device
+        lr = get_lr(step, s.training) * progress.lr_factor
         set_lr(opt.optimizer, lr)
-        fault = self.hooks.fault_at(step)
-        rows, kept_inputs, kept_clips = [], [], []
-        compiled_before = self.model.compile_seconds
+        rows: list[torch.Tensor] = []
+        kept_inputs: list[ModelInputs] = []
+        kept_clips: list[int] = []
+        compiled_before = s.model.compile_seconds
 
-        def forward(piece: dict) -> tuple[torch.Tensor, torch.Tensor]:
-            inputs = model_inputs(self.model, self.device, piece, train=True)
-            with stability.policy.autocast():
-                # a copy of cond_idxs: the GPT edits it in place
-                out = self.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
-            loss = self.hooks.corrupt_loss(fault, out["loss"])
+        def forward(piece: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+            inputs = model_inputs(s.model, device, piece, train=True)
+            out = forward_losses(s.ddp_model, inputs, stability.policy.autocast)
+            loss = out["loss"]
             kept_inputs.append(inputs)
             kept_clips.extend(piece["clips"].tolist())
             return loss, torch.stack([loss.detach(), out["loss_text_ce"].detach(), out["loss_mel_ce"].detach()])
 
+        def backward(loss: torch.Tensor) -> None:
+            stability.scaler.scale(loss).backward()
+
         self.runner.begin()  # an out-of-memory micro-batch is split or skipped (oom.py)
-        start = self.stop.step_start(progress.data_position, self.device)
+        start = self.stop.step_start(progress.data_position, device)
         for micro in range(accum):
-            restored = self.stop.abandon_step(start, step, micro, accum, self.device)
+            restored = self.stop.abandon_step(start, step, micro, accum, device)
             if restored is not None:
                 opt.optimizer.zero_grad(set_to_none=True)
                 progress.data_position = restored
                 return None
-            batch = next(self.train_iter)
-            progress.data_position = self.sampler.next_position(*batch["position"])
+            batch = self.next_batch()
+            progress.data_position = s.sampler.next_position(*batch["position"])
             last = micro == accum - 1
-            sync = self.ddp_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
+            sync = s.ddp_model.no_sync() if (s.dist.enabled and not last) else contextlib.nullcontext()
             with sync:
-                row = self.runner.run(batch, 1.0 / (len(batch["clips"]) * accum), forward,
-                                      lambda loss: stability.scaler.scale(loss).backward(), step=step)
+                row = self.runner.run(batch, 1.0 / (len(batch["clips"]) * accum), forward, backward, step=step)
             if row is not None:
                 rows.append(row)
         for event in self.runner.events:
-            self.metrics.event(step + 1, **event)
+            s.metrics.event(step + 1, **event)
         self.lr = lr
-        self.compile_times = {"compile_s": self.model.compile_seconds - compiled_before,
-                              "compile_pending_s": self.model.pending_compile_seconds()}
+        self.compile_times = {"compile_s": s.model.compile_seconds - compiled_before,
+                              "compile_pending_s": s.model.pending_compile_seconds()}
         if not self.runner.finish([p.grad for p in opt.trainable]):  # every clip ran out of memory: no update
             opt.optimizer.zero_grad(set_to_none=True)
             nan = float("nan")
             return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
                              grad_norm=0.0, loss_scale=float(stability.scaler.get_scale()),
                              stop_requested=self.stop.requested)
-        self.hooks.corrupt_grads(fault, opt.trainable)
-        stability.scaler.unscale_(opt.optimizer)
-        if self.tcfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(opt.trainable, self.tcfg.grad_clip)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in opt.trainable if p.grad is not None])
-        stop_flag = torch.full((1,), float(self.stop.requested), device=self.device)
+        norm = unscale_and_clip(stability.scaler, opt.optimizer, opt.trainable, s.training.grad_clip)
+        stop_flag = torch.full((1,), float(self.stop.requested), device=device)
         stats = fetch_step_stats(rows, norm, stability.scale_tensor(), stop_flag,
-                                 all_reduce=self.dist.all_reduce_sum if self.dist.enabled else None,
-                                 world_size=self.dist.world_size)
-        stability.apply_step(stats, self._optimizer_step, kept_inputs, kept_clips)
+                                 all_reduce=s.dist.all_reduce_sum if s.dist.enabled else None,
+                                 world_size=s.dist.world_size)
+        stability.apply_step(stats, lambda: optimizer_step(opt), kept_inputs, kept_clips)
         opt.optimizer.zero_grad(set_to_none=True)
         return stats
-
-    def _optimizer_step(self) -> None:
-        self.opt.new_rows.before_step()
-        self.opt.optimizer.step()
-        self.opt.new_rows.after_step()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -174,7 +175,7 @@ def merge_adapters(gpt: nn.Module) -> int:
 _STRUCTURAL = {"lora": ("lora_rank", "lora_alpha", "lora_targets")}
 
 
-def check_resume_trainable(saved: Optional[dict], tcfg: TrainingConfig, ckpt_dir) -> None:
+def check_resume_trainable(saved: Optional[dict], tcfg: TrainingConfig, ckpt_dir: Path) -> None:
     """Refuse a resume whose ``training.trainable`` (or LoRA shape) differs from the checkpoint's, naming the key.
 
     Checkpoints written before the option existed trained everything (``all``)."""

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import torch
 
+from tests.fixtures.faults import patched_recipe
 from tests.train.trainhelpers import small_config
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.model import build_training_model
 from xtts_ft.pipeline import run_training
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
+from xtts_ft.train import TrainInputs
 from xtts_ft.train.stability import gpt_state_dict
 
 
@@ -40,11 +42,11 @@ def main() -> int:
         from xtts_ft.evaluate.hook import make_eval_hook
 
         hook = make_eval_hook(cfg, Path(args["run_dir"]), tokenizer, [Path(args["speaker_wav"])], [], None)
-    result = run_training(
-        cfg, base=BaseModelFiles.from_dir(Path(args["base"])), vocab_path=Path(args["vocab"]),
-        base_vocab_size=args["base_vocab_size"], train_csv=Path(args["train_csv"]), eval_csv=Path(args["eval_csv"]),
-        run_dir=Path(args["run_dir"]), tokenizer=tokenizer, model_factory=factory, eval_hook=hook,
-    )
+    inputs = TrainInputs(base=BaseModelFiles.from_dir(Path(args["base"])), vocab_path=Path(args["vocab"]),
+                         base_vocab_size=args["base_vocab_size"], train_csv=Path(args["train_csv"]),
+                         eval_csv=Path(args["eval_csv"]), run_dir=Path(args["run_dir"]), eval_hook=hook)
+    with patched_recipe(factory):  # keeps the built model: every rank saves its final weights below
+        result = run_training(cfg, inputs, tokenizer=tokenizer)
     if args.get("weights_out"):
         rank = int(os.environ.get("RANK", "0"))
         torch.save(gpt_state_dict(built[0].gpt), Path(args["weights_out"]) / f"rank{rank}.pt")
