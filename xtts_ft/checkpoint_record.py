@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Callable, Optional, Union
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.json_types import JsonMapping, JsonObject
 from xtts_ft.layout import META_FILE, CheckpointLayout, is_checkpoint
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.training_state import FORMAT
@@ -27,7 +29,7 @@ BEST_METRICS = ("eval_loss", "cer", "cer_similarity")
 SIMILARITY_WEIGHT = 0.5  # cer_similarity: 5 points of CER make up for 0.1 of speaker similarity
 
 
-def score_of(metric: str, evals: Optional[Mapping[str, Any]]) -> Optional[float]:
+def score_of(metric: str, evals: Optional[JsonMapping]) -> Optional[float]:
     """One evaluation's score under ``metric`` (lower is better); None when it lacks the metric or is not finite.
 
     ``eval_loss``: the teacher-forced eval loss; ``cer``: ``sample_cer``, the samples' character error rate
@@ -49,7 +51,7 @@ def score_of(metric: str, evals: Optional[Mapping[str, Any]]) -> Optional[float]
     return float(value)
 
 
-Scored = Union[None, float, Mapping[str, Any]]  # a score already computed, or an evaluation to score
+Scored = Union[None, float, JsonMapping]  # a score already computed, or an evaluation to score
 
 
 def is_better(metric: str, new: Scored, old: Scored, *, by: float = 0.0) -> bool:
@@ -89,25 +91,25 @@ class CheckpointRecord:
     base_vocab_size: Optional[int] = None
     precision: Optional[str] = None
     eval_loss: Optional[float] = None  # None: this step was not evaluated (or its loss was not finite)
-    eval_metrics: Optional[dict[str, Any]] = None
+    eval_metrics: Optional[JsonObject] = None
     eval_pending: bool = False  # its evaluation was cut short by a stop; the resume redoes it
     optimizer_state: bool = True  # False: weights-only (slimmed by retention); resuming it restarts AdamW
     created: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, written back as read
+    extra: JsonObject = field(default_factory=dict)  # keys this version does not know, written back as read
 
     # the JSON names of fields whose attribute name differs
     _JSON_NAMES = {"state_sha256": "training_state_sha256"}
 
     @property
-    def evaluations(self) -> dict[str, Any]:
+    def evaluations(self) -> JsonObject:
         """The eval results to score (eval_loss included), for :func:`score_of`."""
         return dict(self.eval_metrics or {}, eval_loss=self.eval_loss)
 
     def score(self, metric: str) -> Optional[float]:
         return score_of(metric, self.evaluations)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.extra)
+    def to_json(self) -> JsonObject:
+        out: JsonObject = dict(self.extra)
         for f in dataclasses.fields(self):
             if f.name != "extra":
                 out[self._JSON_NAMES.get(f.name, f.name)] = getattr(self, f.name)

@@ -39,7 +39,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Optional, Union
+from typing import IO, Callable, Iterable, Mapping, Optional, Union
 
 import torch
 
@@ -56,6 +56,7 @@ from xtts_ft.checkpoint_record import (
 )
 from xtts_ft.checkpoint_retention import RetentionOutcome, RetentionPlan, RetentionPolicy
 from xtts_ft.errors import CheckpointError
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
@@ -87,7 +88,7 @@ log = logging.getLogger(__name__)
 _verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: each file hashed once
 
 
-def write_state(state: dict[str, Any], f: IO[bytes]) -> None:
+def write_state(state: Mapping[str, object], f: IO[bytes]) -> None:
     """Serialise the training state (module level so tests can simulate a crash mid-write)."""
     torch.save(state, f)
 
@@ -209,7 +210,7 @@ class CheckpointStore:
         return TrainingState.from_dict(load_weights(path, CheckpointError), str(path))
 
     @staticmethod
-    def load_gpt_weights(folder: Path) -> dict[str, Any]:
+    def load_gpt_weights(folder: Path) -> dict[str, torch.Tensor]:
         """The GPT state dict of ``folder`` in plain weights: this project's training state (verified when its
         record has a sha256; LoRA adapters merged, xtts_ft/lora_weights.py), or a bare ``{"gpt": ...}`` /
         ``{"model": ...}`` file (coqui trainer style)."""
@@ -225,7 +226,8 @@ class CheckpointStore:
             return merged_gpt_state(state.gpt, state.training_config, str(path))
         for key in ("gpt", "model"):
             if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-                return obj[key]
+                weights: dict[str, torch.Tensor] = obj[key]
+                return weights
         raise CheckpointError(f"{path}: expected a training state with the GPT weights under 'gpt' (or 'model')")
 
     def _good(self) -> tuple[builtins.list[StoredCheckpoint], builtins.list[StoredCheckpoint]]:
@@ -260,7 +262,7 @@ class CheckpointStore:
     # --- writing ---------------------------------------------------------------------------------
     def save(self, state: TrainingState, *, vocab_path: Path, write_config: Callable[[Path], None],
              run_id: Optional[str] = None, base_model: Optional[str] = None, eval_loss: Optional[float] = None,
-             eval_metrics: Optional[dict[str, Any]] = None, dvae_pth: Optional[Path] = None) -> Path:
+             eval_metrics: Optional[JsonObject] = None, dvae_pth: Optional[Path] = None) -> Path:
         """Write ``step_<state.step>/`` through a staging folder and return it; the rest of the record
         (epoch, vocab, precision, whether the optimizer state is in it) comes from ``state``. ``dvae_pth``: the
         run's fine-tuned DVAE (the DVAE stage), copied in: the checkpoint's codes, evaluation and export need it."""

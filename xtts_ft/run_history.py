@@ -31,16 +31,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Generic, Optional, TextIO, TypeVar, Union
+from typing import Callable, Generic, Optional, TextIO, TypeVar
 
+from xtts_ft.json_types import JsonObject, JsonValue
 from xtts_ft.layout import INDEX_FILE, METRICS_FILE, SAMPLES_DIR, RunLayout
 from xtts_ft.tempfiles import atomic_write
 
-JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]  # one value of a JSON line
-JsonObject = dict[str, Any]  # a raw JSON object (a sample as evaluate/synthesis.py's SampleResult.to_json writes it)
 
-
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: object) -> object:
     """NaN/inf -> None, recursively, so every line stays strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
