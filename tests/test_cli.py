@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -76,6 +77,52 @@ def test_help_of_every_command_loads_no_heavy_package():
 
     assert set(found) == {"headless_train.py --help", "xtts_ft --help", *(f"xtts_ft {name} --help" for name in COMMANDS)}
     assert found == {argv: [True, []] for argv in found}, found  # each printed its usage, nothing heavy loaded
+
+
+# Runs in a fresh interpreter: a light command runs to its end as a user starts it; then which of HEAVY it loaded.
+RUN_PROBE = """
+import contextlib, io, json, runpy, sys
+heavy, argv, stdin = %r, %r, %r
+sys.argv, sys.stdin = ["xtts_ft", *argv], io.StringIO(stdin)
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+    runpy.run_module("xtts_ft", run_name="__main__", alter_sys=True)
+print(json.dumps([out.getvalue(), [m for m in heavy if m in sys.modules]]))
+"""
+
+
+def test_light_commands_run_without_loading_torch_coqui_or_transformers(tmp_path):
+    """normalize (text) and prepare (data) load only what they use: no torch, coqui, transformers (seconds each)."""
+    out = run("-c", RUN_PROBE % (HEAVY, ["normalize"], "ሰላም 12\n"))
+    assert out.returncode == 0, out.stderr
+    printed, loaded = json.loads(out.stdout)
+    assert printed == "ሰላም አስራ ሁለት\n" and loaded == []
+
+    source = REPO_ROOT / "datasets" / "amharic_demo"
+    dataset = tmp_path / "dataset"
+    (dataset / "wavs").mkdir(parents=True)
+    lines = (source / "metadata.csv").read_text(encoding="utf-8").splitlines()[:4]  # header and three clips
+    for line in lines[1:]:
+        clip = line.split("|")[0]
+        (dataset / clip).write_bytes((source / clip).read_bytes())
+    (dataset / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = run("-c", RUN_PROBE % (HEAVY, ["prepare", "--input", str(dataset), "--out", str(tmp_path / "out")], ""))
+    assert out.returncode == 0, out.stderr
+    printed, loaded = json.loads(out.stdout)
+    assert (tmp_path / "out" / "metadata_train.csv").is_file() and "3 clips" in printed, printed
+    assert loaded == []
+
+
+def test_quieting_transformers_does_not_load_it_and_holds_once_it_is_loaded():
+    """setup_logging leaves transformers at errors only, whether it is imported before or after (it resets its level
+    when first imported)."""
+    code = ("import logging, sys; from xtts_ft.commands.common import setup_logging; setup_logging(None); "
+            "print('transformers' in sys.modules); import transformers.utils.logging as hf; "
+            "print(hf.get_verbosity() == logging.ERROR, logging.getLogger('transformers').getEffectiveLevel())")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRANSFORMERS_VERBOSITY"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.stdout.split() == ["False", "True", str(logging.ERROR)], out.stdout + out.stderr
 
 
 def test_every_row_of_the_table_names_a_run_function_that_exists():

@@ -33,7 +33,7 @@ PACKAGE = "xtts_ft"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
                     "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures",
-                    "lora_weights", "run_lock")),
+                    "lora_weights", "run_lock", "stop_report")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),
@@ -62,7 +62,7 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
 # Foundation modules that import (almost) nothing of ours: the project modules each may import.
 ONLY: dict[str, tuple[str, ...]] = {
     "languages": (), "audio_io": (), "input_hash": (), "stop_signals": (), "figures": (),
-    "model_folder": ("layout",), "data.entries": ("errors",), "run_lock": ("errors", "layout"),
+    "model_folder": ("layout",), "data.entries": ("errors",), "run_lock": ("errors", "layout"), "stop_report": ("layout",),
 }
 
 # Heavy optional third-party packages and the one module each may be imported in, inside a function.

@@ -15,8 +15,9 @@ from xtts_ft.config.loading import locate_config
 from xtts_ft.evaluate.standalone import evaluate_run
 from xtts_ft.pipeline import run_pipeline
 from xtts_ft.run_lock import RunLock
+from xtts_ft.stop_report import python_command
 from xtts_ft.stop_signals import StopRequested, active_signals
-from xtts_ft.train.stopping import continue_command, python_command
+from xtts_ft.train.stopping import continue_command
 
 log = logging.getLogger("xtts_ft")
 

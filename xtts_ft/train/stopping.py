@@ -18,10 +18,8 @@ what the run was doing when it noticed the stop, and the closing line and event 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,21 +28,12 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from xtts_ft.train.metrics import append_event
+from xtts_ft.stop_report import python_command, write_stop_event
 
 log = logging.getLogger(__name__)
 
 _DROP_WITH_VALUE = ("--resume",)
 _DROP_FLAGS = ("--archive-old-run",)
-
-
-def python_command() -> str:
-    """``python`` when that is this interpreter on the PATH, else the interpreter's full path."""
-    for name in ("python", "python3"):
-        found = shutil.which(name)
-        if found and os.path.realpath(found) == os.path.realpath(sys.executable):
-            return name
-    return sys.executable
 
 
 def resume_command(prefix: Sequence[str], argv: Sequence[str], config_resume: str,
@@ -125,28 +114,6 @@ class StepStart:
         if self.cuda is not None:
             torch.cuda.set_rng_state(self.cuda, device)
         return self.position
-
-
-def write_stop_event(run_dir: Path, record: dict) -> None:
-    """events.jsonl line for a stop before the metrics logger exists (setup, or a stage before training).
-
-    Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
-    """
-    if Path(run_dir).is_dir():
-        append_event(run_dir, record)
-
-
-def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: Optional[Path] = None,
-                step: int = 0, saved: str = "nothing new to save", checkpoint: Optional[Path] = None) -> None:
-    """The one console line (and events.jsonl record) of a stop noticed outside the training loop."""
-    import logging
-
-    logging.getLogger(__name__).warning("stopped by %s during %s; %s. Resume with: %s", signal_name, where, saved,
-                                        hint)
-    if run_dir is not None:
-        write_stop_event(run_dir, {"step": step, "event": "stop", "signal": signal_name, "during": where,
-                                   "checkpoint": str(checkpoint) if checkpoint is not None else None,
-                                   "resume_command": hint})
 
 
 class StopCoordinator:
