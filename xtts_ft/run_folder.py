@@ -36,10 +36,10 @@ from xtts_ft.data.readers import read_entries
 from xtts_ft.errors import CheckpointError, RunFolderError
 from xtts_ft.input_hash import digest, file_digest
 from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR
-from xtts_ft.stop_report import append_event
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
 from xtts_ft.tokenizer.command import text_files_in
+from xtts_ft.train.metrics import append_event
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 A stage without a training loop running (prepare, evaluate, the pipeline between stages) reports a
 stop with :func:`report_stop`: the line names the signal, what was running, what is kept and the
-command that continues. :func:`python_command` is how those commands name the interpreter.
-:func:`append_event` is the one writer of ``events.jsonl`` outside the training loop (the loop's own
-lines go through train/metrics.py's ``MetricsLogger``).
+command that continues. :func:`python_command` is how those commands name the interpreter. The stop's events.jsonl line is
+the same one train/metrics.py's ``append_event`` writes (that module loads torch, so it is not imported
+here; where the run-history module owns events.jsonl, this goes through its appender).
 
 Foundation level: nothing here imports torch, so a command's error and stop handling
 (xtts_ft/commands/common.py) costs a light command nothing.
@@ -35,8 +35,8 @@ def python_command() -> str:
     return sys.executable
 
 
-def append_event(run_dir: Path, record: dict[str, object]) -> None:
-    """One line of ``<run_dir>/events.jsonl`` written outside the training loop (run folder, stops before training)."""
+def _append_event(run_dir: Path, record: dict[str, object]) -> None:
+    """One line of ``<run_dir>/events.jsonl``, as train/metrics.py's ``append_event`` writes it."""
     with RunLayout(run_dir).events.open("a", encoding="utf-8") as f:
         f.write(json.dumps({**record, "time": time.time()}, default=str, ensure_ascii=False) + "\n")
 
@@ -47,7 +47,7 @@ def write_stop_event(run_dir: Path, record: dict[str, object]) -> None:
     Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
     """
     if Path(run_dir).is_dir():
-        append_event(run_dir, record)
+        _append_event(run_dir, record)
 
 
 def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: Optional[Path] = None,

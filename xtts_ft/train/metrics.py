@@ -203,3 +203,9 @@ class MetricsLogger:
         self._jsonl.close()
         self._events.close()
         self.enabled = False
+
+
+def append_event(run_dir: Path, record: dict) -> None:
+    """One line of ``<run_dir>/events.jsonl`` written outside the training loop (run folder, stops before training)."""
+    with RunLayout(run_dir).events.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**record, "time": time.time()}, default=str, ensure_ascii=False) + "\n")
