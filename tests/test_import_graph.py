@@ -64,8 +64,10 @@ def test_the_commands_imported_after_parsing_are_checked_like_any_import(tmp_pat
                      "xtts_ft.commands.recordings", "xtts_ft.commands.training", "xtts_ft.commands.models",
                      "xtts_ft.commands.apps"}
     assert {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.at_top} == {
-        "xtts_ft.commands", "xtts_ft.commands.arguments"}
+        "xtts_ft.commands", "xtts_ft.commands.arguments", "xtts_ft.commands.common"}  # common: read_config
     assert import_graph.heavy_at_parse(graph, "xtts_ft.cli") == []
+    for light in ("xtts_ft.commands.common", "xtts_ft.commands.text", "xtts_ft.commands.data"):  # normalize, prepare
+        assert import_graph.heavy_at_parse(graph, light) == [], light
     assert any("xtts_ft.commands.training" in chain and chain.endswith("-> torch")
                for chain in import_graph.heavy_at_parse(graph, "xtts_ft.commands.training"))
 

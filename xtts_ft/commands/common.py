@@ -106,6 +106,23 @@ def quiet_transformers_logging() -> None:
         os.environ["TRANSFORMERS_VERBOSITY"] = "error"
 
 
+@command()
+def read_config(args: argparse.Namespace) -> int:
+    """The config of a command that reads one, before cli.py imports its run module (``args.loaded_config``).
+
+    A mistake in it is printed as ``error:`` lines (exit 2) without loading torch or coqui; the run function then
+    takes the config from ``args`` (``config_of``) instead of reading it again.
+    """
+    args.loaded_config = load_config_from(args)
+    return 0
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The config ``read_config`` read for this command, else (a run function called directly) read it now."""
+    loaded = getattr(args, "loaded_config", None)
+    return loaded if isinstance(loaded, Config) else load_config_from(args)
+
+
 def load_config_from(args: argparse.Namespace) -> Config:
     """The config a command's --config, --set (and --resume, --max-steps where it has them) make."""
     problems = []  # options that cannot work, named before the config is even read
