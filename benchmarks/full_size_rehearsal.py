@@ -1,6 +1,7 @@
 """Rehearse a real run at the real size on a CPU: every stage on a full-size random XTTS-v2.
 
     nice -n 10 python benchmarks/full_size_rehearsal.py --out /tmp/rehearsal [--steps 2] [--batch 1] [--threads 1]
+    python benchmarks/full_size_rehearsal.py --size tiny --steps 1 --eval-sentences 2 --out /tmp/r   # the test's form
 
 It writes a random XTTS with the real XTTS-v2 dimensions (``make-random-model --size full``), then
 runs the pipeline on the bundled demo clips (short, synthetic) exactly as a user would, each stage
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the repository's xtts_ft, also when it is not pip-installed
@@ -53,8 +55,10 @@ def run_stage(name: str, cmd: list[str], log_dir: Path, env: dict) -> dict:
     return result
 
 
-def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, threads: int) -> list[str]:
-    sets = {
+def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, threads: int,
+              sentences: Optional[list[str]] = None) -> list[str]:
+    """The pipeline's command line; ``sentences``: the evaluations synthesise these (None: the config's)."""
+    sets: dict[str, object] = {
         "run.output_dir": run_dir, "run.device": "cpu", "base_model.source": model, "base_model.create_tiny": "false",
         "training.max_steps": steps, "training.batch_size": batch, "training.grad_accum_steps": 1,
         "training.num_workers": 0, "training.warmup_steps": 0, "training.lr": 5e-6, "training.log_every": 1,
@@ -63,6 +67,8 @@ def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, thre
         "evaluation.max_new_tokens": 60, "evaluation.mcd_clips": 1, "evaluation.max_eval_batches": 4,
         "precision.mode": "fp32",
     }
+    if sentences is not None:  # a YAML flow list (JSON is one): --set reads its value as YAML
+        sets["evaluation.sentences"] = json.dumps(sentences, ensure_ascii=False)
     cmd = [sys.executable, "headless_train.py", "--config", cfg]
     for key, value in sets.items():
         cmd += ["--set", f"{key}={value}"]
@@ -88,6 +94,7 @@ def time_checkpoint_io(ckpt: str, scratch: str) -> None:
 
 
 def main() -> None:
+    from xtts_ft.config import load_config
     from xtts_ft.layout import RunLayout
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,6 +106,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="Clips per step.")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (training.cpu_threads).")
     parser.add_argument("--config", default="configs/demo.yaml", help="Config whose dataset and text settings are used.")
+    parser.add_argument("--eval-sentences", type=int, default=None,
+                        help="Synthesise only the first N of the config's evaluation sentences (default: all); each "
+                             "evaluation's time is mostly its samples, and a random model never stops early.")
     parser.add_argument("--time-checkpoint-io", nargs=2, metavar=("CKPT", "SCRATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.time_checkpoint_io:
@@ -110,6 +120,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
+    sentences = None
+    if args.eval_sentences is not None:
+        # only the sentences are read here: the dataset is the pipeline's to check (dataset.path=. passes)
+        sentences = load_config(args.config, ["dataset.path=."]).evaluation.sentences[:args.eval_sentences]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     stages, sizes = [], {}
     model = args.model.resolve() if args.model else out / f"base_{args.size}"
@@ -121,9 +135,9 @@ def main() -> None:
 
     run_dir = out / "run"
     stages.append(run_stage("train_first_run", train_cmd(args.config, run_dir, model, args.steps, args.batch,
-                                                         args.threads), logs, env))
+                                                         args.threads, sentences), logs, env))
     stages.append(run_stage("train_resumed_run", train_cmd(args.config, run_dir, model, args.steps + 2, args.batch,
-                                                           args.threads), logs, env))
+                                                           args.threads, sentences), logs, env))
     events = [json.loads(line) for line in (RunLayout(run_dir).events).read_text(encoding="utf-8").splitlines()]
     resumes = [e for e in events if e.get("event") == "resume"]
     ckpts = sorted(RunLayout(run_dir).checkpoints.glob("step_*"))
@@ -138,7 +152,7 @@ def main() -> None:
                                                  str(out / "io_scratch")], logs, env)
     io.update(json.loads((logs / "checkpoint_load_and_save.log").read_text(encoding="utf-8").splitlines()[-1]))
     stages.append(io)
-    cfg_sets = train_cmd(args.config, run_dir, model, args.steps + 2, args.batch, args.threads)[4:]
+    cfg_sets = train_cmd(args.config, run_dir, model, args.steps + 2, args.batch, args.threads, sentences)[4:]
     stages.append(run_stage("evaluate_checkpoint", [sys.executable, "headless_train.py", "--config", args.config,
                                                     *cfg_sets, "--evaluate", "--checkpoint", str(latest)], logs, env))
     export = out / "export"
@@ -157,7 +171,7 @@ def main() -> None:
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load avg "
                    f"{os.getloadavg()[0]:.1f} at the end",
-        "command": " ".join(sys.argv),
+        "command": " ".join(sys.argv), "eval_sentences": len(sentences) if sentences is not None else "all",
         "size": args.size, "steps": args.steps, "batch": args.batch, "threads": args.threads,
         "stages": stages, "sizes": sizes,
         "resumed_from": [e.get("checkpoint") for e in resumes],

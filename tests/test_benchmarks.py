@@ -63,10 +63,11 @@ def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path):
 
 
 def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
-    """The rehearsal's smallest form: the same stages and measurements, on the tiny model."""
+    """The rehearsal's smallest form: the same stages and measurements, on the tiny model (two evaluation sentences:
+    a random model never stops, so each sample costs its full token budget, three evaluations over)."""
     out = subprocess.run(
         [sys.executable, "benchmarks/full_size_rehearsal.py", "--size", "tiny", "--steps", "1", "--threads", "1",
-         "--out", str(tmp_path / "rehearsal")],
+         "--eval-sentences", "2", "--out", str(tmp_path / "rehearsal")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
@@ -77,6 +78,8 @@ def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
     assert all(s["peak_rss_mb"] > 0 and s["wall_s"] > 0 for s in result["stages"])
     assert result["resumed_from"][-1].endswith("step_000001")  # the second run continued the first
     assert result["sizes"]["checkpoint_mb"] > 0 and result["sizes"]["export_mb"] > 0 and result["synthesis_rtf"]
+    assert result["eval_sentences"] == 2 and result["synthesis_rtf"]["n"] == 2 * 3  # three evaluations: two runs, --evaluate
+
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -76,6 +77,72 @@ def test_help_of_every_command_loads_no_heavy_package():
 
     assert set(found) == {"headless_train.py --help", "xtts_ft --help", *(f"xtts_ft {name} --help" for name in COMMANDS)}
     assert found == {argv: [True, []] for argv in found}, found  # each printed its usage, nothing heavy loaded
+
+
+# Runs in a fresh interpreter: a command runs to its end as a user starts it (argv[0] "xtts_ft": python -m xtts_ft,
+# else that script); then what it printed, its exit code and which of HEAVY it loaded.
+RUN_PROBE = """
+import contextlib, io, json, runpy, sys
+heavy, argv, stdin = %r, %r, %r
+sys.argv, sys.stdin = list(argv), io.StringIO(stdin)
+out, err, code = io.StringIO(), io.StringIO(), 0
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+        if argv[0] == "xtts_ft":
+            runpy.run_module("xtts_ft", run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+print(json.dumps([out.getvalue(), err.getvalue(), code, [m for m in heavy if m in sys.modules]]))
+"""
+
+
+def run_probe(*argv: str, stdin: str = "") -> tuple[str, str, int, list[str]]:
+    out = run("-c", RUN_PROBE % (HEAVY, list(argv), stdin))
+    assert out.returncode == 0, out.stderr
+    printed, errors, code, loaded = json.loads(out.stdout)
+    return printed, errors, code, loaded
+
+
+def test_light_commands_run_without_loading_torch_coqui_or_transformers(tmp_path):
+    """normalize (text) and prepare (data) load only what they use: no torch, coqui, transformers (seconds each)."""
+    printed, errors, code, loaded = run_probe("xtts_ft", "normalize", stdin="ሰላም 12\n")
+    assert (printed, code, loaded) == ("ሰላም አስራ ሁለት\n", 0, []), errors
+
+    source = REPO_ROOT / "datasets" / "amharic_demo"
+    dataset = tmp_path / "dataset"
+    (dataset / "wavs").mkdir(parents=True)
+    lines = (source / "metadata.csv").read_text(encoding="utf-8").splitlines()[:4]  # header and three clips
+    for line in lines[1:]:
+        clip = line.split("|")[0]
+        (dataset / clip).write_bytes((source / clip).read_bytes())
+    (dataset / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    printed, errors, code, loaded = run_probe("xtts_ft", "prepare", "--input", str(dataset), "--out", str(tmp_path / "out"))
+    assert code == 0 and (tmp_path / "out" / "metadata_train.csv").is_file() and "3 clips" in printed, errors
+    assert loaded == []
+
+
+@pytest.mark.parametrize("argv", [["headless_train.py", "--config", "configs/demo.yaml", "--set", "training.lr=fast"],
+                                  ["xtts_ft", "train", "--config", "configs/demo.yaml", "--set", "training.lr=fast"],
+                                  ["xtts_ft", "evaluate", "--config", "configs/demo.yaml", "--set", "training.lr=fast"]])
+def test_a_config_mistake_is_answered_before_torch_or_coqui_load(argv):
+    """The commands that read a config read it before their module is imported: a mistake costs no heavy import."""
+    printed, errors, code, loaded = run_probe(*argv)
+    assert errors == "error: configs/demo.yaml: training.lr: expected float, got 'fast'\n" and code == 2, errors
+    assert loaded == []
+
+
+def test_quieting_transformers_does_not_load_it_and_holds_once_it_is_loaded():
+    """setup_logging leaves transformers at errors only, whether it is imported before or after (it resets its level
+    when first imported)."""
+    code = ("import logging, sys; from xtts_ft.commands.common import setup_logging; setup_logging(None); "
+            "print('transformers' in sys.modules); import transformers.utils.logging as hf; "
+            "print(hf.get_verbosity() == logging.ERROR, logging.getLogger('transformers').getEffectiveLevel())")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRANSFORMERS_VERBOSITY"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.stdout.split() == ["False", "True", str(logging.ERROR)], out.stdout + out.stderr
 
 
 def test_every_row_of_the_table_names_a_run_function_that_exists():

@@ -61,11 +61,14 @@ def test_the_commands_imported_after_parsing_are_checked_like_any_import(tmp_pat
     """cli.py's command table is part of the graph (the real one, and a broken copy of the rules' cases)."""
     graph = import_graph.build_graph(REPO)
     later = {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.deferred}
-    assert later == {"xtts_ft.commands.data", "xtts_ft.commands.text", "xtts_ft.commands.training",
-                     "xtts_ft.commands.models", "xtts_ft.commands.apps"}
+    assert later == {"xtts_ft.commands.data", "xtts_ft.commands.text", "xtts_ft.commands.vocab",
+                     "xtts_ft.commands.recordings", "xtts_ft.commands.training", "xtts_ft.commands.models",
+                     "xtts_ft.commands.apps"}
     assert {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.at_top} == {
-        "xtts_ft.commands", "xtts_ft.commands.arguments"}
+        "xtts_ft.commands", "xtts_ft.commands.arguments", "xtts_ft.commands.common"}  # common: read_config
     assert import_graph.heavy_at_parse(graph, "xtts_ft.cli") == []
+    for light in ("xtts_ft.commands.common", "xtts_ft.commands.text", "xtts_ft.commands.data"):  # normalize, prepare
+        assert import_graph.heavy_at_parse(graph, light) == [], light
     assert any("xtts_ft.commands.training" in chain and chain.endswith("-> torch")
                for chain in import_graph.heavy_at_parse(graph, "xtts_ft.commands.training"))
 

@@ -38,7 +38,7 @@ PACKAGE = "xtts_ft"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
                     "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures",
-                    "lora_weights", "run_lock", "run_history")),
+                    "lora_weights", "run_lock", "json_types", "run_history", "stop_report")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),
@@ -68,7 +68,8 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
 ONLY: dict[str, tuple[str, ...]] = {
     "languages": (), "audio_io": (), "input_hash": (), "stop_signals": (), "figures": (),
     "model_folder": ("layout",), "data.entries": ("errors",), "run_lock": ("errors", "layout"),
-    "run_history": ("layout", "tempfiles"),
+    "json_types": (), "run_history": ("json_types", "layout", "tempfiles"),
+    "stop_report": ("json_types", "run_history"),
 }
 
 # Heavy optional third-party packages and the one module each may be imported in, inside a function.

@@ -41,6 +41,7 @@ from xtts_ft.output_folder import MOVE_ASIDE
 from xtts_ft.random_model import resolve_or_create_base_model
 from xtts_ft.run_folder import RunRecord, claim_run_folder, record_fingerprint, run_fingerprint
 from xtts_ft.run_lock import RunLock
+from xtts_ft.stop_report import report_stop
 from xtts_ft.stop_signals import StopRequested, StopSignals, raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text import NORMALIZER_VERSION
@@ -53,7 +54,7 @@ from xtts_ft.train.distributed import DistContext, MainFirst, cleanup_distribute
 from xtts_ft.train.dvae_stage import dvae_stage
 from xtts_ft.train.resume import check_vocab
 from xtts_ft.train.session import RunHandles, TrainInputs
-from xtts_ft.train.stopping import continue_command, report_stop
+from xtts_ft.train.stopping import continue_command
 
 log = logging.getLogger(__name__)
 

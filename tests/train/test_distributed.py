@@ -12,6 +12,7 @@ import subprocess
 import pytest
 import torch
 
+from tests.fixtures.demo_run import DEMO_SENTENCE
 from tests.fixtures.scripts import HEADLESS_RANKS, REPO_ROOT, RUN_SMALL, SLOW_CODES_RANKS, script_env, torchrun_command
 from tests.train.trainhelpers import read_events, train_lines
 from xtts_ft.train.stability import gpt_state_dict
@@ -47,6 +48,9 @@ def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
     cmd = torchrun_command(HEADLESS_RANKS, out, "--config", "configs/demo.yaml", "--max-steps", "2",
                            "--set", f"run.output_dir={run}", "--set", f"base_model.source={tmp_path / 'tiny_base'}",
                            "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0",
+                           # the end-of-run evaluation as the demo fixture makes it (tests/fixtures/demo_run.py):
+                           # one short sample instead of eight of 100 tokens (a random model never stops)
+                           "--set", f"evaluation.sentences=['{DEMO_SENTENCE}']", "--set", "evaluation.max_new_tokens=20",
                            "--set", "training.warmup_steps=0")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
                           env=script_env(OMP_NUM_THREADS="1"))

@@ -17,7 +17,6 @@ from typing import Optional
 import numpy as np
 import torch
 from transformers import AutoModelForCTC, AutoProcessor
-from transformers.utils import logging as hf_logging
 
 from xtts_ft.asr.model_files import resolve_asr_model
 from xtts_ft.audio_io import RECOGNIZER_RATE, DecodeError, decode, resample
@@ -53,11 +52,6 @@ def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     if audio.ndim == 2:
         audio = audio.mean(axis=1)
     return resample(audio, sample_rate, RECOGNIZER_RATE)
-
-
-def quiet_transformers_logging() -> None:
-    """Only errors from transformers (it resets its own logger level when first imported: set it through its API)."""
-    hf_logging.set_verbosity_error()
 
 
 MIN_AUDIO_S = 0.1  # shorter clips hold no word; wav2vec2's feature encoder fails below 25 ms

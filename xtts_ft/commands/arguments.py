@@ -73,7 +73,8 @@ def evaluate(p: Parser) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# data and text: prepare, tokenizer, normalize, transcribe, ingest (run functions: commands/data.py)
+# data and text: prepare, tokenizer, normalize, transcribe, ingest (run functions: commands/data.py,
+# text.py, vocab.py, recordings.py)
 
 
 def prepare(p: Parser) -> None:

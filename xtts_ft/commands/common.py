@@ -14,17 +14,17 @@ import argparse
 import contextlib
 import functools
 import logging
+import os
 import shlex
 import sys
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
-from xtts_ft.asr.recognizer import quiet_transformers_logging
 from xtts_ft.config import Config, load_config
 from xtts_ft.errors import ConfigError, UserError
+from xtts_ft.stop_report import python_command, report_stop
 from xtts_ft.stop_signals import StopRequested, StopSignals
-from xtts_ft.train.stopping import python_command, report_stop
 
 RunFunction = Callable[[argparse.Namespace], int]
 
@@ -92,6 +92,35 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
     quiet_transformers_logging()
     # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
+
+
+def quiet_transformers_logging() -> None:
+    """Only errors from transformers, loaded or not, without loading it (a light command never pays for it).
+
+    Its library logger's level is what its ``set_verbosity_error`` sets; but transformers sets that level again,
+    from ``TRANSFORMERS_VERBOSITY``, when it is first imported, so a process that has not imported it yet gets
+    that variable too.
+    """
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    if "transformers" not in sys.modules:
+        os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+
+
+@command()
+def read_config(args: argparse.Namespace) -> int:
+    """The config of a command that reads one, before cli.py imports its run module (``args.loaded_config``).
+
+    A mistake in it is printed as ``error:`` lines (exit 2) without loading torch or coqui; the run function then
+    takes the config from ``args`` (``config_of``) instead of reading it again.
+    """
+    args.loaded_config = load_config_from(args)
+    return 0
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The config ``read_config`` read for this command, else (a run function called directly) read it now."""
+    loaded = getattr(args, "loaded_config", None)
+    return loaded if isinstance(loaded, Config) else load_config_from(args)
 
 
 def load_config_from(args: argparse.Namespace) -> Config:

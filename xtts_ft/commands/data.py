@@ -1,24 +1,19 @@
-"""``python -m xtts_ft prepare``, ``transcribe`` and ``ingest``: their run functions.
+"""``python -m xtts_ft prepare``: its run function (the data package only: no torch, coqui or transformers).
 
-Their options are in commands/arguments.py; cli.py imports this module only once one of them was chosen.
+Its options are in commands/arguments.py; cli.py imports this module only once it was chosen.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 
-from xtts_ft.asr.command import transcribe_command
 from xtts_ft.commands.common import command, load_config_from, setup_logging
-from xtts_ft.config import Config, TextConfig
+from xtts_ft.config import TextConfig
 from xtts_ft.data import prepare_command
 from xtts_ft.errors import ConfigError
-from xtts_ft.ingest.command import ingest as ingest_recordings
 from xtts_ft.output_folder import claim_in_place
-from xtts_ft.stop_signals import StopRequested
 from xtts_ft.text_settings import make_normalizer
-from xtts_ft.train.stopping import python_command
 
 
 @command(stoppable=True)
@@ -50,36 +45,6 @@ def _prepare_into(args: argparse.Namespace, normalizer, hf: dict) -> int:
     dataset = args.run_config.dataset if args.run_config else None
     report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, config=dataset,
                              **hf)
-    for line in report.summary_lines():
-        print(line)
-    return 0
-
-
-@command()
-def transcribe(args: argparse.Namespace) -> int:
-    setup_logging(None, args.verbose)
-    return transcribe_command(load_config_from(args), args.audio, args.model)
-
-
-@command()
-def ingest(args: argparse.Namespace) -> int:
-    setup_logging(None, args.verbose)
-    if args.config:
-        # ingest writes the dataset, it does not read one: dataset.path (often not made yet) is not checked
-        given = [item for item in args.set or [] if not item.replace(" ", "").startswith("dataset.path=")]
-        cfg = load_config_from(argparse.Namespace(**{**vars(args), "set": [*given, "dataset.path=."]}))
-    elif args.set:
-        raise ConfigError("--set: only used with --config; name the config whose values it overrides")
-    else:
-        cfg = Config()  # the schema's defaults: dataset durations, ingest.*, asr.model
-    try:
-        report = ingest_recordings(cfg, args.audio, Path(args.out), text=Path(args.text) if args.text else None,
-                                   subtitles=Path(args.subtitles) if args.subtitles else None, speaker=args.speaker,
-                                   on_existing=args.on_existing)
-    except StopRequested as stop:
-        again = " ".join(shlex.quote(a) for a in [python_command(), *args.command_line[0], *args.command_line[1]])
-        print(f"ingest stopped ({stop}): nothing was written, {args.out} is as it was. Run it again with: {again}")
-        return 0
     for line in report.summary_lines():
         print(line)
     return 0

@@ -10,13 +10,14 @@ from typing import Optional
 
 import torch
 
-from xtts_ft.commands.common import command, load_config_from, report_rerun, setup_logging
+from xtts_ft.commands.common import command, config_of, report_rerun, setup_logging
 from xtts_ft.config.loading import locate_config
 from xtts_ft.evaluate.standalone import evaluate_run
 from xtts_ft.pipeline import run_pipeline
 from xtts_ft.run_lock import RunLock
+from xtts_ft.stop_report import python_command
 from xtts_ft.stop_signals import StopRequested, active_signals
-from xtts_ft.train.stopping import continue_command, python_command
+from xtts_ft.train.stopping import continue_command
 
 log = logging.getLogger("xtts_ft")
 
@@ -68,7 +69,7 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 def _headless(args: argparse.Namespace) -> int:
-    cfg = load_config_from(args)
+    cfg = config_of(args)
     # A trainer locks its run folder before it writes anything there, train.log included: a second one is refused
     # with nothing written (xtts_ft/run_lock.py). Under torchrun rank 0 takes it in the pipeline, where a refusal
     # reaches every rank; --evaluate only reads.

@@ -18,33 +18,28 @@ what the run was doing when it noticed the stop, and the closing line and event 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
 
-from xtts_ft.run_history import Event, append_event
+from xtts_ft.json_types import JsonValue
+from xtts_ft.stop_report import python_command, write_stop_event
+from xtts_ft.stop_signals import StopSignals
+from xtts_ft.train.distributed import DistContext
+
+if TYPE_CHECKING:
+    from xtts_ft.train.metrics import MetricsLogger
 
 log = logging.getLogger(__name__)
 
 _DROP_WITH_VALUE = ("--resume",)
 _DROP_FLAGS = ("--archive-old-run",)
-
-
-def python_command() -> str:
-    """``python`` when that is this interpreter on the PATH, else the interpreter's full path."""
-    for name in ("python", "python3"):
-        found = shutil.which(name)
-        if found and os.path.realpath(found) == os.path.realpath(sys.executable):
-            return name
-    return sys.executable
 
 
 def resume_command(prefix: Sequence[str], argv: Sequence[str], config_resume: str,
@@ -98,8 +93,10 @@ def continue_command(command_line: Optional[CommandLine], config_resume: str, ru
         if not sys.argv or not sys.argv[0]:
             return "the same command with --resume auto"
         command_line = ([python_command(), sys.argv[0]], sys.argv[1:])
-    outside = last_checkpoint is not None and Path(run_dir).resolve() not in Path(last_checkpoint).resolve().parents
-    return resume_command(*command_line, config_resume, checkpoint=Path(last_checkpoint) if outside else None)
+    outside = None
+    if last_checkpoint is not None and Path(run_dir).resolve() not in Path(last_checkpoint).resolve().parents:
+        outside = Path(last_checkpoint)
+    return resume_command(*command_line, config_resume, checkpoint=outside)
 
 
 @dataclass
@@ -107,8 +104,8 @@ class StepStart:
     """Data position and random generator states at the start of an optimizer step."""
 
     position: tuple[int, int]
-    python: object
-    numpy: object
+    python: tuple[object, ...]  # random.getstate()
+    numpy: dict[str, object]  # np.random.get_state(legacy=False)
     torch_cpu: torch.Tensor
     cuda: Optional[torch.Tensor]
 
@@ -116,7 +113,7 @@ class StepStart:
     def capture(cls, position: tuple[int, int], device: torch.device) -> StepStart:
         # the CUDA generator's state (seed, offset) lives on the host: reading it does not sync the device
         cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-        return cls(position, random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
+        return cls(position, random.getstate(), np.random.get_state(legacy=False), torch.get_rng_state(), cuda)
 
     def restore(self, device: torch.device) -> tuple[int, int]:
         random.setstate(self.python)
@@ -127,33 +124,10 @@ class StepStart:
         return self.position
 
 
-def write_stop_event(run_dir: Path, record: dict) -> None:
-    """events.jsonl line for a stop before the metrics logger exists (setup, or a stage before training).
-
-    Written only into a run folder that exists: a stop before the folder was claimed leaves nothing behind.
-    """
-    if Path(run_dir).is_dir():
-        fields = {k: v for k, v in record.items() if k not in ("step", "event")}
-        append_event(run_dir, Event.now(record["event"], record.get("step"), fields))
-
-
-def report_stop(where: str, signal_name: Optional[str], hint: str, *, run_dir: Optional[Path] = None,
-                step: int = 0, saved: str = "nothing new to save", checkpoint: Optional[Path] = None) -> None:
-    """The one console line (and events.jsonl record) of a stop noticed outside the training loop."""
-    import logging
-
-    logging.getLogger(__name__).warning("stopped by %s during %s; %s. Resume with: %s", signal_name, where, saved,
-                                        hint)
-    if run_dir is not None:
-        write_stop_event(run_dir, {"step": step, "event": "stop", "signal": signal_name, "during": where,
-                                   "checkpoint": str(checkpoint) if checkpoint is not None else None,
-                                   "resume_command": hint})
-
-
 class StopCoordinator:
     """Stop requests as the training recipe sees them (``signals``: the command's StopSignals)."""
 
-    def __init__(self, signals, dist, *, command_line: Optional[CommandLine], config_resume: str,
+    def __init__(self, signals: StopSignals, dist: DistContext, *, command_line: Optional[CommandLine], config_resume: str,
                  run_dir: Path) -> None:
         self.signals, self.dist = signals, dist
         self.command_line, self.config_resume, self.run_dir = command_line, config_resume, Path(run_dir)
@@ -184,7 +158,7 @@ class StopCoordinator:
         self.where = f"step {step + 1} (abandoned after {micro} of {accum} micro-batches)"
         return start.restore(device)
 
-    def report(self, step: int, checkpoint: Optional[Path], saved_now: bool, metrics) -> None:
+    def report(self, step: int, checkpoint: Optional[Path], saved_now: bool, metrics: Optional[MetricsLogger]) -> None:
         """The stop's console line with the resume command, and its event (events.jsonl) on rank 0."""
         if not self.dist.is_main:
             return
@@ -194,9 +168,10 @@ class StopCoordinator:
                  else "nothing new to save" if step == 0 or saved_now
                  else f"the last checkpoint is {checkpoint}")
         log.warning("stopped by %s during %s; %s. Resume with: %s", self.signals.signal_name, where, saved, hint)
-        event = {"signal": self.signals.signal_name, "during": where, "checkpoint": checkpoint,
-                 "resume_command": hint}
+        event: dict[str, JsonValue] = {"signal": self.signals.signal_name, "during": where,
+                                       "checkpoint": str(checkpoint) if checkpoint is not None else None,
+                                       "resume_command": hint}
         if metrics is not None and metrics.enabled:
-            metrics.event(step, "stop", **{k: str(v) if isinstance(v, Path) else v for k, v in event.items()})
+            metrics.event(step, "stop", **event)
         else:
             write_stop_event(self.run_dir, {"step": step, "event": "stop", **event})
