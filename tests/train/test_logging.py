@@ -88,6 +88,12 @@ def test_a_resumed_run_logs_each_step_once(tmp_path):
     with SummaryWriter(str(tmp_path / "tensorboard")) as tb:
         for s in range(1, 6):
             tb.add_scalar("train/loss", 9.0, s)
+    # The earlier run's file as a real earlier run names it: an earlier second. Files are read in name order, and
+    # two writers of one process in one second differ only in a process-wide counter ("...9" sorts after "...10").
+    [old_file] = (tmp_path / "tensorboard").iterdir()
+    start = "events.out.tfevents."
+    stamp, rest = old_file.name[len(start):].split(".", 1)
+    old_file.rename(old_file.with_name(f"{start}{int(stamp) - 1:010d}.{rest}"))
 
     logger = MetricsLogger(tmp_path, enabled=True, max_steps=6, start_step=3, log_every=1)
     guard = StabilityGuard(StabilityConfig())
