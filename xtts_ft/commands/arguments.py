@@ -169,6 +169,9 @@ def ui(p: Parser) -> None:
     p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
 
 
+STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes")  # ServeConfig fields
+
+
 def serve(p: Parser) -> None:
     p.add_argument("--model", required=True, help="An export folder, a checkpoint folder, or a run folder (its best "
                                                   "checkpoint, else its latest).")
@@ -183,6 +186,9 @@ def serve(p: Parser) -> None:
                                         "its checkpoint record names).")
     p.add_argument("--max-codes", type=int, help="Cap audio codes per piece below the model's limit (~21.5 per "
                                                  "second; random test models never stop).")
+    for name in STREAM_SETTINGS:
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(ServeConfig, name),
+                       help=field_help(ServeConfig, name) + " (default: %(default)s)")
 
 
 def publish(p: Parser) -> None:
