@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -150,3 +151,20 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
         assert int(wav_lens.max()) <= longest_codes * 1024 and int(text_lens.max()) <= bench.SMALL["max_text_tokens"]
         assert int(wav_lens.min()) > 0.6 * int(wav_lens.max())  # length-bucketed: rows of a batch are alike
     assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other
+
+
+def test_engine_load_benchmark_prints_a_row_per_path_small():
+    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/engine_load.py", "--size", "tiny", "--clients", "2", "--max-codes", "4",
+         "--threads", "1"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    rows = [line for line in out.stdout.splitlines() if " x2 " in line]
+    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out.stdout
+    number = r"\d+\.\d+"
+    for row in rows:
+        assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
+                         rf"\({number} s in {number} s\); peak \d+ MB", row), row
+    assert "failed" not in out.stdout

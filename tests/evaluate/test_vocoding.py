@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from xtts_ft.evaluate.vocoding import choose_threads, fast_vocoding, idle_cores, vocode, vocoder_threads
+from xtts_ft.evaluate.vocoding import choose_threads, fast_vocoding, idle_cores, vocode, threads_for_idle_cores
 
 
 def _stat(*cpus: tuple[int, int]) -> str:
@@ -47,11 +47,11 @@ def test_threads_are_lowered_inside_and_put_back():
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with vocoder_threads(torch.device("cpu"), measure=lambda: 0.0) as threads:
+        with threads_for_idle_cores(torch.device("cpu"), measure=lambda: 0.0) as threads:
             assert threads == 1 == torch.get_num_threads()
         assert torch.get_num_threads() == 2
         asked = []
-        with vocoder_threads(torch.device("cuda"), measure=lambda: asked.append(1) or 0.0) as threads:
+        with threads_for_idle_cores(torch.device("cuda"), measure=lambda: asked.append(1) or 0.0) as threads:
             assert threads == 2 == torch.get_num_threads()  # not the CPU: untouched, nothing measured
         assert not asked
     finally:

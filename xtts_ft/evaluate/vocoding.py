@@ -1,22 +1,24 @@
 """HiFiGAN over an evaluation's samples as fast as the machine allows, computing the same audio.
 
-Where the evaluation's time goes (the demo's step-0 evaluation profiled on the 2-core CPU: 8 samples and
-2 MCD clips of ~4.4 s each): HiFiGAN ~70 % (its convolutions run near the cores' peak; they cannot be made
-cheaper without changing what is computed), the batched GPT decode ~10 %, speaker embeddings (conditioning
-and similarity) ~10 %, the rest (MCD, the recogniser, WAV writing) a few percent. Two things made the
+Where the evaluation's time goes (the demo's evaluation under cProfile on the shared 2-core CPU: 8 samples
+and 2 MCD clips of 92-100 codes, 29.4 s): HiFiGAN 20.2 s (its convolutions run near the cores' peak: they
+cannot be made cheaper without changing what is computed), the batched GPT decode 2.8 s, speaker
+embeddings (conditioning and similarity) 2.5 s, librosa's first import 2.6 s (once per process), MCD 0.8 s,
+the recogniser 0.15 s. Two things made the
 vocoder slower than it needs to be, and neither changes a sample:
 
 - **threads on a shared CPU**: torch runs every convolution on all its intra-op threads and waits for the
   slowest. When other programs keep some cores busy, a thread that shares a core with them holds the rest
   back: HiFiGAN on 2 threads took 10-13 s where 1 thread took 4-8 s (2-core machine, load 8). The trainer
-  chose its thread count from the load when it started; :func:`vocoder_threads` re-decides for the
-  vocoding from the cores idle *now* (a 0.2 s look at ``/proc/stat``), never above the trainer's count,
-  and puts it back afterwards. The GPT decode keeps the trainer's threads, so a sample's codes never depend
-  on how busy the machine was; HiFiGAN's output at another thread count differs by float rounding only.
-- **weight norm recomputed at every call**: coqui's HiFiGAN keeps ``weight_norm`` parametrisations (XTTS's
-  loader removes them only on its own ``eval`` path), so each of its ~60 convolutions recomputes its
-  weight from ``g`` and ``v`` at every call. Inside :func:`fast_vocoding` each is computed once per
-  evaluation (``torch.nn.utils.parametrize.cached``): the same weights, bit for bit.
+  chose its thread count from the load when it started; :func:`threads_for_idle_cores` re-decides for the
+  vocoding (and for the scoring: speaker embeddings, the recogniser) from the cores idle *now* (a 0.2 s
+  look at ``/proc/stat``), never above the trainer's count, and puts it back afterwards. The GPT decode
+  keeps the trainer's threads, so a sample's codes never depend on how busy the machine was; HiFiGAN's
+  output at another thread count differs by float rounding only.
+- **weight norm recomputed at every call**: XTTS's HiFiGAN keeps coqui's ``weight_norm`` parametrisations
+  (``Xtts`` never removes them), so each of its ~60 convolutions recomputes its weight from ``g`` and ``v``
+  at every call (~7 % of the vocoder's time in the profile). Inside :func:`fast_vocoding` each is computed
+  once per evaluation (``torch.nn.utils.parametrize.cached``): the same weights, bit for bit.
 
 ``benchmarks/eval_speed.py`` runs the old and the new vocoding on the same samples side by side.
 """
@@ -88,7 +90,7 @@ def choose_threads(current: int, idle: Optional[float]) -> int:
 
 
 @contextlib.contextmanager
-def vocoder_threads(device: torch.device, measure: IdleCores = idle_cores) -> Iterator[int]:
+def threads_for_idle_cores(device: torch.device, measure: IdleCores = idle_cores) -> Iterator[int]:
     """Inside: torch's intra-op threads suit the cores idle now (CPU only); after: as before. Yields the count."""
     current = torch.get_num_threads()
     if device.type != "cpu":
@@ -110,7 +112,7 @@ def vocoder_threads(device: torch.device, measure: IdleCores = idle_cores) -> It
 @contextlib.contextmanager
 def fast_vocoding(device: torch.device, measure: IdleCores = idle_cores) -> Iterator[int]:
     """Threads for the cores idle now and each weight-normed weight computed once: the audio is unchanged."""
-    with vocoder_threads(device, measure) as threads, parametrize.cached():
+    with threads_for_idle_cores(device, measure) as threads, parametrize.cached():
         yield threads
 
 
