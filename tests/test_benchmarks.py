@@ -101,7 +101,8 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     titles = ["device and precision", "short training run", "batch-size probe vs real peak", "resume equality",
               "evaluation inputs vs training inputs",
               "offload_frozen, gradient checkpointing, evaluation, out-of-memory split, fp16 fallback",
-              "stop (SIGTERM) and checkpoint save time", "two GPUs (torchrun)", "throughput"]
+              "stop (SIGTERM) and checkpoint save time", "two GPUs (torchrun)", "throughput",
+              "serving: first audio, streams, half-precision HiFiGAN"]
     positions = [out.stdout.find(f"## {n}. {t}") for n, t in enumerate(titles, 1)]
     assert -1 not in positions and positions == sorted(positions), positions
     assert "loss_scale 1024.0  precision fp16" in out.stdout  # the fp16 scaler trace, per step
@@ -109,7 +110,10 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     assert "injected out-of-memory errors 1, micro-batches split 1" in out.stdout
     assert "switched to ['fp32'] (expected fp32)" in out.stdout  # a CPU has no bf16 to fall back to
     assert "SIGTERM -> exit 0" in out.stdout and "full-size XTTS-v2 checkpoint: 5.5 GB" in out.stdout
-    assert "## summary: 9 of 9 checks passed" in out.stdout and "FAIL" not in out.stdout
+    assert re.search(r"1 stream\(s\): first audio p50 \d+ ms, max \d+ ms; .* real time in aggregate \(RTF", out.stdout)
+    assert "2 stream(s): first audio" in out.stdout and "the engine streamed audio to 1 and 2 concurrent callers" in out.stdout
+    assert "HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here" in out.stdout
+    assert "## summary: 10 of 10 checks passed" in out.stdout and "FAIL" not in out.stdout
     assert not (REPO_ROOT / "smoke-standin").exists() and not (tmp_path / "smoke" / "tiny_base").exists()
     assert any(r.startswith("GET") and r.endswith("/model.pth") for r in StandInHub.requests)
     cache = str(tmp_path / "hf")
