@@ -57,6 +57,8 @@ def _streams(engine, voice: str, clients: int, text: str) -> dict:
 
 
 def _half_precision_vocoder(engine, device: torch.device) -> None:
+    from xtts_ft.serve.precision import EnginePrecision
+
     if device.type != "cuda":
         print("HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here; half precision is off on the CPU)")
         return
@@ -67,7 +69,8 @@ def _half_precision_vocoder(engine, device: torch.device) -> None:
     latents = torch.randn(1, 200, int(engine.xtts.args.decoder_input_dim), generator=generator, device=device)
     outputs = {}
     for name, dtype in (("fp32", None), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
-        with torch.inference_mode(), torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        # the engine's own switch (ServeConfig.vocoder_precision): HiFiGAN under autocast in that dtype
+        with torch.inference_mode(), EnginePrecision(vocoder=dtype).vocoding():
             hifigan(latents, g=speaker)  # warm-up (kernel choice)
             torch.cuda.synchronize(device)
             start = time.perf_counter()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from xtts_ft.evaluate.vocoding import choose_threads, fast_vocoding, idle_cores, vocode, threads_for_idle_cores
+from xtts_ft.evaluate.vocoding import choose_threads, fast_vocoding, idle_cores, threads_for_idle_cores, vocode
 
 
 def _stat(*cpus: tuple[int, int]) -> str:

@@ -36,12 +36,24 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
     defaults = seen[-1].settings()
     assert (defaults.max_active_streams, defaults.stream_first_chunk_codes, defaults.stream_chunk_codes) == (
         ServeConfig.max_active_streams, ServeConfig.stream_first_chunk_codes, ServeConfig.stream_chunk_codes)
+    assert (defaults.decode_precision, defaults.vocoder_precision) == ("fp32", "fp32")
     assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
-                 "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25"]) == 0
+                 "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
+                 "--vocoder-precision", "fp16"]) == 0
     engine = open_engine(seen[-1])
     try:
         assert engine.loop.max_active == 3
         assert (engine.settings.stream_first_chunk_codes, engine.settings.stream_chunk_codes) == (6, 25)
         assert engine.settings.queue_size == ServeConfig.queue_size  # what has no flag keeps the schema's default
+        # half precision was asked for, but this is a CPU: both stay fp32, and the engine says why
+        assert (engine.settings.decode_precision, engine.settings.vocoder_precision) == ("bf16", "fp16")
+        assert engine.precision.decode is None and engine.precision.vocoder is None
+        assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 2
     finally:
         engine.close()
+
+
+def test_an_unknown_precision_is_refused_by_the_parser(tiny_export, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--model", str(tiny_export), "--vocoder-precision", "fp8"])
+    assert exc.value.code == 2 and "invalid choice: 'fp8'" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_help
+from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_choices, field_help
 from xtts_ft.config.schema import DATASET_FORMATS
 from xtts_ft.output_folder import ADD_HELP, ADD_OPTION, MOVE_ASIDE_HELP, MOVE_ASIDE_OPTION
 
@@ -170,6 +170,7 @@ def ui(p: Parser) -> None:
 
 
 STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes")  # ServeConfig fields
+PRECISION_SETTINGS = ("decode_precision", "vocoder_precision")
 
 
 def serve(p: Parser) -> None:
@@ -189,6 +190,9 @@ def serve(p: Parser) -> None:
     for name in STREAM_SETTINGS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(ServeConfig, name),
                        help=field_help(ServeConfig, name) + " (default: %(default)s)")
+    for name in PRECISION_SETTINGS:
+        p.add_argument(f"--{name.replace('_', '-')}", choices=field_choices(ServeConfig, name),
+                       default=getattr(ServeConfig, name), help=field_help(ServeConfig, name) + " (default: %(default)s)")
 
 
 def publish(p: Parser) -> None:
