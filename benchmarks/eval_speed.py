@@ -9,12 +9,12 @@ batch, from the run's seed, exactly as ``evaluate/synthesis.py`` does. Their lat
 
 - ``old``: what the evaluation did before, at the trainer's thread count (``--threads``, default torch's):
   ``hifigan_decoder(latents, g)`` under ``no_grad``, its weight norm recomputed at every call;
-- ``new``: :func:`xtts_ft.evaluate.vocoding.fast_vocoding`: torch threads for the cores idle now (never
-  more than the trainer's), each weight-normed weight computed once.
+- ``new``: :func:`xtts_ft.evaluate.vocoding.vocode_all`: as many samples at once as the trainer has
+  threads, each on one intra-op thread, each weight-normed weight computed once.
 
 The two alternate for ``--rounds`` rounds (a shared machine's load changes; alternating gives both the same
-chances). Printed: each round's seconds, the total ratio old/new, the thread count the new path chose, and the
-largest sample difference between the two paths' audio (float rounding only).
+chances). Printed: each round's seconds, the total ratio old/new, and the largest sample difference between
+the two paths' audio (float rounding only: one intra-op thread against the trainer's count).
 """
 
 from __future__ import annotations
@@ -71,11 +71,10 @@ def old_vocoding(xtts, items) -> list:
     return out
 
 
-def new_vocoding(xtts, items) -> tuple[list, int]:
-    from xtts_ft.evaluate.vocoding import fast_vocoding, vocode
+def new_vocoding(xtts, items) -> list:
+    from xtts_ft.evaluate.vocoding import vocode_all
 
-    with fast_vocoding(xtts.device) as threads:
-        return [vocode(xtts.hifigan_decoder, latents, speaker) for latents, speaker in items], threads
+    return [audio for audio, _seconds in vocode_all(xtts.hifigan_decoder, items)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,13 +106,12 @@ def main(argv: list[str] | None = None) -> None:
             old = old_vocoding(xtts, items)
             old_s = time.perf_counter() - t
             t = time.perf_counter()
-            new, threads = new_vocoding(xtts, items)
+            new = new_vocoding(xtts, items)
             new_s = time.perf_counter() - t
             totals["old"] += old_s
             totals["new"] += new_s
             worst = max([worst] + [float(np.abs(a - b).max()) for a, b in zip(old, new)])
-            print(f"round {r + 1}: old {old_s:.2f} s, new {new_s:.2f} s ({threads} thread(s)), "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            print(f"round {r + 1}: old {old_s:.2f} s, new {new_s:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
         print(f"vocoding {args.samples} samples x {args.rounds} rounds: old {totals['old']:.2f} s, "
               f"new {totals['new']:.2f} s, ratio {totals['old'] / totals['new']:.2f}x; "
               f"max |old - new| {worst:.2e}", flush=True)

@@ -31,7 +31,6 @@ from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samp
 from xtts_ft.evaluate.languages import LanguageEval, evaluate_languages, say_why_no_cer
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, sample_requests, synthesize_requests
-from xtts_ft.evaluate.vocoding import threads_for_idle_cores
 from xtts_ft.layout import RunLayout
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.hooks import EvalHook
@@ -135,8 +134,7 @@ def evaluate_step(
             raise_if_stopped("the MCD measurement")
             r.mcd = mcd_files(r.reference_wav, r.path, sr=MCD_SAMPLE_RATE)
         raise_if_stopped("the sample scoring")
-        with threads_for_idle_cores(xtts.device):  # a shared CPU: fewer threads are faster, the scores the same
-            score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
+        score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
         # the recogniser on the real recordings: measured at the first evaluation, read back after that
         measure_cer_floor(run_dir, recognizer, _recognizer_name(cfg), eval_clips, ev.cer_floor_clips)
         language_metrics, language_samples = evaluate_languages(  # the run's other languages: sample_cer_<code>

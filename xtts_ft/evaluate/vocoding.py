@@ -1,24 +1,25 @@
-"""HiFiGAN over an evaluation's samples as fast as the machine allows, computing the same audio.
+"""HiFiGAN over an evaluation's samples as fast as the CPU allows, every sample computed the same way each time.
 
 Where the evaluation's time goes (the demo's evaluation under cProfile on the shared 2-core CPU: 8 samples
 and 2 MCD clips of 92-100 codes, 29.4 s): HiFiGAN 20.2 s (its convolutions run near the cores' peak: they
 cannot be made cheaper without changing what is computed), the batched GPT decode 2.8 s, speaker
 embeddings (conditioning and similarity) 2.5 s, librosa's first import 2.6 s (once per process), MCD 0.8 s,
-the recogniser 0.15 s. Two things made the
-vocoder slower than it needs to be, and neither changes a sample:
+the recogniser 0.15 s. What made the vocoder slower than it needs to be is how it ran:
 
-- **threads on a shared CPU**: torch runs every convolution on all its intra-op threads and waits for the
-  slowest. When other programs keep some cores busy, a thread that shares a core with them holds the rest
-  back: HiFiGAN on 2 threads took 10-13 s where 1 thread took 4-8 s (2-core machine, load 8). The trainer
-  chose its thread count from the load when it started; :func:`threads_for_idle_cores` re-decides for the
-  vocoding (and for the scoring: speaker embeddings, the recogniser) from the cores idle *now* (a 0.2 s
-  look at ``/proc/stat``), never above the trainer's count, and puts it back afterwards. The GPT decode
-  keeps the trainer's threads, so a sample's codes never depend on how busy the machine was; HiFiGAN's
-  output at another thread count differs by float rounding only.
+- **one sample at a time on all intra-op threads**: torch splits every convolution over its threads and
+  waits for the slowest at each of HiFiGAN's ~100 layers. On a machine whose other programs keep a core
+  busy, a thread that shares that core holds the rest back (2 threads took 10-13 s per sample where 1
+  thread took 4-8 s, 2-core machine at load 8); even when idle, the splits and waits cost (2 threads 4.95 s
+  for 4 samples against 4.27 s for two samples at once on 1 thread each). On a CPU,
+  :func:`vocode_all` now runs as many samples at once as the trainer has threads, each on one intra-op
+  thread (the GIL is released inside each convolution). A sample is then always computed on one thread,
+  whatever the load and the worker count: its audio is bit-identical run to run, and differs from the
+  trainer-thread vocoding before by float rounding only (~2e-7). The GPT decode keeps the trainer's
+  threads, so codes never change. A GPU vocodes one sample after another, as before.
 - **weight norm recomputed at every call**: XTTS's HiFiGAN keeps coqui's ``weight_norm`` parametrisations
   (``Xtts`` never removes them), so each of its ~60 convolutions recomputes its weight from ``g`` and ``v``
-  at every call (~7 % of the vocoder's time in the profile). Inside :func:`fast_vocoding` each is computed
-  once per evaluation (``torch.nn.utils.parametrize.cached``): the same weights, bit for bit.
+  at every call. Inside :func:`vocode_all` each is computed once (``torch.nn.utils.parametrize.cached``):
+  the same weights, bit for bit.
 
 ``benchmarks/eval_speed.py`` runs the old and the new vocoding on the same samples side by side.
 """
@@ -26,98 +27,59 @@ vocoder slower than it needs to be, and neither changes a sample:
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import time
-from pathlib import Path
-from typing import Callable, Iterator, Optional
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.nn.utils import parametrize
 
-log = logging.getLogger(__name__)
-
-PROC_STAT = Path("/proc/stat")
-IDLE_WINDOW_S = 0.2  # how long the idle cores are watched before the vocoding starts
-
-IdleCores = Callable[[], Optional[float]]  # cores idle right now (None: cannot tell)
-
-
-def _cpu_times(stat_text: str, cpus: set[int]) -> dict[int, tuple[int, int]]:
-    """(busy, total) jiffies per CPU in ``cpus`` from the text of /proc/stat."""
-    out: dict[int, tuple[int, int]] = {}
-    for line in stat_text.splitlines():
-        name, *fields = line.split() or [""]
-        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in cpus:
-            continue
-        values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
-        idle = values[3] + values[4]
-        out[int(name[3:])] = (sum(values) - idle, sum(values))
-    return out
-
-
-def _read_proc_stat() -> str:
-    return PROC_STAT.read_text(encoding="ascii")
-
-
-def idle_cores(window_s: float = IDLE_WINDOW_S, read_stat: Callable[[], str] = _read_proc_stat,
-               cpus: Optional[set[int]] = None) -> Optional[float]:
-    """How many of this process's cores sat idle over the next ``window_s`` seconds (None: cannot tell).
-
-    This process sleeps meanwhile, so what keeps the cores busy is the rest of the machine (data-loader
-    workers included: they compete for the same cores).
-    """
-    try:
-        cpus = cpus if cpus is not None else os.sched_getaffinity(0)
-        before = _cpu_times(read_stat(), cpus)
-        time.sleep(window_s)
-        after = _cpu_times(read_stat(), cpus)
-    except (AttributeError, OSError, ValueError, IndexError):  # not Linux, or a /proc/stat it cannot read
-        return None
-    spans = [(after[c][0] - before[c][0], after[c][1] - before[c][1]) for c in after if c in before]
-    spans = [(busy, total) for busy, total in spans if total > 0]
-    if not spans:
-        return None
-    return sum(1.0 - busy / total for busy, total in spans)
-
-
-def choose_threads(current: int, idle: Optional[float]) -> int:
-    """The vocoder's thread count: the idle cores (at least 1), never more than the trainer's ``current``."""
-    if idle is None:
-        return current
-    return max(1, min(current, int(idle + 0.5)))
-
-
-@contextlib.contextmanager
-def threads_for_idle_cores(device: torch.device, measure: IdleCores = idle_cores) -> Iterator[int]:
-    """Inside: torch's intra-op threads suit the cores idle now (CPU only); after: as before. Yields the count."""
-    current = torch.get_num_threads()
-    if device.type != "cpu":
-        yield current
-        return
-    idle = measure()
-    threads = choose_threads(current, idle)
-    if threads != current:
-        log.info("evaluation: vocoding on %d torch thread(s) instead of %d (%.1f of %d cores idle)", threads, current,
-                 idle or 0.0, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-        torch.set_num_threads(threads)
-    try:
-        yield threads
-    finally:
-        if torch.get_num_threads() != current:
-            torch.set_num_threads(current)
-
-
-@contextlib.contextmanager
-def fast_vocoding(device: torch.device, measure: IdleCores = idle_cores) -> Iterator[int]:
-    """Threads for the cores idle now and each weight-normed weight computed once: the audio is unchanged."""
-    with threads_for_idle_cores(device, measure) as threads, parametrize.cached():
-        yield threads
+VocodeJob = tuple[list[torch.Tensor], torch.Tensor]  # (a sample's GPT latents, each (D,); its speaker embedding)
 
 
 def vocode(hifigan: torch.nn.Module, latents: list[torch.Tensor], speaker_embedding: torch.Tensor) -> np.ndarray:
     """One sample's audio (float32, mono) from its GPT latents, as ``Xtts.inference`` vocodes it."""
-    with torch.no_grad():
+    with torch.no_grad():  # grad mode is per thread: set here, in whichever thread vocodes
         audio = hifigan(torch.stack(latents)[None], g=speaker_embedding)
     return audio.detach().cpu().numpy().astype(np.float32).reshape(-1)
+
+
+def _timed(hifigan: torch.nn.Module, job: VocodeJob) -> tuple[np.ndarray, float]:
+    start = time.perf_counter()
+    audio = vocode(hifigan, *job)
+    return audio, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def _intra_op_threads(threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def vocode_all(hifigan: torch.nn.Module, jobs: Sequence[VocodeJob],
+               workers: int | None = None) -> list[tuple[np.ndarray, float]]:
+    """Each job's ``(audio, seconds spent vocoding it)``, in order.
+
+    On a CPU ``workers`` samples (default: torch's thread count, i.e. the trainer's) are vocoded at once, each
+    on one intra-op thread; the thread count is put back afterwards. On a GPU one after another. A job that
+    raises (the training run's stop request, checked inside every module) cancels those not started yet.
+    """
+    device = next(hifigan.parameters()).device
+    count = max(1, min(len(jobs), workers or torch.get_num_threads()))
+    with parametrize.cached():
+        if device.type != "cpu" or count == 1 and torch.get_num_threads() == 1:
+            return [_timed(hifigan, job) for job in jobs]
+        with _intra_op_threads(1):
+            if count == 1:
+                return [_timed(hifigan, job) for job in jobs]
+            pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="xtts-ft-vocode")
+            futures: list[Future[tuple[np.ndarray, float]]] = [pool.submit(_timed, hifigan, job) for job in jobs]
+            try:
+                return [f.result() for f in futures]
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
