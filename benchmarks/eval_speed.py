@@ -34,7 +34,7 @@ TEXTS = ("the quick brown fox", "jumps over the lazy dog", "peter piper picked",
          "she sells sea shells", "by the sea shore", "red lorry yellow lorry", "how much wood")
 
 
-def decode_samples(work: Path, samples: int, codes: int, seed: int):
+def decode_samples(work: Path, samples: int, codes: int, seed: int, base_dir: Path | None = None):
     """(xtts, [(latents, speaker embedding)]) of ``samples`` decoded as the evaluation decodes them."""
     import torch
     from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
@@ -45,7 +45,7 @@ def decode_samples(work: Path, samples: int, codes: int, seed: int):
     from xtts_ft.model import build_xtts
     from xtts_ft.random_model import write_tiny_model
 
-    base = BaseModelFiles.from_dir(write_tiny_model(work / "tiny_base", seed=0))
+    base = BaseModelFiles.from_dir(base_dir or write_tiny_model(work / "tiny_base", seed=0))
     tokenizer = VoiceBpeTokenizer(str(base.vocab_json))
     xtts = build_xtts(base, base.vocab_json, tokenizer)
     with torch.no_grad(), gpt_ready_for_inference(xtts, codes):
@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2, help="Old/new pairs, alternating.")
     p.add_argument("--threads", type=int, default=0, help="The trainer's torch threads (0: torch's default).")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--base-model", type=Path, help="A tiny model folder to use (default: one written to a temp dir).")
     args = p.parse_args(argv)
     import os
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="eval_speed_") as tmp:
         start = time.perf_counter()
-        xtts, items = decode_samples(Path(tmp), args.samples, args.codes, args.seed)
+        xtts, items = decode_samples(Path(tmp), args.samples, args.codes, args.seed, args.base_model)
         seconds = sum(len(latents) for latents, _ in items) * 1024 / 22050
         print(f"{args.samples} samples, {seconds:.1f} s of audio, decoded in {time.perf_counter() - start:.1f} s "
               f"(model build included); trainer threads {torch.get_num_threads()}, "

@@ -172,3 +172,17 @@ def test_engine_load_benchmark_prints_a_row_per_path_small():
         assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
                          rf"\({number} s in {number} s\); peak \d+ MB", row), row
     assert "failed" not in out.stdout
+
+
+def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
+    """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_speed", REPO_ROOT / "benchmarks" / "eval_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--samples", "2", "--codes", "6", "--rounds", "1", "--base-model", str(tiny_base_dir)])
+    out = capsys.readouterr().out
+    assert re.search(r"round 1: old \d+\.\d+ s, new \d+\.\d+ s", out), out
+    found = re.search(r"ratio \d+\.\d+x; max \|old - new\| (\S+)", out)
+    assert found and float(found.group(1)) <= 1e-5, out
