@@ -33,7 +33,9 @@ run goes on to the next section):
 7. stop: SIGTERM to a running ``headless_train.py``: seconds to a saved checkpoint against torchrun's 30 s,
    and the estimated save time of a full-size XTTS-v2 checkpoint on this disk;
 8. two GPUs: ``torchrun --nproc_per_node=2 headless_train.py`` when two are visible;
-9. throughput: ``benchmarks/gpu_throughput.py`` (full-size GPT per precision and batch size; random weights).
+9. throughput: ``benchmarks/gpu_throughput.py`` (full-size GPT per precision and batch size; random weights);
+10. serving (``smoke_serving.py``): the speech engine on section 2's run: first-chunk latency and aggregate
+   real-time factor at 1 and 8 concurrent streams, and HiFiGAN under fp16/bf16 against fp32 (CUDA only).
 
 Before each child process (sections 7-9) this process drops its models and hands its cached GPU
 memory back, and prints what it still holds, so the children get the card.
@@ -73,6 +75,7 @@ from smoke_common import (  # noqa: E402
     step_lines,
     train_run,
 )
+from smoke_serving import serving_section  # noqa: E402
 
 from xtts_ft.cli import default_allocator_settings  # noqa: E402
 from xtts_ft.layout import RunLayout  # noqa: E402
@@ -437,7 +440,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 8, --quick 2)")
     parser.add_argument("--cpu", action="store_true", help="run every section on the CPU (reduced mode)")
     parser.add_argument("--quick", action="store_true", help="fewest steps and the small throughput benchmark")
-    parser.add_argument("--sections", default="1-9",
+    parser.add_argument("--sections", default="1-10",
                         help="which sections to run, e.g. 1-6 or 1,2,4 (default all; a section that needs an "
                              "earlier one that did not run reports that)")
     args = parser.parse_args(argv)
@@ -452,10 +455,10 @@ def parse_sections(text: str, parser) -> set[int]:
     for part in text.split(","):
         low, _, high = part.strip().partition("-")
         if not (low.isdigit() and (not high or high.isdigit())):
-            parser.error(f"--sections {text!r}: use numbers and ranges between 1 and 9, e.g. 1-6 or 1,2,4")
+            parser.error(f"--sections {text!r}: use numbers and ranges between 1 and 10, e.g. 1-6 or 1,2,4")
         chosen.update(range(int(low), int(high or low) + 1))
-    if not chosen <= set(range(1, 10)):
-        parser.error(f"--sections {text!r}: the sections are numbered 1 to 9")
+    if not chosen <= set(range(1, 11)):
+        parser.error(f"--sections {text!r}: the sections are numbered 1 to 10")
     return chosen
 
 
@@ -493,6 +496,7 @@ def main() -> int:
             return fn(*fn_args)
 
         run_chosen(number, title, child_section)
+    run_chosen(10, "serving: first audio, streams, half-precision HiFiGAN", serving_section, args, device, state)
     failed = [name for name, ok in RESULTS if not ok]
     print(f"\n## summary: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -103,7 +104,8 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     titles = ["device and precision", "short training run", "batch-size probe vs real peak", "resume equality",
               "evaluation inputs vs training inputs",
               "offload_frozen, gradient checkpointing, evaluation, out-of-memory split, fp16 fallback",
-              "stop (SIGTERM) and checkpoint save time", "two GPUs (torchrun)", "throughput"]
+              "stop (SIGTERM) and checkpoint save time", "two GPUs (torchrun)", "throughput",
+              "serving: first audio, streams, half-precision HiFiGAN"]
     positions = [out.stdout.find(f"## {n}. {t}") for n, t in enumerate(titles, 1)]
     assert -1 not in positions and positions == sorted(positions), positions
     assert "loss_scale 1024.0  precision fp16" in out.stdout  # the fp16 scaler trace, per step
@@ -111,7 +113,10 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     assert "injected out-of-memory errors 1, micro-batches split 1" in out.stdout
     assert "switched to ['fp32'] (expected fp32)" in out.stdout  # a CPU has no bf16 to fall back to
     assert "SIGTERM -> exit 0" in out.stdout and "full-size XTTS-v2 checkpoint: 5.5 GB" in out.stdout
-    assert "## summary: 9 of 9 checks passed" in out.stdout and "FAIL" not in out.stdout
+    assert re.search(r"1 stream\(s\): first audio p50 \d+ ms, max \d+ ms; .* real time in aggregate \(RTF", out.stdout)
+    assert "2 stream(s): first audio" in out.stdout and "the engine streamed audio to 1 and 2 concurrent callers" in out.stdout
+    assert "HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here" in out.stdout
+    assert "## summary: 10 of 10 checks passed" in out.stdout and "FAIL" not in out.stdout
     assert not (REPO_ROOT / "smoke-standin").exists() and not (tmp_path / "smoke" / "tiny_base").exists()
     assert any(r.startswith("GET") and r.endswith("/model.pth") for r in StandInHub.requests)
     cache = str(tmp_path / "hf")
@@ -153,3 +158,34 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
         assert int(wav_lens.max()) <= longest_codes * 1024 and int(text_lens.max()) <= bench.SMALL["max_text_tokens"]
         assert int(wav_lens.min()) > 0.6 * int(wav_lens.max())  # length-bucketed: rows of a batch are alike
     assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other
+
+
+def test_engine_load_benchmark_prints_a_row_per_path_small():
+    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/engine_load.py", "--size", "tiny", "--clients", "2", "--max-codes", "4",
+         "--threads", "1"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    rows = [line for line in out.stdout.splitlines() if " x2 " in line]
+    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out.stdout
+    number = r"\d+\.\d+"
+    for row in rows:
+        assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
+                         rf"\({number} s in {number} s\); peak \d+ MB", row), row
+    assert "failed" not in out.stdout
+
+
+def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
+    """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_speed", REPO_ROOT / "benchmarks" / "eval_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--samples", "2", "--codes", "6", "--rounds", "1", "--base-model", str(tiny_base_dir)])
+    out = capsys.readouterr().out
+    assert re.search(r"round 1: old \d+\.\d+ s, new \d+\.\d+ s", out), out
+    found = re.search(r"ratio \d+\.\d+x; max \|old - new\| (\S+)", out)
+    assert found and float(found.group(1)) <= 1e-5, out

@@ -5,12 +5,17 @@ from __future__ import annotations
 import pytest
 
 from xtts_ft.cli import main
+from xtts_ft.config import ServeConfig
+from xtts_ft.serve.command import ServeOptions, open_engine
 
 
 @pytest.mark.parametrize("extra, words", [
     (["--wyoming", "udp://0.0.0.0:10200"], "--wyoming udp://0.0.0.0:10200: give tcp://HOST:PORT"),
     (["--port", "70000"], "--port 70000: must be 1-65535"),
     (["--max-codes", "0"], "--max-codes 0: must be 1 or more"),
+    (["--max-active-streams", "0"], "--max-active-streams 0: must be 1 or more"),
+    (["--stream-first-chunk-codes", "0"], "--stream-first-chunk-codes 0: must be 1 or more"),
+    (["--stream-chunk-codes", "-3"], "--stream-chunk-codes -3: must be 1 or more"),
 ])
 def test_bad_options_are_one_line(tiny_export, capsys, extra, words):
     assert main(["serve", "--model", str(tiny_export), *extra]) == 2
@@ -22,3 +27,33 @@ def test_a_folder_that_is_no_model_is_named(tmp_path, capsys):
     assert main(["serve", "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"--model {tmp_path}: expected an export folder" in err and "Traceback" not in err
+
+
+def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export, monkeypatch):
+    seen: list[ServeOptions] = []
+    monkeypatch.setattr("xtts_ft.commands.apps.serve_command", lambda opts: seen.append(opts) or 0)
+    assert main(["serve", "--model", str(tiny_export)]) == 0
+    defaults = seen[-1].settings()
+    assert (defaults.max_active_streams, defaults.stream_first_chunk_codes, defaults.stream_chunk_codes) == (
+        ServeConfig.max_active_streams, ServeConfig.stream_first_chunk_codes, ServeConfig.stream_chunk_codes)
+    assert (defaults.decode_precision, defaults.vocoder_precision) == ("fp32", "fp32")
+    assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
+                 "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
+                 "--vocoder-precision", "fp16"]) == 0
+    engine = open_engine(seen[-1])
+    try:
+        assert engine.loop.max_active == 3
+        assert (engine.settings.stream_first_chunk_codes, engine.settings.stream_chunk_codes) == (6, 25)
+        assert engine.settings.queue_size == ServeConfig.queue_size  # what has no flag keeps the schema's default
+        # half precision was asked for, but this is a CPU: both stay fp32, and the engine says why
+        assert (engine.settings.decode_precision, engine.settings.vocoder_precision) == ("bf16", "fp16")
+        assert engine.precision.decode is None and engine.precision.vocoder is None
+        assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 2
+    finally:
+        engine.close()
+
+
+def test_an_unknown_precision_is_refused_by_the_parser(tiny_export, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--model", str(tiny_export), "--vocoder-precision", "fp8"])
+    assert exc.value.code == 2 and "invalid choice: 'fp8'" in capsys.readouterr().err

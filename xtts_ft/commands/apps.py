@@ -27,5 +27,7 @@ def serve(args: argparse.Namespace) -> int:
     return serve_command(ServeOptions(
         model=Path(args.model), host=args.host, port=args.port, api_key=args.api_key,
         voices=Path(args.voices) if args.voices else None, device=args.device, wyoming=args.wyoming,
-        base_model=args.base_model, max_codes=args.max_codes,
+        base_model=args.base_model, max_codes=args.max_codes, max_active_streams=args.max_active_streams,
+        stream_first_chunk_codes=args.stream_first_chunk_codes, stream_chunk_codes=args.stream_chunk_codes,
+        decode_precision=args.decode_precision, vocoder_precision=args.vocoder_precision,
     ))

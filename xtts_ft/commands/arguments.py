@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_help
+from xtts_ft.config import RunConfig, ServeConfig, TextConfig, TokenizerConfig, field_choices, field_help
 from xtts_ft.config.schema import DATASET_FORMATS
 from xtts_ft.output_folder import ADD_HELP, ADD_OPTION, MOVE_ASIDE_HELP, MOVE_ASIDE_OPTION
 
@@ -170,6 +170,10 @@ def ui(p: Parser) -> None:
     p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
 
 
+STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes")  # ServeConfig fields
+PRECISION_SETTINGS = ("decode_precision", "vocoder_precision")
+
+
 def serve(p: Parser) -> None:
     p.add_argument("--model", required=True, help="An export folder, a checkpoint folder, or a run folder (its best "
                                                   "checkpoint, else its latest).")
@@ -184,6 +188,12 @@ def serve(p: Parser) -> None:
                                         "its checkpoint record names).")
     p.add_argument("--max-codes", type=int, help="Cap audio codes per piece below the model's limit (~21.5 per "
                                                  "second; random test models never stop).")
+    for name in STREAM_SETTINGS:
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(ServeConfig, name),
+                       help=field_help(ServeConfig, name) + " (default: %(default)s)")
+    for name in PRECISION_SETTINGS:
+        p.add_argument(f"--{name.replace('_', '-')}", choices=field_choices(ServeConfig, name),
+                       default=getattr(ServeConfig, name), help=field_help(ServeConfig, name) + " (default: %(default)s)")
 
 
 def publish(p: Parser) -> None:

@@ -34,6 +34,7 @@ from xtts_ft.config.schema import (
     TextConfig,
     TokenizerConfig,
     TrainingConfig,
+    field_choices,
     field_help,
     is_hub_id,
     is_local_source,
@@ -46,6 +47,6 @@ __all__ = [
     "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "DvaeConfig", "EarlyStoppingConfig",
     "EvaluationConfig", "IngestConfig", "LanguageAsrConfig", "PrecisionConfig", "RunConfig", "ServeConfig",
     "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
-    "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_help", "is_hub_id",
+    "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_choices", "field_help", "is_hub_id",
     "is_local_source", "load_config", "opt", "parse_override",
 ]

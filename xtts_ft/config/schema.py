@@ -729,6 +729,14 @@ class ServeConfig:
     stream_chunk_codes: int = opt(
         40, "Audio codes per later chunk of a streamed piece; larger means fewer, longer vocoder calls.",
     )
+    decode_precision: Literal["fp32", "bf16"] = opt(
+        "fp32", "The GPT's decode on CUDA: fp32, or bf16 (autocast; needs compute capability 8.0+). Not measured "
+        "on a GPU yet; the CPU always decodes in fp32.",
+    )
+    vocoder_precision: Literal["fp32", "fp16", "bf16"] = opt(
+        "fp32", "HiFiGAN on CUDA: fp32, fp16 or bf16 (autocast). Compare its output with fp32 first "
+        "(benchmarks/gpu_smoke.py section 10); the CPU always vocodes in fp32.",
+    )
 
 
 @dataclass
@@ -768,6 +776,11 @@ class Config:
         if LANGUAGE_ALIASES.get(language, language) == run:
             return self.asr
         return self.asr.for_language(language) if language in self.asr.per_language else None
+
+
+def field_choices(section: type, name: str) -> tuple[str, ...]:
+    """The values a ``Literal`` config field allows (the schema states them once; the CLI and checks reuse them)."""
+    return tuple(typing.get_args(typing.get_type_hints(section)[name]))
 
 
 def field_help(section: type, name: str) -> str:

@@ -31,6 +31,7 @@ import torchaudio
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
+from xtts_ft.evaluate.vocoding import vocode_all
 from xtts_ft.languages import canonical_language
 from xtts_ft.safe_load import first_line
 from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
@@ -199,8 +200,9 @@ def synthesize_requests(
     Each sample is generated from ``seed`` (its own generator), so the same request at two
     checkpoints differs only by the weights. The GPT decodes all requests together
     (:func:`xtts_ft.evaluate.batch_decode.decode_all`, at most ``EVAL_BATCH`` rows at once): each
-    sample gets the codes ``Xtts.inference`` gives it alone; ``synthesis_s`` is its share of the
-    batch's decoding plus its own vocoding.
+    sample gets the codes ``Xtts.inference`` gives it alone; HiFiGAN then vocodes several samples at once
+    on a CPU (:func:`xtts_ft.evaluate.vocoding.vocode_all`). ``synthesis_s`` is its share of the batch's
+    decoding plus its own vocoding.
     """
     check_language(tokenizer, language)
     for wav in dict.fromkeys(Path(r[3]) for r in requests):
@@ -238,13 +240,13 @@ def synthesize_requests(
             decode_all(xtts.gpt, decodes, max_batch=EVAL_BATCH)  # every sample's GPT in one batch
             _synchronize(xtts)
             decode_share = (time.perf_counter() - start) / max(1, len(decodes))
-            for (name, index, text, wav), decoded in zip(requests, decodes):
+            # HiFiGAN: on a CPU several samples at once, one intra-op thread each (evaluate/vocoding.py)
+            vocoded = vocode_all(xtts.hifigan_decoder, [(decoded.latents, latents[Path(wav)][1].to(xtts.device))
+                                                        for (_n, _i, _t, wav), decoded in zip(requests, decodes)])
+            _synchronize(xtts)
+            for (name, index, text, wav), decoded, (audio, vocode_s) in zip(requests, decodes, vocoded):
                 wav = Path(wav)
-                start = time.perf_counter()
-                audio = xtts.hifigan_decoder(torch.stack(decoded.latents)[None], g=latents[wav][1].to(xtts.device))
-                audio = audio.detach().cpu().numpy().astype(np.float32).reshape(-1)
-                _synchronize(xtts)
-                elapsed = decode_share + time.perf_counter() - start
+                elapsed = decode_share + vocode_s
                 path = out_dir / f"{name}.wav"
                 _write_wav(path, audio, sr)
                 duration = audio.size / sr

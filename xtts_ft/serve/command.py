@@ -48,6 +48,23 @@ class ServeOptions:
     wyoming: Optional[str] = None
     base_model: Optional[str] = None
     max_codes: Optional[int] = None
+    max_active_streams: int = ServeConfig.max_active_streams
+    stream_first_chunk_codes: int = ServeConfig.stream_first_chunk_codes
+    stream_chunk_codes: int = ServeConfig.stream_chunk_codes
+    decode_precision: str = ServeConfig.decode_precision
+    vocoder_precision: str = ServeConfig.vocoder_precision
+
+    def settings(self) -> ServeConfig:
+        """The engine's settings: the schema's defaults with this command line's streaming and precision options."""
+        for flag, value in (("--max-active-streams", self.max_active_streams),
+                            ("--stream-first-chunk-codes", self.stream_first_chunk_codes),
+                            ("--stream-chunk-codes", self.stream_chunk_codes)):
+            if value < 1:
+                raise ServeError(f"{flag} {value}: must be 1 or more")
+        return ServeConfig(host=self.host, port=self.port, max_active_streams=self.max_active_streams,
+                           stream_first_chunk_codes=self.stream_first_chunk_codes,
+                           stream_chunk_codes=self.stream_chunk_codes, decode_precision=self.decode_precision,
+                           vocoder_precision=self.vocoder_precision)
 
 
 def check_wyoming_uri(uri: str) -> str:
@@ -66,11 +83,13 @@ def pick_device(device: Optional[str]) -> str:
     return device
 
 
-def open_engine(opts: ServeOptions):
+def open_engine(opts: ServeOptions) -> SpeechEngine:
     if opts.max_codes is not None and opts.max_codes < 1:
         raise ServeError(f"--max-codes {opts.max_codes}: must be 1 or more")
+    settings = opts.settings()
     resolved = resolve_model(opts.model, opts.base_model)
-    return SpeechEngine.open(resolved, pick_device(opts.device), voices_dir=opts.voices, max_codes=opts.max_codes)
+    return SpeechEngine.open(resolved, pick_device(opts.device), voices_dir=opts.voices, max_codes=opts.max_codes,
+                             settings=settings)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest
+from xtts_ft.serve.precision import EnginePrecision
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,10 @@ class Stream:
 class DecodeLoop:
     """The decoding thread of one model (started at the first request)."""
 
-    def __init__(self, gpt, max_active: int) -> None:
+    def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None) -> None:
         self.gpt = gpt
         self.max_active = max(1, int(max_active))
+        self.precision = precision or EnginePrecision()  # its decode dtype applies in this loop's thread (autocast is per thread)
         self._decoder = BatchDecoder(gpt)
         self._active: list[Stream] = []
         self._pending: deque[Stream] = deque()
@@ -101,7 +103,7 @@ class DecodeLoop:
 
     # --- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        with torch.inference_mode():
+        with torch.inference_mode(), self.precision.decoding():
             while True:
                 with self._cond:
                     while not self._pending and not self._active and not self._closed:

@@ -49,6 +49,7 @@ from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embedd
 from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.model_source import ResolvedModel
+from xtts_ft.serve.precision import choose_precision
 from xtts_ft.serve.streaming_vocoder import StreamingVocoder
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
@@ -119,8 +120,12 @@ class SpeechEngine:
         check_language(tokenizer, self.language)
         xtts.tokenizer = tokenizer
         xtts.train(False)  # serving only: dropout off for good
+        self.precision = choose_precision(next(xtts.parameters()).device, settings.decode_precision,
+                                          settings.vocoder_precision)  # fp32 unless asked for, on CUDA only
+        for note in self.precision.notes:
+            log.info("engine: %s", note)
         # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.
-        self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams)
+        self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams, self.precision)
         # One vocoder call at a time (held for one chunk, never across a piece): callers' threads running
         # HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
         self._vocoder_lock = threading.Lock()
@@ -209,9 +214,9 @@ class SpeechEngine:
             if length_scale != 1.0:
                 gpt_latents = F.interpolate(gpt_latents.transpose(1, 2), scale_factor=length_scale,
                                             mode="linear").transpose(1, 2)
-            with self._vocoder_lock:
+            with self._vocoder_lock, self.precision.vocoding():
                 wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
-        return wav.detach().cpu().numpy().astype(np.float32).reshape(-1)
+        return wav.detach().float().cpu().numpy().reshape(-1)
 
     def _decode_whole(self, piece: str, language: str, latents: tuple, seed: int, cap: int,
                       cancel: Optional[Cancel]) -> DecodeRequest:
@@ -278,7 +283,7 @@ class SpeechEngine:
                                 self.settings.stream_first_chunk_codes):
             vocoder.add(request.latents[given:have])
             given = have
-            with torch.inference_mode(), self._vocoder_lock:
+            with torch.inference_mode(), self._vocoder_lock, self.precision.vocoding():
                 chunk = vocoder.audio(final=stream.finished)
             if chunk.size:
                 if not samples:

@@ -101,7 +101,7 @@ class StreamingVocoder:
             return out.numpy().astype(np.float32, copy=False)
         w0 = max(0, start - self.context)
         z = self._frames(w0, ready, total)
-        wav = self.hifigan.waveform_decoder(z[None], g=self.g).reshape(-1)
+        wav = self.hifigan.waveform_decoder(z[None], g=self.g).reshape(-1).float()  # fp32 under autocast too
         self.frames_vocoded += ready - w0
         self.windows += 1
         seg = wav[(start - w0) * self.hop : (good_end - w0) * self.hop].clone()

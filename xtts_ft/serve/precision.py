@@ -1,0 +1,83 @@
+"""Half precision for the speech engine on CUDA: the GPT's decode in bf16, HiFiGAN in fp16 or bf16.
+
+Both are off by default (``ServeConfig.decode_precision`` / ``vocoder_precision``: ``fp32``) and off on the
+CPU whatever is asked: a CPU has no fast half-precision path for these shapes, and the engine's exactness
+guarantees (its codes equal coqui's ``Xtts.inference``'s; a row's codes do not depend on who else is in
+the batch) are tested in fp32. On CUDA the choice runs the decode thread's steps, or each vocoder call,
+under ``torch.autocast`` with that dtype: weights stay fp32, matrix products and convolutions run in
+half precision, layer norms and the sampling (``Sampling.choose`` casts the logits to fp32) do not, and
+the vocoder's audio is handed on as fp32. bf16 needs native support (compute capability 8.0 or newer,
+:func:`xtts_ft.train.precision.cuda_bf16_supported`); without it the engine stays in fp32 and says so.
+
+Not measured on a GPU yet: ``benchmarks/gpu_smoke.py`` section 10 prints HiFiGAN's fp16 and bf16 output
+against fp32 on the card; keep fp32 until those numbers say the difference is inaudible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager, Optional
+
+import torch
+
+from xtts_ft.config import ServeConfig, field_choices
+from xtts_ft.errors import ConfigError
+from xtts_ft.train.precision import cuda_bf16_supported
+
+DECODE_CHOICES = field_choices(ServeConfig, "decode_precision")
+VOCODER_CHOICES = field_choices(ServeConfig, "vocoder_precision")
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class EnginePrecision:
+    """The dtypes the engine's decode and vocoder run in (None: fp32) and why any request was not granted."""
+
+    decode: Optional[torch.dtype] = None
+    vocoder: Optional[torch.dtype] = None
+    notes: tuple[str, ...] = field(default=())
+
+    def decoding(self) -> ContextManager[object]:
+        """Around the decode thread's work (autocast is per thread: entered in that thread)."""
+        return _autocast(self.decode)
+
+    def vocoding(self) -> ContextManager[object]:
+        """Around one HiFiGAN call."""
+        return _autocast(self.vocoder)
+
+    def describe(self) -> str:
+        def name(dtype: Optional[torch.dtype]) -> str:
+            return "fp32" if dtype is None else str(dtype).replace("torch.", "")
+
+        return f"decode {name(self.decode)}, vocoder {name(self.vocoder)}"
+
+
+def _autocast(dtype: Optional[torch.dtype]) -> ContextManager[object]:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=dtype)
+
+
+def choose_precision(device: torch.device, decode: str, vocoder: str, *,
+                     bf16_supported: Callable[[torch.device], bool] = cuda_bf16_supported) -> EnginePrecision:
+    """What ``decode``/``vocoder`` (``ServeConfig`` values) give on ``device``; a bad value is a ConfigError."""
+    for key, value, choices in (("decode_precision", decode, DECODE_CHOICES),
+                                ("vocoder_precision", vocoder, VOCODER_CHOICES)):
+        if value not in choices:
+            flag = "--" + key.replace("_", "-")
+            raise ConfigError(f"{flag} {value}: choose one of {', '.join(choices)}")
+    notes: list[str] = []
+    granted: dict[str, Optional[torch.dtype]] = {}
+    for key, value in (("decode", decode), ("vocoder", vocoder)):
+        if value == "fp32":
+            granted[key] = None
+        elif device.type != "cuda":
+            notes.append(f"{key} precision {value} is for CUDA; on {device.type} the {key} runs in fp32")
+            granted[key] = None
+        elif value == "bf16" and not bf16_supported(device):
+            notes.append(f"{key} precision bf16: this GPU has no native bf16 (compute capability below 8.0); fp32")
+            granted[key] = None
+        else:
+            granted[key] = _DTYPES[value]
+    return EnginePrecision(granted["decode"], granted["vocoder"], tuple(notes))
