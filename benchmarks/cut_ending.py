@@ -40,6 +40,7 @@ from xtts_ft.config import DatasetConfig  # noqa: E402
 from xtts_ft.data import prepare_dataset  # noqa: E402
 from xtts_ft.data.levels import LEVEL_FRAME_S, ending_fall, ending_level  # noqa: E402
 from xtts_ft.errors import DataError  # noqa: E402
+from xtts_ft.layout import STAGE_REPORT  # noqa: E402
 from xtts_ft.text import normalize_text  # noqa: E402
 
 KINDS = ("good", "trim30", "trim20", "cut", "cut20", "random")
@@ -75,7 +76,7 @@ def counts(out: Path, cfg: DatasetConfig) -> tuple[int, int, Counter]:
     except DataError as exc:
         if "no usable clips" not in str(exc):
             raise
-    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    report = json.loads((out / STAGE_REPORT).read_text(encoding="utf-8"))
     others = Counter({r: n for r, n in report["rejected"].items() if n and r != "cut_ending"})
     return report["kept"], report["rejected"]["cut_ending"], others
 

@@ -94,8 +94,10 @@ def time_checkpoint_io(ckpt: str, scratch: str) -> None:
 
 
 def main() -> None:
+    from xtts_ft.checkpoint_store import CheckpointStore
     from xtts_ft.config import load_config
     from xtts_ft.layout import RunLayout
+    from xtts_ft.run_history import read_evaluations, read_events, read_metrics
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="Scratch folder (needs about 25 GB free at full size).")
@@ -138,13 +140,13 @@ def main() -> None:
                                                          args.threads, sentences), logs, env))
     stages.append(run_stage("train_resumed_run", train_cmd(args.config, run_dir, model, args.steps + 2, args.batch,
                                                            args.threads, sentences), logs, env))
-    events = [json.loads(line) for line in (RunLayout(run_dir).events).read_text(encoding="utf-8").splitlines()]
-    resumes = [e for e in events if e.get("event") == "resume"]
-    ckpts = sorted(RunLayout(run_dir).checkpoints.glob("step_*"))
+    resumes = [e for e in read_events(run_dir) if e.get("event") == "resume"]
+    store = CheckpointStore.of_run(run_dir)
+    ckpts = list(store.step_folders().values())
     latest = ckpts[-1]
     sizes["checkpoint_mb"] = round(du_mb(latest))
     sizes["checkpoints_kept"] = [p.name for p in ckpts]
-    sizes["checkpoints_total_mb"] = round(du_mb(RunLayout(run_dir).checkpoints))
+    sizes["checkpoints_total_mb"] = round(du_mb(store.root))
     sizes["run_dir_mb"] = round(du_mb(run_dir))
     sizes["dvae_code_cache_mb"] = round(du_mb(RunLayout(run_dir).cache), 2) if RunLayout(run_dir).cache.exists() else 0
 
@@ -163,11 +165,9 @@ def main() -> None:
     stages.append(run_stage("synthesize", [sys.executable, "-m", "xtts_ft", "synthesize", "--model", str(export),
                                            "--text", "ሰላም፣ እንዴት ነህ?", "--speaker-wav", str(speaker),
                                            "--out", str(out / "hello.wav")], logs, env))
-    evaluations = [json.loads(line) for line in (RunLayout(run_dir).samples_index).read_text(encoding="utf-8").splitlines()]
-    samples = [s for e in evaluations for s in e.get("samples", [])]  # one line per evaluation, its samples inside
+    samples = [s for e in read_evaluations(run_dir) for s in e.samples]  # one record per evaluation, its samples inside
     rtfs = [s["rtf"] for s in samples if isinstance(s.get("rtf"), (int, float))]
-    metrics = [json.loads(line) for line in (RunLayout(run_dir).metrics).read_text(encoding="utf-8").splitlines()]
-    train_rows = [m for m in metrics if m.get("split") != "eval" and m.get("samples_per_s")]
+    train_rows = [m for m in read_metrics(run_dir) if not m.is_eval and m.number("samples_per_s")]
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load avg "
                    f"{os.getloadavg()[0]:.1f} at the end",
@@ -175,7 +175,7 @@ def main() -> None:
         "size": args.size, "steps": args.steps, "batch": args.batch, "threads": args.threads,
         "stages": stages, "sizes": sizes,
         "resumed_from": [e.get("checkpoint") for e in resumes],
-        "train_samples_per_s": [round(m["samples_per_s"], 3) for m in train_rows],
+        "train_samples_per_s": [round(m.number("samples_per_s") or 0.0, 3) for m in train_rows],
         "synthesis_rtf": {"min": round(min(rtfs), 2), "max": round(max(rtfs), 2), "n": len(rtfs)} if rtfs else None,
     }
     (out / "rehearsal.json").write_text(json.dumps(result, indent=2), encoding="utf-8")

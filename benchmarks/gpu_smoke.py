@@ -67,7 +67,6 @@ from smoke_common import (  # noqa: E402
     child_sets,
     needs,
     prepared,
-    read_jsonl,
     release_gpu,
     run_section,
     seed_codes,
@@ -77,8 +76,10 @@ from smoke_common import (  # noqa: E402
 )
 from smoke_serving import serving_section  # noqa: E402
 
+from xtts_ft.checkpoint_store import CheckpointStore  # noqa: E402
 from xtts_ft.cli import default_allocator_settings  # noqa: E402
-from xtts_ft.layout import RunLayout  # noqa: E402
+from xtts_ft.layout import EVAL_CSV, RunLayout  # noqa: E402
+from xtts_ft.run_history import read_events, read_metrics  # noqa: E402
 
 PROBES: list = []  # the BatchChoice of every batch-size probe this process ran
 DOWNLOAD_NOTE = ("a folder, or a Hugging Face repo id (downloaded once into the HF cache; coqui/XTTS-v2 is about "
@@ -138,7 +139,7 @@ def training_section(args, device, state):
     for r in lines:
         print(f"  step {r['step']:>3}  loss {r['loss']}  loss_scale {r.get('loss_scale')}  precision {r['precision']}  "
               f"grad_norm {r.get('grad_norm')}  skipped {r.get('skipped_steps')}")
-    for e in read_jsonl(RunLayout(run_dir).events):
+    for e in read_events(run_dir):
         if e.get("event") in ("rollback", "precision_switch", "stopped"):
             print(f"  event {e}")
     check("training finished with finite losses", result.step == args.steps and bool(lines)
@@ -240,7 +241,7 @@ def eval_inputs_section(args, device, state):
     model, cfg, prep = state["model"].to(device), state["cfg"], state["prep"]
     tok = make_tokenizer(prep.vocab_path, TextSettings.from_config(cfg))
     limits = Limits(**model_limits(model.xtts))
-    clips, _ = load_clips(prep.data_dir / "metadata_eval.csv", tok, "am", limits, progress=False)
+    clips, _ = load_clips(prep.data_dir / EVAL_CSV, tok, "am", limits, progress=False)
     # the eval set as the training loop builds it: codes from the run's cache (written in section 2)
     paths = cache_paths(clips, RunLayout(args.out / "train").codes_cache, dvae_fingerprint(model))
     data = ClipDataset(clips, sample_rate=limits.sample_rate, cond_min_s=cfg.training.min_conditioning_s,
@@ -324,8 +325,8 @@ def memory_options_section(args, device, state):
     hook = make_eval_hook_for(cfg, run_dir, prep.vocab_path, prep.data_dir)  # synthesis, speaker sim., recogniser
     result, model, _ = train_run(args, cfg, prep, injector=note_step, eval_hook=hook, edit_model=inject_oom)
     lines = step_lines(run_dir)
-    evals = [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") == "eval"]
-    failures = [e for e in read_jsonl(RunLayout(run_dir).events) if e.get("event") == "eval_hook_failed"]
+    evals = [r for r in read_metrics(run_dir) if r.is_eval]
+    failures = [e for e in read_events(run_dir) if e.get("event") == "eval_hook_failed"]
     scored = sorted(k for k in (evals[-1] if evals else {}) if k.startswith("sample_"))  # the hook's metrics
     off_device = [name for name in ("xtts.hifigan_decoder", "dvae")
                   if any(p.device.type != "cpu" for p in model.get_submodule(name).parameters())]
@@ -341,7 +342,7 @@ def memory_options_section(args, device, state):
           and not off_device, f"modules left on the device: {off_device}" if off_device else "")
     check("an out-of-memory error in step 1 is absorbed by the micro-batch split", at["injected"] == 1 and split >= 1
           and bool(lines) and isinstance(lines[0]["loss"], float) and math.isfinite(lines[0]["loss"]))
-    switches = [e for e in read_jsonl(RunLayout(run_dir).events) if e.get("event") == "precision_switch"]
+    switches = [e for e in read_events(run_dir) if e.get("event") == "precision_switch"]
     if not fp16:
         print(f"precision {args.precision} ({resolve_precision(args.precision, device).name}): no loss scaler, so the "
               f"fp16 fallback is not exercised (run with --precision fp16 for it)")
@@ -379,7 +380,7 @@ def stop_section(args, state):
         proc.kill()
         output, _ = proc.communicate()
     seconds = time.perf_counter() - sent
-    saved = sorted(RunLayout(run_dir).checkpoints.glob("step_*"))
+    saved = list(CheckpointStore.of_run(run_dir).step_folders().values())
     print(f"SIGTERM -> exit {proc.returncode} in {seconds:.1f} s (torchrun kills after {KILL_AFTER_S:g} s); "
           f"checkpoint {saved[-1].name if saved else 'none'}")
     if proc.returncode != 0:
@@ -417,7 +418,7 @@ def two_gpu_section(args):
     if proc.returncode != 0:
         print((proc.stdout + proc.stderr)[-3000:])
     check("2-GPU run from a fresh run dir finishes with a checkpoint", proc.returncode == 0 and bool(
-        list(RunLayout(run_dir).checkpoints.glob("step_*"))))
+        CheckpointStore.of_run(run_dir).step_folders()))
 
 
 def throughput_section(args):

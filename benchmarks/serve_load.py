@@ -49,13 +49,14 @@ def make_export(size: str, work: Path) -> Path:
 
     from xtts_ft.base_model import BaseModelFiles
     from xtts_ft.evaluate.export import export_model
+    from xtts_ft.layout import VOCAB_FILE
     from xtts_ft.model import build_xtts
     from xtts_ft.random_model import write_random_model
     from xtts_ft.text_settings import TextSettings
     from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
     base = BaseModelFiles.from_dir(write_random_model(work / "base", size=size, seed=0))
-    vocab = work / "vocab.json"
+    vocab = work / VOCAB_FILE
     tok = Tokenizer.from_file(str(base.vocab_json))
     if tok.token_to_id("[am]") is None:
         tok.add_special_tokens(["[am]"])

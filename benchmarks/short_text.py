@@ -66,6 +66,9 @@ def train_compare(steps: int, base: str, keep: str | None) -> None:
     import json
     import subprocess
 
+    from xtts_ft.layout import RunLayout
+    from xtts_ft.run_history import read_metrics
+
     scratch = tempfile.TemporaryDirectory(prefix="short_train_")
     root = Path(keep) if keep else Path(scratch.name)
     rows = {}
@@ -81,10 +84,10 @@ def train_compare(steps: int, base: str, keep: str | None) -> None:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"the {setting} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        last = [m for m in metrics if any(k in m for k in COMPARED)]
-        report = json.loads((run_dir / "data" / "report.json").read_text(encoding="utf-8"))
-        train_rows = len((run_dir / "data" / "metadata_train.csv").read_text(encoding="utf-8").splitlines()) - 1
+        last = [m for m in read_metrics(run_dir) if any(k in m for k in COMPARED)]
+        layout = RunLayout(run_dir)
+        report = json.loads(layout.data_report.read_text(encoding="utf-8"))
+        train_rows = len(layout.train_csv.read_text(encoding="utf-8").splitlines()) - 1
         merged = {k: v for m in last for k, v in m.items() if k in COMPARED}  # the latest value of each
         rows[setting] = {"pieces": report.get("short_pieces", {}).get("made", 0), "train rows": train_rows,
                          "under 20 chars": report["short_clips"]["under_20_chars_share"], **merged,

@@ -6,7 +6,6 @@ Imported by ``gpu_smoke.py`` (see its docstring); not a command of its own.
 from __future__ import annotations
 
 import gc
-import json
 import shutil
 import sys
 import traceback
@@ -18,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from xtts_ft.layout import RunLayout  # noqa: E402
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, RunLayout  # noqa: E402
+from xtts_ft.run_history import MetricsRow, read_metrics  # noqa: E402
 
 RESULTS: list[tuple[str, bool]] = []
 
@@ -116,7 +116,7 @@ def train_run(args, cfg, prep, *, injector=None, eval_hook=None, edit_model=None
         return built[-1]
 
     inputs = TrainInputs(base=base, vocab_path=prep.vocab_path, base_vocab_size=base_vocab_size(base),
-                         train_csv=prep.data_dir / "metadata_train.csv", eval_csv=prep.data_dir / "metadata_eval.csv",
+                         train_csv=prep.data_dir / TRAIN_CSV, eval_csv=prep.data_dir / EVAL_CSV,
                          run_dir=cfg.run_dir, eval_hook=eval_hook)
     with patched_recipe(factory, injector):  # the model builder and the step's seams, patched for this run
         result = run_training(cfg, inputs)
@@ -130,12 +130,9 @@ def seed_codes(src_run: Path, dst_run: Path) -> None:
         shutil.copytree(src, RunLayout(dst_run).codes_cache, dirs_exist_ok=True)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def step_lines(run_dir: Path) -> list[dict]:
-    return [r for r in read_jsonl(RunLayout(run_dir).metrics) if r.get("split") != "eval"]
+def step_lines(run_dir: Path) -> list[MetricsRow]:
+    """The run's training rows of metrics.jsonl (read by the run-history module, like every reader)."""
+    return [r for r in read_metrics(run_dir) if not r.is_eval]
 
 
 def needs(state: dict, *keys: str) -> None:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xtts_ft.base_model import BaseModelFiles  # noqa: E402
 from xtts_ft.config import Config  # noqa: E402
+from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE  # noqa: E402
 
 SR = 22050
 WORDS = "the quick brown fox jumps over lazy dog she sells sea shells by shore peter piper picked peck".split()
@@ -48,7 +49,7 @@ def write_fixture(root: Path, clips: int) -> dict:
     tok = Tokenizer.from_file(str(base.vocab_json))
     base_size = tok.get_vocab_size()
     tok.add_special_tokens(["[am]"])
-    tok.save(str(root / "vocab.json"))
+    tok.save(str(root / VOCAB_FILE))
     (root / "data" / "wavs").mkdir(parents=True)
     rng = np.random.default_rng(0)
     rows = ["audio_file|text|speaker_name"]
@@ -58,9 +59,9 @@ def write_fixture(root: Path, clips: int) -> dict:
         wav = (wav + 0.01 * rng.standard_normal(t.shape)).astype(np.float32)
         sf.write(str(root / "data" / "wavs" / f"c{i}.wav"), wav, SR, subtype="PCM_16")
         rows.append(f"wavs/c{i}.wav|{' '.join(rng.choice(WORDS, 4))}|spk")
-    (root / "data" / "metadata_train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    (root / "data" / "metadata_eval.csv").write_text(rows[0] + "\n" + rows[1] + "\n", encoding="utf-8")
-    return {"base": base, "vocab": root / "vocab.json", "base_vocab_size": base_size, "data": root / "data"}
+    (root / "data" / TRAIN_CSV).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (root / "data" / EVAL_CSV).write_text(rows[0] + "\n" + rows[1] + "\n", encoding="utf-8")
+    return {"base": base, "vocab": root / VOCAB_FILE, "base_vocab_size": base_size, "data": root / "data"}
 
 
 def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: int, model):
@@ -83,7 +84,7 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
     tokenizer = AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False)
     record = claim_run_folder(run_dir, fingerprint=None, resume=cfg.checkpoint.resume)
     inputs = TrainInputs(base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
-                         train_csv=fx["data"] / "metadata_train.csv", eval_csv=fx["data"] / "metadata_eval.csv",
+                         train_csv=fx["data"] / TRAIN_CSV, eval_csv=fx["data"] / EVAL_CSV,
                          run_dir=run_dir)
     recipe = FineTuneRecipe(cfg, inputs,
                             handles=training_handles(cfg, setup_distributed(device), fx["vocab"], record, tokenizer))

@@ -11,7 +11,8 @@
   that names a file of the same name in a folder the project does not lay out (a recogniser's Hugging Face
   folder has its own vocab.json) is listed in ELSEWHERE with the reason.
 
-The tests run the same check (tests/test_file_owners.py).
+The package and benchmarks/ (which read run folders too) are checked alike. The tests run the same check
+(tests/test_file_owners.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "xtts_ft"
+BENCHMARKS = "benchmarks"
 LAYOUT = "layout.py"
 HISTORY_OWNER = "run_history.py"  # relative to the package
 HISTORY_CONSTANTS = ("METRICS_FILE", "EVENTS_FILE", "INDEX_FILE")
@@ -33,6 +35,7 @@ JSONL_NAME = re.compile(r"^[\w./-]*\.jsonl$")
 ELSEWHERE: dict[tuple[str, str], str] = {
     ("asr/model_files.py", "vocab.json"): "a recogniser's Hugging Face folder, not a run or checkpoint folder",
     ("data/transcript_check.py", "vocab.json"): "a recogniser's Hugging Face folder, not a run or checkpoint folder",
+    ("benchmarks/asr_throughput.py", "vocab.json"): "a recogniser's Hugging Face folder, not a run or checkpoint folder",
 }
 
 
@@ -78,13 +81,15 @@ def _is_run_layout(node: ast.AST, bound: set[str]) -> bool:
 def problems(root: Path = REPO) -> list[str]:
     files = layout_file_names(root)
     found = []
-    for path in sorted((root / PACKAGE).rglob("*.py")):
-        rel = path.relative_to(root / PACKAGE).as_posix()
+    # the benchmarks read run folders too: they ask the same owners as the package
+    sources = [*sorted((root / PACKAGE).rglob("*.py")), *sorted((root / BENCHMARKS).glob("*.py"))]
+    for path in sources:
+        where = path.relative_to(root).as_posix()
+        rel = where.removeprefix(f"{PACKAGE}/")  # a benchmark keeps its benchmarks/ prefix: never an owner
         if rel == LAYOUT:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         docstrings, bound = _docstrings(tree), _layout_names(tree)
-        where = f"{PACKAGE}/{rel}"
         for node in ast.walk(tree):
             line = getattr(node, "lineno", 0)
             if rel != HISTORY_OWNER:
