@@ -132,13 +132,15 @@ from xtts_ft.run_lock import RunLock
 RunLock(sys.argv[1]).acquire()
 child = os.fork()
 if child == 0:
+    print(os.getpid(), flush=True)  # the worker is past fork's hooks (a busy machine may run it late)
     time.sleep(600)
     os._exit(0)
-print(child, flush=True)
 time.sleep(600)
 """
     holder = subprocess.Popen([sys.executable, "-c", forking, str(run)], stdout=subprocess.PIPE, text=True,
                               env=script_env())
+    # Read from the worker itself: it runs its fork hook when it first gets the CPU, which on a loaded machine
+    # can come after the parent has printed and been killed (then the worker held the lock for those moments).
     worker = int(holder.stdout.readline())
     try:
         with pytest.raises(RunFolderError, match=f"pid {holder.pid},"):
