@@ -17,9 +17,6 @@ from utils import import_graph
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The recipe rewrite of #23 (train/ split into parts, the pipeline doing its setup once) is being done on its
-# own branch; the function-level imports in those files, and train's two imports of run_folder, go with it.
-# Problems there are listed, not failed; everywhere else none is allowed. Empty this once that work is merged.
 
 
 def test_the_import_graph_follows_the_layers_and_the_drawing_is_current(tmp_path):
