@@ -59,8 +59,29 @@ def _step(value: object) -> Optional[int]:
 
 
 # --- the records -------------------------------------------------------------------------------------------
+class _ReadsAsItsLine(Mapping[str, JsonValue]):
+    """A record that also reads as the JSON line it is written as, since its keys are open-ended
+    (``row["loss"]``, ``event.get("signal")``, ``"lr" in row``)."""
+
+    def to_json(self) -> JsonObject:
+        raise NotImplementedError
+
+    @cached_property
+    def _line(self) -> dict[str, JsonValue]:
+        return self.to_json()
+
+    def __getitem__(self, key: str) -> JsonValue:
+        return self._line[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._line)
+
+    def __len__(self) -> int:
+        return len(self._line)
+
+
 @dataclass(frozen=True)
-class MetricsRow(Mapping[str, JsonValue]):
+class MetricsRow(_ReadsAsItsLine):
     """One line of ``metrics.jsonl``: the mean losses, LR, grad norm... of a logged training interval, or
     (``split`` "eval") the losses and scores of an evaluation. Also a read-only mapping of the line as written,
     since the metric names are open-ended: ``row["loss"]``, ``row.get("eval_loss")``, ``"lr" in row``."""
@@ -91,22 +112,9 @@ class MetricsRow(Mapping[str, JsonValue]):
         fields = {k: v for k, v in obj.items() if k not in ("step", "split")}
         return cls(step=step, fields=fields, split=split if isinstance(split, str) else str(split))
 
-    @cached_property
-    def _line(self) -> dict[str, JsonValue]:
-        return self.to_json()
-
-    def __getitem__(self, key: str) -> JsonValue:
-        return self._line[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._line)
-
-    def __len__(self) -> int:
-        return len(self._line)
-
 
 @dataclass(frozen=True)
-class Event(Mapping[str, JsonValue]):
+class Event(_ReadsAsItsLine):
     """One line of ``events.jsonl``: something that happened to the run (``event``: "resume", "branch",
     "checkpoint", "stop", "rollback", "overfitting", "early_stop", "oom_skip", "data_changed"...) at ``step``,
     with the event's own fields. Also a read-only mapping of the line as written (``event.get("signal")``)."""
@@ -135,19 +143,6 @@ class Event(Mapping[str, JsonValue]):
         fields = {k: v for k, v in obj.items() if k not in ("step", "event", "time")}
         return cls(event=name, step=_step(step), fields=fields,
                    time=float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None)
-
-    @cached_property
-    def _line(self) -> dict[str, JsonValue]:
-        return self.to_json()
-
-    def __getitem__(self, key: str) -> JsonValue:
-        return self._line[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._line)
-
-    def __len__(self) -> int:
-        return len(self._line)
 
 
 @dataclass(frozen=True)
