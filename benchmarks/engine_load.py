@@ -36,14 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PATHS = ("engine", "per-piece", "coqui-stream")
 
 
-def _engine(export: Path, voices: Path, max_codes: int):
+def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str):
     sys.path.insert(0, str(ROOT))
     from xtts_ft.config import ServeConfig
     from xtts_ft.serve.engine import SpeechEngine
     from xtts_ft.serve.model_source import resolve_model
 
-    return SpeechEngine.open(resolve_model(export), "cpu", voices_dir=voices, max_codes=max_codes,
-                             settings=ServeConfig(short_text_retries=0))
+    half = device == "cuda" and precision == "bf16"  # the serve flags --decode-precision/--vocoder-precision
+    settings = ServeConfig(short_text_retries=0, decode_precision="bf16" if half else "fp32",
+                           vocoder_precision="bf16" if half else "fp32")
+    return SpeechEngine.open(resolve_model(export), device, voices_dir=voices, max_codes=max_codes, settings=settings)
 
 
 def _old_path(engine, kind: str):
@@ -72,11 +74,12 @@ def _old_path(engine, kind: str):
     return synthesize
 
 
-def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str) -> dict:
+def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str,
+           device: str = "cpu", precision: str = "fp32") -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    engine = _engine(export, voices, max_codes)
+    engine = _engine(export, voices, max_codes, device, precision)
     synthesize = ((lambda t: engine.synthesize(t, "spk1")) if path == "engine" else _old_path(engine, path))
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
     barrier = threading.Barrier(clients)
@@ -102,27 +105,31 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
     engine.close()
+    gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
             "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
-            "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_gpu_mb": gpu_mb, "device": device, "precision": precision}
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
-            text: str) -> list[dict]:
+            text: str, device: str = "cpu", precision: str = "fp32") -> list[dict]:
     rows = []
     for n in clients:
         for path in paths:
             cmd = [sys.executable, __file__, "--worker", path, "--export", str(export), "--voices", str(voices),
-                   "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text]
+                   "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text,
+                   "--device", device, "--precision", precision]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
-                print(f"{path} x{n}: failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+                print(f"{path} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
                 continue
             row = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
                   f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
-                  f"peak {row['peak_mb']:.0f} MB", flush=True)
+                  f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else ""),
+                  flush=True)
     return rows
 
 
@@ -134,13 +141,18 @@ def main() -> None:
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     p.add_argument("--max-codes", type=int, default=40, help="Audio codes per piece at most (~21.5 per second).")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process.")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="cuda only: bf16 = serve's --decode-precision bf16 --vocoder-precision bf16 (engine path)")
+    p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--worker", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--export", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--voices", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--text", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        row = worker(args.worker, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text)
+        row = worker(args.worker, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
+                     args.device, args.precision)
         print(json.dumps(row))
         return
     import soundfile as sf
@@ -153,9 +165,12 @@ def main() -> None:
         voices.mkdir()
         data, sr = sf.read(VOICE)
         sf.write(voices / "spk1.wav", data, sr)
-        print(f"{args.size} random export; text of {len(TEXT)} characters (two pieces); max {args.max_codes} codes "
-              f"per piece; {args.threads} torch thread(s) per process", flush=True)
-        run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT)
+        print(f"{args.size} random export on {args.device} ({args.precision}); text of {len(TEXT)} characters (two "
+              f"pieces); max {args.max_codes} codes per piece; {args.threads} torch thread(s) per process", flush=True)
+        rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
+                       args.precision)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
