@@ -77,7 +77,7 @@ class StreamingVocoder:
         """Upsampled frames ``[start, stop)`` (C, stop-start) of the utterance whose final frame count is ``total``."""
         latents = torch.stack(self._latents)  # (L, C)
         n1 = int(math.floor(len(self._latents) * self.r1))
-        idx2 = torch.arange(start, stop, dtype=torch.float64)
+        idx2 = torch.arange(start, stop, dtype=torch.float64, device=latents.device)  # on the GPU with the latents
         j0, j1, w2 = _source(idx2, self.r2, n1)
         needed = torch.unique(torch.cat([j0, j1]))
         a0, a1, w1 = _source(needed.to(torch.float64), self.r1, len(self._latents))
@@ -98,7 +98,7 @@ class StreamingVocoder:
         if good_end <= start:  # final, and nothing new (an utterance shorter than the held tail)
             out = self._tail if self._tail is not None else torch.zeros(0)
             self._tail = None
-            return out.numpy().astype(np.float32, copy=False)
+            return out.detach().cpu().numpy().astype(np.float32, copy=False)
         w0 = max(0, start - self.context)
         z = self._frames(w0, ready, total)
         wav = self.hifigan.waveform_decoder(z[None], g=self.g).reshape(-1).float()  # fp32 under autocast too
@@ -107,7 +107,7 @@ class StreamingVocoder:
         seg = wav[(start - w0) * self.hop : (good_end - w0) * self.hop].clone()
         if self._tail is not None:
             n = min(len(self._tail), len(seg))
-            fade = torch.linspace(0.0, 1.0, n + 2, dtype=seg.dtype)[1:-1]
+            fade = torch.linspace(0.0, 1.0, n + 2, dtype=seg.dtype, device=seg.device)[1:-1]
             seg[:n] = self._tail[:n] * (1 - fade) + seg[:n] * fade
         if final:
             self._tail = None
