@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.fork_server import ForkedProcess, ForkServer
+from tests.fixtures.fork_server import ForkedProcess
 from tests.fixtures.scripts import CHAOS_TRAIN
 from tests.reliability.relhelpers import copy_run
 from xtts_ft import checkpoint_store as ckpt
@@ -53,12 +53,6 @@ KILLS = ["startup", "random", "state", "prune", "state"]
 # makes a step 20x slower. Both runs use the same setting, so their numbers stay comparable bit for bit.
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SECTIONS = {"training": {"max_steps": STEPS, "num_workers": 0}, "checkpoint": {"every_steps": EVERY, "keep_last": 2}}
-
-
-@pytest.fixture
-def forks():
-    with ForkServer([CHAOS_TRAIN], **THREADS) as server:  # killed children and the server end with the test
-        yield server
 
 
 def steps_logged(run: Path) -> list[int]:
@@ -92,13 +86,13 @@ def staging_state_files(run: Path) -> list[Path]:
     return list((run / "checkpoints").glob(".step_*.new-*/training_state.pt.*.part"))
 
 
-def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, forks, tmp_path):
+def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, training_forks, tmp_path):
     rng = random.Random(SEED)
     ref_run, run = tmp_path / "reference", tmp_path / "chaos"
     ref_args = script_args(ref_run, sections=SECTIONS)
     args = script_args(run, sections=SECTIONS)
     # runs alongside; same thread count, same numbers
-    reference = forks.start(CHAOS_TRAIN, ref_args, log=tmp_path / "reference.log")
+    reference = training_forks.start(CHAOS_TRAIN, ref_args, log=tmp_path / "reference.log", **THREADS)
     log = tmp_path / "chaos.log"
     newest, mid_save_kills, trace = 0, 0, []
     try:
@@ -106,7 +100,7 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, forks
             before = len(steps_logged(run))
             ready = tmp_path / f"ready_{round_no}"
             env = {"CHAOS_PAUSE": how, "CHAOS_READY": str(ready)} if how in ("state", "prune") else {}
-            proc = forks.start(CHAOS_TRAIN, args, log=log, **env)
+            proc = training_forks.start(CHAOS_TRAIN, args, log=log, **THREADS, **env)
             try:
                 if how == "startup":  # a random delay, cut short by the first step of this launch
                     deadline = time.time() + rng.uniform(0.3, 3.0)
@@ -139,7 +133,8 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, forks
         assert mid_save_kills == 2 and newest < STEPS, trace
 
         final_log = tmp_path / "final.log"
-        assert forks.start(CHAOS_TRAIN, args, log=final_log).wait(timeout=300) == 0, final_log.read_text()[-3000:]
+        final = training_forks.start(CHAOS_TRAIN, args, log=final_log, **THREADS)
+        assert final.wait(timeout=300) == 0, final_log.read_text()[-3000:]
         assert f"RESULT step={STEPS} stopped_by_signal=False" in final_log.read_text()
         assert reference.wait(timeout=300) == 0, (tmp_path / "reference.log").read_text()[-3000:]
     finally:
