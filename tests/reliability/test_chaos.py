@@ -86,7 +86,7 @@ def staging_state_files(run: Path) -> list[Path]:
     return list((run / "checkpoints").glob(".step_*.new-*/training_state.pt.*.part"))
 
 
-def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, training_forks, tmp_path):
+def test_sigkill_at_random_moments_and_mid_save_loses_nothing(training_forks, script_args, tmp_path):
     rng = random.Random(SEED)
     ref_run, run = tmp_path / "reference", tmp_path / "chaos"
     ref_args = script_args(ref_run, sections=SECTIONS)
