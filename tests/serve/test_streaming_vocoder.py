@@ -66,7 +66,7 @@ class _CountingGenerator:
     it is given and returns silence of their length: the work is measured, not done (the real generator's audio
     is checked above; vocoding 18 s of speech with it took 13-56 s of the suite's time)."""
 
-    def __init__(self, hifigan) -> None:
+    def __init__(self, hifigan: torch.nn.Module) -> None:
         for name in ("output_hop_length", "ar_mel_length_compression", "output_sample_rate", "input_sample_rate"):
             setattr(self, name, getattr(hifigan, name))
         self.frames_given = 0
