@@ -2,7 +2,9 @@
 
 A tiny-model run of STEPS optimizer steps, saving every EVERY steps, is started in its own process
 (scripts/chaos_train.py) and killed with SIGKILL once per entry of KILLS, each time resumed with
-the same command (``checkpoint.resume: auto``). The moments come from a seeded generator:
+the same command (``checkpoint.resume: auto``). The processes are forked from one that imported the
+training stack once (tests/fixtures/fork_server.py): each is a process of its own, killed for real,
+without paying torch's and coqui's import every time. The moments come from a seeded generator:
 
 - ``startup``: a random delay after launch, before or during model loading and setup;
 - ``random``: once the process has finished a random number of new steps, after a further random
@@ -30,31 +32,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.scripts import CHAOS_TRAIN, script_command, script_env
+from tests.fixtures.fork_server import ForkedProcess
+from tests.fixtures.scripts import CHAOS_TRAIN
 from tests.reliability.relhelpers import copy_run
 from xtts_ft import checkpoint_store as ckpt
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.layout import META_FILE, STATE_FILE, step_dir_name, step_of
 
-pytestmark = pytest.mark.slow  # a training process killed and resumed seven times
+pytestmark = pytest.mark.slow  # a training process killed and resumed five times
 
-STEPS = 60  # a tiny-model step takes ~0.1 s: enough that no round runs to the end, even on a fast machine
+# A round ends at its kill: at most a few steps past its newest save (startup: before its first step; random: 1-4
+# steps and 0.2 s; state, prune: its first save), so five rounds stay far below STEPS even on a fast machine.
+STEPS = 40
 EVERY = 2
 SEED = 20240611
-KILLS = ["startup", "random", "state", "random", "prune", "state", "random"]
+# Each kind of moment once, the mid-save kill twice (the second after a resume from the first, whose staging
+# folder the next run must clean up); each round is a process start (~5 s), so the random kills are not repeated.
+KILLS = ["startup", "random", "state", "prune", "state"]
 # One thread per process: with several processes on a small machine, torch's default (all cores each)
 # makes a step 20x slower. Both runs use the same setting, so their numbers stay comparable bit for bit.
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SECTIONS = {"training": {"max_steps": STEPS, "num_workers": 0}, "checkpoint": {"every_steps": EVERY, "keep_last": 2}}
-
-
-def launch(args: Path, log: Path, **env: str) -> subprocess.Popen:
-    out = open(log, "a", encoding="utf-8")
-    try:
-        return subprocess.Popen(script_command(CHAOS_TRAIN, args), stdout=out, stderr=subprocess.STDOUT,
-                                env=script_env(**THREADS, **env))
-    finally:
-        out.close()  # the child has its own copy of the descriptor
 
 
 def steps_logged(run: Path) -> list[int]:
@@ -71,7 +69,7 @@ def latest_step(run: Path) -> int:
     return int(path.name.split("_")[1]) if path else 0
 
 
-def wait_until(condition, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
+def wait_until(condition, proc: ForkedProcess, log: Path, timeout: float = 120.0) -> None:
     deadline = time.time() + timeout
     while not condition():
         assert proc.poll() is None, f"training exited early ({proc.returncode}):\n{log.read_text()[-3000:]}"
@@ -79,7 +77,7 @@ def wait_until(condition, proc: subprocess.Popen, log: Path, timeout: float = 12
         time.sleep(0.05)
 
 
-def kill(proc: subprocess.Popen) -> None:
+def kill(proc: ForkedProcess) -> None:
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
@@ -88,12 +86,13 @@ def staging_state_files(run: Path) -> list[Path]:
     return list((run / "checkpoints").glob(".step_*.new-*/training_state.pt.*.part"))
 
 
-def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_path):
+def test_sigkill_at_random_moments_and_mid_save_loses_nothing(training_forks, script_args, tmp_path):
     rng = random.Random(SEED)
     ref_run, run = tmp_path / "reference", tmp_path / "chaos"
     ref_args = script_args(ref_run, sections=SECTIONS)
     args = script_args(run, sections=SECTIONS)
-    reference = launch(ref_args, tmp_path / "reference.log")  # runs alongside; same thread count, same numbers
+    # runs alongside; same thread count, same numbers
+    reference = training_forks.start(CHAOS_TRAIN, ref_args, log=tmp_path / "reference.log", **THREADS)
     log = tmp_path / "chaos.log"
     newest, mid_save_kills, trace = 0, 0, []
     try:
@@ -101,7 +100,7 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
             before = len(steps_logged(run))
             ready = tmp_path / f"ready_{round_no}"
             env = {"CHAOS_PAUSE": how, "CHAOS_READY": str(ready)} if how in ("state", "prune") else {}
-            proc = launch(args, log, **env)
+            proc = training_forks.start(CHAOS_TRAIN, args, log=log, **THREADS, **env)
             try:
                 if how == "startup":  # a random delay, cut short by the first step of this launch
                     deadline = time.time() + rng.uniform(0.3, 3.0)
@@ -133,10 +132,10 @@ def test_sigkill_at_random_moments_and_mid_save_loses_nothing(script_args, tmp_p
             newest = latest
         assert mid_save_kills == 2 and newest < STEPS, trace
 
-        final = subprocess.run(script_command(CHAOS_TRAIN, args), capture_output=True, text=True, timeout=300,
-                               env=script_env(**THREADS))
-        assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
-        assert f"RESULT step={STEPS} stopped_by_signal=False" in final.stdout
+        final_log = tmp_path / "final.log"
+        final = training_forks.start(CHAOS_TRAIN, args, log=final_log, **THREADS)
+        assert final.wait(timeout=300) == 0, final_log.read_text()[-3000:]
+        assert f"RESULT step={STEPS} stopped_by_signal=False" in final_log.read_text()
         assert reference.wait(timeout=300) == 0, (tmp_path / "reference.log").read_text()[-3000:]
     finally:
         if reference.poll() is None:

@@ -1,7 +1,8 @@
 """A stop request is acted on within seconds wherever the run is, and the last finished step is what is saved.
 
-Two real processes get SIGTERM while the evaluation synthesises samples (the step-0 evaluation of an
-untrained model, whose samples run to the length limit, and a later one): each exits within 5 s,
+Two real processes (forked from tests/fixtures/fork_server.py) get SIGTERM while the evaluation synthesises
+samples (the step-0 evaluation of an untrained model, whose samples run to the length limit, and a later
+one): each exits within 5 s,
 with the last finished step saved, the half-done evaluation dropped and the stop in events.jsonl.
 In-process: a stop between the micro-batches of a step abandons that step, and the run resumes
 from the step before it with the same losses as an uninterrupted run.
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.fixtures.scripts import RUN_SMALL, script_command, script_env
+from tests.fixtures.fork_server import ForkServer
+from tests.fixtures.scripts import RUN_SMALL
 from tests.reliability.relhelpers import read_events, read_metrics, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 
@@ -27,40 +28,39 @@ SENTENCES = ["the quick brown fox", "jumps over the lazy dog", "she sells sea sh
 STOP_WITHIN_S = 5.0
 
 
-def stop_during_evaluation(script_args, dataset, run: Path, eval_step: int, sections: dict) -> tuple[int, str, float]:
+def stop_during_evaluation(forks: ForkServer, script_args, dataset, run: Path, eval_step: int,
+                           sections: dict) -> tuple[int, str, float]:
     """Start a training process, SIGTERM it once the evaluation at ``eval_step`` synthesises; (rc, output, seconds)."""
     speaker = dataset[1].parent / "wavs" / "clip_12.wav"
     evaluation = {"sentences": SENTENCES, "mcd_clips": 0, **sections.pop("evaluation", {})}
     args = script_args(run, sections={"evaluation": evaluation, **sections}, speaker_wav=speaker)
     log = run.parent / f"{run.name}.log"
     samples = run / "samples" / f"step_{eval_step:06d}"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(script_command(RUN_SMALL, args), stdout=out, stderr=subprocess.STDOUT,
-                                env=script_env())
-        try:
-            deadline = time.time() + 240
-            while not samples.is_dir():  # made just before the first sample is generated
-                assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-                time.sleep(0.05)
-            time.sleep(0.3)  # inside the first sample's generation
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
-            seconds = time.monotonic() - sent
-            print(f"SIGTERM during the evaluation at step {eval_step}: the process exited {seconds:.2f} s later")
-        finally:
-            proc.kill()
-    return proc.returncode, log.read_text(), seconds
+    proc = forks.start(RUN_SMALL, args, log=log)
+    try:
+        deadline = time.time() + 240
+        while not samples.is_dir():  # made just before the first sample is generated
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        time.sleep(0.3)  # inside the first sample's generation
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        seconds = time.monotonic() - sent
+        print(f"SIGTERM during the evaluation at step {eval_step}: the process exited {seconds:.2f} s later")
+    finally:
+        proc.kill()
+    return rc, log.read_text(), seconds
 
 
 def stop_events(run: Path) -> list[dict]:
     return [e for e in read_events(run) if e["event"] == "stop"]
 
 
-def test_sigterm_during_the_step0_evaluation_exits_within_seconds(script_args, dataset, tmp_path):
+def test_sigterm_during_the_step0_evaluation_exits_within_seconds(training_forks, script_args, dataset, tmp_path):
     run = tmp_path / "run"
     rc, out, seconds = stop_during_evaluation(
-        script_args, dataset, run, 0,
+        training_forks, script_args, dataset, run, 0,
         {"training": {"max_steps": 50}, "evaluation": {"eval_at_start": True, "every_steps": 0}})
     assert rc == 0, out[-3000:]
     assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])
@@ -72,10 +72,10 @@ def test_sigterm_during_the_step0_evaluation_exits_within_seconds(script_args, d
     assert event["step"] == 0 and event["signal"] == "SIGTERM" and event["during"] == "the evaluation at step 0"
 
 
-def test_sigterm_during_a_later_evaluation_saves_that_step_first(script_args, dataset, tmp_path):
+def test_sigterm_during_a_later_evaluation_saves_that_step_first(training_forks, script_args, dataset, tmp_path):
     run = tmp_path / "run"
     rc, out, seconds = stop_during_evaluation(
-        script_args, dataset, run, 2,
+        training_forks, script_args, dataset, run, 2,
         {"training": {"max_steps": 50}, "evaluation": {"every_steps": 2}, "checkpoint": {"every_steps": 100}})
     assert rc == 0, out[-3000:]
     assert seconds < STOP_WITHIN_S, (seconds, out[-6000:])

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 import torch
 
-from tests.fixtures.scripts import RUN_SMALL, script_command, script_env
+from tests.fixtures.scripts import RUN_SMALL
 from tests.train.trainhelpers import read_metrics, small_config, train_lines
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.stop_signals import StopSignals
@@ -73,11 +72,12 @@ def test_sigterm_saves_the_last_finished_step_and_resumes(trainer, straight, tmp
         assert losses[step] == pytest.approx(straight[step], rel=1e-6, abs=1e-7), step
 
 
-def test_sigterm_to_a_training_process(script_args, tmp_path):
+def test_sigterm_to_a_training_process(training_forks, script_args, tmp_path):
+    """A real process (forked from tests/fixtures/fork_server.py, which imported the training stack once)."""
     run = tmp_path / "run"
     args = script_args(run, sections={"training": {"max_steps": 400}, "checkpoint": {"every_steps": 1000}})
-    proc = subprocess.Popen(script_command(RUN_SMALL, args), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=script_env())
+    log = tmp_path / "run.log"
+    proc = training_forks.start(RUN_SMALL, args, log=log)
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -86,10 +86,11 @@ def test_sigterm_to_a_training_process(script_args, tmp_path):
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
+        rc = proc.wait(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 0, out[-3000:]
+    out = log.read_text()
+    assert rc == 0, out[-3000:]
     assert "stopped_by_signal=True" in out and "Resume with:" in out
     step = int(out.split("RESULT step=")[1].split()[0])
     assert 2 <= step < 400 and CheckpointStore.of_run(run).latest().name == f"step_{step:06d}"

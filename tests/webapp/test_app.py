@@ -1,7 +1,7 @@
 """The page keeps the run folder it shows in its address (?run=FOLDER): read back on a reload (issue 31, item 10).
 
-The browser side (the address written on a change, a reload showing the same folder) is in
-``test_browser_reload.py``."""
+The browser side (the address written on a change, a reload showing the same folder) is the last test of
+``test_browser.py``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The web app driven in real headless Chromium, on the demo (tiny model, a short run).
 
 One app server and one training run are shared by the tests below, in file order: bad inputs,
-then Start / watch / restart the app / Stop / Resume, then Listen, then Speak. Each tab's
-screenshot is saved (``XTTS_FT_SCREENSHOTS=docs/webapp`` refreshes the README's).
+then Start / watch / restart the app / Stop / Resume, then Listen, then Speak, then a reload that
+keeps another run folder (last: it points the page elsewhere). Each tab's screenshot is saved
+(``XTTS_FT_SCREENSHOTS=docs/webapp`` refreshes the README's).
 """
 
 from __future__ import annotations
@@ -217,3 +218,26 @@ def test_speak_refuses_a_wrong_script_and_gives_audio(browser, app_server, scree
     state = audio_loads(browser, audio)
     assert state[0] in (1, 2, 3, 4) and state[1] > 0, state
     browser.save_screenshot(str(screenshots / "speak.png"))
+
+
+def _run_box(driver) -> str:
+    return driver.find_element(By.CSS_SELECTOR, "#run-dir textarea, #run-dir input").get_attribute("value")
+
+
+def test_a_reload_keeps_the_run_folder_the_page_was_showing(browser, app_server, tmp_path: Path):
+    """The page keeps the folder in its address (?run=FOLDER) and shows it again after a reload (issue 31, item 10)."""
+    other = tmp_path / "other_run"
+    (other / "data").mkdir(parents=True)
+    (other / "data" / "report.json").write_text(json.dumps({"kept": 7, "kept_train": 6, "kept_eval": 1}),
+                                                encoding="utf-8")
+    open_page(browser, app_server.url)
+    assert _run_box(browser) == str(app_server.run_dir)
+    type_into(browser, "run-dir", str(other))
+    wait_until(lambda: "run=" in browser.current_url, 30, "the run folder in the page's address")
+
+    browser.refresh()
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "button[role=tab]"), 60, "the tabs")
+    wait_until(lambda: _run_box(browser) == str(other), 30, "the run folder back in its box")
+    open_tab(browser, "Data")
+    wait_until(lambda: "7 clips kept" in text_of(browser, "data-report"), 30, "the other run's dataset report")
+    assert app_server.PREFIX in browser.current_url  # behind the proxy path, as a Studio serves it
