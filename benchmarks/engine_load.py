@@ -13,8 +13,9 @@ piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 - ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
   (it stores the prefix on the model: one at a time), which re-vocodes everything so far at every chunk.
 
-Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own; all
-callers start together and each synthesises the text once. Reported: time to first audio p50/p95,
+Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
+(``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
+that process's peak so far; the test's form); all callers start together and each synthesises the text once. Reported: time to first audio p50/p95,
 aggregate seconds of audio per second of wall time, peak resident memory.
 """
 

@@ -303,8 +303,8 @@ def memory_options_section(args, device, state):
     cfg = smoke_config(args, run_dir, **{"training.batch_size": str(max(2, state["size"])), "training.max_steps":
                                          str(steps), "checkpoint.every_steps": str(steps),
                                          "training.offload_frozen": "true", "training.gradient_checkpointing": "true"})
-    if args.quick:  # the paths, not the samples, are under test here: two short samples are enough
-        cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:2], 30
+    if args.quick:  # the paths, not the samples, are under test here: one short sample is enough
+        cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:1], 10
     prep, at = state["prep"], {"step": None, "injected": 0}
     fp16 = resolve_precision(args.precision, device).name == "fp16"
     if fp16:  # one overflow in step 1 then drops the scale below min_scale: the fp16 fallback fires

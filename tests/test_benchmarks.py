@@ -2,39 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
-from types import ModuleType
 
 import pytest
-import torch
 import yaml
 
 from tests.conftest import REPO_ROOT
+from tests.fixtures.benchmarks import left_as_found, load_benchmark
 from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.base_model import REQUIRED_FILES
 
 pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
 
 
-def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/NAME.py as a module, run in this process (no interpreter start, no second import of torch and
-    coqui); a fresh copy each time, so nothing a test changes in it reaches another test."""
-    spec = importlib.util.spec_from_file_location(f"{name}_under_test", REPO_ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_throughput(argv: list[str], capsys) -> str:
-    """gpu_throughput.py's main with these arguments, in this process; its stdout. It seeds torch's generator: the
-    generator's state is put back afterwards."""
+    """``python benchmarks/gpu_throughput.py ARGV``, run in this process (no interpreter start, no second import of
+    torch and coqui); its stdout."""
     bench = load_benchmark("gpu_throughput")
-    with torch.random.fork_rng(devices=[]):
+    with left_as_found():
         bench.main(argv)
     return capsys.readouterr().out
 
@@ -145,7 +134,8 @@ def test_trainable_cost_benchmark_measures_each_option_small(capsys):
     bench = load_benchmark("trainable_cost")
     args = argparse.Namespace(size="small", steps=1, batch=1, text_len=8, codes_len=12, cond_frames=64,
                               device="cpu", threads=1)
-    rows = [bench.measure(mode, args) for mode in bench.MODES]
+    with left_as_found():
+        rows = [bench.measure(mode, args) for mode in bench.MODES]
     bench.print_table(rows, args)
     trained = {r["mode"]: r["trained_m"] for r in rows}
     assert 0 < trained["lora"] < trained["freeze"] < trained["all"] == rows[0]["gpt_params_m"]
@@ -187,7 +177,8 @@ def test_engine_load_benchmark_prints_a_row_per_path_small():
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
     """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
     bench = load_benchmark("eval_speed")
-    bench.main(["--samples", "2", "--codes", "6", "--rounds", "1", "--base-model", str(tiny_base_dir)])
+    with left_as_found():
+        bench.main(["--samples", "2", "--codes", "6", "--rounds", "1", "--base-model", str(tiny_base_dir)])
     out = capsys.readouterr().out
     assert re.search(r"round 1: old \d+\.\d+ s, new \d+\.\d+ s", out), out
     found = re.search(r"ratio \d+\.\d+x; max \|old - new\| (\S+)", out)
