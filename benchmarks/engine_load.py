@@ -15,8 +15,9 @@ piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 
 Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
 (``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
-that process's peak so far; the test's form); all callers start together and each synthesises the text once. Reported: time to first audio p50/p95,
-aggregate seconds of audio per second of wall time, peak resident memory.
+that process's peak so far; the test's form); all callers start together and each synthesises the text
+once. Reported: time to first audio p50/p95, aggregate seconds of audio per second of wall time, peak
+resident memory.
 """
 
 from __future__ import annotations
