@@ -1,7 +1,7 @@
 """Rehearse a real run at the real size on a CPU: every stage on a full-size random XTTS-v2.
 
     nice -n 10 python benchmarks/full_size_rehearsal.py --out /tmp/rehearsal [--steps 2] [--batch 1] [--threads 1]
-    python benchmarks/full_size_rehearsal.py --size tiny --steps 1 --eval-sentences 1 --max-new-tokens 10 --out /tmp/r
+    python benchmarks/full_size_rehearsal.py --size tiny --steps 1 --eval-sentences 2 --max-new-tokens 10 --out /tmp/r
 
 The last line is the test's form (tests/test_benchmarks.py): the same stages, each as small as it goes.
 

@@ -63,12 +63,12 @@ def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path, cap
 
 
 def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
-    """The rehearsal's smallest form: the same stages and measurements, on the tiny model (one evaluation sentence
-    of ten audio codes: a random model never stops, so each sample costs its full token budget, three evaluations
-    over)."""
+    """The rehearsal's smallest form: the same stages and measurements, on the tiny model (two evaluation sentences
+    of ten audio codes each: a random model never stops, so each sample costs its full token budget, three
+    evaluations over)."""
     out = subprocess.run(
         [sys.executable, "benchmarks/full_size_rehearsal.py", "--size", "tiny", "--steps", "1", "--threads", "1",
-         "--eval-sentences", "1", "--max-new-tokens", "10", "--out", str(tmp_path / "rehearsal")],
+         "--eval-sentences", "2", "--max-new-tokens", "10", "--out", str(tmp_path / "rehearsal")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
@@ -79,7 +79,7 @@ def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
     assert all(s["peak_rss_mb"] > 0 and s["wall_s"] > 0 for s in result["stages"])
     assert result["resumed_from"][-1].endswith("step_000001")  # the second run continued the first
     assert result["sizes"]["checkpoint_mb"] > 0 and result["sizes"]["export_mb"] > 0 and result["synthesis_rtf"]
-    assert result["eval_sentences"] == 1 and result["synthesis_rtf"]["n"] == 1 * 3  # three evaluations: two runs, --evaluate
+    assert result["eval_sentences"] == 2 and result["synthesis_rtf"]["n"] == 2 * 3  # three evaluations: two runs, --evaluate
     run_config = yaml.safe_load((tmp_path / "rehearsal" / "run" / "config.yaml").read_text(encoding="utf-8"))
     assert run_config["evaluation"]["max_new_tokens"] == 10  # the runs got the sample budget asked for
 
