@@ -366,10 +366,13 @@ def stop_section(args, state):
     cmd = [sys.executable, str(REPO / "headless_train.py"), "--config", str(REPO / "configs" / "demo.yaml"),
            *child_sets(args, run_dir), "--set", "training.max_steps=100000", "--set", "checkpoint.every_steps=100000",
            "--set", "training.num_workers=0", "--set", "training.log_every=1"]
+    # --quick: the stop lands in step 2 of batch 2 (a stop mid-run is under test, not the steps before it)
+    cmd += ["--set", "training.batch_size=2"] if args.quick else []
+    steps_before_stop = 1 if args.quick else 2
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        if len(step_lines(run_dir)) >= 2:
+        if len(step_lines(run_dir)) >= steps_before_stop:
             break
         time.sleep(0.5)
     sent = time.perf_counter()
