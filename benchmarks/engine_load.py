@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -134,7 +135,8 @@ def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], ma
     return rows
 
 
-def _print_row(row: dict) -> dict:
+def _print_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Print one worker row (its JSON line, parsed); return it."""
     path, n = row["path"], row["clients"]
     print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
           f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ def child(modes: str, wav: str, txt: str, folder: str, threads: int) -> int:
     return 0
 
 
-def print_row(row: dict, threads: int) -> dict:
+def print_row(row: dict[str, Any], threads: int) -> dict[str, Any]:
     """One mode's line; the row with its minutes of processing per hour of audio added."""
     row["minutes_per_audio_hour"] = round(row["seconds"] / 60 / max(row["audio_hours"], 1e-9), 2)
     print(f"{row['mode']:5s}: {row['seconds']:.1f} s for {row['audio_hours'] * 60:.1f} min of audio = "

@@ -19,7 +19,7 @@ from xtts_ft.base_model import REQUIRED_FILES
 pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
 
 
-def run_throughput(argv: list[str], capsys) -> str:
+def run_throughput(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """``python benchmarks/gpu_throughput.py ARGV``, run in this process (no interpreter start, no second import of
     torch and coqui); its stdout."""
     bench = load_benchmark("gpu_throughput")
