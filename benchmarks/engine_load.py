@@ -145,7 +145,7 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=["tiny", "full"], default="tiny")
@@ -164,7 +164,7 @@ def main() -> None:
     p.add_argument("--export", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--voices", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--text", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.worker:
         for path in args.worker:  # one JSON line per path, in order
             row = worker(path, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,

@@ -156,22 +156,21 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
     assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other
 
 
-def test_engine_load_benchmark_prints_a_row_per_path_small():
-    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns (the
-    three paths in one worker process, one after another: one start instead of three)."""
-    out = subprocess.run(
-        [sys.executable, "benchmarks/engine_load.py", "--size", "tiny", "--clients", "2", "--max-codes", "4",
-         "--threads", "1", "--one-process"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    rows = [line for line in out.stdout.splitlines() if " x2 " in line]
-    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out.stdout
+def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
+    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns. The
+    benchmark's main runs in this process (it writes the export) and starts one worker process for the three paths,
+    one after another (--one-process: one start instead of three)."""
+    bench = load_benchmark("engine_load")
+    with left_as_found():
+        bench.main(["--size", "tiny", "--clients", "2", "--max-codes", "4", "--threads", "1", "--one-process"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if " x2 " in line]
+    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out
     number = r"\d+\.\d+"
     for row in rows:
         assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
                          rf"\({number} s in {number} s\); peak \d+ MB", row), row
-    assert "failed" not in out.stdout and "every path in one process" in out.stdout
+    assert "failed" not in out and "every path in one process" in out
 
 
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
