@@ -13,9 +13,11 @@ piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 - ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
   (it stores the prefix on the model: one at a time), which re-vocodes everything so far at every chunk.
 
-Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own; all
-callers start together and each synthesises the text once. Reported: time to first audio p50/p95,
-aggregate seconds of audio per second of wall time, peak resident memory.
+Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
+(``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
+that process's peak so far; the test's form); all callers start together and each synthesises the text
+once. Reported: time to first audio p50/p95, aggregate seconds of audio per second of wall time, peak
+resident memory.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,27 +116,36 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
-            text: str, device: str = "cpu", precision: str = "fp32") -> list[dict]:
+            text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False) -> list[dict]:
+    """One child process per (path, clients) pair; ``one_process``: one child per clients count runs every path in
+    turn (quicker: one start instead of one per path; its peak memory is then that process's peak so far)."""
     rows = []
     for n in clients:
-        for path in paths:
-            cmd = [sys.executable, __file__, "--worker", path, "--export", str(export), "--voices", str(voices),
+        for group in ([paths] if one_process else [[path] for path in paths]):
+            cmd = [sys.executable, __file__, "--worker", *group, "--export", str(export), "--voices", str(voices),
                    "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text,
                    "--device", device, "--precision", precision]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
-                print(f"{path} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
+                print(f"{','.join(group)} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
                 continue
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
-                  f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
-                  f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else ""),
-                  flush=True)
+            for line in done.stdout.splitlines():  # the worker's rows: one JSON line per path
+                if line.startswith('{"path": '):
+                    rows.append(_print_row(json.loads(line)))
     return rows
 
 
-def main() -> None:
+def _print_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Print one worker row (its JSON line, parsed); return it."""
+    path, n = row["path"], row["clients"]
+    print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
+          f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
+          f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else ""),
+          flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=["tiny", "full"], default="tiny")
@@ -145,15 +157,19 @@ def main() -> None:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="cuda only: bf16 = serve's --decode-precision bf16 --vocoder-precision bf16 (engine path)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    p.add_argument("--worker", choices=PATHS, help=argparse.SUPPRESS)
+    p.add_argument("--one-process", action="store_true",
+                   help="run every path of a clients count in one process, in turn (quicker; the peak memory column "
+                        "is then that process's peak so far, not the path's own)")
+    p.add_argument("--worker", nargs="+", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--export", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--voices", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--text", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.worker:
-        row = worker(args.worker, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
-                     args.device, args.precision)
-        print(json.dumps(row))
+        for path in args.worker:  # one JSON line per path, in order
+            row = worker(path, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
+                         args.device, args.precision)
+            print(json.dumps(row), flush=True)
         return
     import soundfile as sf
     from serve_load import TEXT, VOICE, make_export
@@ -166,9 +182,11 @@ def main() -> None:
         data, sr = sf.read(VOICE)
         sf.write(voices / "spk1.wav", data, sr)
         print(f"{args.size} random export on {args.device} ({args.precision}); text of {len(TEXT)} characters (two "
-              f"pieces); max {args.max_codes} codes per piece; {args.threads} torch thread(s) per process", flush=True)
+              f"pieces); max {args.max_codes} codes per piece; {args.threads} torch thread(s) per process"
+              + ("; every path in one process per clients count (peak memory: that process's so far)"
+                 if args.one_process else ""), flush=True)
         rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
-                       args.precision)
+                       args.precision, args.one_process)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
 

@@ -1,7 +1,9 @@
 """Rehearse a real run at the real size on a CPU: every stage on a full-size random XTTS-v2.
 
     nice -n 10 python benchmarks/full_size_rehearsal.py --out /tmp/rehearsal [--steps 2] [--batch 1] [--threads 1]
-    python benchmarks/full_size_rehearsal.py --size tiny --steps 1 --eval-sentences 2 --out /tmp/r   # the test's form
+    python benchmarks/full_size_rehearsal.py --size tiny --steps 1 --eval-sentences 2 --max-new-tokens 10 --out /tmp/r
+
+The last line is the test's form (tests/test_benchmarks.py): the same stages, each as small as it goes.
 
 It writes a random XTTS with the real XTTS-v2 dimensions (``make-random-model --size full``), then
 runs the pipeline on the bundled demo clips (short, synthetic) exactly as a user would, each stage
@@ -56,15 +58,16 @@ def run_stage(name: str, cmd: list[str], log_dir: Path, env: dict) -> dict:
 
 
 def train_cmd(cfg: str, run_dir: Path, model: Path, steps: int, batch: int, threads: int,
-              sentences: Optional[list[str]] = None) -> list[str]:
-    """The pipeline's command line; ``sentences``: the evaluations synthesise these (None: the config's)."""
+              sentences: Optional[list[str]] = None, max_new_tokens: int = 60) -> list[str]:
+    """The pipeline's command line; ``sentences``: the evaluations synthesise these (None: the config's), each
+    sample at most ``max_new_tokens`` audio codes."""
     sets: dict[str, object] = {
         "run.output_dir": run_dir, "run.device": "cpu", "base_model.source": model, "base_model.create_tiny": "false",
         "training.max_steps": steps, "training.batch_size": batch, "training.grad_accum_steps": 1,
         "training.num_workers": 0, "training.warmup_steps": 0, "training.lr": 5e-6, "training.log_every": 1,
         "training.cpu_threads": threads, "checkpoint.every_steps": 1, "checkpoint.keep_last": 2,
         "evaluation.every_steps": 0, "evaluation.eval_at_start": "false", "evaluation.max_speakers": 1,
-        "evaluation.max_new_tokens": 60, "evaluation.mcd_clips": 1, "evaluation.max_eval_batches": 4,
+        "evaluation.max_new_tokens": max_new_tokens, "evaluation.mcd_clips": 1, "evaluation.max_eval_batches": 4,
         "precision.mode": "fp32",
     }
     if sentences is not None:  # a YAML flow list (JSON is one): --set reads its value as YAML
@@ -111,6 +114,9 @@ def main() -> None:
     parser.add_argument("--eval-sentences", type=int, default=None,
                         help="Synthesise only the first N of the config's evaluation sentences (default: all); each "
                              "evaluation's time is mostly its samples, and a random model never stops early.")
+    parser.add_argument("--max-new-tokens", type=int, default=60,
+                        help="Audio codes per evaluation sample at most (evaluation.max_new_tokens; a random model "
+                             "never stops, so each sample costs all of them).")
     parser.add_argument("--time-checkpoint-io", nargs=2, metavar=("CKPT", "SCRATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.time_checkpoint_io:
@@ -137,9 +143,9 @@ def main() -> None:
 
     run_dir = out / "run"
     stages.append(run_stage("train_first_run", train_cmd(args.config, run_dir, model, args.steps, args.batch,
-                                                         args.threads, sentences), logs, env))
+                                                         args.threads, sentences, args.max_new_tokens), logs, env))
     stages.append(run_stage("train_resumed_run", train_cmd(args.config, run_dir, model, args.steps + 2, args.batch,
-                                                           args.threads, sentences), logs, env))
+                                                           args.threads, sentences, args.max_new_tokens), logs, env))
     resumes = [e for e in read_events(run_dir) if e.get("event") == "resume"]
     store = CheckpointStore.of_run(run_dir)
     ckpts = list(store.step_folders().values())
@@ -154,7 +160,8 @@ def main() -> None:
                                                  str(out / "io_scratch")], logs, env)
     io.update(json.loads((logs / "checkpoint_load_and_save.log").read_text(encoding="utf-8").splitlines()[-1]))
     stages.append(io)
-    cfg_sets = train_cmd(args.config, run_dir, model, args.steps + 2, args.batch, args.threads, sentences)[4:]
+    cfg_sets = train_cmd(args.config, run_dir, model, args.steps + 2, args.batch, args.threads, sentences,
+                         args.max_new_tokens)[4:]
     stages.append(run_stage("evaluate_checkpoint", [sys.executable, "headless_train.py", "--config", args.config,
                                                     *cfg_sets, "--evaluate", "--checkpoint", str(latest)], logs, env))
     export = out / "export"

@@ -303,8 +303,8 @@ def memory_options_section(args, device, state):
     cfg = smoke_config(args, run_dir, **{"training.batch_size": str(max(2, state["size"])), "training.max_steps":
                                          str(steps), "checkpoint.every_steps": str(steps),
                                          "training.offload_frozen": "true", "training.gradient_checkpointing": "true"})
-    if args.quick:  # the paths, not the samples, are under test here: two short samples are enough
-        cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:2], 30
+    if args.quick:  # the paths, not the samples, are under test here: one short sample is enough
+        cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:1], 10
     prep, at = state["prep"], {"step": None, "injected": 0}
     fp16 = resolve_precision(args.precision, device).name == "fp16"
     if fp16:  # one overflow in step 1 then drops the scale below min_scale: the fp16 fallback fires
@@ -366,10 +366,13 @@ def stop_section(args, state):
     cmd = [sys.executable, str(REPO / "headless_train.py"), "--config", str(REPO / "configs" / "demo.yaml"),
            *child_sets(args, run_dir), "--set", "training.max_steps=100000", "--set", "checkpoint.every_steps=100000",
            "--set", "training.num_workers=0", "--set", "training.log_every=1"]
+    # --quick: the stop lands in step 2 of batch 2 (a stop mid-run is under test, not the steps before it)
+    cmd += ["--set", "training.batch_size=2"] if args.quick else []
+    steps_before_stop = 1 if args.quick else 2
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        if len(step_lines(run_dir)) >= 2:
+        if len(step_lines(run_dir)) >= steps_before_stop:
             break
         time.sleep(0.5)
     sent = time.perf_counter()

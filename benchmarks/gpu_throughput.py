@@ -322,7 +322,7 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=["full", "small"], default=None, help="full on GPU, small on CPU by default")
     parser.add_argument("--batches", default=None, help="comma-separated batch sizes")
@@ -344,7 +344,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 2 on a GPU, 1 on CPU)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (keep it low on a shared CPU)")
     parser.add_argument("--json", help="also write the rows as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 

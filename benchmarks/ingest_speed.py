@@ -9,7 +9,8 @@ clips, cycled, joined by 0.8 s of faint noise; written block by block at ``--rat
 text it reads. Then ingests it in alignment mode (``--text``) and in VAD mode, each in its own child
 process with ``--threads`` torch threads and the committed small recogniser, and prints per mode:
 wall time, minutes of processing per hour of audio, clips made and rejected, and the child's peak
-resident memory (``ru_maxrss``).
+resident memory (``ru_maxrss``). ``--one-process`` runs both modes in one child, one after the other
+(the test's form: one start instead of two; the memory column is then that child's peak so far).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +65,8 @@ def build(folder: Path, minutes: float, rate: int, channels: int) -> tuple[Path,
     return wav, txt, len(sentences)
 
 
-def child(mode: str, wav: str, txt: str, out: str, threads: int) -> int:
+def child(modes: str, wav: str, txt: str, folder: str, threads: int) -> int:
+    """Ingest in each of ``modes`` (comma-separated) in turn, into FOLDER/out_MODE; one JSON line per mode."""
     import torch
 
     torch.set_num_threads(threads)
@@ -73,14 +76,26 @@ def child(mode: str, wav: str, txt: str, out: str, threads: int) -> int:
 
     cfg = Config()
     cfg.asr.model, cfg.asr.device = str(SMALL_MODEL_DIR), "cpu"
-    started = time.monotonic()
-    report = ingest(cfg, [wav], Path(out), text=Path(txt) if mode == "text" else None)
-    seconds = time.monotonic() - started
-    print(json.dumps({"mode": mode, "seconds": round(seconds, 1), "clips": report.clips,
-                      "rejected": report.rejected, "text_without_audio": len(report.text_without_audio),
-                      "audio_hours": report.source_hours,
-                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+    for mode in modes.split(","):
+        started = time.monotonic()
+        report = ingest(cfg, [wav], Path(folder) / f"out_{mode}", text=Path(txt) if mode == "text" else None)
+        seconds = time.monotonic() - started
+        print(json.dumps({"mode": mode, "seconds": round(seconds, 1), "clips": report.clips,
+                          "rejected": report.rejected, "text_without_audio": len(report.text_without_audio),
+                          "audio_hours": report.source_hours,
+                          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}),
+              flush=True)
     return 0
+
+
+def print_row(row: dict[str, Any], threads: int) -> dict[str, Any]:
+    """One mode's line; the row with its minutes of processing per hour of audio added."""
+    row["minutes_per_audio_hour"] = round(row["seconds"] / 60 / max(row["audio_hours"], 1e-9), 2)
+    print(f"{row['mode']:5s}: {row['seconds']:.1f} s for {row['audio_hours'] * 60:.1f} min of audio = "
+          f"{row['minutes_per_audio_hour']:.2f} min per audio hour; {row['clips']} clips, rejected "
+          f"{row['rejected'] or 'none'}, text without audio {row['text_without_audio']}; "
+          f"peak RSS {row['peak_rss_mb']:.0f} MB ({threads} threads)", flush=True)
+    return row
 
 
 def main(argv=None) -> int:
@@ -92,7 +107,10 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="text,vad", help="Comma-separated: text (alignment), vad.")
     parser.add_argument("--dir", help="Work folder (default: a temporary one).")
     parser.add_argument("--json", help="Write the rows here too.")
-    parser.add_argument("--child", nargs=4, metavar=("MODE", "WAV", "TXT", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--one-process", action="store_true",
+                        help="Ingest every mode in one child process, in turn (quicker: one start; the peak memory "
+                             "column is then that process's peak so far, not the mode's own).")
+    parser.add_argument("--child", nargs=4, metavar=("MODES", "WAV", "TXT", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(*args.child, args.threads)
@@ -103,22 +121,21 @@ def main(argv=None) -> int:
         print(f"built {args.minutes:g} min of audio ({n} sentences, {args.rate} Hz, {args.channels} ch, "
               f"{wav.stat().st_size / 1e6:.0f} MB) in {time.monotonic() - t0:.0f} s", flush=True)
         rows = []
-        for mode in args.modes.split(","):
+        modes = args.modes.split(",")
+        if args.one_process:
+            print("every mode in one process (peak RSS: that process's so far)", flush=True)
+        for group in ([modes] if args.one_process else [[mode] for mode in modes]):
             done = subprocess.run(
-                [sys.executable, __file__, "--threads", str(args.threads), "--child", mode, str(wav), str(txt),
-                 str(folder / f"out_{mode}")],
+                [sys.executable, __file__, "--threads", str(args.threads), "--child", ",".join(group), str(wav),
+                 str(txt), str(folder)],
                 capture_output=True, text=True, cwd=REPO_ROOT,
             )
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return done.returncode
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            row["minutes_per_audio_hour"] = round(row["seconds"] / 60 / max(row["audio_hours"], 1e-9), 2)
-            rows.append(row)
-            print(f"{mode:5s}: {row['seconds']:.1f} s for {row['audio_hours'] * 60:.1f} min of audio = "
-                  f"{row['minutes_per_audio_hour']:.2f} min per audio hour; {row['clips']} clips, rejected "
-                  f"{row['rejected'] or 'none'}, text without audio {row['text_without_audio']}; "
-                  f"peak RSS {row['peak_rss_mb']:.0f} MB ({args.threads} threads)", flush=True)
+            for line in done.stdout.splitlines():  # the child's rows: one JSON line per mode
+                if line.startswith('{"mode": '):
+                    rows.append(print_row(json.loads(line), args.threads))
         if args.json:
             Path(args.json).write_text(json.dumps({"minutes": args.minutes, "rows": rows}, indent=2))
     return 0

@@ -148,14 +148,14 @@ def isolated_check_cost(device: torch.device, reps: int = 1000) -> float:
     return timed(lambda: [once() for _ in range(reps)], device) / reps
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--steps", type=int, default=40, help="timed steps per variant")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--clips", type=int, default=24)
     p.add_argument("--json", type=Path, help="also write the numbers here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as tmp:

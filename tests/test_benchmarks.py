@@ -9,66 +9,66 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import REPO_ROOT
+from tests.fixtures.benchmarks import left_as_found, load_benchmark
 from tests.fixtures.hub import StandInHub, serve_hub
 from xtts_ft.base_model import REQUIRED_FILES
 
 pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
 
 
-def test_gpu_throughput_benchmark_runs_small_on_cpu(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_throughput.py", "--size", "small", "--steps", "1", "--batches", "2",
-         "--precisions", "fp32,bf16", "--json", str(tmp_path / "rows.json")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def run_throughput(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """``python benchmarks/gpu_throughput.py ARGV``, run in this process (no interpreter start, no second import of
+    torch and coqui); its stdout."""
+    bench = load_benchmark("gpu_throughput")
+    with left_as_found():
+        bench.main(argv)
+    return capsys.readouterr().out
+
+
+def test_gpu_throughput_benchmark_runs_small_on_cpu(tmp_path, capsys):
+    out = run_throughput(["--size", "small", "--steps", "1", "--batches", "2", "--precisions", "fp32,bf16",
+                          "--json", str(tmp_path / "rows.json")], capsys)
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert {r["precision"] for r in rows} == {"fp32", "bf16"}
     assert all(r["samples_per_s"] > 0 for r in rows)
     # coqui's forward and ours side by side, on equal-length and on realistically padded batches
     assert {(r["path"], r["lengths"], r["precision"]) for r in rows} == {
         (p, x, q) for p in ("coqui", "fast") for x in ("equal", "padded") for q in ("fp32", "bf16")}
-    assert out.stdout.count("against coqui: fast") == 4
+    assert out.count("against coqui: fast") == 4
     assert all(abs(sum(r[f"{k}_pct"] for k in ("data", "forward", "backward", "optimizer")) - 100) < 1e-6 for r in rows)
-    assert "bf16 / fp32 best samples/s" in out.stdout
+    assert "bf16 / fp32 best samples/s" in out
     loader = json.loads((tmp_path / "rows.json").read_text())["loader"]
     assert loader["batch"] == 2 and loader["workers"] == 2 and loader["samples_per_s"] > 0
-    assert "data loader (real ClipDataset + collate, 2 workers" in out.stdout and "needs" in out.stdout
+    assert "data loader (real ClipDataset + collate, 2 workers" in out and "needs" in out
 
 
-def test_the_data_loader_is_measured_alone_at_full_clip_length(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_throughput.py", "--size", "full", "--loader-only", "--batches", "4",
-         "--steps", "1", "--loader-workers", "0", "--json", str(tmp_path / "rows.json")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_the_data_loader_is_measured_alone_at_full_clip_length(tmp_path, capsys):
+    out = run_throughput(["--size", "full", "--loader-only", "--batches", "4", "--steps", "1", "--loader-workers", "0",
+                          "--json", str(tmp_path / "rows.json")], capsys)
     result = json.loads((tmp_path / "rows.json").read_text())
     assert result["rows"] == [] and result["loader"]["samples_per_s"] > 0  # no model was built or trained
-    assert "M params" not in out.stdout
+    assert "M params" not in out
 
 
-def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_throughput.py", "--size", "small", "--steps", "1", "--batches", "2",
-         "--precisions", "fp32", "--gradient-checkpointing", "--json", str(tmp_path / "rows.json")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_gpu_throughput_benchmark_runs_with_gradient_checkpointing(tmp_path, capsys):
+    out = run_throughput(["--size", "small", "--steps", "1", "--batches", "2", "--precisions", "fp32",
+                          "--gradient-checkpointing", "--json", str(tmp_path / "rows.json")], capsys)
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert {(r["path"], r["lengths"]) for r in rows} == {(p, x) for p in ("coqui", "fast") for x in ("equal", "padded")}
     assert all(r["gradient_checkpointing"] is True and r["samples_per_s"] > 0 for r in rows)  # both forwards
-    assert "gradient checkpointing on" in out.stdout
+    assert "gradient checkpointing on" in out
 
 
 def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
-    """The rehearsal's smallest form: the same stages and measurements, on the tiny model (two evaluation sentences:
-    a random model never stops, so each sample costs its full token budget, three evaluations over)."""
+    """The rehearsal's smallest form: the same stages and measurements, on the tiny model (two evaluation sentences
+    of ten audio codes each: a random model never stops, so each sample costs its full token budget, three
+    evaluations over)."""
     out = subprocess.run(
         [sys.executable, "benchmarks/full_size_rehearsal.py", "--size", "tiny", "--steps", "1", "--threads", "1",
-         "--eval-sentences", "2", "--out", str(tmp_path / "rehearsal")],
+         "--eval-sentences", "2", "--max-new-tokens", "10", "--out", str(tmp_path / "rehearsal")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
@@ -80,6 +80,8 @@ def test_full_size_rehearsal_runs_every_stage_on_the_tiny_model(tmp_path):
     assert result["resumed_from"][-1].endswith("step_000001")  # the second run continued the first
     assert result["sizes"]["checkpoint_mb"] > 0 and result["sizes"]["export_mb"] > 0 and result["synthesis_rtf"]
     assert result["eval_sentences"] == 2 and result["synthesis_rtf"]["n"] == 2 * 3  # three evaluations: two runs, --evaluate
+    run_config = yaml.safe_load((tmp_path / "rehearsal" / "run" / "config.yaml").read_text(encoding="utf-8"))
+    assert run_config["evaluation"]["max_new_tokens"] == 10  # the runs got the sample budget asked for
 
 
 
@@ -128,14 +130,12 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
 def test_trainable_cost_benchmark_measures_each_option_small(capsys):
     """In-process (the full benchmark runs each option in a child process, for its own peak RSS)."""
     import argparse
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("trainable_cost", REPO_ROOT / "benchmarks" / "trainable_cost.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("trainable_cost")
     args = argparse.Namespace(size="small", steps=1, batch=1, text_len=8, codes_len=12, cond_frames=64,
                               device="cpu", threads=1)
-    rows = [bench.measure(mode, args) for mode in bench.MODES]
+    with left_as_found():
+        rows = [bench.measure(mode, args) for mode in bench.MODES]
     bench.print_table(rows, args)
     trained = {r["mode"]: r["trained_m"] for r in rows}
     assert 0 < trained["lora"] < trained["freeze"] < trained["all"] == rows[0]["gpt_params_m"]
@@ -144,11 +144,7 @@ def test_trainable_cost_benchmark_measures_each_option_small(capsys):
 
 
 def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_throughput", REPO_ROOT / "benchmarks" / "gpu_throughput.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("gpu_throughput")
     spread = bench.demo_spread()
     assert len(spread) == 66 and 2.0 < min(s for _, s in spread) < max(s for _, s in spread) < 10.5
     batches = bench.padded_batches(bench.SMALL, 4, 6, cond_frames=20)
@@ -160,31 +156,28 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
     assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other
 
 
-def test_engine_load_benchmark_prints_a_row_per_path_small():
-    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns."""
-    out = subprocess.run(
-        [sys.executable, "benchmarks/engine_load.py", "--size", "tiny", "--clients", "2", "--max-codes", "4",
-         "--threads", "1"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    rows = [line for line in out.stdout.splitlines() if " x2 " in line]
-    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out.stdout
+def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
+    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns. The
+    benchmark's main runs in this process (it writes the export) and starts one worker process for the three paths,
+    one after another (--one-process: one start instead of three)."""
+    bench = load_benchmark("engine_load")
+    with left_as_found():
+        bench.main(["--size", "tiny", "--clients", "2", "--max-codes", "4", "--threads", "1", "--one-process"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if " x2 " in line]
+    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out
     number = r"\d+\.\d+"
     for row in rows:
         assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
                          rf"\({number} s in {number} s\); peak \d+ MB", row), row
-    assert "failed" not in out.stdout
+    assert "failed" not in out and "every path in one process" in out
 
 
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
     """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_speed", REPO_ROOT / "benchmarks" / "eval_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    bench.main(["--samples", "2", "--codes", "6", "--rounds", "1", "--base-model", str(tiny_base_dir)])
+    bench = load_benchmark("eval_speed")
+    with left_as_found():
+        bench.main(["--samples", "2", "--codes", "6", "--rounds", "1", "--base-model", str(tiny_base_dir)])
     out = capsys.readouterr().out
     assert re.search(r"round 1: old \d+\.\d+ s, new \d+\.\d+ s", out), out
     found = re.search(r"ratio \d+\.\d+x; max \|old - new\| (\S+)", out)

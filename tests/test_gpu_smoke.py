@@ -4,21 +4,17 @@ is in test_benchmarks.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT
+from tests.fixtures.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def smoke():
-    spec = importlib.util.spec_from_file_location("gpu_smoke_under_test", REPO_ROOT / "benchmarks" / "gpu_smoke.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_smoke")
 
 
 @pytest.fixture(scope="module")
