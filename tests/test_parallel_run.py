@@ -1,7 +1,7 @@
 """The suite in parallel workers (tests/fixtures/parallel.py): shared artefacts built once, one thread per worker.
 
-Two small pytest runs in their own processes (their own folder, their own conftest) use the helpers as the
-suite's conftest does: one with two xdist workers, one serial.
+A small pytest run with two xdist workers in its own processes (its own folder, its own conftest) uses the
+helpers as the suite's conftest does; the serial case and the failure paths are checked in this process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from filelock import Timeout
 
-from tests.fixtures.parallel import THREAD_VARIABLES, built_once, slow_files_first, used_alone
+from tests.fixtures.parallel import THREAD_VARIABLES, built_once, one_thread_per_worker, slow_files_first, used_alone
 from tests.fixtures.scripts import script_env
 
 CONFTEST = '''
@@ -71,7 +71,8 @@ def test_d(thing): check(thing, "d")
 
 
 def run_inner(folder: Path, *args: str) -> list[str]:
-    """Run the small suite in ``folder`` with ``args``; the lines its build and tests noted."""
+    """Run the small suite in ``folder`` with ``args``; the lines its build and tests noted (no thread setting
+    of this process's environment reaches it)."""
     folder.mkdir()
     (folder / "conftest.py").write_text(CONFTEST)
     (folder / "test_inner.py").write_text(TESTS)
@@ -94,23 +95,33 @@ def test_two_workers_build_a_shared_folder_once_and_run_one_thread_each(tmp_path
     assert {t[3] for t in tests} == {"torch=1"} and {t[4] for t in tests} == {"child=1"}
 
 
-def test_a_serial_run_builds_its_own_folder_and_keeps_the_default_threads(tmp_path):
-    lines = run_inner(tmp_path / "inner")
-    tests = [line.split() for line in lines if not line.startswith("built by")]
-    assert [line for line in lines if line.startswith("built by")] == ["built by None"]
-    assert {t[1] for t in tests} == {"None"}
-    assert {t[2] for t in tests} == {str(tmp_path / "inner" / "tmp" / "thing0")}  # tmp_path_factory.mktemp, as before
-    assert {t[4] for t in tests} == {"child=None"}  # OMP_NUM_THREADS is left alone
+def test_a_serial_run_builds_its_own_folder_and_leaves_the_threads_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    one_thread_per_worker()
+    assert not any(name in os.environ for name in THREAD_VARIABLES)
+    factory = Factory(tmp_path)
+    folders = [built_once(factory, "thing", lambda folder: (folder / "made").write_text("x")) for _ in range(2)]
+    assert folders == [tmp_path / "thing0", tmp_path / "thing1"]  # tmp_path_factory.mktemp per session, as before
+    assert all((folder / "made").is_file() for folder in folders) and not (tmp_path / "shared").exists()
 
 
 class Factory:
-    """A stand-in tmp_path_factory of worker gw0: its own folder inside the run's folder."""
+    """A stand-in tmp_path_factory: a serial run's folders, or worker gw0's own folder inside the run's folder."""
 
     def __init__(self, run: Path):
         self.run = run
+        self.made = 0
 
     def getbasetemp(self) -> Path:
         return self.run / "popen-gw0"
+
+    def mktemp(self, name: str) -> Path:
+        folder = self.run / f"{name}{self.made}"
+        self.made += 1
+        folder.mkdir()
+        return folder
 
 
 def test_a_failed_build_is_removed_and_built_again_by_the_next_that_asks(tmp_path, monkeypatch):
