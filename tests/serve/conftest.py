@@ -3,7 +3,8 @@
 The export is what ``python -m xtts_ft export`` writes for the demo's tiny random model: the tiny base
 with an ``[am]`` token added (the smallest extended vocabulary), exported by the project's export code.
 A random GPT never says stop, so the engine caps generation at ``MAX_CODES`` audio codes (~0.9 s) per
-piece: every request here costs about a second of CPU per piece.
+piece: every request here costs about a second of CPU per piece. The export is written once per test run (under
+pytest-xdist by one worker, tests/fixtures/parallel.py ``built_once``); each worker opens its own engine.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.parallel import built_once
 from tests.serve.servehelpers import API_KEY, MAX_CODES, VOICE_CLIP, ServerThread
 
 
@@ -26,16 +28,18 @@ def tiny_export(tiny_base_dir, tmp_path_factory) -> Path:
     from xtts_ft.text_settings import TextSettings
     from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
-    root = tmp_path_factory.mktemp("serve_model")
-    base = BaseModelFiles.from_dir(tiny_base_dir)
-    vocab = root / "vocab.json"
-    tok = Tokenizer.from_file(str(base.vocab_json))
-    tok.add_special_tokens(["[am]"])
-    tok.save(str(vocab))
-    settings = TextSettings(fold_homophones=False, char_limit=200)
-    xtts = build_xtts(base, vocab, make_tokenizer(vocab, settings))
-    return export_model(base=base, vocab_path=vocab, gpt_state_dict=xtts.gpt.state_dict(), out_dir=root / "export",
-                        text=settings, language="am")
+    def build(root: Path) -> None:
+        base = BaseModelFiles.from_dir(tiny_base_dir)
+        vocab = root / "vocab.json"
+        tok = Tokenizer.from_file(str(base.vocab_json))
+        tok.add_special_tokens(["[am]"])
+        tok.save(str(vocab))
+        settings = TextSettings(fold_homophones=False, char_limit=200)
+        xtts = build_xtts(base, vocab, make_tokenizer(vocab, settings))
+        export_model(base=base, vocab_path=vocab, gpt_state_dict=xtts.gpt.state_dict(), out_dir=root / "export",
+                     text=settings, language="am")
+
+    return built_once(tmp_path_factory, "serve_model", build) / "export"
 
 
 @pytest.fixture(scope="session")
