@@ -15,6 +15,7 @@ from pathlib import Path  # noqa: E402 - after the thread limit: the imports bel
 import pytest  # noqa: E402
 
 from tests.fixtures.demo_run import built_demo_run, demo_run  # noqa: E402, F401 - fixtures are found by name
+from tests.fixtures.fork_server import training_forks  # noqa: E402, F401
 from tests.fixtures.hub import dead_endpoint, no_retry  # noqa: E402, F401
 from tests.fixtures.tiny_model import tiny_base, tiny_base_dir, tiny_model_dir  # noqa: E402, F401
 from tests.fixtures.training import (  # noqa: E402, F401 - the trainer's fixtures (tests/train, tests/reliability)

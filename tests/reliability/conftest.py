@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.faults import patched_recipe
-from tests.fixtures.fork_server import training_forks  # noqa: F401 - found by name
 from tests.fixtures.parallel import built_once
 from tests.reliability.relhelpers import small_config
 from xtts_ft.checkpoint_store import CheckpointStore
