@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PATHS = ("engine", "per-piece", "coqui-stream")
 
 
-def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str):
+def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str, max_active: int = 0):
     sys.path.insert(0, str(ROOT))
     from xtts_ft.config import ServeConfig
     from xtts_ft.serve.engine import SpeechEngine
@@ -47,7 +47,8 @@ def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: 
 
     half = device == "cuda" and precision == "bf16"  # the serve flags --decode-precision/--vocoder-precision
     settings = ServeConfig(short_text_retries=0, decode_precision="bf16" if half else "fp32",
-                           vocoder_precision="bf16" if half else "fp32")
+                           vocoder_precision="bf16" if half else "fp32",
+                           max_active_streams=max_active or ServeConfig.max_active_streams)
     return SpeechEngine.open(resolve_model(export), device, voices_dir=voices, max_codes=max_codes, settings=settings)
 
 
@@ -78,11 +79,11 @@ def _old_path(engine, kind: str):
 
 
 def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str,
-           device: str = "cpu", precision: str = "fp32") -> dict:
+           device: str = "cpu", precision: str = "fp32", max_active: int = 0) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    engine = _engine(export, voices, max_codes, device, precision)
+    engine = _engine(export, voices, max_codes, device, precision, max_active)
     synthesize = ((lambda t: engine.synthesize(t, "spk1")) if path == "engine" else _old_path(engine, path))
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
     barrier = threading.Barrier(clients)
@@ -112,11 +113,13 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
             "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_gpu_mb": gpu_mb, "device": device, "precision": precision}
+            "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
+            "max_active_streams": engine.settings.max_active_streams}
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
-            text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False) -> list[dict]:
+            text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False,
+            max_active: int = 0) -> list[dict]:
     """One child process per (path, clients) pair; ``one_process``: one child per clients count runs every path in
     turn (quicker: one start instead of one per path; its peak memory is then that process's peak so far)."""
     rows = []
@@ -124,7 +127,7 @@ def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], ma
         for group in ([paths] if one_process else [[path] for path in paths]):
             cmd = [sys.executable, __file__, "--worker", *group, "--export", str(export), "--voices", str(voices),
                    "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text,
-                   "--device", device, "--precision", precision]
+                   "--device", device, "--precision", precision, "--max-active-streams", str(max_active)]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
                 print(f"{','.join(group)} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
@@ -156,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="cuda only: bf16 = serve's --decode-precision bf16 --vocoder-precision bf16 (engine path)")
+    p.add_argument("--max-active-streams", type=int, default=0,
+                   help="the engine's batch bound (serve's --max-active-streams; 0: ServeConfig's default)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--one-process", action="store_true",
                    help="run every path of a clients count in one process, in turn (quicker; the peak memory column "
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         for path in args.worker:  # one JSON line per path, in order
             row = worker(path, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
-                         args.device, args.precision)
+                         args.device, args.precision, args.max_active_streams)
             print(json.dumps(row), flush=True)
         return
     import soundfile as sf
@@ -186,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
               + ("; every path in one process per clients count (peak memory: that process's so far)"
                  if args.one_process else ""), flush=True)
         rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
-                       args.precision, args.one_process)
+                       args.precision, args.one_process, args.max_active_streams)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
 

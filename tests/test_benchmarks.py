@@ -182,3 +182,17 @@ def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_b
     assert re.search(r"round 1: old \d+\.\d+ s, new \d+\.\d+ s", out), out
     found = re.search(r"ratio \d+\.\d+x; max \|old - new\| (\S+)", out)
     assert found and float(found.group(1)) <= 1e-5, out
+
+
+def test_decode_step_benchmark_times_both_decoders_and_checks_their_codes(capsys):
+    """The small GPT, two batch sizes, a few steps: a row per batch size with both times, the ratio and the codes
+    found identical (the benchmark fails when the two decoders disagree)."""
+    bench = load_benchmark("decode_step")
+    with left_as_found():
+        bench.main(["--size", "small", "--batches", "1", "3", "--warmup", "2", "--steps", "3"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("batch")]
+    assert len(rows) == 2, out
+    for row in rows:
+        assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; ratio \d+\.\d+x; "
+                         r"codes identical", row), row

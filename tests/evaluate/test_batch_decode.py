@@ -167,3 +167,82 @@ def test_evaluation_samples_in_one_batch_sound_as_coquis_one_by_one(golden, tmp_
         theirs = np.clip(np.asarray(theirs, dtype=np.float32).reshape(-1), -1.0, 1.0)
         assert ours.shape == theirs.shape and result.n_codes == MAX_CODES
         assert np.abs(ours - theirs).max() <= 2e-4 + 2 / 32768, text  # PCM16 on disk
+
+
+def _run_schedule(decoder, golden, sampling_of, long_codes: int):
+    """Rows joining at different steps (a long prefix right after a short one, so the cache is laid out again),
+    rows leaving early, one cancelled, enough steps that the cache grows: the requests, decoded to the end."""
+    texts = ["hi", "a much longer sentence than the others here to pad the cache", "peter piper", "zebra",
+             "the quick brown fox jumps", "xy"]
+    rows = [_request(golden, t, i, sampling=sampling_of(i), max_codes=long_codes if i % 2 == 0 else 11)
+            for i, t in enumerate(texts)]
+    with torch.inference_mode():
+        waiting = list(rows)
+        for step in range(10 * long_codes):
+            if waiting and step % 2 == 0:
+                decoder.join(waiting.pop(0))
+            if step == 9 and any(r is rows[2] for r in decoder.rows):
+                decoder.drop([rows[2]])  # cancelled mid-batch
+            if not waiting and not decoder.rows:
+                break
+            decoder.step()
+    return rows
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["one-setting", "mixed-settings"])
+def test_the_decoder_computes_exactly_what_the_reference_decoder_computes(golden, mixed):
+    """The cache written in place and the batched choice give the first decoder's codes and latents, bit for bit
+    (the reference: a DynamicCache concatenated at every step, each row chosen on its own)."""
+    from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder
+
+    hot = Sampling(temperature=1.3, top_k=20, top_p=0.95, repetition_penalty=2.0)
+    greedy = Sampling(temperature=TEMPERATURE, do_sample=False, repetition_penalty=1.0)
+    settings = [COQUI, hot, greedy] if mixed else [COQUI]
+
+    def sampling_of(i):
+        return settings[i % len(settings)]
+
+    long_codes = 250  # past the cache's first columns (it is laid out again while rows decode); the tiny GPT's limit: 260
+    decoder = BatchDecoder(golden[0].gpt)
+    ours = _run_schedule(decoder, golden, sampling_of, long_codes)
+    theirs = _run_schedule(ReferenceDecoder(golden[0].gpt), golden, sampling_of, long_codes)
+    assert [len(r.codes) for r in ours] == [len(r.codes) for r in theirs]
+    assert decoder._cache.layouts >= 3, "allocated, laid out for a longer prefix, grown"
+    assert len(ours[2].codes) < 11  # cancelled
+    assert [r.codes for r in ours] == [r.codes for r in theirs]
+    for a, b in zip(ours, theirs):
+        assert torch.equal(torch.stack(a.latents), torch.stack(b.latents))
+
+
+def test_batched_choice_equals_transformers_processors_row_by_row():
+    """Sampling.choose on many rows at once picks each row's code as transformers' processors pick it alone."""
+    from xtts_ft.evaluate.batch_decode_reference import choose_one
+
+    rows, vocab = 6, 300
+    draw = torch.Generator().manual_seed(0)
+    for sampling in [Sampling(), Sampling(temperature=1.3, top_k=0, top_p=1.0, repetition_penalty=1.0),
+                     Sampling(top_k=5, top_p=0.5, repetition_penalty=3.0),
+                     Sampling(do_sample=False), Sampling(do_sample=False, repetition_penalty=1.0)]:
+        for _ in range(20):
+            logits = torch.randn(rows, vocab, generator=draw) * 4
+            seen_ids = [torch.randint(0, vocab, (1, 1 + i * 7), generator=draw) for i in range(rows)]
+            seen = torch.zeros(rows, vocab, dtype=torch.bool)
+            for i, ids in enumerate(seen_ids):
+                seen[i, ids[0]] = True
+            seeds = torch.randint(0, 2**31, (rows,), generator=draw).tolist()
+            batched = sampling.choose(logits, seen, [torch.Generator().manual_seed(s) for s in seeds]).tolist()
+            alone = [choose_one(sampling, logits[i:i + 1], seen_ids[i], torch.Generator().manual_seed(s))
+                     for i, s in enumerate(seeds)]
+            assert batched == alone, sampling
+
+
+def test_a_gpt_the_decoder_cannot_run_is_refused_in_one_line(golden):
+    xtts = golden[0]
+    config = xtts.gpt.gpt.config
+    saved = config._attn_implementation
+    try:
+        config._attn_implementation = "eager"
+        with pytest.raises(ValueError, match="attention is 'eager'"):
+            BatchDecoder(xtts.gpt)
+    finally:
+        config._attn_implementation = saved

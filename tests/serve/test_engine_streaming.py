@@ -16,17 +16,18 @@ PIECE = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው"  # longer than s
 
 @dataclass(frozen=True)
 class Gated(Sampling):
-    """Sampling that holds the decode loop before choosing code number ``hold_at + 1`` until ``gate`` is set."""
+    """Sampling that holds the decode loop before choosing code number ``hold_at + 1`` until ``gate`` is set
+    (the test's request decodes alone: one row per call)."""
 
     hold_at: int = 10
     gate: threading.Event = field(default_factory=threading.Event, compare=False)
     calls: list = field(default_factory=list, compare=False)
 
-    def choose(self, scores, seen, generator):
-        self.calls.append(1)
+    def choose(self, scores, seen, generators):
+        self.calls.append(len(generators))
         if len(self.calls) > self.hold_at:
             assert self.gate.wait(60), "the test never opened the gate"
-        return super().choose(scores, seen, generator)
+        return super().choose(scores, seen, generators)
 
 
 def _engine_with(engine, **settings):

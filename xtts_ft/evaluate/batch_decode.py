@@ -7,15 +7,24 @@ our own over the same modules (``gpt.gpt``, the GPT2 blocks; ``mel_embedding``, 
 evaluation's batches:
 
 - a request is *prefilled* alone (its conditioning latents, text and start code in one forward
-  pass, exactly as coqui's first generation step) and *joins* the batch at the next step: its KV
-  cache is left-padded to the batch's length (or the batch's to its) and the attention mask hides
-  the padding. coqui's GPT2 has no position embedding inside the blocks (``wpe`` returns zeros), the
-  audio position is added to each row's input embedding, so left padding changes no position;
-- every step feeds each row its last code at its own position and samples each row on its own,
-  with its own settings and its own ``torch.Generator``: a row's codes do not depend on who else is
-  in the batch (up to float rounding of a padded attention; greedy decoding gives the same codes);
-- a finished (stop code or its code limit) or cancelled row *leaves*: its cache rows are dropped and
-  columns that only held padding are trimmed.
+  pass through Hugging Face's ``GPT2Model``, exactly as coqui's first generation step) and *joins*
+  the batch at the next step: its keys and values are copied into the batch's cache
+  (:class:`.decode_cache.SlotCache`, written in place, rows of different lengths left-padded and
+  the padding masked). coqui's GPT2 has no position embedding inside the blocks (``wpe`` returns
+  zeros), the audio position is added to each row's input embedding, so left padding changes no
+  position;
+- every step feeds each row its last code at its own position through the GPT-2 blocks once for all
+  rows, and chooses each row's code with its own settings and its own ``torch.Generator``
+  (:meth:`Sampling.choose`; rows that share settings are processed together, each drawn alone): a
+  row's codes do not depend on who else is in the batch (up to float rounding of a padded attention;
+  greedy decoding gives the same codes). The codes come back to the host once per step;
+- a finished (stop code or its code limit) or cancelled row *leaves*: the rows after it move up in
+  the cache and columns that only held padding fall out of the attended window.
+
+The first version of this decoder (kept as :mod:`.batch_decode_reference`, the tests' oracle and the
+baseline of ``benchmarks/decode_step.py``) rebuilt a ``DynamicCache`` at every step and chose row by
+row; this one gives the same codes and latents, bit for bit on the CPU
+(tests/evaluate/test_batch_decode.py).
 
 Sampling repeats transformers' ``generate`` with coqui's arguments exactly (repetition penalty over
 the whole input, which in coqui holds ``prefix_len`` dummy ids 1 and the start code, then temperature,
@@ -35,11 +44,12 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.generation.logits_process import (
-    RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+
+from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 
 
 @dataclass(frozen=True)
@@ -52,21 +62,29 @@ class Sampling:
     repetition_penalty: float = 10.0
     do_sample: bool = True
 
-    def choose(self, scores: torch.Tensor, seen: torch.Tensor, generator: torch.Generator) -> int:
-        """The next code from one row's logits ``scores`` (1, vocab) as transformers' ``generate`` samples it."""
+    def choose(self, scores: torch.Tensor, seen: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+        """The next code of each row (rows,) from its logits ``scores`` (rows, vocab), as transformers' ``generate``
+        samples it for that row alone. ``seen`` (rows, vocab) marks the ids already in each row's input.
+
+        The repetition penalty is transformers' (``where(score < 0, score * p, score / p)`` at the seen ids),
+        applied through the mask instead of a gather and scatter of the ids: the same numbers. The warpers run
+        on all rows at once (each works row by row); each row is drawn with its own generator.
+        """
         scores = scores.to(dtype=torch.float32)
         if self.repetition_penalty != 1.0:
-            scores = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)(seen, scores)
+            p = self.repetition_penalty
+            scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
         if not self.do_sample:
-            return int(torch.argmax(scores, dim=-1))
+            return torch.argmax(scores, dim=-1)
         if self.temperature != 1.0:
-            scores = TemperatureLogitsWarper(self.temperature)(seen, scores)
+            scores = TemperatureLogitsWarper(self.temperature)(None, scores)
         if self.top_k:
-            scores = TopKLogitsWarper(top_k=self.top_k)(seen, scores)
+            scores = TopKLogitsWarper(top_k=self.top_k)(None, scores)
         if self.top_p < 1.0:
-            scores = TopPLogitsWarper(top_p=self.top_p)(seen, scores)
+            scores = TopPLogitsWarper(top_p=self.top_p)(None, scores)
         probs = F.softmax(scores, dim=-1)
-        return int(torch.multinomial(probs, num_samples=1, generator=generator))
+        return torch.cat([torch.multinomial(probs[i:i + 1], num_samples=1, generator=g)[0]
+                          for i, g in enumerate(generators)])
 
 
 @dataclass
@@ -96,15 +114,21 @@ def prefix_embeddings(gpt, cond_latents: torch.Tensor, text_tokens: torch.Tensor
 
 
 class BatchDecoder:
-    """The rows being decoded and their joint KV cache. Not thread-safe: one thread drives it."""
+    """The rows being decoded and their joint KV cache (:class:`.decode_cache.SlotCache`). Not thread-safe: one
+    thread drives it.
+
+    A step reads the codes back from the device once for all rows (a GPU waits for the host once per step,
+    not once per row); the stop and length checks, and the readers' views, are on the host.
+    """
 
     def __init__(self, gpt) -> None:
+        problem = unsupported(gpt)
+        if problem:
+            raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
         self.gpt = gpt
         self.rows: list[DecodeRequest] = []
-        self._seen: list[set[int]] = []
-        self._keys: list[torch.Tensor] = []  # per layer (B, H, T, Dh)
-        self._values: list[torch.Tensor] = []
-        self._mask: Optional[torch.Tensor] = None  # (B, T): 1 for real positions, 0 for left padding
+        self._cache = SlotCache(gpt.gpt)
+        self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -119,22 +143,15 @@ class BatchDecoder:
         cache = DynamicCache()
         mask = torch.ones(1, emb.shape[1], dtype=torch.long, device=emb.device)
         out = gpt.gpt(inputs_embeds=emb, past_key_values=cache, attention_mask=mask, use_cache=True, return_dict=True)
-        seen = {1, int(gpt.start_audio_token)}  # coqui's generate input: prefix_len ids 1, then the start code
-        self._accept(request, seen, out.last_hidden_state[:, -1])
+        seen = torch.zeros(1, gpt.mel_head.out_features, dtype=torch.bool, device=emb.device)
+        seen[0, [1, int(gpt.start_audio_token)]] = True  # coqui's generate input: prefix_len ids 1, then the start code
+        self._accept([request], seen, out.last_hidden_state[:, -1])
         if request.done:
             return
-        keys = [layer.keys for layer in out.past_key_values.layers]
-        values = [layer.values for layer in out.past_key_values.layers]
-        if not self.rows:
-            self._keys, self._values, self._mask = keys, values, mask
-        else:
-            width = max(self._mask.shape[1], mask.shape[1])
-            self._keys = [torch.cat([_left_pad(a, width), _left_pad(b, width)]) for a, b in zip(self._keys, keys)]
-            self._values = [torch.cat([_left_pad(a, width), _left_pad(b, width)])
-                            for a, b in zip(self._values, values)]
-            self._mask = torch.cat([_left_pad(self._mask, width, dim=1), _left_pad(mask, width, dim=1)])
+        self._cache.add([layer.keys for layer in out.past_key_values.layers],
+                        [layer.values for layer in out.past_key_values.layers])
+        self._seen = seen if self._seen is None else torch.cat([self._seen, seen])
         self.rows.append(request)
-        self._seen.append(seen)
 
     # --- stepping ----------------------------------------------------------------------------
     def step(self) -> None:
@@ -142,65 +159,55 @@ class BatchDecoder:
         if not self.rows:
             return
         gpt = self.gpt
-        device = self._mask.device
+        assert self._seen is not None
+        device = self._seen.device
         last = torch.tensor([r.codes[-1] for r in self.rows], dtype=torch.long, device=device)
         position = torch.tensor([len(r.codes) for r in self.rows], dtype=torch.long, device=device)
         emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1)
-        mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
-        cache = DynamicCache()
-        for i, (k, v) in enumerate(zip(self._keys, self._values)):
-            cache.update(k, v, i)
-        out = gpt.gpt(inputs_embeds=emb, past_key_values=cache, attention_mask=mask, use_cache=True, return_dict=True)
-        self._keys = [layer.keys for layer in out.past_key_values.layers]
-        self._values = [layer.values for layer in out.past_key_values.layers]
-        self._mask = mask
-        hidden = out.last_hidden_state[:, -1]
-        for i, (request, seen) in enumerate(zip(self.rows, self._seen)):
-            self._accept(request, seen, hidden[i : i + 1])
+        hidden = self._cache.step(emb)
+        self._accept(self.rows, self._seen, hidden)
         self.drop([r for r in self.rows if r.done])
 
-    def _accept(self, request: DecodeRequest, seen: set[int], hidden: torch.Tensor) -> None:
-        latent = self.gpt.final_norm(hidden)
-        logits = self.gpt.mel_head(latent)
-        seen_ids = torch.tensor([sorted(seen)], dtype=torch.long, device=logits.device)
-        code = request.sampling.choose(logits, seen_ids, request.generator)
-        request.codes.append(code)
-        request.latents.append(latent[0])
-        seen.add(code)
-        if code == int(self.gpt.stop_audio_token):
-            request.ended_with_stop = True
-            request.done = True
-        elif len(request.codes) >= request.max_codes:
-            request.done = True
+    def _accept(self, requests: list[DecodeRequest], seen: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Choose each request's next code from its hidden state (rows, dim); mark it seen; finish the ones that end."""
+        latents = self.gpt.final_norm(hidden)
+        logits = self.gpt.mel_head(latents)
+        groups: dict[Sampling, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(request.sampling, []).append(i)
+        if len(groups) == 1:
+            sampling, rows = next(iter(groups.items()))
+            codes = sampling.choose(logits, seen, [r.generator for r in requests])
+        else:  # rows with other settings are chosen group by group (each warper works row by row)
+            codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
+            for sampling, rows in groups.items():
+                index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+                codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
+                                               [requests[i].generator for i in rows])
+        seen[torch.arange(len(requests), device=seen.device), codes] = True
+        stop = int(self.gpt.stop_audio_token)
+        for request, code, latent in zip(requests, codes.tolist(), latents):  # the step's one wait for the device
+            request.codes.append(code)
+            request.latents.append(latent)
+            if code == stop:
+                request.ended_with_stop = True
+                request.done = True
+            elif len(request.codes) >= request.max_codes:
+                request.done = True
 
     # --- leaving -----------------------------------------------------------------------------
     def drop(self, requests: list[DecodeRequest]) -> None:
-        """Remove ``requests`` (finished or cancelled) from the batch; padding no row needs is trimmed."""
+        """Remove ``requests`` (finished or cancelled) from the batch; its cache shrinks to what the others use."""
         if not requests:
             return
         gone = {id(r) for r in requests}
         keep = [i for i, r in enumerate(self.rows) if id(r) not in gone]
         self.rows = [self.rows[i] for i in keep]
-        self._seen = [self._seen[i] for i in keep]
+        self._cache.keep(keep)
         if not keep:
-            self._keys, self._values, self._mask = [], [], None
-            return
-        index = torch.tensor(keep, dtype=torch.long, device=self._mask.device)
-        mask = self._mask.index_select(0, index)
-        used = mask.any(dim=0).nonzero()
-        first = int(used[0]) if used.numel() else 0
-        self._mask = mask[:, first:]
-        self._keys = [k.index_select(0, index)[:, :, first:] for k in self._keys]
-        self._values = [v.index_select(0, index)[:, :, first:] for v in self._values]
-
-
-def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
-    missing = width - t.shape[dim]
-    if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+            self._seen = None
+        elif self._seen is not None:
+            self._seen = self._seen.index_select(0, torch.tensor(keep, dtype=torch.long, device=self._seen.device))
 
 
 def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None) -> None:

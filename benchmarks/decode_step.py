@@ -1,0 +1,122 @@
+"""One decode step of XTTS's GPT for B requests at once: the first batched decoder against the current one.
+
+    python benchmarks/decode_step.py --size full --batches 1 8 16 32
+    python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
+
+Both decoders decode the same requests (a random GPT of the real XTTS-v2 size with ``--size full``:
+30 layers x 1024 channels, 8194 audio codes; random conditioning and text of 20-50 tokens per row,
+coqui's sampling) in the same process, one after the other for each batch size:
+
+- ``reference``: :class:`xtts_ft.evaluate.batch_decode_reference.ReferenceDecoder` (a ``DynamicCache``
+  rebuilt and concatenated at every step, the output head and the logits processors row by row with a
+  host read per row);
+- ``current``: :class:`xtts_ft.evaluate.batch_decode.BatchDecoder` (the cache written in place, one
+  batched choice and one host read per step).
+
+After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratio is reference / current. Both
+must give the same codes for every row (checked; a difference is printed as a failure). The codes per
+second of all rows are also given as seconds of audio per second (21.5 codes per second of audio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_throughput import FULL, SMALL, build_gpt  # noqa: E402
+
+from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, Sampling, prefix_embeddings  # noqa: E402
+from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder  # noqa: E402
+
+CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 samples at 22.05 kHz
+DECODERS = {"reference": ReferenceDecoder, "current": BatchDecoder}
+
+
+def requests(gpt, size: dict, batch: int, device: torch.device, max_codes: int) -> list[DecodeRequest]:
+    draw = torch.Generator().manual_seed(batch)
+    out = []
+    for i in range(batch):
+        text = torch.randint(1, size["number_text_tokens"] - 2, (1, 20 + (7 * i) % 31), dtype=torch.int32,
+                             generator=draw).to(device)
+        cond = torch.randn(1, 32, size["model_dim"], generator=draw).to(device)
+        with torch.inference_mode():
+            out.append(DecodeRequest(prefix_embeddings(gpt, cond, text), max_codes, Sampling(), seed=i))
+    return out
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(name: str, gpt, size: dict, batch: int, device: torch.device, precision: str, warmup: int,
+            steps: int) -> tuple[float, list[list[int]]]:
+    """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes."""
+    rows = requests(gpt, size, batch, device, max_codes=1 + warmup + steps)
+    decoder = DECODERS[name](gpt)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    with torch.inference_mode(), autocast:
+        for request in rows:
+            decoder.join(request)
+        for _ in range(warmup):
+            decoder.step()
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            decoder.step()
+        sync(device)
+        seconds = (time.perf_counter() - start) / steps
+    return seconds, [r.codes for r in rows]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", choices=["small", "full"], default="small")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast, cuda only")
+    p.add_argument("--warmup", type=int, default=100,
+                   help="steps decoded before the timed ones (the cache holds prefix + warmup positions)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--threads", type=int, default=None, help="torch threads on the CPU (default: torch's)")
+    args = p.parse_args(argv)
+    if args.precision == "bf16" and args.device != "cuda":
+        p.error("--precision bf16 needs --device cuda")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    size = FULL if args.size == "full" else SMALL
+    torch.manual_seed(0)
+    gpt = build_gpt(size, device).eval()
+    with torch.no_grad():  # a random GPT says stop at random: every row must decode every timed step
+        gpt.mel_head.bias[gpt.stop_audio_token] = -1e4
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"decode step, {args.size} random GPT ({size['layers']} layers x {size['model_dim']}), {name}, "
+          f"{args.precision}; {args.warmup} warm-up + {args.steps} timed steps")
+    failures = 0
+    for batch in args.batches:
+        times, codes = {}, {}
+        for decoder in DECODERS:
+            times[decoder], codes[decoder] = measure(decoder, gpt, size, batch, device, args.precision, args.warmup,
+                                                     args.steps)
+        same = codes["reference"] == codes["current"]
+        failures += 0 if same else 1
+        audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
+        cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
+        print(f"batch {batch:3d}: {cells}; ratio {times['reference'] / times['current']:.2f}x; "
+              f"codes {'identical' if same else 'DIFFER (failed)'}")
+    if failures:
+        raise SystemExit(f"{failures} batch size(s) gave different codes")
+
+
+if __name__ == "__main__":
+    main()

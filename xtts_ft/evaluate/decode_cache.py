@@ -1,0 +1,189 @@
+"""The batch's key/value cache, written in place, and the one-code step of XTTS's GPT-2 blocks over it.
+
+The first batched decoder handed Hugging Face's GPT-2 a ``DynamicCache`` rebuilt at every step, which
+concatenates every layer's keys and values with the new column: the whole cache copied once per code
+(at 16 rows of the full-size model on a CPU, 38 % of the step's time, measured with torch's profiler).
+Here each layer's keys and values live in buffers of shape (rows, heads, columns, head_dim) that are
+written one column per step:
+
+- rows ``[0, n)`` are the batch, in the decoder's order; a row's real positions are the columns
+  ``[first[row], end)``: every row writes its next position at the same column ``end``, so rows whose
+  prefixes differ in length are left-padded (a boolean mask hides the padding). coqui's GPT-2 adds no
+  position inside the blocks (``wpe`` gives zeros; the audio position is in each row's input
+  embedding), so the padding changes no position;
+- the step attends over the window ``[start, end]`` only (``start`` = the earliest real column of any
+  row); when a row leaves, the rows after it move up and the window shrinks to what the others need;
+- when the buffers are full the window is moved to the left edge, and the buffers grow (doubling)
+  when the window itself needs more than half of them: a copy of the cache every so many steps
+  instead of every step.
+
+The step runs the blocks' own modules (``ln_1``, ``c_attn``, ``c_proj``, ``ln_2``, ``mlp``, the
+model's ``ln_f``) and the attention Hugging Face's GPT-2 calls (SDPA, its scale, no mask when no row
+is padded), so a row alone computes what ``GPT2Model`` computes with its cache
+(tests/evaluate/test_batch_decode.py compares the two, and coqui's codes).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+GROW_COLUMNS = 64  # columns added beyond what the window needs when the buffers are (re)allocated
+
+
+def unsupported(gpt: nn.Module) -> Optional[str]:
+    """Why ``gpt``'s GPT-2 cannot use this cache (one line), or None."""
+    hf = gpt.gpt
+    if not isinstance(hf.wpe, functools.partial):
+        return "the GPT-2 model has learned absolute position embeddings (coqui's XTTS replaces them)"
+    if getattr(hf.config, "_attn_implementation", None) != "sdpa":
+        return f"the GPT-2 model's attention is {hf.config._attn_implementation!r}, not 'sdpa'"
+    if getattr(hf.config, "add_cross_attention", False) or getattr(hf.config, "reorder_and_upcast_attn", False):
+        return "the GPT-2 model has cross-attention or reordered attention"
+    return None
+
+
+class SlotCache:
+    """Keys and values of every row being decoded; :meth:`step` runs the GPT-2 blocks for one position."""
+
+    def __init__(self, transformer: nn.Module) -> None:
+        self.transformer = transformer  # Hugging Face's GPT2Model inside coqui's GPT (``gpt.gpt``)
+        self.keys: list[torch.Tensor] = []  # per layer (rows, heads, columns, head_dim)
+        self.values: list[torch.Tensor] = []
+        self.mask: Optional[torch.Tensor] = None  # (rows, columns) bool: True where a row has a real position
+        self.first: list[int] = []  # per row: its first real column
+        self.start = 0  # window [start, end): the columns some row uses
+        self.end = 0  # the column the next step writes
+        self._longest = 0  # the longest prefix seen: the room kept left of the window when it is laid out again
+        self.layouts = 0  # times the buffers were (re)allocated or the window moved (a copy of the cache each)
+
+    @property
+    def rows(self) -> int:
+        return len(self.first)
+
+    # --- layout ------------------------------------------------------------------------------
+    def _fit(self, prefix: int, like: torch.Tensor) -> None:
+        """Room for a new row of ``prefix`` columns ending at ``end`` (0: no new row) and for the next step's column."""
+        rows, columns = self.mask.shape if self.mask is not None else (0, 0)
+        width = self.end - self.start
+        need_rows = self.rows + (1 if prefix else 0)
+        before = max(width, prefix)  # columns that must exist left of ``end``
+        self._longest = max(self._longest, prefix)
+        if need_rows <= rows and before <= self.end < columns:
+            return
+        # The window is laid out again: it ends where the longest prefix seen still fits left of it, and at
+        # least as many columns are free after it as it holds (so this copy happens every so many steps).
+        new_end = max(before, self._longest)
+        new_rows = max(rows, 1)
+        while new_rows < need_rows:
+            new_rows *= 2
+        new_columns = columns if columns >= 2 * new_end + GROW_COLUMNS else 2 * new_end + GROW_COLUMNS
+        self._relayout(new_rows, new_columns, new_end, like)
+
+    def _relayout(self, rows: int, columns: int, new_end: int, like: torch.Tensor) -> None:
+        self.layouts += 1
+        n, width = self.rows, self.end - self.start
+        new_start = new_end - width
+        same = self.mask is not None and tuple(self.mask.shape) == (rows, columns)
+
+        def moved(old: Optional[torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            # zeros, not empty: a masked column still enters the attention's products and must be finite
+            new = old if same and old is not None else torch.zeros(shape, dtype=dtype, device=like.device)
+            if old is not None and n:
+                window = _columns(old, self.start, self.end)[:n].clone()
+                if same:
+                    new[:n] = 0 if dtype != torch.bool else False
+                _columns(new, new_start, new_end)[:n] = window
+            return new
+
+        heads = self.transformer.config.n_head
+        head_dim = self.transformer.config.n_embd // heads
+        kv_shape = (rows, heads, columns, head_dim)
+        dtype = self.keys[0].dtype if self.keys else like.dtype  # the prefill's (autocast's) dtype, kept
+        layers = len(self.transformer.h)
+        self.keys = [moved(k, kv_shape, dtype) for k in self.keys] or [
+            moved(None, kv_shape, dtype) for _ in range(layers)]
+        self.values = [moved(v, kv_shape, dtype) for v in self.values] or [
+            moved(None, kv_shape, dtype) for _ in range(layers)]
+        self.mask = moved(self.mask, (rows, columns), torch.bool)
+        self.first = [f - self.start + new_start for f in self.first]
+        self.start, self.end = new_start, new_end
+
+    # --- rows --------------------------------------------------------------------------------
+    def add(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """A new last row from its prefill's per-layer keys and values, each (1, heads, prefix, head_dim)."""
+        prefix = keys[0].shape[2]
+        self._fit(prefix, keys[0])
+        assert self.mask is not None
+        row, begin = self.rows, self.end - prefix
+        for buf, k in zip(self.keys, keys):
+            buf[row, :, begin:self.end] = k[0]
+        for buf, v in zip(self.values, values):
+            buf[row, :, begin:self.end] = v[0]
+        self.mask[row] = False
+        self.mask[row, begin:self.end] = True
+        self.first.append(begin)
+        self.start = min(self.first)
+
+    def keep(self, index: list[int]) -> None:
+        """Keep only rows ``index`` (in that order) as rows ``0..len(index)-1``; the window shrinks to what they use."""
+        n = self.rows
+        if index == list(range(n)):
+            return
+        self.first = [self.first[i] for i in index]
+        if not index:
+            self.start = self.end  # empty: the next row ends at ``end`` again
+            if self.mask is not None:
+                self.mask[:n] = False
+            return
+        assert self.mask is not None
+        rows = torch.tensor(index, dtype=torch.long, device=self.mask.device)
+        m = len(index)
+        for buffers in (self.keys, self.values):
+            for buf in buffers:
+                window = _columns(buf, self.start, self.end)
+                window[:m] = window.index_select(0, rows)
+        self.mask[:m] = self.mask.index_select(0, rows)
+        self.mask[m:n] = False
+        self.start = min(self.first)
+
+    # --- the step ----------------------------------------------------------------------------
+    def step(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Every row's next position from its input embedding (rows, 1, dim): the final-layer-normed hidden state
+        (rows, dim), as ``GPT2Model`` gives it (``last_hidden_state``)."""
+        if embeddings.shape[0] != self.rows:
+            raise ValueError(f"{embeddings.shape[0]} embeddings for {self.rows} rows")
+        self._fit(0, embeddings)
+        assert self.mask is not None
+        n, col = self.rows, self.end
+        self.mask[:n, col] = True
+        padded = any(f != self.start for f in self.first)
+        mask = self.mask[:n, None, None, self.start:col + 1] if padded else None
+        x = embeddings
+        for block, keys, values in zip(self.transformer.h, self.keys, self.values):
+            x = self._block(block, x, keys, values, mask, n, col)
+        self.end += 1
+        return self.transformer.ln_f(x)[:, -1]
+
+    def _block(self, block: nn.Module, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               mask: Optional[torch.Tensor], n: int, col: int) -> torch.Tensor:
+        attn = block.attn
+        q, k, v = attn.c_attn(block.ln_1(x)).split(attn.split_size, dim=2)
+        shape = (n, 1, -1, attn.head_dim)
+        q = q.view(shape).transpose(1, 2)
+        keys[:n, :, col] = k.view(shape)[:, 0]
+        values[:n, :, col] = v.view(shape)[:, 0]
+        a = F.scaled_dot_product_attention(q, keys[:n, :, self.start:col + 1], values[:n, :, self.start:col + 1],
+                                           attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False)
+        a = a.reshape(n, -1, 1, attn.head_dim).transpose(1, 2).contiguous()
+        x = attn.c_proj(a.reshape(n, 1, -1).contiguous()) + x
+        return x + block.mlp(block.ln_2(x))
+
+
+def _columns(t: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Columns ``[start, stop)`` of a key/value buffer (rows, heads, columns, head_dim) or of the mask (rows, columns)."""
+    return t[:, :, start:stop] if t.dim() == 4 else t[:, start:stop]
