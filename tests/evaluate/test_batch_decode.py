@@ -246,3 +246,35 @@ def test_a_gpt_the_decoder_cannot_run_is_refused_in_one_line(golden):
             BatchDecoder(xtts.gpt)
     finally:
         config._attn_implementation = saved
+
+
+def test_the_cache_stays_near_what_its_rows_need_and_is_freed_when_they_leave(golden):
+    from xtts_ft.evaluate.decode_cache import HEADROOM_COLUMNS
+
+    xtts = golden[0]
+    bias = xtts.gpt.mel_head.bias
+    saved = bias.detach().clone()
+    rows = [_request(golden, "a much longer sentence than the others here" if i == 0 else "hi", i, max_codes=40 * (i + 1))
+            for i in range(5)]
+    decoder = BatchDecoder(xtts.gpt)
+    cache = decoder._cache
+    shapes = set()
+    try:
+        with torch.no_grad():
+            bias[xtts.gpt.stop_audio_token] -= 1e4  # no row stops before its code limit
+        with torch.inference_mode():
+            for request in rows:
+                decoder.join(request)
+            while decoder.rows:
+                decoder.step()
+                if decoder.rows:
+                    need = cache.end - cache.start
+                    shapes.add(tuple(cache.mask.shape))
+                    assert cache.mask.shape[1] <= max(need, cache._longest) + 2 * HEADROOM_COLUMNS + 1
+                    assert cache.mask.shape[0] <= 8  # 5 rows: a power of two above
+    finally:
+        with torch.no_grad():
+            bias.copy_(saved)
+    assert [len(r.codes) for r in rows] == [40 * (i + 1) for i in range(5)]
+    assert any(s[0] == 8 for s in shapes) and any(s[0] < 8 for s in shapes)  # rows left: the buffers shrank
+    assert cache.keys == [] and cache.mask is None  # the last row left: nothing held

@@ -113,6 +113,19 @@ def prefix_embeddings(gpt, cond_latents: torch.Tensor, text_tokens: torch.Tensor
     return torch.cat([cond_latents.to(emb.dtype), emb], dim=1)
 
 
+def prefill(gpt, prefix: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """coqui's first generation step for one request ([prefix][start code] through Hugging Face's ``GPT2Model``
+    with a fresh cache): the last position's hidden state (1, dim) and each layer's keys and values
+    (1, heads, positions, head_dim)."""
+    start = torch.full((1, 1), gpt.start_audio_token, dtype=torch.long, device=prefix.device)
+    emb = torch.cat([prefix, gpt.mel_embedding(start) + gpt.mel_pos_embedding(start)], dim=1)
+    mask = torch.ones(1, emb.shape[1], dtype=torch.long, device=emb.device)
+    out = gpt.gpt(inputs_embeds=emb, past_key_values=DynamicCache(), attention_mask=mask, use_cache=True,
+                  return_dict=True)
+    layers = out.past_key_values.layers
+    return out.last_hidden_state[:, -1], [layer.keys for layer in layers], [layer.values for layer in layers]
+
+
 class BatchDecoder:
     """The rows being decoded and their joint KV cache (:class:`.decode_cache.SlotCache`). Not thread-safe: one
     thread drives it.
@@ -137,19 +150,13 @@ class BatchDecoder:
     def join(self, request: DecodeRequest) -> None:
         """Prefill ``request`` alone, choose its first code and add it to the batch (or finish it)."""
         gpt = self.gpt
-        start = torch.full((1, 1), gpt.start_audio_token, dtype=torch.long, device=request.prefix.device)
-        start_emb = gpt.mel_embedding(start) + gpt.mel_pos_embedding(start)
-        emb = torch.cat([request.prefix, start_emb], dim=1)
-        cache = DynamicCache()
-        mask = torch.ones(1, emb.shape[1], dtype=torch.long, device=emb.device)
-        out = gpt.gpt(inputs_embeds=emb, past_key_values=cache, attention_mask=mask, use_cache=True, return_dict=True)
-        seen = torch.zeros(1, gpt.mel_head.out_features, dtype=torch.bool, device=emb.device)
+        hidden, keys, values = prefill(gpt, request.prefix)
+        seen = torch.zeros(1, gpt.mel_head.out_features, dtype=torch.bool, device=hidden.device)
         seen[0, [1, int(gpt.start_audio_token)]] = True  # coqui's generate input: prefix_len ids 1, then the start code
-        self._accept([request], seen, out.last_hidden_state[:, -1])
+        self._accept([request], seen, hidden)
         if request.done:
             return
-        self._cache.add([layer.keys for layer in out.past_key_values.layers],
-                        [layer.values for layer in out.past_key_values.layers])
+        self._cache.add(keys, values)
         self._seen = seen if self._seen is None else torch.cat([self._seen, seen])
         self.rows.append(request)
 

@@ -23,7 +23,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefill
 
 
 def choose_one(sampling: Sampling, scores: torch.Tensor, seen: torch.Tensor, generator: torch.Generator) -> int:
@@ -60,19 +60,12 @@ class ReferenceDecoder:
     # --- joining -----------------------------------------------------------------------------
     def join(self, request: DecodeRequest) -> None:
         """Prefill ``request`` alone, choose its first code and add it to the batch (or finish it)."""
-        gpt = self.gpt
-        start = torch.full((1, 1), gpt.start_audio_token, dtype=torch.long, device=request.prefix.device)
-        start_emb = gpt.mel_embedding(start) + gpt.mel_pos_embedding(start)
-        emb = torch.cat([request.prefix, start_emb], dim=1)
-        cache = DynamicCache()
-        mask = torch.ones(1, emb.shape[1], dtype=torch.long, device=emb.device)
-        out = gpt.gpt(inputs_embeds=emb, past_key_values=cache, attention_mask=mask, use_cache=True, return_dict=True)
-        seen = {1, int(gpt.start_audio_token)}  # coqui's generate input: prefix_len ids 1, then the start code
-        self._accept(request, seen, out.last_hidden_state[:, -1])
+        hidden, keys, values = prefill(self.gpt, request.prefix)
+        mask = torch.ones(1, keys[0].shape[2], dtype=torch.long, device=hidden.device)
+        seen = {1, int(self.gpt.start_audio_token)}  # coqui's generate input: prefix_len ids 1, then the start code
+        self._accept(request, seen, hidden)
         if request.done:
             return
-        keys = [layer.keys for layer in out.past_key_values.layers]
-        values = [layer.values for layer in out.past_key_values.layers]
         if not self.rows:
             self._keys, self._values, self._mask = keys, values, mask
         else:
@@ -140,15 +133,6 @@ class ReferenceDecoder:
         self._mask = mask[:, first:]
         self._keys = [k.index_select(0, index)[:, :, first:] for k in self._keys]
         self._values = [v.index_select(0, index)[:, :, first:] for v in self._values]
-
-
-def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
-    missing = width - t.shape[dim]
-    if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
 def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:

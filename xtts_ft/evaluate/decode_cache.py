@@ -13,9 +13,10 @@ written one column per step:
   embedding), so the padding changes no position;
 - the step attends over the window ``[start, end]`` only (``start`` = the earliest real column of any
   row); when a row leaves, the rows after it move up and the window shrinks to what the others need;
-- when the buffers are full the window is moved to the left edge, and the buffers grow (doubling)
-  when the window itself needs more than half of them: a copy of the cache every so many steps
-  instead of every step.
+- when the buffers are full the window is moved to the left edge with free columns after it again
+  (the buffers are allocated again when they are too small, or more than twice what is needed):
+  a copy of the window every so many steps instead of the whole cache at every step; when the last
+  row leaves, the buffers are freed.
 
 The step runs the blocks' own modules (``ln_1``, ``c_attn``, ``c_proj``, ``ln_2``, ``mlp``, the
 model's ``ln_f``) and the attention Hugging Face's GPT-2 calls (SDPA, its scale, no mask when no row
@@ -32,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-GROW_COLUMNS = 64  # columns added beyond what the window needs when the buffers are (re)allocated
+HEADROOM_COLUMNS = 128  # free columns after the window when it is laid out (then one copy per 128 steps at most)
 
 
 def unsupported(gpt: nn.Module) -> Optional[str]:
@@ -73,16 +74,20 @@ class SlotCache:
         need_rows = self.rows + (1 if prefix else 0)
         before = max(width, prefix)  # columns that must exist left of ``end``
         self._longest = max(self._longest, prefix)
-        if need_rows <= rows and before <= self.end < columns:
-            return
-        # The window is laid out again: it ends where the longest prefix seen still fits left of it, and at
-        # least as many columns are free after it as it holds (so this copy happens every so many steps).
+        # When laid out again, the window ends where the longest prefix seen still fits left of it, with
+        # HEADROOM_COLUMNS free after it, so the copy happens once per so many steps (about 2 % of what the
+        # steps' attention reads meanwhile). The buffers keep their size while it is within 2x of what is
+        # needed (no allocation, only the window moves); else they are allocated again at the needed size.
         new_end = max(before, self._longest)
-        new_rows = max(rows, 1)
-        while new_rows < need_rows:
-            new_rows *= 2
-        new_columns = columns if columns >= 2 * new_end + GROW_COLUMNS else 2 * new_end + GROW_COLUMNS
-        self._relayout(new_rows, new_columns, new_end, like)
+        needed_columns = new_end + HEADROOM_COLUMNS
+        room = need_rows <= rows and before <= self.end < columns
+        if room and columns <= 2 * needed_columns and rows <= 2 * max(need_rows, 1):
+            return
+        if not needed_columns <= columns <= 2 * needed_columns:
+            columns = new_end + 2 * HEADROOM_COLUMNS
+        if not need_rows <= rows <= 2 * max(need_rows, 1):
+            rows = 1 << max(need_rows - 1, 0).bit_length()  # a power of two: rows join one by one
+        self._relayout(rows, columns, new_end, like)
 
     def _relayout(self, rows: int, columns: int, new_end: int, like: torch.Tensor) -> None:
         self.layouts += 1
@@ -135,10 +140,9 @@ class SlotCache:
         if index == list(range(n)):
             return
         self.first = [self.first[i] for i in index]
-        if not index:
-            self.start = self.end  # empty: the next row ends at ``end`` again
-            if self.mask is not None:
-                self.mask[:n] = False
+        if not index:  # empty: the memory goes back (the next request allocates what it needs)
+            self.keys, self.values, self.mask = [], [], None
+            self.start = self.end = self._longest = 0
             return
         assert self.mask is not None
         rows = torch.tensor(index, dtype=torch.long, device=self.mask.device)
@@ -150,6 +154,7 @@ class SlotCache:
         self.mask[:m] = self.mask.index_select(0, rows)
         self.mask[m:n] = False
         self.start = min(self.first)
+        self._fit(0, self.keys[0])  # far fewer rows or columns than the buffers hold: smaller buffers
 
     # --- the step ----------------------------------------------------------------------------
     def step(self, embeddings: torch.Tensor) -> torch.Tensor:

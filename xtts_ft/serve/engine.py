@@ -52,6 +52,7 @@ from xtts_ft.serve.model_source import ResolvedModel
 from xtts_ft.serve.precision import choose_precision
 from xtts_ft.serve.streaming_vocoder import StreamingVocoder
 from xtts_ft.serve.text_pieces import split_pieces
+from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
 
 log = logging.getLogger(__name__)
@@ -126,9 +127,9 @@ class SpeechEngine:
             log.info("engine: %s", note)
         # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.
         self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams, self.precision)
-        # One vocoder call at a time (held for one chunk, never across a piece): callers' threads running
-        # HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
-        self._vocoder_lock = threading.Lock()
+        # One vocoder call at a time (one chunk, never across a piece), the most urgent first: callers' threads
+        # running HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
+        self.vocoder_turns = VocoderTurns()
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
@@ -206,15 +207,18 @@ class SpeechEngine:
             if not stream.finished:
                 stream.cancel()
 
-    def _vocode_whole(self, latents: list[torch.Tensor], speaker_embedding: torch.Tensor, speed: float) -> np.ndarray:
-        """HiFiGAN over a whole piece, as ``Xtts.inference`` does it (``speed`` stretches the latents)."""
+    def _vocode_whole(self, latents: list[torch.Tensor], speaker_embedding: torch.Tensor, speed: float,
+                      needed_at: Optional[float] = None) -> np.ndarray:
+        """HiFiGAN over a whole piece, as ``Xtts.inference`` does it (``speed`` stretches the latents); ``needed_at``:
+        when its listener runs out of audio (default now: nothing is playing)."""
         with torch.inference_mode():
             gpt_latents = torch.stack(latents)[None]
             length_scale = 1.0 / max(speed, 0.05)
             if length_scale != 1.0:
                 gpt_latents = F.interpolate(gpt_latents.transpose(1, 2), scale_factor=length_scale,
                                             mode="linear").transpose(1, 2)
-            with self._vocoder_lock, self.precision.vocoding():
+            deadline = time.perf_counter() if needed_at is None else needed_at
+            with self.vocoder_turns.turn(deadline), self.precision.vocoding():
                 wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
         return wav.detach().float().cpu().numpy().reshape(-1)
 
@@ -234,8 +238,9 @@ class SpeechEngine:
 
     # --- synthesis ---------------------------------------------------------------------------
     def synthesize_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
-                         cancel: Optional[Cancel] = None) -> PieceResult:
-        """One piece (already normalised and within the limits), whole, with the short-text mitigation."""
+                         cancel: Optional[Cancel] = None, needed_at: Optional[float] = None) -> PieceResult:
+        """One piece (already normalised and within the limits), whole, with the short-text mitigation.
+        ``needed_at``: when its listener runs out of audio (the vocoder's priority; default: now)."""
         language = language or self.language
         cap = self.piece_cap(piece)
         short = len(piece) <= self.settings.short_text_chars
@@ -252,7 +257,7 @@ class SpeechEngine:
             if attempt + 1 < attempts:
                 with self.stats.lock:
                     self.stats.retries += 1
-        audio = self._vocode_whole(kept.latents, latents[1], speed)
+        audio = self._vocode_whole(kept.latents, latents[1], speed, needed_at)
         self._count(kept.ended_with_stop, start, audio.size)
         return PieceResult(audio, kept.ended_with_stop, len(kept.codes), cap, attempt + 1)
 
@@ -266,24 +271,28 @@ class SpeechEngine:
         return request, self.loop.submit(request), time.perf_counter()
 
     def stream_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
-                     cancel: Optional[Cancel] = None,
-                     submitted: Optional[tuple[DecodeRequest, Stream, float]] = None) -> Iterator[np.ndarray]:
+                     cancel: Optional[Cancel] = None, submitted: Optional[tuple[DecodeRequest, Stream, float]] = None,
+                     needed_at: Optional[float] = None) -> Iterator[np.ndarray]:
         """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then every
         ``stream_chunk_codes``. A short piece that may be retried, or ``speed`` other than 1, is synthesised
         whole (one chunk). ``submitted``: its decoding, already started (:meth:`synthesize` starts the next
-        piece's while this one is vocoded)."""
+        piece's while this one is spoken). ``needed_at``: when the listener runs out of the audio before this
+        piece (default: now); each chunk's vocoding waits its turn by when its listener needs it."""
         language = language or self.language
         if not self._streams(piece, speed):
-            yield self.synthesize_piece(piece, voice, language=language, speed=speed, cancel=cancel).audio
+            yield self.synthesize_piece(piece, voice, language=language, speed=speed, cancel=cancel,
+                                        needed_at=needed_at).audio
             return
         request, stream, start = submitted or self._submit(piece, voice, language)
+        needed_at = time.perf_counter() if needed_at is None else needed_at
         vocoder = StreamingVocoder(self.xtts.hifigan_decoder, self._latents(voice)[1])
         given, samples = 0, 0
         for have in self._codes(stream, cancel, self.settings.stream_chunk_codes,
                                 self.settings.stream_first_chunk_codes):
             vocoder.add(request.latents[given:have])
             given = have
-            with torch.inference_mode(), self._vocoder_lock, self.precision.vocoding():
+            with torch.inference_mode(), self.vocoder_turns.turn(needed_at + samples / self.sample_rate), \
+                    self.precision.vocoding():
                 chunk = vocoder.audio(final=stream.finished)
             if chunk.size:
                 if not samples:
@@ -297,8 +306,11 @@ class SpeechEngine:
                    cancel: Optional[Cancel] = None) -> Iterator[np.ndarray]:
         """Float32 audio chunks (at :attr:`sample_rate`) as they are ready, piece after piece.
 
-        The next piece's decoding starts when this piece's starts (one piece ahead, so a long text holds at
-        most two rows of the batch), so its first audio is ready when this piece's last has been sent.
+        The next piece's decoding starts when this piece's first audio is ready (one piece ahead, so a long
+        text holds at most two rows of the batch, and a new caller's first piece does not share the batch with
+        the second pieces of callers who have not heard anything yet), so its first audio is ready when this
+        piece's last has been sent. The vocoder serves the caller whose listener runs out of audio soonest
+        first (:mod:`.vocoder_turns`; a first chunk is always due).
         ``cancel`` is asked while audio is awaited (at least every 50 ms); when it returns True the
         request leaves the decode batch at its next step and the generator ends early (counted in
         ``stats.cancelled``). Raises ``DataError`` for empty text and ``VoiceError`` for an unknown voice
@@ -311,16 +323,20 @@ class SpeechEngine:
         if not pieces:
             raise DataError("input: no speakable text (after normalisation nothing is left); give words to say")
         ahead = None  # the next piece's decoding, started early
+        started, sent = time.perf_counter(), 0  # the listener runs out of audio at started + sent samples
         try:
             for i, piece in enumerate(pieces):
                 current, ahead = ahead, None
-                if i + 1 < len(pieces) and self._streams(pieces[i + 1], speed):
-                    if current is None and self._streams(piece, speed):
-                        current = self._submit(piece, chosen, language)  # this piece first: it is needed first
-                    ahead = self._submit(pieces[i + 1], chosen, language)
+                following = pieces[i + 1] if i + 1 < len(pieces) and self._streams(pieces[i + 1], speed) else None
                 try:
-                    yield from self.stream_piece(piece, chosen, language=language, speed=speed, cancel=cancel,
-                                                 submitted=current)
+                    for chunk in self.stream_piece(piece, chosen, language=language, speed=speed, cancel=cancel,
+                                                   submitted=current, needed_at=started + sent / self.sample_rate):
+                        if following is not None and ahead is None:
+                            ahead = self._submit(following, chosen, language)  # this piece's first audio is ready
+                        sent += chunk.size
+                        yield chunk
+                    if following is not None and ahead is None:  # (this piece gave no audio)
+                        ahead = self._submit(following, chosen, language)
                 except SynthesisCancelled:
                     with self.stats.lock:
                         self.stats.cancelled += 1
