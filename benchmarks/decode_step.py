@@ -14,7 +14,10 @@ coqui's sampling) in the same process, one after the other for each batch size:
   batched choice and one host read per step).
 
 After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratio is reference / current. Both
-must give the same codes for every row (checked; a difference is printed as a failure). The codes per
+must give the same codes for every row (checked; a difference is printed as a failure). Then, for each
+batch size above 1, the current decoder prefills that many requests one by one and together (one
+right-padded forward pass, as the serving loop does with requests that arrive together): both times, and
+whether the next 10 codes of every row are the same either way. The codes per
 second of all rows are also given as seconds of audio per second (21.5 codes per second of audio).
 """
 
@@ -78,6 +81,31 @@ def measure(name: str, gpt, size: dict, batch: int, device: torch.device, precis
     return seconds, [r.codes for r in rows]
 
 
+def measure_prefill(gpt, size: dict, batch: int, device: torch.device, precision: str,
+                    steps: int) -> tuple[dict[str, float], dict[str, list[list[int]]]]:
+    """Seconds to prefill ``batch`` requests one by one and together (the current decoder either way), and the codes
+    each way gives after ``steps`` more steps."""
+    times, codes = {}, {}
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    for way in ("one by one", "together"):
+        rows = requests(gpt, size, batch, device, max_codes=1 + steps)
+        decoder = BatchDecoder(gpt)
+        with torch.inference_mode(), autocast:
+            sync(device)
+            start = time.perf_counter()
+            if way == "together":
+                decoder.join(*rows)
+            else:
+                for request in rows:
+                    decoder.join(request)
+            sync(device)
+            times[way] = time.perf_counter() - start
+            for _ in range(steps):
+                decoder.step()
+        codes[way] = [r.codes for r in rows]
+    return times, codes
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["small", "full"], default="small")
@@ -114,8 +142,15 @@ def main(argv: list[str] | None = None) -> None:
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
         print(f"batch {batch:3d}: {cells}; ratio {times['reference'] / times['current']:.2f}x; "
               f"codes {'identical' if same else 'DIFFER (failed)'}")
+    for batch in [b for b in args.batches if b > 1]:
+        times, codes = measure_prefill(gpt, size, batch, device, args.precision, steps=10)
+        same = codes["one by one"] == codes["together"]
+        failures += 0 if same else 1
+        print(f"prefill of {batch:3d} requests: one by one {1000 * times['one by one']:.1f} ms; together "
+              f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
+              f"codes of the next 10 steps {'identical' if same else 'DIFFER (failed)'}")
     if failures:
-        raise SystemExit(f"{failures} batch size(s) gave different codes")
+        raise SystemExit(f"{failures} comparison(s) gave different codes")
 
 
 if __name__ == "__main__":

@@ -196,3 +196,6 @@ def test_decode_step_benchmark_times_both_decoders_and_checks_their_codes(capsys
     for row in rows:
         assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; ratio \d+\.\d+x; "
                          r"codes identical", row), row
+    prefill = [line for line in out.splitlines() if line.startswith("prefill")]
+    assert len(prefill) == 1 and re.search(r"prefill of +3 requests: one by one \d+\.\d+ ms; together \d+\.\d+ ms; "
+                                           r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out

@@ -278,3 +278,69 @@ def test_the_cache_stays_near_what_its_rows_need_and_is_freed_when_they_leave(go
     assert [len(r.codes) for r in rows] == [40 * (i + 1) for i in range(5)]
     assert any(s[0] == 8 for s in shapes) and any(s[0] < 8 for s in shapes)  # rows left: the buffers shrank
     assert cache.keys == [] and cache.mask is None  # the last row left: nothing held
+
+
+def test_requests_prefilled_together_decode_as_they_do_alone(golden):
+    """Prefixes of different lengths in one right-padded prefill: each row's first hidden state and keys are its
+    solo prefill's (up to float rounding of the wider products), and each request decodes its solo codes."""
+    from xtts_ft.evaluate.batch_decode import prefill
+
+    texts = ["hi", "a much longer sentence than the others here", "peter piper", "zebra crossing"]
+    solo = [_solo(golden, t, i) for i, t in enumerate(texts)]
+    gpt = golden[0].gpt
+    batch = [_request(golden, t, i) for i, t in enumerate(texts)]
+    with torch.inference_mode():
+        hidden, keys, _values, lengths = prefill(gpt, [r.prefix for r in batch])
+        for i, request in enumerate(batch):
+            alone_hidden, alone_keys, _, (length,) = prefill(gpt, [request.prefix])
+            assert lengths[i] == length and len(set(lengths)) == len(texts)
+            assert torch.allclose(hidden[i], alone_hidden[0], atol=1e-5)
+            assert all(torch.allclose(k[i, :, :length], a[0], atol=1e-5) for k, a in zip(keys, alone_keys))
+        decoder = BatchDecoder(gpt)
+        decoder.join(*batch)
+        assert len(decoder) == len(texts)
+        while decoder.rows:
+            decoder.step()
+    assert [r.codes for r in batch] == solo
+
+
+def _loop_codes(golden, texts, monkeypatch=None):
+    """The decode loop given ``texts`` all at once (they arrive before its thread takes any): their codes."""
+    from xtts_ft.serve.decode_loop import DecodeLoop
+
+    loop = DecodeLoop(golden[0].gpt, max_active=8)
+    requests = [_request(golden, t, i) for i, t in enumerate(texts)]
+    try:
+        with loop._cond:  # the thread starts at the first submit and waits for this to be released
+            streams = [loop.submit(r) for r in requests]
+        for stream in streams:
+            while not stream.finished:
+                stream.wait(stream.produced, timeout=5.0)
+    finally:
+        loop.close()
+    return [r.codes for r in requests], loop
+
+
+def test_the_decode_loop_prefills_arrivals_together_with_their_solo_codes(golden):
+    texts = ["hi", "a much longer sentence than the others here", "peter piper"]
+    codes, loop = _loop_codes(golden, texts)
+    assert loop.largest_join == 3
+    assert codes == [_solo(golden, t, i) for i, t in enumerate(texts)]
+
+
+def test_a_failed_prefill_together_is_tried_again_one_by_one(golden, monkeypatch, caplog):
+    import xtts_ft.evaluate.batch_decode as batch_decode
+
+    real = batch_decode.prefill
+
+    def fails_together(gpt, prefixes):
+        if len(prefixes) > 1:
+            raise RuntimeError("CUDA out of memory (injected)")
+        return real(gpt, prefixes)
+
+    monkeypatch.setattr(batch_decode, "prefill", fails_together)
+    texts = ["hi", "peter piper", "zebra"]
+    codes, loop = _loop_codes(golden, texts)
+    monkeypatch.undo()
+    assert codes == [_solo(golden, t, i) for i, t in enumerate(texts)]
+    assert "prefill of 3 requests together failed" in caplog.text and "3 tried again one by one" in caplog.text

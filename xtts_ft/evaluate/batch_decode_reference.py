@@ -60,7 +60,7 @@ class ReferenceDecoder:
     # --- joining -----------------------------------------------------------------------------
     def join(self, request: DecodeRequest) -> None:
         """Prefill ``request`` alone, choose its first code and add it to the batch (or finish it)."""
-        hidden, keys, values = prefill(self.gpt, request.prefix)
+        hidden, keys, values, _ = prefill(self.gpt, [request.prefix])
         mask = torch.ones(1, keys[0].shape[2], dtype=torch.long, device=hidden.device)
         seen = {1, int(self.gpt.start_audio_token)}  # coqui's generate input: prefix_len ids 1, then the start code
         self._accept(request, seen, hidden)

@@ -1,8 +1,9 @@
 """One thread decodes the GPT for every active request at once (continuous batching).
 
 Requests are :class:`Stream` objects: :meth:`DecodeLoop.submit` queues one; at its next turn the loop
-prefills it and it joins the batch (:class:`xtts_ft.evaluate.batch_decode.BatchDecoder`); every step
-appends one code and its latent to each row and wakes the row's reader; a row that reaches its stop code
+prefills it, in one forward pass with every other request that arrived meanwhile, and it joins the batch
+(:class:`xtts_ft.evaluate.batch_decode.BatchDecoder`); every step appends one code and its latent to each
+row and wakes the row's reader; a row that reaches its stop code
 or its code limit, or whose reader cancelled, leaves. At most ``max_active`` rows decode at once (memory:
 each holds a KV cache); more wait in the loop's queue, in order. The HTTP server's admission limit
 (``ServeConfig.queue_size``, 503 beyond) sits in front of both.
@@ -75,6 +76,7 @@ class DecodeLoop:
         self.steps = 0  # batched decode steps run
         self.largest_batch = 0  # most rows decoded together in one step
         self.dropped = 0  # rows that left because their reader cancelled
+        self.largest_join = 0  # most requests prefilled together in one forward pass
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = Stream(request)
@@ -113,8 +115,7 @@ class DecodeLoop:
                         return
                     joining = [self._pending.popleft()
                                for _ in range(min(len(self._pending), self.max_active - len(self._active)))]
-                for stream in joining:
-                    self._join(stream)
+                self._join(joining)
                 self._leave([s for s in self._active if s.cancelled], cancelled=True)
                 if not self._active:
                     continue
@@ -130,20 +131,40 @@ class DecodeLoop:
                     stream._update(finished=stream.request.done)
                 self._active = [s for s in self._active if not s.request.done]
 
-    def _join(self, stream: Stream) -> None:
-        if stream.cancelled:
+    def _join(self, streams: list[Stream]) -> None:
+        """Prefill the new streams together; when that fails (e.g. out of memory), each alone, so a failure is
+        only its own request's."""
+        for stream in [s for s in streams if s.cancelled]:
             self.dropped += 1
             stream._update(finished=True)
+        streams = [s for s in streams if not s.cancelled]
+        if not streams:
             return
+        failure: Optional[BaseException] = None
+        self.largest_join = max(self.largest_join, len(streams))
+        retry: list[Stream] = []
         try:
-            self._decoder.join(stream.request)
-        except Exception as exc:  # noqa: BLE001 - this request's failure (e.g. out of memory), not the loop's
-            log.exception("prefill failed")
-            stream._update(finished=True, error=exc)
-            return
-        stream._update(finished=stream.request.done)
-        if not stream.request.done:
-            self._active.append(stream)
+            self._decoder.join(*[s.request for s in streams])
+        except Exception as exc:  # noqa: BLE001 - these requests' failure (e.g. out of memory), not the loop's
+            failure = exc
+            if len(streams) > 1:  # the ones whose prefill never ran to a first code are tried again, each alone
+                retry = [s for s in streams if not s.request.codes]
+                log.warning("prefill of %d requests together failed (%s); %d tried again one by one", len(streams),
+                            exc, len(retry))
+            else:
+                log.exception("prefill failed")
+        joined = {id(r) for r in self._decoder.rows}
+        for stream in streams:
+            if any(stream is s for s in retry):
+                continue
+            if failure is not None and id(stream.request) not in joined and not stream.request.done:
+                stream._update(finished=True, error=failure)  # its first code was chosen, then the join failed
+                continue
+            stream._update(finished=stream.request.done)
+            if not stream.request.done:
+                self._active.append(stream)
+        for stream in retry:
+            self._join([stream])
 
     def _leave(self, streams: list[Stream], *, cancelled: bool) -> None:
         if not streams:
