@@ -76,15 +76,19 @@ class Sampling:
             scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
         if not self.do_sample:
             return torch.argmax(scores, dim=-1)
+        probs = F.softmax(self.warp(scores), dim=-1)
+        return torch.cat([torch.multinomial(probs[i:i + 1], num_samples=1, generator=g)[0]
+                          for i, g in enumerate(generators)])
+
+    def warp(self, scores: torch.Tensor) -> torch.Tensor:
+        """Temperature, top-k and top-p as transformers' warpers apply them (row by row) before sampling."""
         if self.temperature != 1.0:
             scores = TemperatureLogitsWarper(self.temperature)(None, scores)
         if self.top_k:
             scores = TopKLogitsWarper(top_k=self.top_k)(None, scores)
         if self.top_p < 1.0:
             scores = TopPLogitsWarper(top_p=self.top_p)(None, scores)
-        probs = F.softmax(scores, dim=-1)
-        return torch.cat([torch.multinomial(probs[i:i + 1], num_samples=1, generator=g)[0]
-                          for i, g in enumerate(generators)])
+        return scores
 
 
 @dataclass
@@ -103,6 +107,22 @@ class DecodeRequest:
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator(device=self.prefix.device).manual_seed(int(self.seed))
+
+    def take(self, code: int, latent: torch.Tensor, stop_code: int) -> None:
+        """Append a generated code and its latent; the request is done at the stop code or at its code limit."""
+        self.codes.append(code)
+        self.latents.append(latent)
+        if code == stop_code:
+            self.ended_with_stop = True
+            self.done = True
+        elif len(self.codes) >= self.max_codes:
+            self.done = True
+
+
+def staying(rows: list[DecodeRequest], leaving: list[DecodeRequest]) -> list[int]:
+    """Indices of ``rows`` not in ``leaving`` (by identity: requests hold tensors, ``==`` would compare them)."""
+    gone = {id(r) for r in leaving}
+    return [i for i, r in enumerate(rows) if id(r) not in gone]
 
 
 def prefix_embeddings(gpt, cond_latents: torch.Tensor, text_tokens: torch.Tensor) -> torch.Tensor:
@@ -222,21 +242,14 @@ class BatchDecoder:
         seen[torch.arange(len(requests), device=seen.device), codes] = True
         stop = int(self.gpt.stop_audio_token)
         for request, code, latent in zip(requests, codes.tolist(), latents):  # the step's one wait for the device
-            request.codes.append(code)
-            request.latents.append(latent)
-            if code == stop:
-                request.ended_with_stop = True
-                request.done = True
-            elif len(request.codes) >= request.max_codes:
-                request.done = True
+            request.take(code, latent, stop)
 
     # --- leaving -----------------------------------------------------------------------------
     def drop(self, requests: list[DecodeRequest]) -> None:
         """Remove ``requests`` (finished or cancelled) from the batch; its cache shrinks to what the others use."""
         if not requests:
             return
-        gone = {id(r) for r in requests}
-        keep = [i for i, r in enumerate(self.rows) if id(r) not in gone]
+        keep = staying(self.rows, requests)
         self.rows = [self.rows[i] for i in keep]
         self._cache.keep(keep)
         if not keep:

@@ -16,14 +16,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
-from transformers.generation.logits_process import (
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefill
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefill, staying
 
 
 def choose_one(sampling: Sampling, scores: torch.Tensor, seen: torch.Tensor, generator: torch.Generator) -> int:
@@ -33,13 +28,7 @@ def choose_one(sampling: Sampling, scores: torch.Tensor, seen: torch.Tensor, gen
         scores = RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty)(seen, scores)
     if not sampling.do_sample:
         return int(torch.argmax(scores, dim=-1))
-    if sampling.temperature != 1.0:
-        scores = TemperatureLogitsWarper(sampling.temperature)(seen, scores)
-    if sampling.top_k:
-        scores = TopKLogitsWarper(top_k=sampling.top_k)(seen, scores)
-    if sampling.top_p < 1.0:
-        scores = TopPLogitsWarper(top_p=sampling.top_p)(seen, scores)
-    probs = F.softmax(scores, dim=-1)
+    probs = F.softmax(sampling.warp(scores), dim=-1)
     return int(torch.multinomial(probs, num_samples=1, generator=generator))
 
 
@@ -105,22 +94,15 @@ class ReferenceDecoder:
         logits = self.gpt.mel_head(latent)
         seen_ids = torch.tensor([sorted(seen)], dtype=torch.long, device=logits.device)
         code = choose_one(request.sampling, logits, seen_ids, request.generator)
-        request.codes.append(code)
-        request.latents.append(latent[0])
+        request.take(code, latent[0], int(self.gpt.stop_audio_token))
         seen.add(code)
-        if code == int(self.gpt.stop_audio_token):
-            request.ended_with_stop = True
-            request.done = True
-        elif len(request.codes) >= request.max_codes:
-            request.done = True
 
     # --- leaving -----------------------------------------------------------------------------
     def drop(self, requests: list[DecodeRequest]) -> None:
         """Remove ``requests`` (finished or cancelled) from the batch; padding no row needs is trimmed."""
         if not requests:
             return
-        gone = {id(r) for r in requests}
-        keep = [i for i, r in enumerate(self.rows) if id(r) not in gone]
+        keep = staying(self.rows, requests)
         self.rows = [self.rows[i] for i in keep]
         self._seen = [self._seen[i] for i in keep]
         if not keep:
