@@ -121,36 +121,41 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--precision bf16 needs --device cuda")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    size = FULL if args.size == "full" else SMALL
+    failures = compare(args.size, args.batches, torch.device(args.device), args.precision, args.warmup, args.steps)
+    if failures:
+        raise SystemExit(f"{failures} comparison(s) gave different codes")
+
+
+def compare(size_name: str, batches: list[int], device: torch.device, precision: str, warmup: int,
+            steps: int) -> int:
+    """Print the step rows and the prefill rows for ``batches``; the number of comparisons whose codes differed."""
+    size = FULL if size_name == "full" else SMALL
     torch.manual_seed(0)
     gpt = build_gpt(size, device).eval()
     with torch.no_grad():  # a random GPT says stop at random: every row must decode every timed step
         gpt.mel_head.bias[gpt.stop_audio_token] = -1e4
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"decode step, {args.size} random GPT ({size['layers']} layers x {size['model_dim']}), {name}, "
-          f"{args.precision}; {args.warmup} warm-up + {args.steps} timed steps")
+    print(f"decode step, {size_name} random GPT ({size['layers']} layers x {size['model_dim']}), {name}, "
+          f"{precision}; {warmup} warm-up + {steps} timed steps")
     failures = 0
-    for batch in args.batches:
+    for batch in batches:
         times, codes = {}, {}
         for decoder in DECODERS:
-            times[decoder], codes[decoder] = measure(decoder, gpt, size, batch, device, args.precision, args.warmup,
-                                                     args.steps)
+            times[decoder], codes[decoder] = measure(decoder, gpt, size, batch, device, precision, warmup, steps)
         same = codes["reference"] == codes["current"]
         failures += 0 if same else 1
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
         print(f"batch {batch:3d}: {cells}; ratio {times['reference'] / times['current']:.2f}x; "
               f"codes {'identical' if same else 'DIFFER (failed)'}")
-    for batch in [b for b in args.batches if b > 1]:
-        times, codes = measure_prefill(gpt, size, batch, device, args.precision, steps=10)
+    for batch in [b for b in batches if b > 1]:
+        times, codes = measure_prefill(gpt, size, batch, device, precision, steps=10)
         same = codes["one by one"] == codes["together"]
         failures += 0 if same else 1
         print(f"prefill of {batch:3d} requests: one by one {1000 * times['one by one']:.1f} ms; together "
               f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
               f"codes of the next 10 steps {'identical' if same else 'DIFFER (failed)'}")
-    if failures:
-        raise SystemExit(f"{failures} comparison(s) gave different codes")
+    return failures
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ folder exactly as ``python -m xtts_ft serve --model RUN`` would (its best checkp
   1 and 2 streams, pieces capped at a few codes), peak GPU memory on CUDA;
 - on CUDA, HiFiGAN under fp16 and bf16 autocast against fp32 on the same latents: the largest sample
   difference and each one's time (whether half precision stays within tolerance of fp32 is a GPU
-  measurement; a CPU prints that it was not measured).
+  measurement; a CPU prints that it was not measured);
+- the decode step of the current decoder beside the first one, and prefill together beside one by one
+  (``decode_step.py``): full-size random GPT at 1, 8 and 32 rows on CUDA, fp32 and bf16; a small GPT at
+  1 and 2 rows in the reduced CPU mode.
 """
 
 from __future__ import annotations
@@ -125,3 +128,20 @@ def serving_section(args, device: torch.device, state: dict) -> None:
         _half_precision_vocoder(engine, device)
     finally:
         engine.close()
+    _decode_step(device)
+
+
+def _decode_step(device: torch.device) -> None:
+    """The decoder's step beside the first decoder's (``decode_step.py``), on a random GPT of the real size on
+    CUDA (fp32, and bf16 where the card has it), a small one in the reduced CPU mode."""
+    from decode_step import compare
+
+    from xtts_ft.train.precision import cuda_bf16_supported
+
+    cuda = device.type == "cuda"
+    precisions = ["fp32"] + (["bf16"] if cuda and cuda_bf16_supported(device) else [])
+    failures = 0
+    for precision in precisions:
+        failures += compare("full" if cuda else "small", [1, 8, 32] if cuda else [1, 2], device, precision,
+                            warmup=100 if cuda else 3, steps=20 if cuda else 2)
+    check("the batched decoder gives the first decoder's codes, and prefill together the solo codes", failures == 0)

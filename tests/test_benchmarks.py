@@ -118,7 +118,9 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     assert re.search(r"1 stream\(s\): first audio p50 \d+ ms, max \d+ ms; .* real time in aggregate \(RTF", out.stdout)
     assert "2 stream(s): first audio" in out.stdout and "the engine streamed audio to 1 and 2 concurrent callers" in out.stdout
     assert "HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here" in out.stdout
-    assert "## summary: 10 of 10 checks passed" in out.stdout and "FAIL" not in out.stdout
+    assert re.search(r"batch +2: reference .* ratio \d+\.\d+x; codes identical", out.stdout)
+    assert re.search(r"prefill of +2 requests: .* codes of the next 10 steps identical", out.stdout)
+    assert "## summary: 11 of 11 checks passed" in out.stdout and "FAIL" not in out.stdout
     assert not (REPO_ROOT / "smoke-standin").exists() and not (tmp_path / "smoke" / "tiny_base").exists()
     assert any(r.startswith("GET") and r.endswith("/model.pth") for r in StandInHub.requests)
     cache = str(tmp_path / "hf")
