@@ -90,19 +90,32 @@ def test_concurrent_requests_are_batched_and_keep_their_solo_codes(engine):
 
 
 def test_the_next_piece_decodes_while_this_one_is_spoken(engine, monkeypatch):
-    """One piece ahead: the second piece is submitted before the first's audio is sent; the audio is each piece's own."""
+    """One piece ahead: the second piece is submitted once the first's first audio is ready and before it is sent;
+    the audio is each piece's own."""
     text = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።"
     pieces = engine.pieces(text)
     assert len(pieces) == 2
     events: list[str] = []
+    submitted: list = []
+    seen_at_second_submit: list[int] = []  # codes the first piece had when the second was submitted
     submit = engine.loop.submit
-    monkeypatch.setattr(engine.loop, "submit", lambda request: (events.append("submit"), submit(request))[1])
+
+    def recording_submit(request):
+        events.append("submit")
+        if submitted:
+            seen_at_second_submit.append(len(submitted[0].codes))
+        submitted.append(request)
+        return submit(request)
+
+    monkeypatch.setattr(engine.loop, "submit", recording_submit)
     chunks = []
     for chunk in engine.synthesize(text, "spk1"):
         events.append("chunk")
         chunks.append(chunk)
     monkeypatch.undo()
     assert events[:3] == ["submit", "submit", "chunk"] and events.count("submit") == 2
+    # ... and not before its first audio was ready: the second piece joined after the first had its first chunk's codes
+    assert seen_at_second_submit and seen_at_second_submit[0] >= engine.settings.stream_first_chunk_codes
     whole = np.concatenate([engine.synthesize_piece(p, engine.voices.get("spk1")).audio for p in pieces])
     streamed = np.concatenate(chunks)
     assert streamed.size == whole.size
