@@ -201,12 +201,13 @@ class BatchDecoder:
         seen = torch.zeros(len(requests_), gpt.mel_head.out_features, dtype=torch.bool, device=hidden.device)
         seen[:, [1, int(gpt.start_audio_token)]] = True  # coqui's generate input: prefix_len ids 1, then the start code
         self._accept(requests_, seen, hidden)
-        for i, (request, length) in enumerate(zip(requests_, lengths)):
-            if request.done:
-                continue
-            self._cache.add([k[i:i + 1, :, :length] for k in keys], [v[i:i + 1, :, :length] for v in values])
-            self._seen = seen[i:i + 1] if self._seen is None else torch.cat([self._seen, seen[i:i + 1]])
-            self.rows.append(request)
+        staying_rows = [i for i, request in enumerate(requests_) if not request.done]
+        for i in staying_rows:
+            self._cache.add([k[i:i + 1, :, :lengths[i]] for k in keys], [v[i:i + 1, :, :lengths[i]] for v in values])
+            self.rows.append(requests_[i])
+        if staying_rows:
+            kept = seen.index_select(0, torch.tensor(staying_rows, dtype=torch.long, device=seen.device))
+            self._seen = kept if self._seen is None else torch.cat([self._seen, kept])
 
     # --- stepping ----------------------------------------------------------------------------
     def step(self) -> None:
@@ -230,15 +231,11 @@ class BatchDecoder:
         groups: dict[Sampling, list[int]] = {}
         for i, request in enumerate(requests):
             groups.setdefault(request.sampling, []).append(i)
-        if len(groups) == 1:
-            sampling, rows = next(iter(groups.items()))
-            codes = sampling.choose(logits, seen, [r.generator for r in requests])
-        else:  # rows with other settings are chosen group by group (each warper works row by row)
-            codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
-            for sampling, rows in groups.items():
-                index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-                codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
-                                               [requests[i].generator for i in rows])
+        codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
+        for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
+            index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+            codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
+                                           [requests[i].generator for i in rows])
         seen[torch.arange(len(requests), device=seen.device), codes] = True
         stop = int(self.gpt.stop_audio_token)
         for request, code, latent in zip(requests, codes.tolist(), latents):  # the step's one wait for the device

@@ -60,7 +60,7 @@ class SlotCache:
         self.start = 0  # window [start, end): the columns some row uses
         self.end = 0  # the column the next step writes
         self._longest = 0  # the longest prefix seen: the room kept left of the window when it is laid out again
-        self.layouts = 0  # times the buffers were (re)allocated or the window moved (a copy of the cache each)
+        self.layouts = 0  # times the buffers were allocated again (a copy of the window each)
 
     @property
     def rows(self) -> int:
@@ -76,8 +76,8 @@ class SlotCache:
         self._longest = max(self._longest, prefix)
         # When laid out again, the window ends where the longest prefix seen still fits left of it, with
         # HEADROOM_COLUMNS free after it, so the copy happens once per so many steps (about 2 % of what the
-        # steps' attention reads meanwhile). The buffers keep their size while it is within 2x of what is
-        # needed (no allocation, only the window moves); else they are allocated again at the needed size.
+        # steps' attention reads meanwhile). The buffers keep their shape while it is within 2x of what is
+        # needed; else they are allocated again at the needed size. Laying out allocates new buffers either way.
         new_end = max(before, self._longest)
         needed_columns = new_end + HEADROOM_COLUMNS
         room = need_rows <= rows and before <= self.end < columns
@@ -93,16 +93,12 @@ class SlotCache:
         self.layouts += 1
         n, width = self.rows, self.end - self.start
         new_start = new_end - width
-        same = self.mask is not None and tuple(self.mask.shape) == (rows, columns)
 
         def moved(old: Optional[torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
             # zeros, not empty: a masked column still enters the attention's products and must be finite
-            new = old if same and old is not None else torch.zeros(shape, dtype=dtype, device=like.device)
+            new = torch.zeros(shape, dtype=dtype, device=like.device)
             if old is not None and n:
-                window = _columns(old, self.start, self.end)[:n].clone()
-                if same:
-                    new[:n] = 0 if dtype != torch.bool else False
-                _columns(new, new_start, new_end)[:n] = window
+                _columns(new, new_start, new_end)[:n] = _columns(old, self.start, self.end)[:n]
             return new
 
         heads = self.transformer.config.n_head

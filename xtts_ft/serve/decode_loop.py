@@ -154,8 +154,9 @@ class DecodeLoop:
             else:
                 log.exception("prefill failed")
         joined = {id(r) for r in self._decoder.rows}
+        retried = {id(s) for s in retry}
         for stream in streams:
-            if any(stream is s for s in retry):
+            if id(stream) in retried:
                 continue
             if failure is not None and id(stream.request) not in joined and not stream.request.done:
                 stream._update(finished=True, error=failure)  # its first code was chosen, then the join failed
