@@ -11,10 +11,16 @@ coqui's sampling) in the same process, one after the other for each batch size:
   rebuilt and concatenated at every step, the output head and the logits processors row by row with a
   host read per row);
 - ``current``: :class:`xtts_ft.evaluate.batch_decode.BatchDecoder` (the cache written in place, one
-  batched choice and one host read per step).
+  batched choice and one host read per step);
+- ``graphs``: the same decoder with its step replayed from a CUDA graph
+  (:mod:`xtts_ft.evaluate.decode_graph`), on CUDA; on the CPU ``fixed shapes``: the same fixed-shape step
+  run directly (no graph to record: it shows the path works and what its extra masked columns cost).
 
-After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratio is reference / current. Both
-must give the same codes for every row (checked; a difference is printed as a failure). Then, for each
+After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratios are reference / current and
+current / graphs. The reference and current decoders must give the same codes for every row (checked; a
+difference is printed as a failure); the graphed step is checked against the eager step at every
+recording, and rounding may change a sampled code, so its rows are counted, and graphs turned off are a
+failure. Then, for each
 batch size above 1, the current decoder prefills that many requests one by one and together (one
 right-padded forward pass, as the serving loop does with requests that arrive together): both times, and
 whether the next 10 codes of every row are the same either way. The codes per
@@ -39,9 +45,16 @@ from gpu_throughput import FULL, SMALL, build_gpt  # noqa: E402
 
 from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, Sampling, prefix_embeddings  # noqa: E402
 from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder  # noqa: E402
+from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly, cuda_graph  # noqa: E402
 
 CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 samples at 22.05 kHz
-DECODERS = {"reference": ReferenceDecoder, "current": BatchDecoder}
+
+
+def decoders(device: torch.device) -> dict:
+    """The decoders compared on ``device``: name -> a function of the GPT giving a fresh decoder."""
+    fixed_name, record = ("graphs", cuda_graph) if device.type == "cuda" else ("fixed shapes", call_directly)
+    return {"reference": ReferenceDecoder, "current": BatchDecoder,
+            fixed_name: lambda gpt: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record))}
 
 
 def requests(gpt, size: dict, batch: int, device: torch.device, max_codes: int) -> list[DecodeRequest]:
@@ -61,11 +74,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(name: str, gpt, size: dict, batch: int, device: torch.device, precision: str, warmup: int,
-            steps: int) -> tuple[float, list[list[int]]]:
-    """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes."""
+def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, precision: str, warmup: int,
+            steps: int) -> tuple[float, list[list[int]], object]:
+    """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes; the
+    decoder."""
     rows = requests(gpt, size, batch, device, max_codes=1 + warmup + steps)
-    decoder = DECODERS[name](gpt)
+    decoder = make_decoder(gpt)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     with torch.inference_mode(), autocast:
         for request in rows:
@@ -78,7 +92,7 @@ def measure(name: str, gpt, size: dict, batch: int, device: torch.device, precis
             decoder.step()
         sync(device)
         seconds = (time.perf_counter() - start) / steps
-    return seconds, [r.codes for r in rows]
+    return seconds, [r.codes for r in rows], decoder
 
 
 def measure_prefill(gpt, size: dict, batch: int, device: torch.device, precision: str,
@@ -138,16 +152,24 @@ def compare(size_name: str, batches: list[int], device: torch.device, precision:
     print(f"decode step, {size_name} random GPT ({size['layers']} layers x {size['model_dim']}), {name}, "
           f"{precision}; {warmup} warm-up + {steps} timed steps")
     failures = 0
+    compared = decoders(device)
+    fixed_name = list(compared)[-1]
     for batch in batches:
-        times, codes = {}, {}
-        for decoder in DECODERS:
-            times[decoder], codes[decoder] = measure(decoder, gpt, size, batch, device, precision, warmup, steps)
+        times, codes, made = {}, {}, {}
+        for name, make in compared.items():
+            times[name], codes[name], made[name] = measure(make, gpt, size, batch, device, precision, warmup, steps)
         same = codes["reference"] == codes["current"]
-        failures += 0 if same else 1
+        fixed_step = made[fixed_name].fixed_step
+        failures += (0 if same else 1) + (0 if fixed_step.disabled is None else 1)
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
-        print(f"batch {batch:3d}: {cells}; ratio {times['reference'] / times['current']:.2f}x; "
-              f"codes {'identical' if same else 'DIFFER (failed)'}")
+        fixed_same = sum(a == b for a, b in zip(codes[fixed_name], codes["current"]))
+        state = (f"off ({fixed_step.disabled}; FAILED)" if fixed_step.disabled else
+                 f"{fixed_step.recordings} recording(s), {fixed_step.replays} replays, "
+                 f"{fixed_same} of {batch} rows' codes identical to current's")
+        print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
+              f"current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x; codes "
+              f"{'identical' if same else 'DIFFER (failed)'}; {fixed_name}: {state}")
     for batch in [b for b in batches if b > 1]:
         times, codes = measure_prefill(gpt, size, batch, device, precision, steps=10)
         same = codes["one by one"] == codes["together"]

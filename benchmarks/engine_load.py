@@ -8,6 +8,8 @@ piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 
 - ``engine``: :class:`xtts_ft.serve.engine.SpeechEngine` (one decode thread batching every request,
   token-level streaming);
+- ``engine-graphs`` (CUDA): the same engine with its decode step replayed from a CUDA graph (serve's
+  ``--decode-graphs on``); not a default path;
 - ``per-piece``: the engine before issue 33: one lock, coqui's ``Xtts.inference`` per piece, a piece's audio
   when the whole piece is done;
 - ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
@@ -36,10 +38,12 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS = ("engine", "per-piece", "coqui-stream")
+PATHS = ("engine", "per-piece", "coqui-stream", "engine-graphs")
+DEFAULT_PATHS = PATHS[:3]
 
 
-def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str, max_active: int = 0):
+def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str, max_active: int = 0,
+            graphs: bool = False):
     sys.path.insert(0, str(ROOT))
     from xtts_ft.config import ServeConfig
     from xtts_ft.serve.engine import SpeechEngine
@@ -48,7 +52,8 @@ def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: 
     half = device == "cuda" and precision == "bf16"  # the serve flags --decode-precision/--vocoder-precision
     settings = ServeConfig(short_text_retries=0, decode_precision="bf16" if half else "fp32",
                            vocoder_precision="bf16" if half else "fp32",
-                           max_active_streams=max_active or ServeConfig.max_active_streams)
+                           max_active_streams=max_active or ServeConfig.max_active_streams,
+                           decode_graphs="on" if graphs else "off")
     return SpeechEngine.open(resolve_model(export), device, voices_dir=voices, max_codes=max_codes, settings=settings)
 
 
@@ -83,8 +88,9 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
     import torch
 
     torch.set_num_threads(threads)
-    engine = _engine(export, voices, max_codes, device, precision, max_active)
-    synthesize = ((lambda t: engine.synthesize(t, "spk1")) if path == "engine" else _old_path(engine, path))
+    engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path == "engine-graphs")
+    new_engine = path.startswith("engine")
+    synthesize = (lambda t: engine.synthesize(t, "spk1")) if new_engine else _old_path(engine, path)
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
     barrier = threading.Barrier(clients)
     results: list[tuple[float, float]] = []
@@ -108,13 +114,16 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
     wall = time.perf_counter() - t0
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
+    fixed = engine.loop.fixed_step
+    graphs = None if fixed is None else (f"off: {fixed.disabled}" if fixed.disabled else
+                                         f"{fixed.recordings} recordings, {fixed.replays} replays")
     engine.close()
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
             "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
-            "max_active_streams": engine.settings.max_active_streams}
+            "max_active_streams": engine.settings.max_active_streams, "graphs": graphs}
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
@@ -143,7 +152,8 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
     path, n = row["path"], row["clients"]
     print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
           f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
-          f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else ""),
+          f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else "")
+          + (f"; graphs {row['graphs']}" if row.get("graphs") else ""),
           flush=True)
     return row
 
@@ -153,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=["tiny", "full"], default="tiny")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS),
+                   help="engine-graphs: the engine with --decode-graphs on (CUDA)")
     p.add_argument("--max-codes", type=int, default=40, help="Audio codes per piece at most (~21.5 per second).")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process.")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

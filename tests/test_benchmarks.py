@@ -118,7 +118,8 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     assert re.search(r"1 stream\(s\): first audio p50 \d+ ms, max \d+ ms; .* real time in aggregate \(RTF", out.stdout)
     assert "2 stream(s): first audio" in out.stdout and "the engine streamed audio to 1 and 2 concurrent callers" in out.stdout
     assert "HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here" in out.stdout
-    assert re.search(r"batch +2: reference .* ratio \d+\.\d+x; codes identical", out.stdout)
+    assert re.search(r"batch +2: reference .* ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x; "
+                     r"codes identical; fixed shapes: \d+ recording", out.stdout)
     assert re.search(r"prefill of +2 requests: .* codes of the next 10 steps identical", out.stdout)
     assert "## summary: 11 of 11 checks passed" in out.stdout and "FAIL" not in out.stdout
     assert not (REPO_ROOT / "smoke-standin").exists() and not (tmp_path / "smoke" / "tiny_base").exists()
@@ -186,9 +187,10 @@ def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_b
     assert found and float(found.group(1)) <= 1e-5, out
 
 
-def test_decode_step_benchmark_times_both_decoders_and_checks_their_codes(capsys):
-    """The small GPT, two batch sizes, a few steps: a row per batch size with both times, the ratio and the codes
-    found identical (the benchmark fails when the two decoders disagree)."""
+def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys):
+    """The small GPT, two batch sizes, a few steps: a row per batch size with the three times (the first decoder,
+    the current one, the current one's fixed-shape step, which a CUDA graph replays on a GPU), the ratios and the
+    codes found identical (the benchmark fails when the first two disagree, or when the fixed-shape step turns off)."""
     bench = load_benchmark("decode_step")
     with left_as_found():
         bench.main(["--size", "small", "--batches", "1", "3", "--warmup", "2", "--steps", "3"])
@@ -196,8 +198,9 @@ def test_decode_step_benchmark_times_both_decoders_and_checks_their_codes(capsys
     rows = [line for line in out.splitlines() if line.startswith("batch")]
     assert len(rows) == 2, out
     for row in rows:
-        assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; ratio \d+\.\d+x; "
-                         r"codes identical", row), row
+        assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; fixed shapes \d+\.\d+ ms/step "
+                         r".*; ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x; codes identical; "
+                         r"fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes identical", row), row
     prefill = [line for line in out.splitlines() if line.startswith("prefill")]
     assert len(prefill) == 1 and re.search(r"prefill of +3 requests: one by one \d+\.\d+ ms; together \d+\.\d+ ms; "
                                            r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out

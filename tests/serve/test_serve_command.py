@@ -36,10 +36,10 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
     defaults = seen[-1].settings()
     assert (defaults.max_active_streams, defaults.stream_first_chunk_codes, defaults.stream_chunk_codes) == (
         ServeConfig.max_active_streams, ServeConfig.stream_first_chunk_codes, ServeConfig.stream_chunk_codes)
-    assert (defaults.decode_precision, defaults.vocoder_precision) == ("fp32", "fp32")
+    assert (defaults.decode_precision, defaults.vocoder_precision, defaults.decode_graphs) == ("fp32", "fp32", "off")
     assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
                  "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
-                 "--vocoder-precision", "fp16"]) == 0
+                 "--vocoder-precision", "fp16", "--decode-graphs", "on"]) == 0
     engine = open_engine(seen[-1])
     try:
         assert engine.loop.max_active == 3
@@ -47,8 +47,10 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
         assert engine.settings.queue_size == ServeConfig.queue_size  # what has no flag keeps the schema's default
         # half precision was asked for, but this is a CPU: both stay fp32, and the engine says why
         assert (engine.settings.decode_precision, engine.settings.vocoder_precision) == ("bf16", "fp16")
-        assert engine.precision.decode is None and engine.precision.vocoder is None
-        assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 2
+        assert engine.settings.decode_graphs == "on"
+        assert engine.precision.decode is None and engine.precision.vocoder is None and not engine.precision.graphs
+        assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 3
+        assert engine.loop.fixed_step is None
     finally:
         engine.close()
 

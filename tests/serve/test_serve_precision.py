@@ -1,4 +1,5 @@
-"""Half precision for the engine: granted on CUDA only, bf16 only with native support, fp32 by default."""
+"""Half precision and decode graphs for the engine: granted on CUDA only, bf16 only with native support, fp32 and
+no graphs by default."""
 
 from __future__ import annotations
 
@@ -36,6 +37,33 @@ def test_cuda_grants_what_the_card_can_do():
     assert old_card.decode is None and old_card.vocoder is None
     assert all("no native bf16" in note for note in old_card.notes) and len(old_card.notes) == 2
     assert choose_precision(CUDA, "fp32", "fp16", bf16_supported=lambda _d: False).vocoder == torch.float16
+
+
+def test_decode_graphs_are_granted_on_cuda_only_and_reach_the_decode_loop():
+    from xtts_ft.serve.decode_loop import DecodeLoop
+
+    on_card = choose_precision(CUDA, "fp32", "fp32", "on")
+    assert on_card.graphs and on_card.notes == () and on_card.describe() == "decode fp32 (CUDA graphs), vocoder fp32"
+    on_cpu = choose_precision(torch.device("cpu"), "fp32", "fp32", "on")
+    assert not on_cpu.graphs and on_cpu.notes == ("decode graphs are for CUDA; on cpu the decode step runs eagerly",)
+    assert not choose_precision(CUDA, "fp32", "fp32", ServeConfig.decode_graphs).graphs  # off unless asked for
+    with pytest.raises(ConfigError, match="--decode-graphs yes: choose one of off, on"):
+        choose_precision(CUDA, "fp32", "fp32", "yes")
+
+    class _GPT(torch.nn.Module):  # what the decoder's constructor checks of a GPT
+        def __init__(self):
+            super().__init__()
+            import functools
+
+            from transformers import GPT2Config
+            self.gpt = torch.nn.Module()
+            self.gpt.wpe = functools.partial(torch.zeros)
+            self.gpt.config = GPT2Config(n_layer=1, n_embd=8, n_head=2)
+            self.gpt.config._attn_implementation = "sdpa"
+            self.gpt.h = []
+
+    assert DecodeLoop(_GPT(), 2, on_card).fixed_step is not None
+    assert DecodeLoop(_GPT(), 2, on_cpu).fixed_step is None
 
 
 @pytest.mark.parametrize(("decode", "vocoder", "words"), [

@@ -737,6 +737,11 @@ class ServeConfig:
         "fp32", "HiFiGAN on CUDA: fp32, fp16 or bf16 (autocast). Compare its output with fp32 first "
         "(benchmarks/gpu_smoke.py section 10); the CPU always vocodes in fp32.",
     )
+    decode_graphs: Literal["off", "on"] = opt(
+        "off", "on: the GPT's decode step on CUDA is replayed from a CUDA graph (one launch instead of about 450). "
+        "Each recording is checked against the eager step, and graphs turn off if they differ. Not measured on a GPU "
+        "yet (benchmarks/decode_step.py compares both); the CPU never uses them.",
+    )
 
 
 @dataclass

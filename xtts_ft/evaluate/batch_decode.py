@@ -50,6 +50,7 @@ from transformers.generation.logits_process import (
 )
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
+from xtts_ft.evaluate.decode_graph import FixedShapeStep
 
 
 @dataclass(frozen=True)
@@ -175,13 +176,14 @@ class BatchDecoder:
     not once per row); the stop and length checks, and the readers' views, are on the host.
     """
 
-    def __init__(self, gpt) -> None:
+    def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None) -> None:
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
         self.gpt = gpt
         self.rows: list[DecodeRequest] = []
         self._cache = SlotCache(gpt.gpt)
+        self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
 
     def __len__(self) -> int:
@@ -220,7 +222,7 @@ class BatchDecoder:
         last = torch.tensor([r.codes[-1] for r in self.rows], dtype=torch.long, device=device)
         position = torch.tensor([len(r.codes) for r in self.rows], dtype=torch.long, device=device)
         emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1)
-        hidden = self._cache.step(emb)
+        hidden = self._cache.step(emb, self.fixed_step)
         self._accept(self.rows, self._seen, hidden)
         self.drop([r for r in self.rows if r.done])
 

@@ -27,13 +27,19 @@ is padded), so a row alone computes what ``GPT2Model`` computes with its cache
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 HEADROOM_COLUMNS = 128  # free columns after the window when it is laid out (then one copy per 128 steps at most)
+
+
+class FixedStep(Protocol):
+    """A step that computes :meth:`SlotCache.window_step`'s numbers its own way (:class:`.decode_graph.FixedShapeStep`)."""
+
+    def run(self, cache: SlotCache, embeddings: torch.Tensor) -> torch.Tensor: ...
 
 
 def unsupported(gpt: nn.Module) -> Optional[str]:
@@ -153,33 +159,60 @@ class SlotCache:
         self._fit(0, self.keys[0])  # far fewer rows or columns than the buffers hold: smaller buffers
 
     # --- the step ----------------------------------------------------------------------------
-    def step(self, embeddings: torch.Tensor) -> torch.Tensor:
+    def step(self, embeddings: torch.Tensor, fixed: Optional[FixedStep] = None) -> torch.Tensor:
         """Every row's next position from its input embedding (rows, 1, dim): the final-layer-normed hidden state
-        (rows, dim), as ``GPT2Model`` gives it (``last_hidden_state``)."""
+        (rows, dim), as ``GPT2Model`` gives it (``last_hidden_state``). ``fixed``: run it through a fixed-shape
+        step instead (:mod:`.decode_graph`: a CUDA graph replayed), which may call :meth:`window_step` itself."""
         if embeddings.shape[0] != self.rows:
             raise ValueError(f"{embeddings.shape[0]} embeddings for {self.rows} rows")
         self._fit(0, embeddings)
         assert self.mask is not None
+        # Every buffer row, not only the batch's: the rows past it are what a fixed-shape step computes too, and
+        # this column (their own) keeps their attention finite (a row with nothing to attend to gives NaN).
+        self.mask[:, self.end] = True
+        hidden = self.window_step(embeddings) if fixed is None else fixed.run(self, embeddings)
+        self.end += 1
+        return hidden
+
+    def window_step(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """The step's blocks over the attended window only (shapes vary with the rows and the window)."""
+        assert self.mask is not None
         n, col = self.rows, self.end
-        self.mask[:n, col] = True
         padded = any(f != self.start for f in self.first)
         mask = self.mask[:n, None, None, self.start:col + 1] if padded else None
         x = embeddings
         for block, keys, values in zip(self.transformer.h, self.keys, self.values):
             x = self._block(block, x, keys, values, mask, n, col)
-        self.end += 1
+        return self.transformer.ln_f(x)[:, -1]
+
+    def every_row_step(self, embeddings: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+        """The step's blocks for every buffer row over every buffer column, the column written given as a tensor
+        (1,): the same numbers for the batch's rows as :meth:`window_step` (the extra columns are masked), and no
+        shape or index that changes from step to step, which is what a CUDA graph can replay.
+        ``embeddings``: (buffer rows, 1, dim), the batch's rows first."""
+        assert self.mask is not None
+        mask = self.mask[:, None, None, :]
+        x = embeddings
+        for block, keys, values in zip(self.transformer.h, self.keys, self.values):
+            x = self._block(block, x, keys, values, mask, keys.shape[0], column)
         return self.transformer.ln_f(x)[:, -1]
 
     def _block(self, block: nn.Module, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               mask: Optional[torch.Tensor], n: int, col: int) -> torch.Tensor:
+               mask: Optional[torch.Tensor], n: int, col: int | torch.Tensor) -> torch.Tensor:
         attn = block.attn
         q, k, v = attn.c_attn(block.ln_1(x)).split(attn.split_size, dim=2)
         shape = (n, 1, -1, attn.head_dim)
         q = q.view(shape).transpose(1, 2)
-        keys[:n, :, col] = k.view(shape)[:, 0]
-        values[:n, :, col] = v.view(shape)[:, 0]
-        a = F.scaled_dot_product_attention(q, keys[:n, :, self.start:col + 1], values[:n, :, self.start:col + 1],
-                                           attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False)
+        if isinstance(col, torch.Tensor):  # every row and column (fixed shapes): written where the tensor says
+            keys.index_copy_(2, col, k.view(shape).transpose(1, 2))
+            values.index_copy_(2, col, v.view(shape).transpose(1, 2))
+            attended_keys, attended_values = keys, values
+        else:
+            keys[:n, :, col] = k.view(shape)[:, 0]
+            values[:n, :, col] = v.view(shape)[:, 0]
+            attended_keys, attended_values = keys[:n, :, self.start:col + 1], values[:n, :, self.start:col + 1]
+        a = F.scaled_dot_product_attention(q, attended_keys, attended_values, attn_mask=mask, dropout_p=0.0,
+                                           scale=attn.scaling, is_causal=False)
         a = a.reshape(n, -1, 1, attn.head_dim).transpose(1, 2).contiguous()
         x = attn.c_proj(a.reshape(n, 1, -1).contiguous()) + x
         return x + block.mlp(block.ln_2(x))

@@ -53,6 +53,7 @@ class ServeOptions:
     stream_chunk_codes: int = ServeConfig.stream_chunk_codes
     decode_precision: str = ServeConfig.decode_precision
     vocoder_precision: str = ServeConfig.vocoder_precision
+    decode_graphs: str = ServeConfig.decode_graphs
 
     def settings(self) -> ServeConfig:
         """The engine's settings: the schema's defaults with this command line's streaming and precision options."""
@@ -64,7 +65,7 @@ class ServeOptions:
         return ServeConfig(host=self.host, port=self.port, max_active_streams=self.max_active_streams,
                            stream_first_chunk_codes=self.stream_first_chunk_codes,
                            stream_chunk_codes=self.stream_chunk_codes, decode_precision=self.decode_precision,
-                           vocoder_precision=self.vocoder_precision)
+                           vocoder_precision=self.vocoder_precision, decode_graphs=self.decode_graphs)
 
 
 def check_wyoming_uri(uri: str) -> str:

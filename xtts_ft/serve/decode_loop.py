@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 
 from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest
+from xtts_ft.evaluate.decode_graph import FixedShapeStep
 from xtts_ft.serve.precision import EnginePrecision
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class DecodeLoop:
         self.gpt = gpt
         self.max_active = max(1, int(max_active))
         self.precision = precision or EnginePrecision()  # its decode dtype applies in this loop's thread (autocast is per thread)
-        self._decoder = BatchDecoder(gpt)
+        self._decoder = self._new_decoder()
         self._active: list[Stream] = []
         self._pending: deque[Stream] = deque()
         self._cond = threading.Condition()
@@ -77,6 +78,10 @@ class DecodeLoop:
         self.largest_batch = 0  # most rows decoded together in one step
         self.dropped = 0  # rows that left because their reader cancelled
         self.largest_join = 0  # most requests prefilled together in one forward pass
+
+    def _new_decoder(self) -> BatchDecoder:
+        # graphs: the step replayed from a CUDA graph (recorded in this loop's thread, under its autocast)
+        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep() if self.precision.graphs else None)
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = Stream(request)
@@ -89,6 +94,11 @@ class DecodeLoop:
                 self._thread.start()
             self._cond.notify()
         return stream
+
+    @property
+    def fixed_step(self) -> Optional[FixedShapeStep]:
+        """The CUDA-graph step of the current decoder (its recordings, replays, and why it turned off), if any."""
+        return self._decoder.fixed_step
 
     @property
     def active(self) -> int:
@@ -183,6 +193,6 @@ class DecodeLoop:
             streams += list(self._pending)
             self._pending.clear()
         self._active = []
-        self._decoder = BatchDecoder(self.gpt)
+        self._decoder = self._new_decoder()
         for stream in streams:
             stream._update(finished=True, error=exc)

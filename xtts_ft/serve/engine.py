@@ -121,8 +121,9 @@ class SpeechEngine:
         check_language(tokenizer, self.language)
         xtts.tokenizer = tokenizer
         xtts.train(False)  # serving only: dropout off for good
+        # fp32 and no graphs unless asked for, on CUDA only
         self.precision = choose_precision(next(xtts.parameters()).device, settings.decode_precision,
-                                          settings.vocoder_precision)  # fp32 unless asked for, on CUDA only
+                                          settings.vocoder_precision, settings.decode_graphs)
         for note in self.precision.notes:
             log.info("engine: %s", note)
         # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.

@@ -11,6 +11,9 @@ the vocoder's audio is handed on as fp32. bf16 needs native support (compute cap
 
 Not measured on a GPU yet: ``benchmarks/gpu_smoke.py`` section 10 prints HiFiGAN's fp16 and bf16 output
 against fp32 on the card; keep fp32 until those numbers say the difference is inaudible.
+
+The same choice decides whether the decode step is replayed from a CUDA graph (``ServeConfig.decode_graphs``,
+:mod:`xtts_ft.evaluate.decode_graph`): CUDA only, off unless asked for.
 """
 
 from __future__ import annotations
@@ -27,16 +30,19 @@ from xtts_ft.train.precision import cuda_bf16_supported
 
 DECODE_CHOICES = field_choices(ServeConfig, "decode_precision")
 VOCODER_CHOICES = field_choices(ServeConfig, "vocoder_precision")
+GRAPH_CHOICES = field_choices(ServeConfig, "decode_graphs")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
 class EnginePrecision:
-    """The dtypes the engine's decode and vocoder run in (None: fp32) and why any request was not granted."""
+    """The dtypes the engine's decode and vocoder run in (None: fp32), whether the decode step is replayed from a
+    CUDA graph, and why any request was not granted."""
 
     decode: Optional[torch.dtype] = None
     vocoder: Optional[torch.dtype] = None
     notes: tuple[str, ...] = field(default=())
+    graphs: bool = False
 
     def decoding(self) -> ContextManager[object]:
         """Around the decode thread's work (autocast is per thread: entered in that thread)."""
@@ -50,7 +56,7 @@ class EnginePrecision:
         def name(dtype: Optional[torch.dtype]) -> str:
             return "fp32" if dtype is None else str(dtype).replace("torch.", "")
 
-        return f"decode {name(self.decode)}, vocoder {name(self.vocoder)}"
+        return f"decode {name(self.decode)}{' (CUDA graphs)' if self.graphs else ''}, vocoder {name(self.vocoder)}"
 
 
 def _autocast(dtype: Optional[torch.dtype]) -> ContextManager[object]:
@@ -59,11 +65,12 @@ def _autocast(dtype: Optional[torch.dtype]) -> ContextManager[object]:
     return torch.autocast(device_type="cuda", dtype=dtype)
 
 
-def choose_precision(device: torch.device, decode: str, vocoder: str, *,
+def choose_precision(device: torch.device, decode: str, vocoder: str, graphs: str = "off", *,
                      bf16_supported: Callable[[torch.device], bool] = cuda_bf16_supported) -> EnginePrecision:
-    """What ``decode``/``vocoder`` (``ServeConfig`` values) give on ``device``; a bad value is a ConfigError."""
+    """What ``decode``/``vocoder``/``graphs`` (``ServeConfig`` values) give on ``device``; a bad value is a
+    ConfigError."""
     for key, value, choices in (("decode_precision", decode, DECODE_CHOICES),
-                                ("vocoder_precision", vocoder, VOCODER_CHOICES)):
+                                ("vocoder_precision", vocoder, VOCODER_CHOICES), ("decode_graphs", graphs, GRAPH_CHOICES)):
         if value not in choices:
             flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} {value}: choose one of {', '.join(choices)}")
@@ -80,4 +87,7 @@ def choose_precision(device: torch.device, decode: str, vocoder: str, *,
             granted[key] = None
         else:
             granted[key] = _DTYPES[value]
-    return EnginePrecision(granted["decode"], granted["vocoder"], tuple(notes))
+    if graphs == "on" and device.type != "cuda":
+        notes.append(f"decode graphs are for CUDA; on {device.type} the decode step runs eagerly")
+    return EnginePrecision(granted["decode"], granted["vocoder"], tuple(notes),
+                           graphs=graphs == "on" and device.type == "cuda")

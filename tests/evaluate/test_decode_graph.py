@@ -1,0 +1,84 @@
+"""The decode step of fixed shapes that a CUDA graph replays, run on the CPU with a recorder that records nothing.
+
+What a GPU adds (the recording and the replay) is checked by the step itself at every recording against the
+eager step; here: the fixed-shape step computes the eager step's numbers through joins, leaves, a cancel and
+new layouts, it is recorded again only when the layout changes, and a recording that fails or differs turns
+the graphs off without changing a code.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tests.evaluate.golden import TEMPERATURE, golden_model
+from tests.evaluate.test_batch_decode import COQUI, _run_schedule
+from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
+from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
+
+
+@pytest.fixture(scope="module")
+def golden(tiny_base, am_vocab):
+    return golden_model(tiny_base, am_vocab)
+
+
+HOT = Sampling(temperature=1.3, top_k=20, top_p=0.95, repetition_penalty=2.0)
+GREEDY = Sampling(temperature=TEMPERATURE, do_sample=False, repetition_penalty=1.0)
+SETTINGS = [COQUI, HOT, GREEDY]
+
+
+def _sampling_of(i: int) -> Sampling:
+    return SETTINGS[i % len(SETTINGS)]
+
+
+def _decode(golden, fixed: FixedShapeStep | None, long_codes: int = 200):
+    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed)
+    return decoder, _run_schedule(decoder, golden, _sampling_of, long_codes)
+
+
+def test_the_fixed_shape_step_gives_the_eager_steps_codes(golden):
+    eager_decoder, eager = _decode(golden, None)
+    fixed = FixedShapeStep(record=call_directly)
+    decoder, rows = _decode(golden, fixed)
+    assert fixed.disabled is None
+    assert [r.codes for r in rows] == [r.codes for r in eager]
+    for a, b in zip(rows, eager):
+        torch.testing.assert_close(torch.stack(a.latents), torch.stack(b.latents), rtol=1e-5, atol=1e-5)
+    layouts = decoder._cache.layouts
+    assert layouts >= 3, "joins of longer prefixes and growth lay the buffers out again"
+    # recorded once per layout that a step ran on, replayed at every other step
+    assert 1 < fixed.recordings <= layouts and fixed.replays > 10 * fixed.recordings
+
+
+def test_rows_past_the_batch_stay_finite_and_rows_that_join_there_decode_as_alone(golden):
+    """A fixed-shape step computes every buffer row; rows that left leave places a new row reuses."""
+    fixed = FixedShapeStep(record=call_directly)
+    decoder, rows = _decode(golden, fixed, long_codes=60)
+    cache = decoder._cache
+    assert fixed.disabled is None
+    for buffers in (cache.keys, cache.values):
+        assert all(bool(torch.isfinite(b).all()) for b in buffers)
+    eager_decoder, eager = _decode(golden, None, long_codes=60)
+    assert [r.codes for r in rows] == [r.codes for r in eager]
+
+
+def test_a_recording_that_fails_or_differs_turns_graphs_off_and_changes_no_code(golden, caplog):
+    def refused(step):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    def wrong(step):
+        return lambda: step() + 1.0
+
+    _, eager = _decode(golden, None, long_codes=40)
+    for recorder, why in ((refused, "recording the decode step failed: operation not permitted"),
+                          (wrong, "differs from the eager one")):
+        fixed = FixedShapeStep(record=recorder)
+        with caplog.at_level(logging.WARNING, logger="xtts_ft.evaluate.decode_graph"):
+            _, rows = _decode(golden, fixed, long_codes=40)
+        assert fixed.disabled is not None and why in fixed.disabled and "\n" not in fixed.disabled
+        assert fixed.recordings == 0 and fixed.replays == 0
+        assert [r.codes for r in rows] == [r.codes for r in eager]
+        assert sum("CUDA graphs off" in r.message for r in caplog.records) == 1
+        caplog.clear()
