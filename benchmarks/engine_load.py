@@ -43,7 +43,7 @@ DEFAULT_PATHS = PATHS[:3]
 
 
 def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str, max_active: int = 0,
-            graphs: bool = False):
+            graphs: bool = False, vocoder_batch: int = 0):
     sys.path.insert(0, str(ROOT))
     from xtts_ft.config import ServeConfig
     from xtts_ft.serve.engine import SpeechEngine
@@ -53,7 +53,8 @@ def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: 
     settings = ServeConfig(short_text_retries=0, decode_precision="bf16" if half else "fp32",
                            vocoder_precision="bf16" if half else "fp32",
                            max_active_streams=max_active or ServeConfig.max_active_streams,
-                           decode_graphs="on" if graphs else "off")
+                           decode_graphs="on" if graphs else "off",
+                           vocoder_batch=vocoder_batch or ServeConfig.vocoder_batch)
     return SpeechEngine.open(resolve_model(export), device, voices_dir=voices, max_codes=max_codes, settings=settings)
 
 
@@ -84,11 +85,12 @@ def _old_path(engine, kind: str):
 
 
 def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str,
-           device: str = "cpu", precision: str = "fp32", max_active: int = 0) -> dict:
+           device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path == "engine-graphs")
+    engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path == "engine-graphs",
+                     vocoder_batch=vocoder_batch)
     new_engine = path.startswith("engine")
     synthesize = (lambda t: engine.synthesize(t, "spk1")) if new_engine else _old_path(engine, path)
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
@@ -123,12 +125,13 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
             "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
-            "max_active_streams": engine.settings.max_active_streams, "graphs": graphs}
+            "max_active_streams": engine.settings.max_active_streams, "graphs": graphs,
+            "largest_vocoder_call": max(engine.vocoder_turns.batches, default=0) if new_engine else None}
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
             text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False,
-            max_active: int = 0) -> list[dict]:
+            max_active: int = 0, vocoder_batch: int = 0) -> list[dict]:
     """One child process per (path, clients) pair; ``one_process``: one child per clients count runs every path in
     turn (quicker: one start instead of one per path; its peak memory is then that process's peak so far)."""
     rows = []
@@ -136,7 +139,8 @@ def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], ma
         for group in ([paths] if one_process else [[path] for path in paths]):
             cmd = [sys.executable, __file__, "--worker", *group, "--export", str(export), "--voices", str(voices),
                    "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text,
-                   "--device", device, "--precision", precision, "--max-active-streams", str(max_active)]
+                   "--device", device, "--precision", precision, "--max-active-streams", str(max_active),
+                   "--vocoder-batch", str(vocoder_batch)]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
                 print(f"{','.join(group)} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
@@ -153,7 +157,8 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
     print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
           f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
           f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else "")
-          + (f"; graphs {row['graphs']}" if row.get("graphs") else ""),
+          + (f"; graphs {row['graphs']}" if row.get("graphs") else "")
+          + (f"; largest vocoder call {row['largest_vocoder_call']} chunks" if row.get("largest_vocoder_call") else ""),
           flush=True)
     return row
 
@@ -172,6 +177,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="cuda only: bf16 = serve's --decode-precision bf16 --vocoder-precision bf16 (engine path)")
     p.add_argument("--max-active-streams", type=int, default=0,
                    help="the engine's batch bound (serve's --max-active-streams; 0: ServeConfig's default)")
+    p.add_argument("--vocoder-batch", type=int, default=0,
+                   help="chunks per HiFiGAN call on CUDA (serve's ServeConfig.vocoder_batch; 0: its default; the CPU "
+                        "always vocodes one per call)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--one-process", action="store_true",
                    help="run every path of a clients count in one process, in turn (quicker; the peak memory column "
@@ -184,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         for path in args.worker:  # one JSON line per path, in order
             row = worker(path, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
-                         args.device, args.precision, args.max_active_streams)
+                         args.device, args.precision, args.max_active_streams, args.vocoder_batch)
             print(json.dumps(row), flush=True)
         return
     import soundfile as sf
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
               + ("; every path in one process per clients count (peak memory: that process's so far)"
                  if args.one_process else ""), flush=True)
         rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
-                       args.precision, args.one_process, args.max_active_streams)
+                       args.precision, args.one_process, args.max_active_streams, args.vocoder_batch)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
 

@@ -35,8 +35,9 @@ run goes on to the next section):
 8. two GPUs: ``torchrun --nproc_per_node=2 headless_train.py`` when two are visible;
 9. throughput: ``benchmarks/gpu_throughput.py`` (full-size GPT per precision and batch size; random weights);
 10. serving (``smoke_serving.py``): the speech engine on section 2's run: first-chunk latency and aggregate
-   real-time factor at 1 and 8 concurrent streams, HiFiGAN under fp16/bf16 against fp32 (CUDA only), and the
-   decode step and prefill of the batched decoder beside the first one (``decode_step.py``).
+   real-time factor at 1 and 8 concurrent streams, HiFiGAN under fp16/bf16 against fp32 (CUDA only),
+   streamed windows vocoded one by one and in one call (``vocoder_windows.py``), and the decode step (the
+   first decoder, the current one, its CUDA-graph replay) and prefill (``decode_step.py``).
 
 Before each child process (sections 7-9) this process drops its models and hands its cached GPU
 memory back, and prints what it still holds, so the children get the card.

@@ -8,9 +8,12 @@ folder exactly as ``python -m xtts_ft serve --model RUN`` would (its best checkp
 - on CUDA, HiFiGAN under fp16 and bf16 autocast against fp32 on the same latents: the largest sample
   difference and each one's time (whether half precision stays within tolerance of fp32 is a GPU
   measurement; a CPU prints that it was not measured);
-- the decode step of the current decoder beside the first one, and prefill together beside one by one
-  (``decode_step.py``): full-size random GPT at 1, 8 and 32 rows on CUDA, fp32 and bf16; a small GPT at
-  1 and 2 rows in the reduced CPU mode.
+- several callers' streamed windows vocoded one by one and in one call (``vocoder_windows.py``): 1, 8 and
+  32 windows on CUDA, 2 in the reduced CPU mode, with the kept audio checked the same;
+- the decode step of the current decoder beside the first one and beside its CUDA-graph replay (the
+  fixed-shape step run directly on the CPU), and prefill together beside one by one (``decode_step.py``):
+  full-size random GPT at 1, 8 and 32 rows on CUDA, fp32 and bf16; a small GPT at 1 and 2 rows in the
+  reduced CPU mode.
 """
 
 from __future__ import annotations
@@ -126,9 +129,20 @@ def serving_section(args, device: torch.device, state: dict) -> None:
             spoke = spoke and r["every_stream_spoke"] and not r["errors"]
         check(f"the engine streamed audio to {' and '.join(map(str, counts))} concurrent callers", spoke)
         _half_precision_vocoder(engine, device)
+        _vocoder_windows(engine, device)
     finally:
         engine.close()
     _decode_step(device)
+
+
+def _vocoder_windows(engine, device: torch.device) -> None:
+    """Several callers' streamed windows vocoded one by one and in one call (``vocoder_windows.py``): 1, 8 and 32
+    windows on CUDA (where the engine gathers them, ``ServeConfig.vocoder_batch``), 2 in the reduced CPU mode."""
+    from vocoder_windows import compare
+
+    cuda = device.type == "cuda"
+    failures = compare(engine.xtts.hifigan_decoder, [1, 8, 32] if cuda else [2], device, repeats=2 if cuda else 1)
+    check("windows vocoded in one call keep each window's own audio", failures == 0)
 
 
 def _decode_step(device: torch.device) -> None:

@@ -121,7 +121,8 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     assert re.search(r"batch +2: reference .* ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x; "
                      r"codes identical; fixed shapes: \d+ recording", out.stdout)
     assert re.search(r"prefill of +2 requests: .* codes of the next 10 steps identical", out.stdout)
-    assert "## summary: 11 of 11 checks passed" in out.stdout and "FAIL" not in out.stdout
+    assert re.search(r"windows +2: one by one .* together .* kept audio max relative difference", out.stdout)
+    assert "## summary: 12 of 12 checks passed" in out.stdout and "FAIL" not in out.stdout
     assert not (REPO_ROOT / "smoke-standin").exists() and not (tmp_path / "smoke" / "tiny_base").exists()
     assert any(r.startswith("GET") and r.endswith("/model.pth") for r in StandInHub.requests)
     cache = str(tmp_path / "hf")
@@ -185,6 +186,18 @@ def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_b
     assert re.search(r"round 1: old \d+\.\d+ s, new \d+\.\d+ s", out), out
     found = re.search(r"ratio \d+\.\d+x; max \|old - new\| (\S+)", out)
     assert found and float(found.group(1)) <= 1e-5, out
+
+
+def test_vocoder_windows_benchmark_times_both_ways_and_checks_the_kept_audio(capsys):
+    bench = load_benchmark("vocoder_windows")
+    with left_as_found():
+        bench.main(["--batches", "1", "2"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("windows")]
+    assert len(rows) == 2, rows
+    for row in rows:
+        found = re.search(r"one by one \d+\.\d+ ms; together \d+\.\d+ ms; ratio \d+\.\d+x; kept audio max relative "
+                          r"difference (\S+)$", row)
+        assert found and float(found.group(1)) <= 1e-4, row
 
 
 def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys):

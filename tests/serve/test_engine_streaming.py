@@ -121,3 +121,44 @@ def test_the_next_piece_decodes_while_this_one_is_spoken(engine, monkeypatch):
     assert streamed.size == whole.size
     assert np.abs(streamed - whole).max() <= 1e-3 * np.abs(whole).max()
     assert engine.loop.active == 0
+
+
+def test_callers_chunks_vocoded_in_one_call_are_each_callers_own_audio(engine):
+    """The vocoder's turns with batches (CUDA's setting; the CPU keeps one chunk per call): four callers at once,
+    their chunks gathered into shared calls, each caller's audio is what it gets alone."""
+    import time
+
+    from xtts_ft.serve.streaming_vocoder import vocode_windows, windows_fit
+    from xtts_ft.serve.vocoder_turns import VocoderTurns
+
+    texts = ["ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው", "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት", "ተማሪዎች ትምህርት ቤት ሄዱ ዛሬ",
+             "አምስት ሺህ ሰዎች በከተማው ይኖራሉ"]
+    alone = [engine.synthesize_all(t, "spk1") for t in texts]
+    batching = _engine_with(engine)
+    hifigan = engine.xtts.hifigan_decoder
+    calls: list[int] = []
+
+    def run(windows):
+        calls.append(len(windows))
+        if len(calls) == 1:
+            time.sleep(0.5)  # the first call is slow: the other callers' first chunks wait behind it
+        return vocode_windows(hifigan, windows)
+
+    batching.vocoder_turns = VocoderTurns(8, run=run, fits=windows_fit)
+    results: dict[int, np.ndarray] = {}
+    start = threading.Barrier(len(texts))
+
+    def caller(i: int) -> None:
+        start.wait()
+        results[i] = batching.synthesize_all(texts[i], "spk1")
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert max(calls) >= 2 and sum(calls) > len(calls), f"chunks shared calls: {calls}"
+    for i, mine in enumerate(alone):
+        assert results[i].size == mine.size
+        assert np.abs(results[i] - mine).max() <= 1e-4 * np.abs(mine).max(), texts[i]
+    assert engine.loop.active == 0

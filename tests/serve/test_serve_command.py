@@ -16,6 +16,7 @@ from xtts_ft.serve.command import ServeOptions, open_engine
     (["--max-active-streams", "0"], "--max-active-streams 0: must be 1 or more"),
     (["--stream-first-chunk-codes", "0"], "--stream-first-chunk-codes 0: must be 1 or more"),
     (["--stream-chunk-codes", "-3"], "--stream-chunk-codes -3: must be 1 or more"),
+    (["--vocoder-batch", "0"], "--vocoder-batch 0: must be 1 or more"),
 ])
 def test_bad_options_are_one_line(tiny_export, capsys, extra, words):
     assert main(["serve", "--model", str(tiny_export), *extra]) == 2
@@ -39,7 +40,7 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
     assert (defaults.decode_precision, defaults.vocoder_precision, defaults.decode_graphs) == ("fp32", "fp32", "off")
     assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
                  "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
-                 "--vocoder-precision", "fp16", "--decode-graphs", "on"]) == 0
+                 "--vocoder-precision", "fp16", "--decode-graphs", "on", "--vocoder-batch", "4"]) == 0
     engine = open_engine(seen[-1])
     try:
         assert engine.loop.max_active == 3
@@ -47,7 +48,8 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
         assert engine.settings.queue_size == ServeConfig.queue_size  # what has no flag keeps the schema's default
         # half precision was asked for, but this is a CPU: both stay fp32, and the engine says why
         assert (engine.settings.decode_precision, engine.settings.vocoder_precision) == ("bf16", "fp16")
-        assert engine.settings.decode_graphs == "on"
+        assert engine.settings.decode_graphs == "on" and engine.settings.vocoder_batch == 4
+        assert engine.vocoder_turns.max_batch == 1  # a CPU vocodes one chunk per call (batching measured slower)
         assert engine.precision.decode is None and engine.precision.vocoder is None and not engine.precision.graphs
         assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 3
         assert engine.loop.fixed_step is None

@@ -91,3 +91,55 @@ def test_vocoder_work_is_linear_in_the_audio(engine):
     assert vocoder.frames_vocoded <= total_frames + overhead
     quadratic = sum(min(n, 10 + 20 * i) for i in range(len(sizes))) * total_frames / n  # coqui: all so far, each time
     assert vocoder.frames_vocoded < 0.25 * quadratic
+
+
+def test_windows_of_several_streams_vocoded_in_one_call_give_each_its_own_audio(engine):
+    """Streams at different points (so windows of different lengths, right-padded in the shared call) and with
+    different voices: each stream's chunks are what it gets vocoding alone, up to float rounding."""
+    from xtts_ft.serve.streaming_vocoder import vocode_windows, windows_fit
+
+    hifigan = engine.xtts.hifigan_decoder
+    dim = engine.xtts.gpt.model_dim
+    plans = [(_latents(40, dim, seed=s), torch.randn(1, 512, 1, generator=torch.Generator().manual_seed(10 + s)),
+              sizes) for s, sizes in enumerate([[10, 15, 15], [14, 26], [10, 30]])]
+    with torch.inference_mode():
+        alone = [np.concatenate(_stream(hifigan, latents, g, sizes)[0]) for latents, g, sizes in plans]
+        vocoders = [StreamingVocoder(hifigan, g) for _latents_, g, _sizes in plans]
+        given = [0, 0, 0]
+        together: list[list[np.ndarray]] = [[], [], []]
+        shared_lengths = []
+        for step in range(3):
+            windows = {}
+            for i, (latents, _g, sizes) in enumerate(plans):
+                if step < len(sizes):
+                    vocoders[i].add(list(latents[given[i]:given[i] + sizes[step]]))
+                    given[i] += sizes[step]
+                    windows[i] = vocoders[i].plan(final=given[i] >= len(latents))
+            ready = {i: w for i, w in windows.items() if not isinstance(w, np.ndarray)}
+            for i, w in windows.items():
+                if isinstance(w, np.ndarray):
+                    together[i].append(w)
+            groups: list[list[int]] = []
+            for i in ready:  # the way the vocoder's turns gather them: into the first group whose leader it fits
+                home = next((g for g in groups if windows_fit(ready[g[0]], ready[i])), None)
+                (home.append(i) if home is not None else groups.append([i]))
+            for group in groups:
+                shared_lengths.append(sorted({ready[i].frames.shape[-1] for i in group}))
+                for i, wav in zip(group, vocode_windows(hifigan, [ready[i] for i in group])):
+                    together[i].append(vocoders[i].finish(ready[i], wav))
+    assert any(len(lengths) > 1 for lengths in shared_lengths), "windows of different lengths shared a call"
+    for mine, theirs in zip(together, alone):
+        got = np.concatenate(mine)
+        assert got.size == theirs.size
+        assert np.abs(got - theirs).max() <= 1e-5 * np.abs(theirs).max()
+
+
+def test_a_final_window_shares_a_call_only_with_windows_of_its_length():
+    from xtts_ft.serve.streaming_vocoder import Window, windows_fit
+
+    def window(frames: int, final: bool) -> Window:
+        return Window(torch.zeros(8, frames), torch.zeros(1, 4, 1), final, 0, frames)
+
+    assert windows_fit(window(30, False), window(50, False))
+    assert not windows_fit(window(30, True), window(50, False)) and not windows_fit(window(30, False), window(50, True))
+    assert windows_fit(window(30, True), window(30, False)) and windows_fit(window(30, True), window(30, True))

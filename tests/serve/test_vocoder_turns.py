@@ -1,4 +1,5 @@
-"""The vocoder's turns: one call at a time, the earliest deadline first, nobody left waiting."""
+"""The vocoder's turns: one call at a time, the earliest deadline first, nobody left waiting; items gathered into one
+call when they fit."""
 
 from __future__ import annotations
 
@@ -77,3 +78,73 @@ def test_a_call_that_fails_or_is_interrupted_does_not_block_the_others():
     with turns.turn(2.0):  # the turn was given back
         pass
     assert turns.order == [1.0, 2.0] and turns.waiting == 0
+
+
+def _gathered_behind_a_running_call(turns: VocoderTurns, items: list[tuple[float, int]]) -> dict[int, object]:
+    """``items`` (deadline, value) each vocoded by its own caller while a plain turn runs; each caller's result."""
+    results: dict[int, object] = {}
+    holding, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with turns.turn(0.0):
+            holding.set()
+            assert release.wait(10)
+
+    def call(deadline: float, value: int) -> None:
+        try:
+            results[value] = turns.vocode(deadline, value)
+        except ValueError as exc:
+            results[value] = exc
+
+    runner = threading.Thread(target=first)
+    runner.start()
+    assert holding.wait(10)
+    callers = []
+    for deadline, value in items:
+        callers.append(threading.Thread(target=call, args=(deadline, value)))
+        callers[-1].start()
+        for _ in range(1000):
+            if turns.waiting == len(callers):
+                break
+            time.sleep(0.001)
+    assert turns.waiting == len(items)
+    release.set()
+    for t in [runner, *callers]:
+        t.join(10)
+    return results
+
+
+def test_the_call_whose_turn_it_is_takes_waiting_items_that_fit_and_hands_each_its_result():
+    runs: list[list[int]] = []
+
+    def run(values: list[int]) -> list[int]:
+        runs.append(list(values))
+        return [10 * v for v in values]
+
+    turns: VocoderTurns[int, int] = VocoderTurns(3, run=run, fits=lambda a, b: a % 2 == b % 2)  # odd with odd
+    results = _gathered_behind_a_running_call(turns, [(5.0, 1), (1.0, 3), (2.0, 2), (3.0, 5), (4.0, 7), (6.0, 4)])
+    assert results == {1: 10, 3: 30, 2: 20, 5: 50, 7: 70, 4: 40}
+    # 3 (deadline 1) leads and takes the earliest two odd ones that wait (5, 7), never more than 3 in a call;
+    # then 2 (deadline 2) with 4; then 1 alone
+    assert runs == [[3, 5, 7], [2, 4], [1]]
+    assert turns.batches == [3, 2, 1] and turns.waiting == 0
+    assert turns.order == [0.0, 1.0, 3.0, 4.0, 2.0, 6.0, 5.0]
+
+
+def test_a_failed_call_fails_every_item_it_carried_and_no_other():
+    def run(values: list[int]) -> list[int]:
+        if 3 in values:
+            raise ValueError("vocoder failed")
+        return values
+
+    turns: VocoderTurns[int, int] = VocoderTurns(2, run=run)
+    results = _gathered_behind_a_running_call(turns, [(1.0, 3), (2.0, 1), (3.0, 2)])
+    assert isinstance(results[3], ValueError) and isinstance(results[1], ValueError)  # one call: 3 and 1
+    assert results[2] == 2 and turns.batches == [2, 1] and turns.waiting == 0
+
+
+def test_with_a_batch_of_one_every_item_runs_in_its_own_call():
+    turns: VocoderTurns[int, int] = VocoderTurns(1, run=lambda values: [v + 1 for v in values])
+    results = _gathered_behind_a_running_call(turns, [(2.0, 1), (1.0, 2), (3.0, 3)])
+    assert results == {1: 2, 2: 3, 3: 4} and turns.batches == [1, 1, 1]
+    assert turns.order == [0.0, 1.0, 2.0, 3.0]

@@ -170,7 +170,7 @@ def ui(p: Parser) -> None:
     p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
 
 
-STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes")  # ServeConfig fields
+STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes", "vocoder_batch")  # ServeConfig
 PRECISION_SETTINGS = ("decode_precision", "vocoder_precision", "decode_graphs")  # how the engine runs on CUDA
 
 

@@ -729,6 +729,11 @@ class ServeConfig:
     stream_chunk_codes: int = opt(
         40, "Audio codes per later chunk of a streamed piece; larger means fewer, longer vocoder calls.",
     )
+    vocoder_batch: int = opt(
+        16, "On CUDA, most streamed chunks of different callers HiFiGAN vocodes in one call (the chunks waiting when "
+        "a call starts); 1: one chunk per call. The CPU always vocodes one chunk per call (batching measured slower "
+        "there). Not measured on a GPU yet.",
+    )
     decode_precision: Literal["fp32", "bf16"] = opt(
         "fp32", "The GPT's decode on CUDA: fp32, or bf16 (autocast; needs compute capability 8.0+). Not measured "
         "on a GPU yet; the CPU always decodes in fp32.",

@@ -51,6 +51,7 @@ class ServeOptions:
     max_active_streams: int = ServeConfig.max_active_streams
     stream_first_chunk_codes: int = ServeConfig.stream_first_chunk_codes
     stream_chunk_codes: int = ServeConfig.stream_chunk_codes
+    vocoder_batch: int = ServeConfig.vocoder_batch
     decode_precision: str = ServeConfig.decode_precision
     vocoder_precision: str = ServeConfig.vocoder_precision
     decode_graphs: str = ServeConfig.decode_graphs
@@ -59,12 +60,13 @@ class ServeOptions:
         """The engine's settings: the schema's defaults with this command line's streaming and precision options."""
         for flag, value in (("--max-active-streams", self.max_active_streams),
                             ("--stream-first-chunk-codes", self.stream_first_chunk_codes),
-                            ("--stream-chunk-codes", self.stream_chunk_codes)):
+                            ("--stream-chunk-codes", self.stream_chunk_codes), ("--vocoder-batch", self.vocoder_batch)):
             if value < 1:
                 raise ServeError(f"{flag} {value}: must be 1 or more")
         return ServeConfig(host=self.host, port=self.port, max_active_streams=self.max_active_streams,
                            stream_first_chunk_codes=self.stream_first_chunk_codes,
-                           stream_chunk_codes=self.stream_chunk_codes, decode_precision=self.decode_precision,
+                           stream_chunk_codes=self.stream_chunk_codes, vocoder_batch=self.vocoder_batch,
+                           decode_precision=self.decode_precision,
                            vocoder_precision=self.vocoder_precision, decode_graphs=self.decode_graphs)
 
 

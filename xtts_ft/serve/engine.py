@@ -50,7 +50,7 @@ from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.model_source import ResolvedModel
 from xtts_ft.serve.precision import choose_precision
-from xtts_ft.serve.streaming_vocoder import StreamingVocoder
+from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, vocode_windows, windows_fit
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
@@ -130,7 +130,11 @@ class SpeechEngine:
         self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams, self.precision)
         # One vocoder call at a time (one chunk, never across a piece), the most urgent first: callers' threads
         # running HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
-        self.vocoder_turns = VocoderTurns()
+        # On CUDA the call whose turn it is also vocodes other callers' waiting chunks (ServeConfig.vocoder_batch).
+        on_cuda = next(xtts.parameters()).device.type == "cuda"
+        self.vocoder_turns: VocoderTurns[Window, torch.Tensor] = VocoderTurns(
+            settings.vocoder_batch if on_cuda else 1, run=lambda windows: vocode_windows(xtts.hifigan_decoder, windows),
+            fits=windows_fit)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
@@ -292,9 +296,13 @@ class SpeechEngine:
                                 self.settings.stream_first_chunk_codes):
             vocoder.add(request.latents[given:have])
             given = have
-            with torch.inference_mode(), self.vocoder_turns.turn(needed_at + samples / self.sample_rate), \
-                    self.precision.vocoding():
-                chunk = vocoder.audio(final=stream.finished)
+            plan = vocoder.plan(final=stream.finished)
+            if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
+                chunk = plan
+            else:
+                with torch.inference_mode(), self.precision.vocoding():
+                    wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan)
+                chunk = vocoder.finish(plan, wav)
             if chunk.size:
                 if not samples:
                     with self.stats.lock:

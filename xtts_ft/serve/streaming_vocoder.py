@@ -24,10 +24,12 @@ jumps at the joins, and the linear work.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 # XTTS's HiFiGAN generator (conv_pre, upsampling 8-8-2-2, resblocks of kernels 3/7/11 with dilations 1/3/5) sees
 # about 13 frames to the left and 14 to the right of each output frame (measured: one input frame changed, the
@@ -90,6 +92,14 @@ class StreamingVocoder:
     # --- audio -------------------------------------------------------------------------------
     def audio(self, final: bool = False) -> np.ndarray:
         """The float32 samples that are ready (may be empty); ``final``: the utterance is complete, give the rest."""
+        plan = self.plan(final)
+        if isinstance(plan, np.ndarray):
+            return plan
+        return self.finish(plan, vocode_windows(self.hifigan, [plan])[0])
+
+    def plan(self, final: bool = False) -> np.ndarray | Window:
+        """What :meth:`audio` does up to the waveform generator: the :class:`Window` to vocode, or the samples
+        themselves when there is nothing to vocode (none ready yet, or only the held tail)."""
         total, ready = self._sizes(final)
         good_end = ready if final else ready - self.lookahead  # frames whose audio is kept this time
         if not final and good_end * self.hop - self.crossfade <= self._emitted:
@@ -100,16 +110,19 @@ class StreamingVocoder:
             self._tail = None
             return out.detach().cpu().numpy().astype(np.float32, copy=False)
         w0 = max(0, start - self.context)
-        z = self._frames(w0, ready, total)
-        wav = self.hifigan.waveform_decoder(z[None], g=self.g).reshape(-1).float()  # fp32 under autocast too
-        self.frames_vocoded += ready - w0
+        return Window(self._frames(w0, ready, total), self.g, final, keep_from=(start - w0) * self.hop,
+                      keep_to=(good_end - w0) * self.hop)
+
+    def finish(self, window: Window, wav: torch.Tensor) -> np.ndarray:
+        """The samples of ``window`` (planned by :meth:`plan`, nothing planned since) from its audio ``wav``."""
+        self.frames_vocoded += window.frames.shape[-1]
         self.windows += 1
-        seg = wav[(start - w0) * self.hop : (good_end - w0) * self.hop].clone()
+        seg = wav[window.keep_from:window.keep_to].clone()
         if self._tail is not None:
             n = min(len(self._tail), len(seg))
             fade = torch.linspace(0.0, 1.0, n + 2, dtype=seg.dtype, device=seg.device)[1:-1]
             seg[:n] = self._tail[:n] * (1 - fade) + seg[:n] * fade
-        if final:
+        if window.final:
             self._tail = None
             self._emitted += len(seg)
             out = seg
@@ -118,6 +131,41 @@ class StreamingVocoder:
             out, self._tail = seg[:keep], seg[keep:]
             self._emitted += keep
         return out.detach().cpu().numpy().astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One call's input to the waveform generator: upsampled frames (C, T) and the speaker embedding; the samples
+    of its audio that are kept ``[keep_from, keep_to)``; ``final``: its right edge is the utterance's end."""
+
+    frames: torch.Tensor
+    g: torch.Tensor
+    final: bool
+    keep_from: int
+    keep_to: int
+
+
+def windows_fit(a: Window, b: Window) -> bool:
+    """Whether ``b`` can share ``a``'s vocoder call. Windows are right-padded with zero frames to the longest;
+    the padding reaches only the audio within the generator's right reach of a window's edge, which a window
+    that is not final does not keep (``LOOKAHEAD_FRAMES`` >= the 14 frames the generator sees to the right).
+    A final window keeps its audio to the edge: it shares only with windows of its own length."""
+    same = a.frames.shape == b.frames.shape and a.frames.dtype == b.frames.dtype and a.frames.device == b.frames.device
+    joinable = a.frames.shape[0] == b.frames.shape[0] and a.frames.dtype == b.frames.dtype and \
+        a.frames.device == b.frames.device and a.g.shape == b.g.shape
+    return same or (joinable and not a.final and not b.final)
+
+
+def vocode_windows(hifigan, windows: list[Window]) -> list[torch.Tensor]:
+    """Each window's audio (fp32, one dimension), from one call of the waveform generator for all of them."""
+    if len(windows) == 1:  # exactly the call one stream makes alone
+        w = windows[0]
+        return [hifigan.waveform_decoder(w.frames[None], g=w.g).reshape(-1).float()]  # fp32 under autocast too
+    longest = max(w.frames.shape[-1] for w in windows)
+    frames = torch.stack([F.pad(w.frames, (0, longest - w.frames.shape[-1])) for w in windows])
+    g = torch.cat([w.g for w in windows])
+    wav = hifigan.waveform_decoder(frames, g=g).reshape(len(windows), -1).float()
+    return [wav[i] for i in range(len(windows))]
 
 
 def _source(dst: torch.Tensor, scale: float, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

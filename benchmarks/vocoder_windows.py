@@ -1,0 +1,102 @@
+"""HiFiGAN over several callers' streamed windows: one call per window against one call for all of them.
+
+    python benchmarks/vocoder_windows.py --batches 1 8 32
+    python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
+
+The speech engine vocodes each streamed chunk as a window of upsampled GPT latents
+(:class:`xtts_ft.serve.streaming_vocoder.Window`). On CUDA the caller whose vocoder turn it is also
+takes the windows waiting behind it into the same call (``ServeConfig.vocoder_batch``,
+:func:`xtts_ft.serve.streaming_vocoder.vocode_windows`: right-padded to the longest); on the CPU
+each window has its own call. This times both ways on XTTS-v2's HiFiGAN (random weights, the real
+size), for windows the size of a first chunk (10 codes: 44 frames) and of a later one (40 codes and
+the left context: 190 frames), alternating, and checks that the kept audio of each window is the same
+either way (the padding reaches only the look-ahead, which is not kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from xtts_ft.serve.streaming_vocoder import LOOKAHEAD_FRAMES, Window, vocode_windows  # noqa: E402
+
+WINDOW_FRAMES = (44, 190)  # a first chunk's window, a later chunk's (frames of 256 samples at 24 kHz)
+
+
+def build_hifigan(device: torch.device):
+    """XTTS-v2's HiFiGAN decoder (coqui's ``HifiDecoder`` defaults are XTTS-v2's sizes), random weights."""
+    from TTS.tts.layers.xtts.hifigan_decoder import HifiDecoder
+
+    torch.manual_seed(0)
+    return HifiDecoder().to(device).eval()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compare(hifigan, batches: list[int], device: torch.device, repeats: int = 2) -> int:
+    """Print a row per batch size; the number of batch sizes whose kept audio differed."""
+    draw = torch.Generator().manual_seed(1)
+    channels = int(hifigan.waveform_decoder.conv_pre.in_channels)
+    hop = int(hifigan.output_hop_length)
+    failures = 0
+    for batch in batches:
+        windows = []
+        for i in range(batch):
+            frames = WINDOW_FRAMES[i % 2]
+            windows.append(Window(torch.randn(channels, frames, generator=draw).to(device),
+                                  torch.randn(1, 512, 1, generator=draw).to(device), final=False, keep_from=0,
+                                  keep_to=(frames - LOOKAHEAD_FRAMES) * hop))
+        times = {}
+        with torch.inference_mode():
+            vocode_windows(hifigan, windows[:1])  # warm-up (kernel choice)
+            for way in ("one by one", "together"):
+                best = float("inf")
+                for _ in range(repeats):
+                    _sync(device)
+                    start = time.perf_counter()
+                    out = ([vocode_windows(hifigan, [w])[0] for w in windows] if way == "one by one"
+                           else vocode_windows(hifigan, windows))
+                    _sync(device)
+                    best = min(best, time.perf_counter() - start)
+                times[way] = (best, out)
+        alone, shared = times["one by one"][1], times["together"][1]
+        error = max(float((a[:w.keep_to] - s[:w.keep_to]).abs().max()) / max(float(a.abs().max()), 1e-9)
+                    for a, s, w in zip(alone, shared, windows))
+        same = error <= 1e-4
+        failures += 0 if same else 1
+        one, together = times["one by one"][0], times["together"][0]
+        print(f"windows {batch:3d}: one by one {1000 * one:.1f} ms; together {1000 * together:.1f} ms; ratio "
+              f"{one / together:.2f}x; kept audio max relative difference {error:.1e}"
+              f"{'' if same else ' (DIFFERS: failed)'}", flush=True)
+    return failures
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch threads on the CPU (default: torch's)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"HiFiGAN (XTTS-v2 size, random weights) over streamed windows of {' and '.join(map(str, WINDOW_FRAMES))} "
+          f"frames, {name}, fp32")
+    failures = compare(build_hifigan(device), args.batches, device)
+    if failures:
+        raise SystemExit(f"{failures} batch size(s) gave different audio")
+
+
+if __name__ == "__main__":
+    main()
