@@ -82,3 +82,42 @@ def test_a_recording_that_fails_or_differs_turns_graphs_off_and_changes_no_code(
         assert [r.codes for r in rows] == [r.codes for r in eager]
         assert sum("CUDA graphs off" in r.message for r in caplog.records) == 1
         caplog.clear()
+
+
+def test_the_cuda_recorder_warms_up_records_once_and_replays_without_running_the_step(monkeypatch):
+    """torch.cuda's graph API stood in for (no GPU here): the order of the calls the recorder makes."""
+    import contextlib
+
+    from xtts_ft.evaluate import decode_graph
+
+    events: list[str] = []
+
+    class FakeGraph:
+        def capture_begin(self, capture_error_mode="global"):
+            events.append(f"begin {capture_error_mode}")
+
+        def capture_end(self):
+            events.append("end")
+
+        def replay(self):
+            events.append("replay")
+
+    class FakeStream:
+        def wait_stream(self, other):
+            events.append("wait")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda _s: contextlib.nullcontext())
+    output = torch.ones(2)
+
+    def step():
+        events.append("step")
+        return output
+
+    replay = decode_graph.cuda_graph(step)
+    assert events == ["wait", "step", "begin thread_local", "step", "end", "wait"]
+    events.clear()
+    assert replay() is output and replay() is output
+    assert events == ["replay", "replay"], "a replay launches the graph; the Python step does not run again"

@@ -39,18 +39,25 @@ Recorder = Callable[[Callable[[], torch.Tensor]], Replay]
 
 
 def cuda_graph(step: Callable[[], torch.Tensor]) -> Replay:
-    """Record ``step`` as a CUDA graph (after one warm-up run on a side stream, as torch's docs ask, so lazy
+    """Record ``step`` as a CUDA graph (after one warm-up run on the recording stream, as torch's docs ask, so lazy
     initialisations happen outside the recording) and return its replay. ``step`` must be safe to run twice:
-    the decode step writes the same column with the same values again."""
+    the decode step writes the same column with the same values again.
+
+    ``capture_begin``/``capture_end`` rather than the ``torch.cuda.graph`` context: that context also runs the
+    garbage collector and empties the allocator's cache at every recording (tens of milliseconds with coqui
+    and transformers loaded), which a request's first step would wait for. ``thread_local``: the speech
+    engine's other threads keep using the GPU (HiFiGAN) while this one records."""
+    graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with _no_autocast_cache(), torch.cuda.stream(side):
         step()
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            out = step()
+        finally:
+            graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    # thread_local: the speech engine's other threads keep using the GPU (HiFiGAN) while this one records.
-    with _no_autocast_cache(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        out = step()
 
     def replay() -> torch.Tensor:
         graph.replay()
