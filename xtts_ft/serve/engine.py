@@ -296,13 +296,14 @@ class SpeechEngine:
                                 self.settings.stream_first_chunk_codes):
             vocoder.add(request.latents[given:have])
             given = have
-            plan = vocoder.plan(final=stream.finished)
-            if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
-                chunk = plan
-            else:
-                with torch.inference_mode(), self.precision.vocoding():
-                    wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan)
-                chunk = vocoder.finish(plan, wav)
+            with torch.inference_mode():
+                plan = vocoder.plan(final=stream.finished)
+                if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
+                    chunk = plan
+                else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
+                    with self.precision.vocoding():
+                        wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan)
+                    chunk = vocoder.finish(plan, wav)
             if chunk.size:
                 if not samples:
                     with self.stats.lock:
