@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import shutil
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def check(name: str, ok: bool, detail: str = "") -> bool:
 def run_section(number: int, title: str, fn, *args):
     """Print the header, run ``fn``; an exception is reported as a failed check and the smoke test goes on."""
     section(number, title)
+    started = time.perf_counter()
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others' results
@@ -47,6 +49,8 @@ def run_section(number: int, title: str, fn, *args):
             traceback.print_exc(limit=-4, file=sys.stdout)
         check(f"section {number} ({title}) ran", False, f"{type(exc).__name__}: {exc}".splitlines()[0])
         return None
+    finally:
+        print(f"(section {number} took {time.perf_counter() - started:.1f} s)", flush=True)
 
 
 def base_model_sets(args) -> dict[str, str]:

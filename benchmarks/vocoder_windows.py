@@ -43,8 +43,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def compare(hifigan, batches: list[int], device: torch.device, repeats: int = 2) -> int:
-    """Print a row per batch size; the number of batch sizes whose kept audio differed."""
+def compare(hifigan, batches: list[int], device: torch.device, repeats: int = 2,
+            window_frames: tuple[int, ...] = WINDOW_FRAMES) -> int:
+    """Print a row per batch size (windows of ``window_frames`` in turn); the number of batch sizes whose kept audio
+    differed."""
     draw = torch.Generator().manual_seed(1)
     channels = int(hifigan.waveform_decoder.conv_pre.in_channels)
     hop = int(hifigan.output_hop_length)
@@ -52,7 +54,7 @@ def compare(hifigan, batches: list[int], device: torch.device, repeats: int = 2)
     for batch in batches:
         windows = []
         for i in range(batch):
-            frames = WINDOW_FRAMES[i % 2]
+            frames = window_frames[i % len(window_frames)]
             windows.append(Window(torch.randn(channels, frames, generator=draw).to(device),
                                   torch.randn(1, 512, 1, generator=draw).to(device), final=False, keep_from=0,
                                   keep_to=(frames - LOOKAHEAD_FRAMES) * hop))
@@ -85,15 +87,20 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--frames", type=int, nargs="+", default=list(WINDOW_FRAMES),
+                   help=f"window lengths in frames, in turn (more than {LOOKAHEAD_FRAMES}, the look-ahead not kept)")
+    p.add_argument("--repeats", type=int, default=2, help="timed runs of each way (the best is printed)")
     p.add_argument("--threads", type=int, default=None, help="torch threads on the CPU (default: torch's)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"HiFiGAN (XTTS-v2 size, random weights) over streamed windows of {' and '.join(map(str, WINDOW_FRAMES))} "
+    if min(args.frames) <= LOOKAHEAD_FRAMES:
+        p.error(f"--frames: every window needs more than {LOOKAHEAD_FRAMES} frames")
+    print(f"HiFiGAN (XTTS-v2 size, random weights) over streamed windows of {' and '.join(map(str, args.frames))} "
           f"frames, {name}, fp32")
-    failures = compare(build_hifigan(device), args.batches, device)
+    failures = compare(build_hifigan(device), args.batches, device, args.repeats, tuple(args.frames))
     if failures:
         raise SystemExit(f"{failures} batch size(s) gave different audio")
 

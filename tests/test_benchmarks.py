@@ -191,7 +191,7 @@ def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_b
 def test_vocoder_windows_benchmark_times_both_ways_and_checks_the_kept_audio(capsys):
     bench = load_benchmark("vocoder_windows")
     with left_as_found():
-        bench.main(["--batches", "1", "2"])
+        bench.main(["--batches", "1", "3", "--frames", "20", "30", "--repeats", "1"])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("windows")]
     assert len(rows) == 2, rows
     for row in rows:
