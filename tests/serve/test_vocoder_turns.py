@@ -11,8 +11,9 @@ import pytest
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 
 
-def _queue_behind_a_running_call(turns: VocoderTurns, deadlines: list[float]) -> list[float]:
-    ran: list[float] = []
+def _behind_a_running_call(turns: VocoderTurns, calls: list) -> None:
+    """Start each of ``calls`` in its own thread, in this order, each once the previous one waits, while a plain
+    turn runs; then end that turn and wait for them all."""
     holding, release = threading.Event(), threading.Event()
 
     def first() -> None:
@@ -20,25 +21,31 @@ def _queue_behind_a_running_call(turns: VocoderTurns, deadlines: list[float]) ->
             holding.set()
             assert release.wait(10)
 
-    def call(deadline: float) -> None:
-        with turns.turn(deadline):
-            ran.append(deadline)
-
     runner = threading.Thread(target=first)
     runner.start()
     assert holding.wait(10)
     callers = []
-    for d in deadlines:  # each queued while the first call runs, in this arrival order
-        callers.append(threading.Thread(target=call, args=(d,)))
+    for call in calls:
+        callers.append(threading.Thread(target=call))
         callers[-1].start()
         for _ in range(1000):
             if turns.waiting == len(callers):
                 break
             time.sleep(0.001)
-    assert turns.waiting == len(deadlines)
+    assert turns.waiting == len(calls)
     release.set()
     for t in [runner, *callers]:
         t.join(10)
+
+
+def _queue_behind_a_running_call(turns: VocoderTurns, deadlines: list[float]) -> list[float]:
+    ran: list[float] = []
+
+    def call(deadline: float) -> None:
+        with turns.turn(deadline):
+            ran.append(deadline)
+
+    _behind_a_running_call(turns, [lambda d=d: call(d) for d in deadlines])
     return ran
 
 
@@ -83,12 +90,6 @@ def test_a_call_that_fails_or_is_interrupted_does_not_block_the_others():
 def _gathered_behind_a_running_call(turns: VocoderTurns, items: list[tuple[float, int]]) -> dict[int, object]:
     """``items`` (deadline, value) each vocoded by its own caller while a plain turn runs; each caller's result."""
     results: dict[int, object] = {}
-    holding, release = threading.Event(), threading.Event()
-
-    def first() -> None:
-        with turns.turn(0.0):
-            holding.set()
-            assert release.wait(10)
 
     def call(deadline: float, value: int) -> None:
         try:
@@ -96,21 +97,7 @@ def _gathered_behind_a_running_call(turns: VocoderTurns, items: list[tuple[float
         except ValueError as exc:
             results[value] = exc
 
-    runner = threading.Thread(target=first)
-    runner.start()
-    assert holding.wait(10)
-    callers = []
-    for deadline, value in items:
-        callers.append(threading.Thread(target=call, args=(deadline, value)))
-        callers[-1].start()
-        for _ in range(1000):
-            if turns.waiting == len(callers):
-                break
-            time.sleep(0.001)
-    assert turns.waiting == len(items)
-    release.set()
-    for t in [runner, *callers]:
-        t.join(10)
+    _behind_a_running_call(turns, [lambda d=d, v=v: call(d, v) for d, v in items])
     return results
 
 
