@@ -217,3 +217,18 @@ def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys)
     prefill = [line for line in out.splitlines() if line.startswith("prefill")]
     assert len(prefill) == 1 and re.search(r"prefill of +3 requests: one by one \d+\.\d+ ms; together \d+\.\d+ ms; "
                                            r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out
+
+
+def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(capsys):
+    """benchmarks/serving_gpu.sh runs on a card only; here: bash reads it, and every flag it passes to a benchmark is
+    one that benchmark's --help lists (a renamed flag would otherwise be found on the next device session)."""
+    script = REPO_ROOT / "benchmarks" / "serving_gpu.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
+    assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load"}
+    for name, args in commands:
+        with left_as_found(), pytest.raises(SystemExit):
+            load_benchmark(name).main(["--help"])
+        listed = set(re.findall(r"--[\w-]+", capsys.readouterr().out))
+        used = set(re.findall(r"--[\w-]+", args))
+        assert used and used <= listed, (name, used - listed)
