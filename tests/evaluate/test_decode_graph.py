@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.evaluate.golden import TEMPERATURE, golden_model
-from tests.evaluate.test_batch_decode import COQUI, _run_schedule
+from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
 from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
 
@@ -74,6 +74,30 @@ def test_rows_past_the_batch_stay_finite_and_rows_that_join_there_decode_as_alon
         assert all(bool(torch.isfinite(b).all()) for b in buffers)
     eager_decoder, eager = _decode(golden, None, long_codes=60)
     assert [r.codes for r in rows] == [r.codes for r in eager]
+
+
+def test_a_request_after_the_batch_emptied_replays_the_recorded_step(golden):
+    """With graphs the cache keeps its buffers when the last row leaves, so a request alone after another is not
+    recorded again (a recording costs about three eager steps); without, the buffers are freed."""
+    def alone_one_after_another(fixed):
+        decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed)
+        requests = [_request(golden, "peter piper picked", 1, max_codes=30), _request(golden, "zebra", 2, max_codes=30)]
+        recordings = []
+        with torch.inference_mode():
+            for request in requests:
+                decoder.join(request)
+                while decoder.rows:
+                    decoder.step()
+                recordings.append(fixed.recordings if fixed else None)
+        return decoder._cache, requests, recordings
+
+    eager_cache, eager, _ = alone_one_after_another(None)
+    assert eager_cache.mask is None and eager_cache.keys == []  # freed
+    fixed = FixedShapeStep(record=call_directly)
+    cache, graphed, recordings = alone_one_after_another(fixed)
+    assert recordings == [1, 1] and fixed.disabled is None and fixed.replays > 40
+    assert cache.mask is not None and cache.layouts == 1  # kept, never laid out again
+    assert [r.codes for r in graphed] == [r.codes for r in eager] and all(len(r.codes) == 30 for r in eager)
 
 
 def test_a_recording_that_fails_or_differs_turns_graphs_off_and_changes_no_code(golden, caplog):

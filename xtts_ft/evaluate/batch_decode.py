@@ -182,7 +182,7 @@ class BatchDecoder:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
         self.gpt = gpt
         self.rows: list[DecodeRequest] = []
-        self._cache = SlotCache(gpt.gpt)
+        self._cache = SlotCache(gpt.gpt, keep_when_empty=fixed_step is not None)
         self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
 

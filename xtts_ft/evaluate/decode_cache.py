@@ -57,8 +57,11 @@ def unsupported(gpt: nn.Module) -> Optional[str]:
 class SlotCache:
     """Keys and values of every row being decoded; :meth:`step` runs the GPT-2 blocks for one position."""
 
-    def __init__(self, transformer: nn.Module) -> None:
+    def __init__(self, transformer: nn.Module, keep_when_empty: bool = False) -> None:
         self.transformer = transformer  # Hugging Face's GPT2Model inside coqui's GPT (``gpt.gpt``)
+        # Keep the buffers when the last row leaves (the next request reuses them if they fit): a step recorded as
+        # a CUDA graph holds their addresses, and new buffers mean recording again (:mod:`.decode_graph`).
+        self.keep_when_empty = keep_when_empty
         self.keys: list[torch.Tensor] = []  # per layer (rows, heads, columns, head_dim)
         self.values: list[torch.Tensor] = []
         self.mask: Optional[torch.Tensor] = None  # (rows, columns) bool: True where a row has a real position
@@ -142,6 +145,11 @@ class SlotCache:
         if index == list(range(n)):
             return
         self.first = [self.first[i] for i in index]
+        if not index and self.keep_when_empty and self.mask is not None:
+            # empty, buffers kept: the next row's prefix ends where the longest one seen fits (else it lays out again)
+            self.mask[:] = False
+            self.start = self.end = min(self._longest, self.mask.shape[1] - 1)
+            return
         if not index:  # empty: the memory goes back (the next request allocates what it needs)
             self.keys, self.values, self.mask = [], [], None
             self.start = self.end = self._longest = 0

@@ -8,7 +8,9 @@ needs every shape and every address to stay the same between replays, which the 
 change at every step. :meth:`.decode_cache.SlotCache.every_row_step` computes the same numbers for the
 batch's rows over every buffer row and column (masked), with the written column given as a tensor; its
 shapes change only when the cache lays its buffers out again (a new row count or width: at most once per
-128 steps while rows are decoding), and then the graph is recorded again.
+128 steps while rows are decoding), and then the graph is recorded again. A decoder with graphs keeps its
+cache's buffers when the batch empties (``SlotCache(keep_when_empty=True)``), so requests that come one
+at a time replay one recording.
 
 Each recording is checked before it is used: the step that records it is also run as the window step,
 and the graph's replay of the same step must give the same hidden states (within ``tolerance``: the
