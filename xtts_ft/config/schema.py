@@ -744,8 +744,9 @@ class ServeConfig:
     )
     decode_graphs: Literal["off", "on"] = opt(
         "off", "on: the GPT's decode step on CUDA is replayed from a CUDA graph (one launch instead of about 450). "
-        "Each recording is checked against the eager step, and graphs turn off if they differ. Not measured on a GPU "
-        "yet (benchmarks/decode_step.py compares both); the CPU never uses them.",
+        "Each recording is checked against the eager step, and graphs turn off if they differ; the decode cache then "
+        "stays allocated between requests. Not measured on a GPU yet (benchmarks/decode_step.py compares both); the "
+        "CPU never uses them.",
     )
 
 
