@@ -15,6 +15,10 @@ piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 - ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
   (it stores the prefix on the model: one at a time), which re-vocodes everything so far at every chunk.
 
+The old paths run on the engine's model, whose HiFiGAN weight norm the engine folds into plain weights (the
+same audio; each vocoder call 10-17 % quicker on a CPU): coqui as shipped recomputes it at every call, so
+those two rows are a little better than coqui's own.
+
 Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
 (``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
 that process's peak so far; the test's form); all callers start together and each synthesises the text

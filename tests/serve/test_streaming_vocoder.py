@@ -143,3 +143,23 @@ def test_a_final_window_shares_a_call_only_with_windows_of_its_length():
     assert windows_fit(window(30, False), window(50, False))
     assert not windows_fit(window(30, True), window(50, False)) and not windows_fit(window(30, False), window(50, True))
     assert windows_fit(window(30, True), window(30, False)) and windows_fit(window(30, True), window(30, True))
+
+
+def test_folding_hifigans_weight_norm_changes_no_sample(engine):
+    """The engine folds HiFiGAN's weight norm into plain weights once; a fresh generator's audio is bit for bit the
+    same before and after, and folding again does nothing."""
+    from TTS.tts.layers.xtts.hifigan_decoder import HifiDecoder
+    from torch.nn.utils import parametrize
+
+    from xtts_ft.serve.streaming_vocoder import fold_weight_norm
+
+    assert not any(parametrize.is_parametrized(m) for m in engine.xtts.hifigan_decoder.waveform_decoder.modules())
+    torch.manual_seed(0)
+    hifigan = HifiDecoder().eval()
+    z, g = _latents(12, 1024).T[None], torch.randn(1, 512, 1)
+    with torch.inference_mode():
+        before = hifigan.waveform_decoder(z, g=g)
+    assert fold_weight_norm(hifigan) > 50
+    with torch.inference_mode():
+        after = hifigan.waveform_decoder(z, g=g)
+    assert torch.equal(before, after) and fold_weight_norm(hifigan) == 0

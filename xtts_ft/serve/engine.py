@@ -50,7 +50,7 @@ from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.model_source import ResolvedModel
 from xtts_ft.serve.precision import choose_precision
-from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, vocode_windows, windows_fit
+from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
@@ -121,6 +121,7 @@ class SpeechEngine:
         check_language(tokenizer, self.language)
         xtts.tokenizer = tokenizer
         xtts.train(False)  # serving only: dropout off for good
+        fold_weight_norm(xtts.hifigan_decoder)  # and HiFiGAN's weights computed once, not at every call
         # fp32 and no graphs unless asked for, on CUDA only
         self.precision = choose_precision(next(xtts.parameters()).device, settings.decode_precision,
                                           settings.vocoder_precision, settings.decode_graphs)
