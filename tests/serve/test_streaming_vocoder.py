@@ -148,8 +148,8 @@ def test_a_final_window_shares_a_call_only_with_windows_of_its_length():
 def test_folding_hifigans_weight_norm_changes_no_sample(engine):
     """The engine folds HiFiGAN's weight norm into plain weights once; a fresh generator's audio is bit for bit the
     same before and after, and folding again does nothing."""
-    from TTS.tts.layers.xtts.hifigan_decoder import HifiDecoder
     from torch.nn.utils import parametrize
+    from TTS.tts.layers.xtts.hifigan_decoder import HifiDecoder
 
     from xtts_ft.serve.streaming_vocoder import fold_weight_norm
 
