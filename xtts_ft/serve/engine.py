@@ -122,8 +122,9 @@ class SpeechEngine:
         xtts.tokenizer = tokenizer
         xtts.train(False)  # serving only: dropout off for good
         fold_weight_norm(xtts.hifigan_decoder)  # and HiFiGAN's weights computed once, not at every call
+        device = next(xtts.parameters()).device
         # fp32 and no graphs unless asked for, on CUDA only
-        self.precision = choose_precision(next(xtts.parameters()).device, settings.decode_precision,
+        self.precision = choose_precision(device, settings.decode_precision,
                                           settings.vocoder_precision, settings.decode_graphs)
         for note in self.precision.notes:
             log.info("engine: %s", note)
@@ -132,10 +133,9 @@ class SpeechEngine:
         # One vocoder call at a time (one chunk, never across a piece), the most urgent first: callers' threads
         # running HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
         # On CUDA the call whose turn it is also vocodes other callers' waiting chunks (ServeConfig.vocoder_batch).
-        on_cuda = next(xtts.parameters()).device.type == "cuda"
         self.vocoder_turns: VocoderTurns[Window, torch.Tensor] = VocoderTurns(
-            settings.vocoder_batch if on_cuda else 1, run=lambda windows: vocode_windows(xtts.hifigan_decoder, windows),
-            fits=windows_fit)
+            settings.vocoder_batch if device.type == "cuda" else 1,
+            run=lambda windows: vocode_windows(xtts.hifigan_decoder, windows), fits=windows_fit)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,

@@ -151,10 +151,9 @@ def windows_fit(a: Window, b: Window) -> bool:
     the padding reaches only the audio within the generator's right reach of a window's edge, which a window
     that is not final does not keep (``LOOKAHEAD_FRAMES`` >= the 14 frames the generator sees to the right).
     A final window keeps its audio to the edge: it shares only with windows of its own length."""
-    same = a.frames.shape == b.frames.shape and a.frames.dtype == b.frames.dtype and a.frames.device == b.frames.device
-    joinable = a.frames.shape[0] == b.frames.shape[0] and a.frames.dtype == b.frames.dtype and \
+    stackable = a.frames.shape[0] == b.frames.shape[0] and a.frames.dtype == b.frames.dtype and \
         a.frames.device == b.frames.device and a.g.shape == b.g.shape
-    return same or (joinable and not a.final and not b.final)
+    return stackable and (a.frames.shape == b.frames.shape or not (a.final or b.final))
 
 
 def vocode_windows(hifigan, windows: list[Window]) -> list[torch.Tensor]:
