@@ -6,34 +6,50 @@
 #
 # Part a (the decode step, the vocoder windows, the engine in bf16 with and without graphs) and part b (the fp32
 # rows of all four paths) each fit one 10-minute command, with their limits (the commands take less). Each
-# command's output goes to the terminal and to OUTDIR/NN-name.txt; the lines starting with ### say what ran and
+# command's output goes to the terminal and to OUTDIR/a/NN-name.txt or OUTDIR/b/NN-name.txt (a part whose folder
+# exists already is refused: earlier results are never written over); the lines starting with ### say what ran and
 # how it ended (124: its time limit). What the rows mean: docs/gpu_benchmarks.md.
 set -u
 out=${1:-serving_gpu_out}
-part=${2:-all}
-mkdir -p "$out"
+case "${2:-all}" in
+  a) parts=a ;; b) parts=b ;; all) parts="a b" ;;
+  *) echo "serving_gpu.sh: part '$2': give a, b or all" >&2; exit 2 ;;
+esac
+for p in $parts; do  # each part writes a new folder of its own, never over earlier results
+  if [ -e "$out/$p" ]; then
+    echo "serving_gpu.sh: $out/$p already exists (earlier results); give another OUTDIR or move it aside" >&2
+    exit 2
+  fi
+done
 
-run() {  # run NAME SECONDS COMMAND...
+run() {  # run NAME SECONDS COMMAND...  (into the current part's folder, $dir)
   local name=$1 limit=$2
   shift 2
   echo "### $name: $*"
-  timeout "$limit" "$@" 2>&1 | grep -v '^\[transformers\]' | tee "$out/$name.txt"
+  timeout "$limit" "$@" 2>&1 | grep -v '^\[transformers\]' | tee "$dir/$name.txt"
   echo "### $name: exit ${PIPESTATUS[0]}"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/00-card.txt"
-if [ "$part" != b ]; then
-# the decode step: first decoder, current, current replayed from a CUDA graph (codes compared), and prefill together
-run 01-decode-step-fp32 120 python benchmarks/decode_step.py --size full --device cuda --batches 1 8 32
-run 02-decode-step-bf16 120 python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
-# HiFiGAN over 1, 8 and 32 callers' streamed windows: one call each against one call for all
-run 03-vocoder-windows 60 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
-# the engine, bf16, eager step against graphed step, 32 places: first audio p50/p95 and audio seconds per second
-run 04-engine-bf16 240 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
-  --paths engine engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process
-fi
-if [ "$part" != a ]; then
-# the same card's fp32 rows of all four paths at 1 and 8 callers (the old paths take minutes at 32)
-run 05-engine-fp32 500 python benchmarks/engine_load.py --size full --device cuda \
-  --paths engine engine-graphs per-piece coqui-stream --clients 1 8 --max-codes 40 --one-process
-fi
+part_a() {
+  # the decode step: first decoder, current, current replayed from a CUDA graph (codes compared), and prefill together
+  run 01-decode-step-fp32 120 python benchmarks/decode_step.py --size full --device cuda --batches 1 8 32
+  run 02-decode-step-bf16 120 python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
+  # HiFiGAN over 1, 8 and 32 callers' streamed windows: one call each against one call for all
+  run 03-vocoder-windows 60 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
+  # the engine, bf16, eager step against graphed step, 32 places: first audio p50/p95 and audio seconds per second
+  run 04-engine-bf16 240 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
+    --paths engine engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process
+}
+
+part_b() {
+  # the same card's fp32 rows of all four paths at 1 and 8 callers (the old paths take minutes at 32)
+  run 05-engine-fp32 500 python benchmarks/engine_load.py --size full --device cuda \
+    --paths engine engine-graphs per-piece coqui-stream --clients 1 8 --max-codes 40 --one-process
+}
+
+for p in $parts; do
+  dir="$out/$p"
+  mkdir -p "$dir"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$dir/00-card.txt"
+  "part_$p"
+done

@@ -219,11 +219,18 @@ def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys)
                                            r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out
 
 
-def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(capsys):
-    """benchmarks/serving_gpu.sh runs on a card only; here: bash reads it, and every flag it passes to a benchmark is
-    one that benchmark's --help lists (a renamed flag would otherwise be found on the next device session)."""
+def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(capsys, tmp_path):
+    """benchmarks/serving_gpu.sh runs on a card only; here: bash reads it, it refuses a part whose results folder
+    exists (before running anything), and every flag it passes to a benchmark is one that benchmark's --help lists
+    (a renamed flag would otherwise be found on the next device session)."""
     script = REPO_ROOT / "benchmarks" / "serving_gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "05-engine-fp32.txt").write_text("earlier results")
+    refused = subprocess.run(["bash", str(script), str(tmp_path), "all"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "b already exists" in refused.stderr and refused.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+    assert (tmp_path / "b" / "05-engine-fp32.txt").read_text() == "earlier results"
     commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
     assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load"}
     for name, args in commands:
