@@ -192,7 +192,10 @@ def test_vocoder_windows_benchmark_times_both_ways_and_checks_the_kept_audio(cap
     bench = load_benchmark("vocoder_windows")
     with left_as_found():
         bench.main(["--batches", "1", "3", "--frames", "20", "30", "--repeats", "1"])
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("windows")]
+    out = capsys.readouterr().out
+    assert re.search(r"weight norm, one window of 20 frames: recomputed \d+\.\d+ ms; folded \(\d+ convolutions\) "
+                     r"\d+\.\d+ ms; ratio \d+\.\d+x; audio identical", out), out
+    rows = [line for line in out.splitlines() if line.startswith("windows")]
     assert len(rows) == 2, rows
     for row in rows:
         found = re.search(r"one by one \d+\.\d+ ms; together \d+\.\d+ ms; ratio \d+\.\d+x; kept audio max relative "

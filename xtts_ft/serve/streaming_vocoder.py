@@ -172,8 +172,9 @@ def fold_weight_norm(hifigan) -> int:
     """Make each weight-normed convolution of HiFiGAN's waveform generator a plain one holding the weight it computes
     (``remove_parametrizations(..., leave_parametrized=True)``: the same numbers, bit for bit); how many were folded
     (0 the second time). For serving only: the engine's model never trains, and otherwise every vocoder call
-    computes ~76 weights again from ``g`` and ``v`` (on two CPU cores a first chunk's window took 127 instead of
-    143 ms, and 45 instead of 54 ms for 10 frames; on a GPU, about three small kernels each). coqui's own
+    computes 76 weights again from ``g`` and ``v`` (a first chunk's 44-frame window on two CPU cores: 129.0 against
+    141.1 ms, ``python benchmarks/vocoder_windows.py --batches 1 --frames 44 --repeats 5``; on a GPU, about three
+    small kernels each). coqui's own
     ``HifiganGenerator.remove_weight_norm`` stops with an error on XTTS's generator, whose ``conv_pre`` has no weight
     norm."""
     folded = 0
