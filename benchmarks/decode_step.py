@@ -17,14 +17,15 @@ coqui's sampling) in the same process, one after the other for each batch size:
   run directly (no graph to record: it shows the path works and what its extra masked columns cost).
 
 After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratios are reference / current and
-current / graphs. The reference and current decoders must give the same codes for every row (checked; a
-difference is printed as a failure); the graphed step is checked against the eager step at every
-recording, and rounding may change a sampled code, so its rows are counted, and graphs turned off are a
-failure. Then, for each
-batch size above 1, the current decoder prefills that many requests one by one and together (one
-right-padded forward pass, as the serving loop does with requests that arrive together): both times, and
-whether the next 10 codes of every row are the same either way. The codes per
-second of all rows are also given as seconds of audio per second (21.5 codes per second of audio).
+current / graphs. In fp32 (TF32 off while comparing) the reference and current decoders must give the same
+codes for every row (checked; a difference is printed as a failure); in bf16 another kernel's rounding
+changes a sampled code and the rows drift apart, so the rows found identical are counted, not checked. The
+graphed step is checked against the eager step at every recording, and rounding may change a sampled code,
+so its rows are counted, and graphs turned off are a failure. Then, for each batch size above 1, the current
+decoder prefills that many requests one by one and together (one right-padded forward pass, as the serving
+loop does with requests that arrive together): both times, and whether the next 10 codes of every row are
+the same either way (checked in fp32 only, as above). The codes per second of all rows are also given as
+seconds of audio per second (21.5 codes per second of audio).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -51,10 +52,10 @@ CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 sampl
 
 
 def decoders(device: torch.device) -> dict:
-    """The decoders compared on ``device``: name -> a function of the GPT giving a fresh decoder."""
+    """The decoders compared on ``device``: name -> a function of the GPT and the most rows giving a fresh decoder."""
     fixed_name, record = ("graphs", cuda_graph) if device.type == "cuda" else ("fixed shapes", call_directly)
-    return {"reference": ReferenceDecoder, "current": BatchDecoder,
-            fixed_name: lambda gpt: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record))}
+    return {"reference": lambda gpt, rows: ReferenceDecoder(gpt), "current": lambda gpt, rows: BatchDecoder(gpt),
+            fixed_name: lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows)}
 
 
 def requests(gpt, size: dict, batch: int, device: torch.device, max_codes: int) -> list[DecodeRequest]:
@@ -79,7 +80,7 @@ def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, pre
     """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes; the
     decoder."""
     rows = requests(gpt, size, batch, device, max_codes=1 + warmup + steps)
-    decoder = make_decoder(gpt)
+    decoder = make_decoder(gpt, batch)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     with torch.inference_mode(), autocast:
         for request in rows:
@@ -140,9 +141,27 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{failures} comparison(s) gave different codes")
 
 
+@contextmanager
+def full_fp32_matmuls():
+    """TF32 off while the decoders are compared (a training run in the same process, as the GPU smoke test's, may
+    have turned it on): with it, two kernels' products keep a 10-bit mantissa and a sampled code may change."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def compare(size_name: str, batches: list[int], device: torch.device, precision: str, warmup: int,
             steps: int) -> int:
     """Print the step rows and the prefill rows for ``batches``; the number of comparisons whose codes differed."""
+    with full_fp32_matmuls():
+        return _compare(size_name, batches, device, precision, warmup, steps)
+
+
+def _compare(size_name: str, batches: list[int], device: torch.device, precision: str, warmup: int,
+             steps: int) -> int:
     size = FULL if size_name == "full" else SMALL
     torch.manual_seed(0)
     gpt = build_gpt(size, device).eval()
@@ -152,6 +171,15 @@ def compare(size_name: str, batches: list[int], device: torch.device, precision:
     print(f"decode step, {size_name} random GPT ({size['layers']} layers x {size['model_dim']}), {name}, "
           f"{precision}; {warmup} warm-up + {steps} timed steps")
     failures = 0
+    exact = precision == "fp32"  # bf16: another kernel's rounding changes a sampled code, and the rows drift apart
+
+    def verdict(same: bool, a: list[list[int]], b: list[list[int]]) -> str:
+        if same:
+            return "identical"
+        if exact:
+            return "DIFFER (failed)"
+        return f"identical in {sum(x == y for x, y in zip(a, b))} of {len(a)} rows (bf16 rounding: not checked)"
+
     compared = decoders(device)
     fixed_name = list(compared)[-1]
     for batch in batches:
@@ -160,7 +188,7 @@ def compare(size_name: str, batches: list[int], device: torch.device, precision:
             times[name], codes[name], made[name] = measure(make, gpt, size, batch, device, precision, warmup, steps)
         same = codes["reference"] == codes["current"]
         fixed_step = made[fixed_name].fixed_step
-        failures += (0 if same else 1) + (0 if fixed_step.disabled is None else 1)
+        failures += (0 if same or not exact else 1) + (0 if fixed_step.disabled is None else 1)
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
         fixed_same = sum(a == b for a, b in zip(codes[fixed_name], codes["current"]))
@@ -169,14 +197,14 @@ def compare(size_name: str, batches: list[int], device: torch.device, precision:
                  f"{fixed_same} of {batch} rows' codes identical to current's")
         print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
               f"current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x; codes "
-              f"{'identical' if same else 'DIFFER (failed)'}; {fixed_name}: {state}")
+              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}")
     for batch in [b for b in batches if b > 1]:
         times, codes = measure_prefill(gpt, size, batch, device, precision, steps=10)
         same = codes["one by one"] == codes["together"]
-        failures += 0 if same else 1
+        failures += 0 if same or not exact else 1
         print(f"prefill of {batch:3d} requests: one by one {1000 * times['one by one']:.1f} ms; together "
               f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
-              f"codes of the next 10 steps {'identical' if same else 'DIFFER (failed)'}")
+              f"codes of the next 10 steps {verdict(same, codes['one by one'], codes['together'])}")
     return failures
 
 

@@ -22,8 +22,8 @@ those two rows are a little better than coqui's own.
 Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
 (``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
 that process's peak so far; the test's form); all callers start together and each synthesises the text
-once. Reported: time to first audio p50/p95, aggregate seconds of audio per second of wall time, peak
-resident memory.
+once (after ``--warmup-rounds`` untimed rounds of the same). Reported: time to first audio p50/p95,
+aggregate seconds of audio per second of wall time, peak resident memory.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def _old_path(engine, kind: str):
 
 
 def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str,
-           device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0) -> dict:
+           device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0,
+           warmup_rounds: int = 0) -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -98,31 +99,40 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
     new_engine = path.startswith("engine")
     synthesize = (lambda t: engine.synthesize(t, "spk1")) if new_engine else _old_path(engine, path)
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
-    barrier = threading.Barrier(clients)
-    results: list[tuple[float, float]] = []
 
-    def caller() -> None:
-        barrier.wait()
-        start = time.perf_counter()
-        first, samples = None, 0
-        for chunk in synthesize(text):
-            if first is None and chunk.size:
-                first = time.perf_counter() - start
-            samples += chunk.size
-        results.append((first or float("nan"), samples / engine.sample_rate))
+    def one_round() -> tuple[list[tuple[float, float]], float]:
+        """Every caller once, all starting together: (first audio s, audio s) per caller, and the wall time."""
+        barrier = threading.Barrier(clients)
+        results: list[tuple[float, float]] = []
 
-    t0 = time.perf_counter()
-    pool = [threading.Thread(target=caller) for _ in range(clients)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    wall = time.perf_counter() - t0
+        def caller() -> None:
+            barrier.wait()
+            start = time.perf_counter()
+            first, samples = None, 0
+            for chunk in synthesize(text):
+                if first is None and chunk.size:
+                    first = time.perf_counter() - start
+                samples += chunk.size
+            results.append((first or float("nan"), samples / engine.sample_rate))
+
+        t0 = time.perf_counter()
+        pool = [threading.Thread(target=caller) for _ in range(clients)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return results, time.perf_counter() - t0
+
+    for _ in range(warmup_rounds):  # a server that has run a while: its graphs recorded, its caches warm
+        one_round()
+    fixed = engine.loop.fixed_step
+    recorded_before = fixed.recordings if fixed is not None else 0
+    results, wall = one_round()
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
-    fixed = engine.loop.fixed_step
     graphs = None if fixed is None else (f"off: {fixed.disabled}" if fixed.disabled else
-                                         f"{fixed.recordings} recordings, {fixed.replays} replays")
+                                         f"{fixed.recordings} recordings ({fixed.recordings - recorded_before} in "
+                                         f"the timed round), {fixed.replays} replays")
     engine.close()
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
@@ -130,12 +140,13 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
             "max_active_streams": engine.settings.max_active_streams, "graphs": graphs,
+            "warmup_rounds": warmup_rounds,
             "largest_vocoder_call": max(engine.vocoder_turns.batches, default=0) if new_engine else None}
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
             text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False,
-            max_active: int = 0, vocoder_batch: int = 0) -> list[dict]:
+            max_active: int = 0, vocoder_batch: int = 0, warmup_rounds: int = 0) -> list[dict]:
     """One child process per (path, clients) pair; ``one_process``: one child per clients count runs every path in
     turn (quicker: one start instead of one per path; its peak memory is then that process's peak so far)."""
     rows = []
@@ -144,7 +155,7 @@ def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], ma
             cmd = [sys.executable, __file__, "--worker", *group, "--export", str(export), "--voices", str(voices),
                    "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text,
                    "--device", device, "--precision", precision, "--max-active-streams", str(max_active),
-                   "--vocoder-batch", str(vocoder_batch)]
+                   "--vocoder-batch", str(vocoder_batch), "--warmup-rounds", str(warmup_rounds)]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
                 print(f"{','.join(group)} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
@@ -184,6 +195,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocoder-batch", type=int, default=0,
                    help="chunks per HiFiGAN call on CUDA (serve's ServeConfig.vocoder_batch; 0: its default; the CPU "
                         "always vocodes one per call)")
+    p.add_argument("--warmup-rounds", type=int, default=0,
+                   help="untimed rounds of every caller before the timed one (a server that has run a while: the "
+                        "graphs of engine-graphs recorded); 0: only one short warm-up request")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--one-process", action="store_true",
                    help="run every path of a clients count in one process, in turn (quicker; the peak memory column "
@@ -196,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         for path in args.worker:  # one JSON line per path, in order
             row = worker(path, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
-                         args.device, args.precision, args.max_active_streams, args.vocoder_batch)
+                         args.device, args.precision, args.max_active_streams, args.vocoder_batch,
+                         args.warmup_rounds)
             print(json.dumps(row), flush=True)
         return
     import soundfile as sf
@@ -210,11 +225,13 @@ def main(argv: list[str] | None = None) -> None:
         data, sr = sf.read(VOICE)
         sf.write(voices / "spk1.wav", data, sr)
         print(f"{args.size} random export on {args.device} ({args.precision}); text of {len(TEXT)} characters (two "
-              f"pieces); max {args.max_codes} codes per piece; {args.threads} torch thread(s) per process"
+              f"pieces); max {args.max_codes} codes per piece; {args.threads} torch thread(s) per process; "
+              f"{args.warmup_rounds} untimed round(s) of every caller before the timed one"
               + ("; every path in one process per clients count (peak memory: that process's so far)"
                  if args.one_process else ""), flush=True)
         rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
-                       args.precision, args.one_process, args.max_active_streams, args.vocoder_batch)
+                       args.precision, args.one_process, args.max_active_streams, args.vocoder_batch,
+                       args.warmup_rounds)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
 

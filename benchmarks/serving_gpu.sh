@@ -38,13 +38,13 @@ part_a() {
   run 03-vocoder-windows 60 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
   # the engine, bf16, eager step against graphed step, 32 places: first audio p50/p95 and audio seconds per second
   run 04-engine-bf16 240 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
-    --paths engine engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process
+    --paths engine engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process --warmup-rounds 1
 }
 
 part_b() {
   # the same card's fp32 rows of all four paths at 1 and 8 callers (the old paths take minutes at 32)
   run 05-engine-fp32 500 python benchmarks/engine_load.py --size full --device cuda \
-    --paths engine engine-graphs per-piece coqui-stream --clients 1 8 --max-codes 40 --one-process
+    --paths engine engine-graphs per-piece coqui-stream --clients 1 8 --max-codes 40 --one-process --warmup-rounds 1
 }
 
 for p in $parts; do

@@ -2,8 +2,8 @@
 
 What a GPU adds (the recording and the replay) is checked by the step itself at every recording against the
 eager step; here: the fixed-shape step computes the eager step's numbers through joins, leaves, a cancel and
-new layouts, it is recorded again only when the layout changes, and a recording that fails or differs turns
-the graphs off without changing a code.
+moves of the window inside the static cache, each fixed shape is recorded once, and a recording that fails or
+differs turns the graphs off without changing a code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from tests.evaluate.golden import TEMPERATURE, golden_model
 from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
 from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
-from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
+from xtts_ft.evaluate.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
 
 
 @pytest.fixture(scope="module")
@@ -33,23 +33,67 @@ def _sampling_of(i: int) -> Sampling:
     return SETTINGS[i % len(SETTINGS)]
 
 
-def _decode(golden, fixed: FixedShapeStep | None, long_codes: int = 200):
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed)
+def _decode(golden, fixed: FixedShapeStep | None, long_codes: int = 200, bucket: int = COLUMN_BUCKET):
+    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8 if fixed else None)
+    if fixed is not None and bucket != COLUMN_BUCKET:  # smaller buckets: more shapes and moves in a short run
+        decoder._cache = StaticSlotCache(golden[0].gpt.gpt, rows=8, column_bucket=bucket)
     return decoder, _run_schedule(decoder, golden, _sampling_of, long_codes)
+
+
+class _ShapeChecking(FixedShapeStep):
+    """Records the fixed shape of every step and whether it covers the batch tightly."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.shapes: list[tuple[int, int]] = []
+        self.loose: list[str] = []
+
+    def run(self, cache, embeddings):
+        rows, columns = cache.fixed_shape()
+        self.shapes.append((rows, columns))
+        if not (cache.rows <= rows < 2 * cache.rows and rows & (rows - 1) == 0):
+            self.loose.append(f"{rows} rows for a batch of {cache.rows}")
+        if not cache.end < columns <= cache.end + cache.bucket:
+            self.loose.append(f"{columns} columns for a step writing column {cache.end}")
+        return super().run(cache, embeddings)
 
 
 def test_the_fixed_shape_step_gives_the_eager_steps_codes(golden):
     eager_decoder, eager = _decode(golden, None)
-    fixed = FixedShapeStep(record=call_directly)
-    decoder, rows = _decode(golden, fixed)
+    fixed = _ShapeChecking(record=call_directly)
+    decoder, rows = _decode(golden, fixed, bucket=32)
     assert fixed.disabled is None
     assert [r.codes for r in rows] == [r.codes for r in eager]
     for a, b in zip(rows, eager):
         torch.testing.assert_close(torch.stack(a.latents), torch.stack(b.latents), rtol=1e-5, atol=1e-5)
-    layouts = decoder._cache.layouts
-    assert layouts >= 3, "joins of longer prefixes and growth lay the buffers out again"
-    # recorded once per layout that a step ran on, replayed at every other step
-    assert 1 < fixed.recordings <= layouts and fixed.replays > 10 * fixed.recordings
+    cache = decoder._cache
+    assert cache.layouts == 1, "the buffers are allocated once"
+    assert cache.moves >= 2, "the window moved inside them: a longer prefix joined, rows left"
+    assert fixed.loose == [], "each step computes the batch's rows and columns rounded up, no more"
+    met = set(fixed.shapes)
+    assert len(met) >= 4, "rows joined and left, the window grew past buckets"
+    # each shape recorded the first time a step needed it, replayed every later time, whatever came between
+    assert fixed.recordings == len(met) and fixed.replays == len(fixed.shapes) - len(met)
+
+
+def test_the_static_cache_refuses_more_rows_or_a_longer_row_than_it_holds(golden):
+    gpt = golden[0].gpt
+    cache = StaticSlotCache(gpt.gpt, rows=3)
+    assert cache.capacity_rows == 4 and cache.capacity_columns % COLUMN_BUCKET == 0
+    assert cache.capacity_columns > gpt.gpt.config.n_positions
+    heads, dim = gpt.gpt.config.n_head, gpt.gpt.config.n_embd // gpt.gpt.config.n_head
+
+    def row(length: int) -> list[torch.Tensor]:
+        return [torch.zeros(1, heads, length, dim) for _ in gpt.gpt.h]
+
+    for _ in range(4):
+        cache.add(row(5), row(5))
+    with pytest.raises(ValueError, match="holds 4 rows"):
+        cache.add(row(5), row(5))
+    cache.keep([])
+    with pytest.raises(ValueError, match=f"does not fit the decode cache's {cache.capacity_columns} columns"):
+        cache.add(row(cache.capacity_columns), row(cache.capacity_columns))
+    assert cache.layouts == 1
 
 
 class _MarkChecking(FixedShapeStep):
@@ -80,7 +124,7 @@ def test_a_request_after_the_batch_emptied_replays_the_recorded_step(golden):
     """With graphs the cache keeps its buffers when the last row leaves, so a request alone after another is not
     recorded again (a recording costs about three eager steps); without, the buffers are freed."""
     def alone_one_after_another(fixed):
-        decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed)
+        decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8 if fixed else None)
         requests = [_request(golden, "peter piper picked", 1, max_codes=30), _request(golden, "zebra", 2, max_codes=30)]
         recordings = []
         with torch.inference_mode():

@@ -50,7 +50,7 @@ from transformers.generation.logits_process import (
 )
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
-from xtts_ft.evaluate.decode_graph import FixedShapeStep
+from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
 
 
 @dataclass(frozen=True)
@@ -176,13 +176,17 @@ class BatchDecoder:
     not once per row); the stop and length checks, and the readers' views, are on the host.
     """
 
-    def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None) -> None:
+    def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None) -> None:
+        """``fixed_step``: steps replayed from CUDA graphs, over a cache laid out once for ``max_rows`` rows (the most
+        this decoder will hold: required with it)."""
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
+        if fixed_step is not None and not max_rows:
+            raise ValueError("a decoder with a fixed-shape step needs max_rows (its cache is laid out once)")
         self.gpt = gpt
         self.rows: list[DecodeRequest] = []
-        self._cache = SlotCache(gpt.gpt, keep_when_empty=fixed_step is not None)
+        self._cache = SlotCache(gpt.gpt) if fixed_step is None else StaticSlotCache(gpt.gpt, rows=int(max_rows or 1))
         self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
 

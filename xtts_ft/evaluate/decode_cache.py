@@ -57,11 +57,12 @@ def unsupported(gpt: nn.Module) -> Optional[str]:
 class SlotCache:
     """Keys and values of every row being decoded; :meth:`step` runs the GPT-2 blocks for one position."""
 
-    def __init__(self, transformer: nn.Module, keep_when_empty: bool = False) -> None:
+    #: keep the buffers when the last row leaves (:class:`.decode_graph.StaticSlotCache`: a step recorded as a
+    #: CUDA graph holds their addresses); here they are freed and the next request allocates what it needs
+    keep_when_empty = False
+
+    def __init__(self, transformer: nn.Module) -> None:
         self.transformer = transformer  # Hugging Face's GPT2Model inside coqui's GPT (``gpt.gpt``)
-        # Keep the buffers when the last row leaves (the next request reuses them if they fit): a step recorded as
-        # a CUDA graph holds their addresses, and new buffers mean recording again (:mod:`.decode_graph`).
-        self.keep_when_empty = keep_when_empty
         self.keys: list[torch.Tensor] = []  # per layer (rows, heads, columns, head_dim)
         self.values: list[torch.Tensor] = []
         self.mask: Optional[torch.Tensor] = None  # (rows, columns) bool: True where a row has a real position
@@ -107,7 +108,7 @@ class SlotCache:
             # zeros, not empty: a masked column still enters the attention's products and must be finite
             new = torch.zeros(shape, dtype=dtype, device=like.device)
             if old is not None and n:
-                _columns(new, new_start, new_end)[:n] = _columns(old, self.start, self.end)[:n]
+                window_columns(new, new_start, new_end)[:n] = window_columns(old, self.start, self.end)[:n]
             return new
 
         heads = self.transformer.config.n_head
@@ -159,7 +160,7 @@ class SlotCache:
         m = len(index)
         for buffers in (self.keys, self.values):
             for buf in buffers:
-                window = _columns(buf, self.start, self.end)
+                window = window_columns(buf, self.start, self.end)
                 window[:m] = window.index_select(0, rows)
         self.mask[:m] = self.mask.index_select(0, rows)
         self.mask[m:n] = False
@@ -193,16 +194,23 @@ class SlotCache:
             x = self._block(block, x, keys, values, mask, n, col)
         return self.transformer.ln_f(x)[:, -1]
 
-    def every_row_step(self, embeddings: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
-        """The step's blocks for every buffer row over every buffer column, the column written given as a tensor
-        (1,): the same numbers for the batch's rows as :meth:`window_step` (the extra columns are masked), and no
-        shape or index that changes from step to step, which is what a CUDA graph can replay.
-        ``embeddings``: (buffer rows, 1, dim), the batch's rows first."""
+    def fixed_shape(self) -> tuple[int, int]:
+        """The (rows, columns) of the buffers that :meth:`every_row_step` computes over: here all of them."""
         assert self.mask is not None
-        mask = self.mask[:, None, None, :]
+        rows, columns = self.mask.shape
+        return rows, columns
+
+    def every_row_step(self, embeddings: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+        """The step's blocks for the first rows and columns of the buffers (:meth:`fixed_shape`), the column written
+        given as a tensor (1,): the same numbers for the batch's rows as :meth:`window_step` (the extra rows and
+        columns are masked), and no shape or index that changes from step to step, which is what a CUDA graph
+        can replay. ``embeddings``: (fixed rows, 1, dim), the batch's rows first."""
+        assert self.mask is not None
+        rows, columns = self.fixed_shape()
+        mask = self.mask[:rows, None, None, :columns]
         x = embeddings
         for block, keys, values in zip(self.transformer.h, self.keys, self.values):
-            x = self._block(block, x, keys, values, mask, keys.shape[0], column)
+            x = self._block(block, x, keys[:rows, :, :columns], values[:rows, :, :columns], mask, rows, column)
         return self.transformer.ln_f(x)[:, -1]
 
     def _block(self, block: nn.Module, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -226,6 +234,6 @@ class SlotCache:
         return x + block.mlp(block.ln_2(x))
 
 
-def _columns(t: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+def window_columns(t: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     """Columns ``[start, stop)`` of a key/value buffer (rows, heads, columns, head_dim) or of the mask (rows, columns)."""
     return t[:, :, start:stop] if t.dim() == 4 else t[:, start:stop]

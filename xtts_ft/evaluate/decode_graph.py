@@ -1,4 +1,4 @@
-"""The decode step replayed from a CUDA graph: one launch for the 30 layers instead of about fifteen per layer.
+"""The decode step replayed from CUDA graphs: one launch for the 30 layers instead of about fifteen per layer.
 
 A decode step of XTTS's GPT for a handful of rows is little arithmetic: on a GPU its time is mostly the
 host launching kernels one after another (about 15 per layer, 30 layers), each a few microseconds of
@@ -6,11 +6,18 @@ Python and driver work. A CUDA graph records those launches once and replays the
 needs every shape and every address to stay the same between replays, which the window step
 (:meth:`.decode_cache.SlotCache.window_step`) does not give: its row count and its attended window
 change at every step. :meth:`.decode_cache.SlotCache.every_row_step` computes the same numbers for the
-batch's rows over every buffer row and column (masked), with the written column given as a tensor; its
-shapes change only when the cache lays its buffers out again (a new row count or width: at most once per
-128 steps while rows are decoding), and then the graph is recorded again. A decoder with graphs keeps its
-cache's buffers when the batch empties (``SlotCache(keep_when_empty=True)``), so requests that come one
-at a time replay one recording.
+batch's rows over a fixed number of buffer rows and columns (masked), with the written column given as a
+tensor.
+
+The first recordings were made on :class:`.decode_cache.SlotCache`, whose buffers are allocated again
+whenever the batch outgrows them or a longer prefix joins: on an H200 a single caller's request met three
+layouts (three recordings of about three eager steps each), which cost more than the replays saved. So a
+decoder with graphs uses :class:`StaticSlotCache`: its buffers are allocated once, at the most rows the
+decoder will hold and the most positions the GPT accepts, and never again; its window moves inside them in
+place; and a step computes only the first rows and columns that the batch needs, rounded up to a power of
+two (rows) and to ``COLUMN_BUCKET`` (columns). Each such (rows, columns) bucket is recorded once, the first
+time a step needs it, and replayed for every later request: a few dozen recordings at most for the life of
+a server.
 
 Each recording is checked before it is used: the step that records it is also run as the window step,
 and the graph's replay of the same step must give the same hidden states (within ``tolerance``: the
@@ -31,13 +38,76 @@ import logging
 from typing import Callable, ContextManager, Optional
 
 import torch
+import torch.nn as nn
 
-from xtts_ft.evaluate.decode_cache import SlotCache
+from xtts_ft.evaluate.decode_cache import SlotCache, window_columns
 
 log = logging.getLogger(__name__)
 
 Replay = Callable[[], torch.Tensor]  # runs the recorded step again; its output tensor (the same one each time)
 Recorder = Callable[[Callable[[], torch.Tensor]], Replay]
+
+
+COLUMN_BUCKET = 256  # a step computes the buffer's first columns in multiples of this (fewer, larger buckets)
+
+
+class StaticSlotCache(SlotCache):
+    """A :class:`SlotCache` whose buffers are allocated once, for ``rows`` rows (rounded up to a power of two) and
+    every position the GPT accepts (its ``n_positions``, rounded up to ``column_bucket``), and never again: a
+    recorded step keeps the addresses it was recorded with. The window moves inside the buffers in place (a copy
+    of the window) when the next column would not exist, when a longer prefix joins, or when a move to the left
+    lets the steps compute fewer column buckets."""
+
+    keep_when_empty = True
+
+    def __init__(self, transformer: nn.Module, rows: int, column_bucket: int = COLUMN_BUCKET) -> None:
+        super().__init__(transformer)
+        self.bucket = int(column_bucket)
+        self.capacity_rows = 1 << max(int(rows) - 1, 0).bit_length()
+        positions = int(transformer.config.n_positions) + 1  # + the column the step writes
+        self.capacity_columns = -(-positions // self.bucket) * self.bucket
+        self.moves = 0  # times the window was moved inside the buffers
+
+    def _fit(self, prefix: int, like: torch.Tensor) -> None:
+        if self.mask is None:
+            self._relayout(self.capacity_rows, self.capacity_columns, 0, like)  # the one allocation
+        need_rows = self.rows + (1 if prefix else 0)
+        if need_rows > self.capacity_rows:
+            raise ValueError(f"the decode cache holds {self.capacity_rows} rows; a row more was asked for")
+        self._longest = max(self._longest, prefix)
+        before = max(self.end - self.start, prefix)  # columns that must exist left of ``end``
+        home = max(before, self._longest)  # the leftmost end that holds the window and any prefix seen so far
+        if home >= self.capacity_columns:
+            raise ValueError(f"a row of {home + 1} positions does not fit the decode cache's "
+                             f"{self.capacity_columns} columns (the GPT's n_positions)")
+        if before <= self.end < self.capacity_columns and self._columns_for(self.end) <= self._columns_for(home):
+            return
+        self._move(home)
+
+    def _columns_for(self, end: int) -> int:
+        """The columns a step writing column ``end`` computes: ``end + 1`` rounded up to the bucket."""
+        return min(-(-(end + 1) // self.bucket) * self.bucket, self.capacity_columns)
+
+    def _move(self, new_end: int) -> None:
+        """The window to end at ``new_end``, copied in place (the buffers and their addresses stay)."""
+        assert self.mask is not None
+        n, width = self.rows, self.end - self.start
+        new_start = new_end - width
+        if n and new_start != self.start:
+            self.moves += 1
+            for buf in (*self.keys, *self.values):
+                window = window_columns(buf, self.start, self.end)[:n].clone()  # the two ranges may overlap
+                window_columns(buf, new_start, new_end)[:n] = window
+            marks = self.mask[:n, self.start:self.end].clone()
+            self.mask[:n] = False
+            self.mask[:n, new_start:new_end] = marks
+        self.first = [f - self.start + new_start for f in self.first]
+        self.start, self.end = new_start, new_end
+
+    def fixed_shape(self) -> tuple[int, int]:
+        """The batch's rows rounded up to a power of two; the columns up to the written one, rounded up to the bucket."""
+        rows = min(1 << max(self.rows - 1, 0).bit_length(), self.capacity_rows)
+        return rows, self._columns_for(self.end)
 
 
 def cuda_graph(step: Callable[[], torch.Tensor]) -> Replay:
@@ -84,7 +154,8 @@ def call_directly(step: Callable[[], torch.Tensor]) -> Replay:
 
 
 class FixedShapeStep:
-    """Runs a :class:`SlotCache`'s steps through a recorded fixed-shape step; one recording per buffer layout."""
+    """Runs a :class:`SlotCache`'s steps through recorded fixed-shape steps: one recording per fixed shape
+    (:meth:`SlotCache.fixed_shape`) of each buffer layout, replayed whenever a step has that shape again."""
 
     def __init__(self, record: Recorder = cuda_graph, tolerance: Optional[float] = None) -> None:
         self.record = record
@@ -92,36 +163,34 @@ class FixedShapeStep:
         self.disabled: Optional[str] = None  # why the steps went back to the window step, once they did
         self.recordings = 0
         self.replays = 0
-        self._key: Optional[tuple] = None
-        self._replay: Optional[Replay] = None
-        self._inputs: Optional[torch.Tensor] = None  # (buffer rows, 1, dim): the recorded step's input
-        self._column: Optional[torch.Tensor] = None  # (1,) long: the column the recorded step writes
+        # per key: the replay, the recorded step's input (fixed rows, 1, dim), the column it writes ((1,) long)
+        self._recorded: dict[tuple, tuple[Replay, torch.Tensor, torch.Tensor]] = {}
 
     def run(self, cache: SlotCache, embeddings: torch.Tensor) -> torch.Tensor:
         """``cache``'s step (called by :meth:`SlotCache.step`, which has made room and marked the column)."""
         if self.disabled is not None:
             return cache.window_step(embeddings)
-        assert cache.mask is not None
-        key = (cache.layouts, tuple(cache.mask.shape), embeddings.dtype, torch.is_autocast_enabled("cuda"),
+        key = (cache.layouts, cache.fixed_shape(), embeddings.dtype, torch.is_autocast_enabled("cuda"),
                torch.get_autocast_dtype("cuda"))
         n = cache.rows
-        if key == self._key and self._replay is not None and self._inputs is not None and self._column is not None:
-            self._inputs[:n].copy_(embeddings)  # rows past n keep old inputs: finite, and nobody reads their output
-            self._column.fill_(cache.end)
-            self.replays += 1
-            return self._replay()[:n].clone()  # the next replay overwrites the graph's output
-        return self._record(cache, embeddings, key)
+        recorded = self._recorded.get(key)
+        if recorded is None:
+            return self._record(cache, embeddings, key)
+        replay, inputs, column = recorded
+        inputs[:n].copy_(embeddings)  # rows past n keep old inputs: finite, and nobody reads their output
+        column.fill_(cache.end)
+        self.replays += 1
+        return replay()[:n].clone()  # the next replay overwrites the graph's output
 
     def _record(self, cache: SlotCache, embeddings: torch.Tensor, key: tuple) -> torch.Tensor:
-        """A new layout: the window step gives this step's result; the new recording must give the same."""
-        self._replay = None
+        """A new fixed shape: the window step gives this step's result; the new recording must give the same."""
+        # recordings of an earlier layout hold buffers that are gone: they can never replay again
+        self._recorded = {k: v for k, v in self._recorded.items() if k[0] == cache.layouts}
         expected = cache.window_step(embeddings)
-        assert cache.mask is not None
-        n, rows = cache.rows, cache.mask.shape[0]
-        self._inputs = torch.zeros(rows, 1, embeddings.shape[-1], dtype=embeddings.dtype, device=embeddings.device)
-        self._inputs[:n] = embeddings
-        self._column = torch.full((1,), cache.end, dtype=torch.long, device=embeddings.device)
-        inputs, column = self._inputs, self._column
+        n, rows = cache.rows, cache.fixed_shape()[0]
+        inputs = torch.zeros(rows, 1, embeddings.shape[-1], dtype=embeddings.dtype, device=embeddings.device)
+        inputs[:n] = embeddings
+        column = torch.full((1,), cache.end, dtype=torch.long, device=embeddings.device)
         try:
             replay = self.record(lambda: cache.every_row_step(inputs, column))
             got = replay()[:n]
@@ -133,7 +202,7 @@ class FixedShapeStep:
             self._disable(f"the recorded decode step differs from the eager one by {error:.2e} (relative)")
             return expected
         self.recordings += 1
-        self._key, self._replay = key, replay
+        self._recorded[key] = (replay, inputs, column)
         return expected
 
     def _tolerance(self, dtype: torch.dtype) -> float:
@@ -145,5 +214,5 @@ class FixedShapeStep:
 
     def _disable(self, why: str) -> None:
         self.disabled = why
-        self._key = self._replay = self._inputs = self._column = None
+        self._recorded = {}
         log.warning("decode: CUDA graphs off for this decoder (%s); the eager step runs instead", why)

@@ -81,7 +81,9 @@ class DecodeLoop:
 
     def _new_decoder(self) -> BatchDecoder:
         # graphs: the step replayed from a CUDA graph (recorded in this loop's thread, under its autocast)
-        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep() if self.precision.graphs else None)
+        if not self.precision.graphs:
+            return BatchDecoder(self.gpt)
+        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active)
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = Stream(request)
