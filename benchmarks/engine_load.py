@@ -7,9 +7,9 @@ Three paths over the same export (``serve_load.make_export``), the same two-sent
 piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 
 - ``engine``: :class:`xtts_ft.serve.engine.SpeechEngine` (one decode thread batching every request,
-  token-level streaming);
-- ``engine-graphs`` (CUDA): the same engine with its decode step replayed from a CUDA graph (serve's
-  ``--decode-graphs on``); not a default path;
+  token-level streaming) with the eager decode step (serve's ``--decode-graphs off``);
+- ``engine-graphs`` (CUDA): the same engine with its decode step replayed from CUDA graphs (serve's default
+  on CUDA, ``--decode-graphs auto``);
 - ``per-piece``: the engine before issue 33: one lock, coqui's ``Xtts.inference`` per piece, a piece's audio
   when the whole piece is done;
 - ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", choices=["tiny", "full"], default="tiny")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS),
-                   help="engine-graphs: the engine with --decode-graphs on (CUDA)")
+                   help="engine: the eager decode step (--decode-graphs off); engine-graphs: with CUDA graphs (CUDA)")
     p.add_argument("--max-codes", type=int, default=40, help="Audio codes per piece at most (~21.5 per second).")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process.")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

@@ -37,7 +37,7 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
     defaults = seen[-1].settings()
     assert (defaults.max_active_streams, defaults.stream_first_chunk_codes, defaults.stream_chunk_codes) == (
         ServeConfig.max_active_streams, ServeConfig.stream_first_chunk_codes, ServeConfig.stream_chunk_codes)
-    assert (defaults.decode_precision, defaults.vocoder_precision, defaults.decode_graphs) == ("fp32", "fp32", "off")
+    assert (defaults.decode_precision, defaults.vocoder_precision, defaults.decode_graphs) == ("fp32", "fp32", "auto")
     assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
                  "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
                  "--vocoder-precision", "fp16", "--decode-graphs", "on", "--vocoder-batch", "4"]) == 0

@@ -13,11 +13,15 @@ from xtts_ft.serve.precision import EnginePrecision, choose_precision
 CUDA = torch.device("cuda", 0)  # a device object only: nothing runs on it
 
 
-def test_the_defaults_are_fp32_everywhere():
+def test_the_defaults_are_fp32_everywhere_with_graphs_on_cuda():
+    """What the H200 measurements chose: fp32 decode and vocoder (bf16 paid only at many rows, fp16 HiFiGAN was
+    slower), the decode step from CUDA graphs on a card."""
     for device in (torch.device("cpu"), CUDA):
         chosen = choose_precision(device, ServeConfig.decode_precision, ServeConfig.vocoder_precision,
-                                  bf16_supported=lambda _d: True)
-        assert chosen == EnginePrecision() and chosen.describe() == "decode fp32, vocoder fp32"
+                                  ServeConfig.decode_graphs, bf16_supported=lambda _d: True)
+        on_card = device.type == "cuda"
+        assert chosen == EnginePrecision(graphs=on_card)
+        assert chosen.describe() == f"decode fp32{' (CUDA graphs)' if on_card else ''}, vocoder fp32"
 
 
 def test_the_cpu_never_runs_in_half_precision_and_says_so():
@@ -32,7 +36,7 @@ def test_the_cpu_never_runs_in_half_precision_and_says_so():
 def test_cuda_grants_what_the_card_can_do():
     chosen = choose_precision(CUDA, "bf16", "fp16", bf16_supported=lambda _d: True)
     assert (chosen.decode, chosen.vocoder, chosen.notes) == (torch.bfloat16, torch.float16, ())
-    assert chosen.describe() == "decode bfloat16, vocoder float16"
+    assert chosen.describe() == "decode bfloat16 (CUDA graphs), vocoder float16"  # graphs: auto
     old_card = choose_precision(CUDA, "bf16", "bf16", bf16_supported=lambda _d: False)  # a T4: no native bf16
     assert old_card.decode is None and old_card.vocoder is None
     assert all("no native bf16" in note for note in old_card.notes) and len(old_card.notes) == 2
@@ -46,8 +50,12 @@ def test_decode_graphs_are_granted_on_cuda_only_and_reach_the_decode_loop():
     assert on_card.graphs and on_card.notes == () and on_card.describe() == "decode fp32 (CUDA graphs), vocoder fp32"
     on_cpu = choose_precision(torch.device("cpu"), "fp32", "fp32", "on")
     assert not on_cpu.graphs and on_cpu.notes == ("decode graphs are for CUDA; on cpu the decode step runs eagerly",)
-    assert not choose_precision(CUDA, "fp32", "fp32", ServeConfig.decode_graphs).graphs  # off unless asked for
-    with pytest.raises(ConfigError, match="--decode-graphs yes: choose one of off, on"):
+    by_default = choose_precision(CUDA, "fp32", "fp32", ServeConfig.decode_graphs)  # auto: on on a card
+    assert ServeConfig.decode_graphs == "auto" and by_default.graphs and by_default.notes == ()
+    cpu_default = choose_precision(torch.device("cpu"), "fp32", "fp32", ServeConfig.decode_graphs)
+    assert not cpu_default.graphs and cpu_default.notes == ()  # auto on a CPU: eager, nothing to say
+    assert not choose_precision(CUDA, "fp32", "fp32", "off").graphs
+    with pytest.raises(ConfigError, match="--decode-graphs yes: choose one of auto, off, on"):
         choose_precision(CUDA, "fp32", "fp32", "yes")
 
     class _GPT(torch.nn.Module):  # what the decoder's constructor checks of a GPT

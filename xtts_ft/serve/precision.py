@@ -9,11 +9,12 @@ half precision, layer norms and the sampling (``Sampling.choose`` casts the logi
 the vocoder's audio is handed on as fp32. bf16 needs native support (compute capability 8.0 or newer,
 :func:`xtts_ft.train.precision.cuda_bf16_supported`); without it the engine stays in fp32 and says so.
 
-Not measured on a GPU yet: ``benchmarks/gpu_smoke.py`` section 10 prints HiFiGAN's fp16 and bf16 output
-against fp32 on the card; keep fp32 until those numbers say the difference is inaudible.
+Measured on an H200 (docs/gpu_benchmarks.md): bf16 decode pays only with CUDA graphs and many rows;
+HiFiGAN in fp16 is slower than fp32 there and bf16 saves 15 %, so both defaults stay fp32.
 
 The same choice decides whether the decode step is replayed from a CUDA graph (``ServeConfig.decode_graphs``,
-:mod:`xtts_ft.evaluate.decode_graph`): CUDA only, off unless asked for.
+:mod:`xtts_ft.evaluate.decode_graph`): CUDA only; ``auto`` (the default) is on on CUDA and off elsewhere
+without a note, ``on`` on a CPU says it was not granted.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _autocast(dtype: Optional[torch.dtype]) -> ContextManager[object]:
     return torch.autocast(device_type="cuda", dtype=dtype)
 
 
-def choose_precision(device: torch.device, decode: str, vocoder: str, graphs: str = "off", *,
+def choose_precision(device: torch.device, decode: str, vocoder: str, graphs: str = "auto", *,
                      bf16_supported: Callable[[torch.device], bool] = cuda_bf16_supported) -> EnginePrecision:
     """What ``decode``/``vocoder``/``graphs`` (``ServeConfig`` values) give on ``device``; a bad value is a
     ConfigError."""
@@ -90,4 +91,4 @@ def choose_precision(device: torch.device, decode: str, vocoder: str, graphs: st
     if graphs == "on" and device.type != "cuda":
         notes.append(f"decode graphs are for CUDA; on {device.type} the decode step runs eagerly")
     return EnginePrecision(granted["decode"], granted["vocoder"], tuple(notes),
-                           graphs=graphs == "on" and device.type == "cuda")
+                           graphs=graphs != "off" and device.type == "cuda")
