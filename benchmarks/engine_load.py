@@ -23,7 +23,8 @@ Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxr
 (``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
 that process's peak so far; the test's form); all callers start together and each synthesises the text
 once (after ``--warmup-rounds`` untimed rounds of the same). Reported: time to first audio p50/p95,
-aggregate seconds of audio per second of wall time, peak resident memory.
+aggregate seconds of audio per second of wall time, peak resident memory; for the engine paths also where the
+callers' first chunks spent their time (the medians of :mod:`xtts_ft.serve.first_chunk`'s parts).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from xtts_ft.serve.first_chunk import describe  # noqa: E402 (the standard library only: the parent stays light)
+
 PATHS = ("engine", "per-piece", "coqui-stream", "engine-graphs")
 DEFAULT_PATHS = PATHS[:3]
 
@@ -127,6 +132,8 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
         one_round()
     fixed = engine.loop.fixed_step
     recorded_before = fixed.recordings if fixed is not None else 0
+    if new_engine:
+        engine.stats.first_chunks.clear()  # the timed round's first chunks only
     results, wall = one_round()
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
@@ -141,6 +148,7 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
             "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
             "max_active_streams": engine.settings.max_active_streams, "graphs": graphs,
             "warmup_rounds": warmup_rounds,
+            "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
             "largest_vocoder_call": max(engine.vocoder_turns.batches, default=0) if new_engine else None}
 
 
@@ -175,6 +183,8 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
           + (f"; graphs {row['graphs']}" if row.get("graphs") else "")
           + (f"; largest vocoder call {row['largest_vocoder_call']} chunks" if row.get("largest_vocoder_call") else ""),
           flush=True)
+    if row.get("first_chunk_ms"):
+        print(" " * 18 + describe({k: v / 1000 for k, v in row["first_chunk_ms"].items()}), flush=True)
     return row
 
 

@@ -176,6 +176,10 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
         assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
                          rf"\({number} s in {number} s\); peak \d+ MB", row), row
     assert "failed" not in out and "every path in one process" in out and "1 untimed round(s)" in out
+    lines = out.splitlines()
+    under_engine = lines[lines.index(rows[0]) + 1]  # the engine's first chunks, part by part
+    assert re.fullmatch(r" +first chunk, median ms: prepare \d+, to first code \d+, decoding \d+, handoff \d+, "
+                        r"vocoding \d+, finish \d+ \(total \d+\)", under_engine), out
 
 
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -161,3 +162,50 @@ def test_callers_chunks_vocoded_in_one_call_are_each_callers_own_audio(engine):
         assert results[i].size == mine.size
         assert np.abs(results[i] - mine).max() <= 1e-4 * np.abs(mine).max(), texts[i]
     assert engine.loop.active == 0
+
+
+@dataclass(frozen=True)
+class Slow(Sampling):
+    """Sampling that takes ``pause`` seconds longer for each choice (one per code: the prefill's, then each step's)."""
+
+    pause: float = 0.03
+
+    def choose(self, scores, seen, generators):
+        time.sleep(self.pause)
+        return super().choose(scores, seen, generators)
+
+
+def test_the_first_chunks_time_is_split_into_the_parts_where_it_was_spent(engine):
+    """A slower choice of each code shows in the parts before and during decoding, a slower HiFiGAN in vocoding; the
+    parts add up to the time from submission to the chunk handed on; only a text's first piece counts prepare."""
+    from xtts_ft.serve.first_chunk import PARTS, describe
+
+    first_codes, pause, vocoder_pause = 5, 0.03, 0.2
+    streaming = _engine_with(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
+    streaming.sampling = Slow(temperature=engine.temperature, pause=pause)
+    run = streaming.vocoder_turns._run
+
+    def slow_run(items):
+        time.sleep(vocoder_pause)
+        return run(items)
+
+    streaming.vocoder_turns._run = slow_run
+    text = f"{PIECE}። {PIECE}።"
+    assert len(streaming.pieces(text)) == 2
+    begin = time.perf_counter()
+    chunks = streaming.synthesize(text, "spk1")
+    next(chunks)
+    heard = time.perf_counter() - begin
+    list(chunks)
+    records = list(streaming.stats.first_chunks.records)
+    assert [r.opens_text for r in records] == [True, False]
+    opening, following = records
+    assert all(getattr(r, name) >= 0 for r in records for name in PARTS)
+    assert opening.prepare > 0 and following.prepare == 0
+    assert opening.to_first_code >= pause  # the prefill's choice
+    assert opening.decoding >= (first_codes - 1) * pause  # the chunk's other codes, one step each
+    assert opening.vocoding >= vocoder_pause and opening.handoff < vocoder_pause and opening.finish < vocoder_pause
+    assert opening.total <= heard  # everything from the text's start to the chunk handed on, nothing twice
+    assert opening.total >= first_codes * pause + vocoder_pause
+    line = describe(streaming.stats.first_chunks.medians())
+    assert line.startswith("first chunk, median ms: prepare ") and f"(total {1000 * opening.total:.0f})" in line

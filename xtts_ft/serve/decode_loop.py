@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from typing import Optional
 
@@ -36,6 +37,7 @@ class Stream:
         self.request = request
         self._cond = threading.Condition()
         self.produced = 0  # codes (and latents) in request.codes/request.latents so far
+        self.code_times: list[float] = []  # when the loop handed each code on (time.perf_counter)
         self.finished = False
         self.cancelled = False
         self.error: Optional[BaseException] = None
@@ -54,8 +56,10 @@ class Stream:
         self.cancelled = True
 
     def _update(self, finished: bool = False, error: Optional[BaseException] = None) -> None:
+        now = time.perf_counter()
         with self._cond:
             self.produced = len(self.request.codes)
+            self.code_times.extend([now] * (self.produced - len(self.code_times)))
             self.finished = self.finished or finished
             self.error = self.error or error
             self._cond.notify_all()

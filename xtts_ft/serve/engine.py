@@ -48,6 +48,7 @@ from xtts_ft.errors import DataError
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
 from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
+from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
 from xtts_ft.serve.model_source import ResolvedModel
 from xtts_ft.serve.precision import choose_precision
 from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
@@ -76,6 +77,7 @@ class EngineStats:
     synthesis_s: float = 0.0  # wall time from a piece's submission to its last audio (pieces overlap)
     audio_s: float = 0.0
     first_audio_s: float = 0.0  # the latest piece's time from submission to its first audio
+    first_chunks: FirstChunkLog = field(default_factory=FirstChunkLog, repr=False, compare=False)  # where it went
     events: list[str] = field(default_factory=list)  # the last few notable events, newest last
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -278,12 +280,13 @@ class SpeechEngine:
 
     def stream_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
                      cancel: Optional[Cancel] = None, submitted: Optional[tuple[DecodeRequest, Stream, float]] = None,
-                     needed_at: Optional[float] = None) -> Iterator[np.ndarray]:
+                     needed_at: Optional[float] = None, began: Optional[float] = None) -> Iterator[np.ndarray]:
         """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then every
         ``stream_chunk_codes``. A short piece that may be retried, or ``speed`` other than 1, is synthesised
         whole (one chunk). ``submitted``: its decoding, already started (:meth:`synthesize` starts the next
         piece's while this one is spoken). ``needed_at``: when the listener runs out of the audio before this
-        piece (default: now); each chunk's vocoding waits its turn by when its listener needs it."""
+        piece (default: now); each chunk's vocoding waits its turn by when its listener needs it. ``began``: when
+        the text this piece starts began (its first chunk's times then include ``prepare``: ``stats.first_chunks``)."""
         language = language or self.language
         if not self._streams(piece, speed):
             yield self.synthesize_piece(piece, voice, language=language, speed=speed, cancel=cancel,
@@ -295,20 +298,26 @@ class SpeechEngine:
         given, samples = 0, 0
         for have in self._codes(stream, cancel, self.settings.stream_chunk_codes,
                                 self.settings.stream_first_chunk_codes):
+            read = time.perf_counter()
             vocoder.add(request.latents[given:have])
             given = have
             with torch.inference_mode():
                 plan = vocoder.plan(final=stream.finished)
                 if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
-                    chunk = plan
+                    chunk, vocoded = plan, time.perf_counter()
                 else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
                     with self.precision.vocoding():
                         wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan)
+                    vocoded = time.perf_counter()
                     chunk = vocoder.finish(plan, wav)
             if chunk.size:
                 if not samples:
+                    handed = time.perf_counter()
+                    self.stats.first_chunks.add(FirstChunkTimes.from_moments(
+                        began=began, submitted=start, code_times=stream.code_times[:have], first_codes=have,
+                        read=read, vocoded=vocoded, handed=handed))
                     with self.stats.lock:
-                        self.stats.first_audio_s = time.perf_counter() - start
+                        self.stats.first_audio_s = handed - start
                 samples += chunk.size
                 yield chunk
         self._count(request.ended_with_stop, start, samples)
@@ -341,7 +350,8 @@ class SpeechEngine:
                 following = pieces[i + 1] if i + 1 < len(pieces) and self._streams(pieces[i + 1], speed) else None
                 try:
                     for chunk in self.stream_piece(piece, chosen, language=language, speed=speed, cancel=cancel,
-                                                   submitted=current, needed_at=started + sent / self.sample_rate):
+                                                   submitted=current, needed_at=started + sent / self.sample_rate,
+                                                   began=started if i == 0 else None):
                         if following is not None and ahead is None:
                             ahead = self._submit(following, chosen, language)  # this piece's first audio is ready
                         sent += chunk.size
