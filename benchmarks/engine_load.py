@@ -22,7 +22,8 @@ those two rows are a little better than coqui's own.
 Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
 (``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
 that process's peak so far; the test's form); all callers start together and each synthesises the text
-once (after ``--warmup-rounds`` untimed rounds of the same). Reported: time to first audio p50/p95,
+once (after the engine's own warm-up where serve runs it, on CUDA: :mod:`xtts_ft.serve.warm_up`, and after
+``--warmup-rounds`` untimed rounds of the same). Reported: time to first audio p50/p95,
 aggregate seconds of audio per second of wall time, peak resident memory; for the engine paths also where the
 callers' first chunks spent their time (the medians of :mod:`xtts_ft.serve.first_chunk`'s parts).
 """
@@ -98,10 +99,15 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
            warmup_rounds: int = 0) -> dict:
     import torch
 
+    from xtts_ft.serve.warm_up import wanted, warm_up
+
     torch.set_num_threads(threads)
     engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path == "engine-graphs",
                      vocoder_batch=vocoder_batch)
     new_engine = path.startswith("engine")
+    warmed = None
+    if new_engine and wanted(engine.settings.warm_up, engine.device.type):  # as serve does before it listens
+        warmed = warm_up(engine).describe()
     synthesize = (lambda t: engine.synthesize(t, "spk1")) if new_engine else _old_path(engine, path)
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
 
@@ -147,7 +153,7 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
             "max_active_streams": engine.settings.max_active_streams, "graphs": graphs,
-            "warmup_rounds": warmup_rounds,
+            "warmup_rounds": warmup_rounds, "warm_up": warmed,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
             "largest_vocoder_call": max(engine.vocoder_turns.batches, default=0) if new_engine else None}
 
@@ -183,6 +189,8 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
           + (f"; graphs {row['graphs']}" if row.get("graphs") else "")
           + (f"; largest vocoder call {row['largest_vocoder_call']} chunks" if row.get("largest_vocoder_call") else ""),
           flush=True)
+    if row.get("warm_up"):
+        print(" " * 18 + row["warm_up"], flush=True)
     if row.get("first_chunk_ms"):
         print(" " * 18 + describe({k: v / 1000 for k, v in row["first_chunk_ms"].items()}), flush=True)
     return row

@@ -38,9 +38,11 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
     assert (defaults.max_active_streams, defaults.stream_first_chunk_codes, defaults.stream_chunk_codes) == (
         ServeConfig.max_active_streams, ServeConfig.stream_first_chunk_codes, ServeConfig.stream_chunk_codes)
     assert (defaults.decode_precision, defaults.vocoder_precision, defaults.decode_graphs) == ("fp32", "fp32", "auto")
+    assert defaults.warm_up == ServeConfig.warm_up == "auto"
     assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
                  "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
-                 "--vocoder-precision", "fp16", "--decode-graphs", "on", "--vocoder-batch", "4"]) == 0
+                 "--vocoder-precision", "fp16", "--decode-graphs", "on", "--vocoder-batch", "4", "--warm-up", "off"]) == 0
+    assert seen[-1].settings().warm_up == "off"
     engine = open_engine(seen[-1])
     try:
         assert engine.loop.max_active == 3
@@ -61,3 +63,28 @@ def test_an_unknown_precision_is_refused_by_the_parser(tiny_export, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--model", str(tiny_export), "--vocoder-precision", "fp8"])
     assert exc.value.code == 2 and "invalid choice: 'fp8'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, warms", [("on", True), ("auto", False)])
+def test_serve_warms_the_engine_up_before_it_listens_on_cuda_or_when_asked(tiny_export, voices_dir, monkeypatch,
+                                                                              capsys, setting, warms):
+    """--warm-up on runs the rounds before the address is printed (here on the CPU, with a small batch limit); auto
+    does not on a CPU. The server itself is stood in for: it records what the engine had done when it started."""
+    from xtts_ft.serve import command
+
+    seen = {}
+
+    async def serving(engine, opts, generations=None):
+        seen["largest_batch"], seen["pieces"] = engine.loop.largest_batch, engine.stats.pieces
+        return command.StopReport()
+
+    monkeypatch.setattr(command, "serve_forever", serving)
+    args = ["serve", "--model", str(tiny_export), "--voices", str(voices_dir), "--device", "cpu", "--max-codes", "4",
+            "--max-active-streams", "2", "--warm-up", setting]
+    assert main(args) == 0  # (its logging setup replaces the handlers: its console lines are read from stderr)
+    warm_lines = [line for line in capsys.readouterr().err.splitlines() if "warm-up" in line]
+    if warms:
+        assert seen == {"largest_batch": 2, "pieces": 0}  # both rounds ran; their pieces are not counted
+        assert len(warm_lines) == 1 and "INFO    warm-up: 2 rounds of 1, 2 callers in " in warm_lines[0]
+    else:
+        assert seen == {"largest_batch": 0, "pieces": 0} and warm_lines == []

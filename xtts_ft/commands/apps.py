@@ -30,5 +30,5 @@ def serve(args: argparse.Namespace) -> int:
         base_model=args.base_model, max_codes=args.max_codes, max_active_streams=args.max_active_streams,
         stream_first_chunk_codes=args.stream_first_chunk_codes, stream_chunk_codes=args.stream_chunk_codes,
         decode_precision=args.decode_precision, vocoder_precision=args.vocoder_precision,
-        decode_graphs=args.decode_graphs, vocoder_batch=args.vocoder_batch,
+        decode_graphs=args.decode_graphs, vocoder_batch=args.vocoder_batch, warm_up=args.warm_up,
     ))

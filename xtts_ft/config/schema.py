@@ -744,6 +744,11 @@ class ServeConfig:
         "fp32, bf16 0.85x as long, its largest difference 1/50 of the peak (benchmarks/gpu_smoke.py section "
         "10). The CPU always vocodes in fp32.",
     )
+    warm_up: Literal["auto", "off", "on"] = opt(
+        "auto", "Before listening, speak a short sentence to 1, 2, 4, ... max_active_streams callers at once, so the "
+        "first callers do not pay the one-time costs (CUDA graph recordings, cuDNN's kernel choice, the voice's "
+        "latents); auto: on CUDA only (on a CPU it would take minutes).",
+    )
     decode_graphs: Literal["auto", "off", "on"] = opt(
         "auto", "auto (on on CUDA, off on a CPU) or on: the GPT's decode step on CUDA is replayed from CUDA graphs (one "
         "launch instead of about 450; on an H200 a step for 1/8/32 rows took 4.1/7.6/13.4 ms against 18.3/19.9/24.4 "

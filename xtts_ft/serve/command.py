@@ -21,6 +21,7 @@ import torch
 
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import UserError
+from xtts_ft.serve import warm_up
 from xtts_ft.serve.chunk_pump import Generations
 from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.http_app import create_app, uploads_note
@@ -55,6 +56,7 @@ class ServeOptions:
     decode_precision: str = ServeConfig.decode_precision
     vocoder_precision: str = ServeConfig.vocoder_precision
     decode_graphs: str = ServeConfig.decode_graphs
+    warm_up: str = ServeConfig.warm_up
 
     def settings(self) -> ServeConfig:
         """The engine's settings: the schema's defaults with this command line's streaming and precision options."""
@@ -67,7 +69,8 @@ class ServeOptions:
                            stream_first_chunk_codes=self.stream_first_chunk_codes,
                            stream_chunk_codes=self.stream_chunk_codes, vocoder_batch=self.vocoder_batch,
                            decode_precision=self.decode_precision,
-                           vocoder_precision=self.vocoder_precision, decode_graphs=self.decode_graphs)
+                           vocoder_precision=self.vocoder_precision, decode_graphs=self.decode_graphs,
+                           warm_up=self.warm_up)
 
 
 def check_wyoming_uri(uri: str) -> str:
@@ -151,6 +154,8 @@ def serve_command(opts: ServeOptions) -> int:
     if opts.host not in ("127.0.0.1", "localhost", "::1") and not opts.api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", opts.host)
     engine = open_engine(opts)
+    if warm_up.wanted(engine.settings.warm_up, engine.device.type):
+        log.info("%s", warm_up.warm_up(engine).describe())
     skipped = engine.voices.skipped
     print(f"serving {engine.source.describe()} on http://{opts.host}:{opts.port}/v1 "
           f"(voices: {', '.join(engine.voices.names()) or 'none yet: upload one'}"

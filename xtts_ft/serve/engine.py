@@ -125,6 +125,7 @@ class SpeechEngine:
         xtts.train(False)  # serving only: dropout off for good
         fold_weight_norm(xtts.hifigan_decoder)  # and HiFiGAN's weights computed once, not at every call
         device = next(xtts.parameters()).device
+        self.device = device  # where the model runs
         # fp32 and no graphs unless asked for, on CUDA only
         self.precision = choose_precision(device, settings.decode_precision,
                                           settings.vocoder_precision, settings.decode_graphs)
@@ -157,6 +158,10 @@ class SpeechEngine:
         log.info("engine: %s on %s in %.1f s; language %s, %d voices", source.describe(), device,
                  time.perf_counter() - start, engine.language, len(voices.names()))
         return engine
+
+    def forget_stats(self) -> None:
+        """Start the counters again (after the warm-up: its audio is not a caller's)."""
+        self.stats = EngineStats()
 
     def close(self) -> None:
         """Stop the decode thread (requests still running end with an error)."""
