@@ -76,6 +76,31 @@ def test_the_fixed_shape_step_gives_the_eager_steps_codes(golden):
     assert fixed.recordings == len(met) and fixed.replays == len(fixed.shapes) - len(met)
 
 
+def test_a_static_cache_that_does_not_fit_is_laid_out_as_needed_and_decodes_the_same(golden, caplog):
+    """Out of memory at the one allocation (a small card, many --max-active-streams): one warning, then the cache
+    grows as the ordinary one does and the graphs are recorded per layout; the codes are the eager step's."""
+    _, eager = _decode(golden, None, long_codes=60)
+    fixed = FixedShapeStep(record=call_directly)
+    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8)
+    cache = decoder._cache
+    real, calls = cache._relayout, []
+
+    def out_of_memory_first(*args):
+        calls.append(args[:2])
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 5.00 GiB")
+        return real(*args)
+
+    cache._relayout = out_of_memory_first
+    with caplog.at_level(logging.WARNING, logger="xtts_ft.evaluate.decode_graph"):
+        rows = _run_schedule(decoder, golden, _sampling_of, 60)
+    assert calls[0] == (cache.capacity_rows, cache.capacity_columns) and len(calls) >= 3, "then laid out as needed"
+    assert not cache.static and fixed.disabled is None and fixed.recordings >= 2
+    assert [r.codes for r in rows] == [r.codes for r in eager]
+    warnings = [r.message for r in caplog.records if "do not fit" in r.message]
+    assert len(warnings) == 1 and f"decode cache: 8 rows x {cache.capacity_columns} positions" in warnings[0]
+
+
 def test_the_static_cache_refuses_more_rows_or_a_longer_row_than_it_holds(golden):
     gpt = golden[0].gpt
     cache = StaticSlotCache(gpt.gpt, rows=3)

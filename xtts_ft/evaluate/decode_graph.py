@@ -56,7 +56,10 @@ class StaticSlotCache(SlotCache):
     every position the GPT accepts (its ``n_positions``, rounded up to ``column_bucket``), and never again: a
     recorded step keeps the addresses it was recorded with. The window moves inside the buffers in place (a copy
     of the window) when the next column would not exist, when a longer prefix joins, or when a move to the left
-    lets the steps compute fewer column buckets."""
+    lets the steps compute fewer column buckets.
+
+    When that one allocation does not fit on the device, the cache says so once and is laid out as needed
+    instead, as :class:`SlotCache` does (``static`` False): the graphs still work, recorded again at each layout."""
 
     keep_when_empty = True
 
@@ -67,10 +70,17 @@ class StaticSlotCache(SlotCache):
         positions = int(transformer.config.n_positions) + 1  # + the column the step writes
         self.capacity_columns = -(-positions // self.bucket) * self.bucket
         self.moves = 0  # times the window was moved inside the buffers
+        self.static = True  # False once the one allocation did not fit: laid out as needed from then on
 
     def _fit(self, prefix: int, like: torch.Tensor) -> None:
-        if self.mask is None:
-            self._relayout(self.capacity_rows, self.capacity_columns, 0, like)  # the one allocation
+        if self.mask is None and self.static:
+            try:
+                self._relayout(self.capacity_rows, self.capacity_columns, 0, like)  # the one allocation
+            except torch.OutOfMemoryError:
+                self._as_needed(like)
+        if not self.static:
+            super()._fit(prefix, like)
+            return
         need_rows = self.rows + (1 if prefix else 0)
         if need_rows > self.capacity_rows:
             raise ValueError(f"the decode cache holds {self.capacity_rows} rows; a row more was asked for")
@@ -83,6 +93,18 @@ class StaticSlotCache(SlotCache):
         if before <= self.end < self.capacity_columns and self._columns_for(self.end) <= self._columns_for(home):
             return
         self._move(home)
+
+    def _as_needed(self, like: torch.Tensor) -> None:
+        """The buffers at their largest did not fit: forget the partial allocation, lay out as needed from now on."""
+        config = self.transformer.config
+        size = (2 * len(self.transformer.h) * self.capacity_rows * self.capacity_columns * config.n_embd
+                * (self.keys[0] if self.keys else like).element_size())
+        self.keys, self.values, self.mask = [], [], None
+        self.start = self.end = 0
+        self.static = False
+        log.warning("decode cache: %d rows x %d positions (%.1f GB) do not fit on %s; laid out as needed instead (the "
+                    "decode step is recorded again at each new layout; a lower --max-active-streams keeps it static)",
+                    self.capacity_rows, self.capacity_columns, size / 1e9, like.device)
 
     def _columns_for(self, end: int) -> int:
         """The columns a step writing column ``end`` computes: ``end + 1`` rounded up to the bucket."""
@@ -106,6 +128,8 @@ class StaticSlotCache(SlotCache):
 
     def fixed_shape(self) -> tuple[int, int]:
         """The batch's rows rounded up to a power of two; the columns up to the written one, rounded up to the bucket."""
+        if not self.static:
+            return super().fixed_shape()
         rows = min(1 << max(self.rows - 1, 0).bit_length(), self.capacity_rows)
         return rows, self._columns_for(self.end)
 
