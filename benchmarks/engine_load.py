@@ -20,12 +20,13 @@ same audio; each vocoder call 10-17 % quicker on a CPU): coqui as shipped recomp
 those two rows are a little better than coqui's own.
 
 Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
-(``--one-process``: one process per clients count runs the paths in turn, quicker, and its memory column is
-that process's peak so far; the test's form); all callers start together and each synthesises the text
-once (after the engine's own warm-up where serve runs it, on CUDA: :mod:`xtts_ft.serve.warm_up`, and after
-``--warmup-rounds`` untimed rounds of the same). Reported: time to first audio p50/p95,
-aggregate seconds of audio per second of wall time, peak resident memory; for the engine paths also where the
-callers' first chunks spent their time (the medians of :mod:`xtts_ft.serve.first_chunk`'s parts).
+(``--one-process``: one process runs every clients count and path in turn, each path's model loaded once:
+quicker, and its memory column is that process's peak so far; the test's form). All callers start together
+and each synthesises the text once (after the engine's own warm-up where serve runs it, on CUDA:
+:mod:`xtts_ft.serve.warm_up`, and after ``--warmup-rounds`` untimed rounds of the same). Reported: time to
+first audio p50/p95, aggregate seconds of audio per second of wall time, peak resident memory; for the engine
+paths also where the callers' first chunks spent their time (the medians of :mod:`xtts_ft.serve.first_chunk`'s
+parts).
 """
 
 from __future__ import annotations
@@ -94,22 +95,24 @@ def _old_path(engine, kind: str):
     return synthesize
 
 
-def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, threads: int, text: str,
-           device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0,
-           warmup_rounds: int = 0) -> dict:
-    import torch
-
+def _open(path: str, export: Path, voices: Path, max_codes: int, text: str, device: str, precision: str,
+          max_active: int, vocoder_batch: int):
+    """The engine for ``path`` (warmed up as serve does), the function one caller synthesises with, the warm-up's line."""
     from xtts_ft.serve.warm_up import wanted, warm_up
 
-    torch.set_num_threads(threads)
     engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path == "engine-graphs",
                      vocoder_batch=vocoder_batch)
-    new_engine = path.startswith("engine")
     warmed = None
-    if new_engine and wanted(engine.settings.warm_up, engine.device.type):  # as serve does before it listens
+    if path.startswith("engine") and wanted(engine.settings.warm_up, engine.device.type):  # as serve does
         warmed = warm_up(engine).describe()
-    synthesize = (lambda t: engine.synthesize(t, "spk1")) if new_engine else _old_path(engine, path)
+    synthesize = (lambda t: engine.synthesize(t, "spk1")) if path.startswith("engine") else _old_path(engine, path)
     list(synthesize(text[:20]))  # warm up (latents cached, first-call costs paid)
+    return engine, synthesize, warmed
+
+
+def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_rounds: int) -> dict:
+    """``warmup_rounds`` untimed rounds, then the timed one, of ``clients`` callers starting together: the row."""
+    import torch
 
     def one_round() -> tuple[list[tuple[float, float]], float]:
         """Every caller once, all starting together: (first audio s, audio s) per caller, and the wall time."""
@@ -134,49 +137,78 @@ def worker(path: str, clients: int, export: Path, voices: Path, max_codes: int, 
             t.join()
         return results, time.perf_counter() - t0
 
+    new_engine = path.startswith("engine")
     for _ in range(warmup_rounds):  # a server that has run a while: its graphs recorded, its caches warm
         one_round()
     fixed = engine.loop.fixed_step
     recorded_before = fixed.recordings if fixed is not None else 0
-    if new_engine:
-        engine.stats.first_chunks.clear()  # the timed round's first chunks only
+    calls_before = len(engine.vocoder_turns.batches)
+    engine.stats.first_chunks.clear()  # the timed round's first chunks only
     results, wall = one_round()
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
     graphs = None if fixed is None else (f"off: {fixed.disabled}" if fixed.disabled else
                                          f"{fixed.recordings} recordings ({fixed.recordings - recorded_before} in "
                                          f"the timed round), {fixed.replays} replays")
-    engine.close()
+    device = engine.device.type
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
             "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_gpu_mb": gpu_mb, "device": device, "precision": precision,
-            "max_active_streams": engine.settings.max_active_streams, "graphs": graphs,
-            "warmup_rounds": warmup_rounds, "warm_up": warmed,
+            "peak_gpu_mb": gpu_mb, "device": device, "max_active_streams": engine.settings.max_active_streams,
+            "graphs": graphs, "warmup_rounds": warmup_rounds,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
-            "largest_vocoder_call": max(engine.vocoder_turns.batches, default=0) if new_engine else None}
+            "largest_vocoder_call": max(engine.vocoder_turns.batches[calls_before:], default=0) if new_engine else None}
+
+
+def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max_codes: int, threads: int, text: str,
+           device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0,
+           warmup_rounds: int = 0) -> None:
+    """Print one JSON row per (clients, path), clients counts in turn and the paths of each in turn; each path's
+    engine is opened (and warmed up) once, at its first row, and kept for the later clients counts."""
+    import torch
+
+    torch.set_num_threads(threads)
+    opened: dict[str, tuple] = {}
+    try:
+        for n in clients:
+            for path in paths:
+                first_row = path not in opened
+                if first_row:
+                    opened[path] = _open(path, export, voices, max_codes, text, device, precision, max_active,
+                                         vocoder_batch)
+                engine, synthesize, warmed = opened[path]
+                row = _measure(engine, synthesize, path, n, text, warmup_rounds)
+                row.update(precision=precision, warm_up=warmed if first_row else None)
+                print(json.dumps(row), flush=True)
+    finally:
+        for engine, _, _ in opened.values():
+            engine.close()
 
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
             text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False,
             max_active: int = 0, vocoder_batch: int = 0, warmup_rounds: int = 0) -> list[dict]:
-    """One child process per (path, clients) pair; ``one_process``: one child per clients count runs every path in
-    turn (quicker: one start instead of one per path; its peak memory is then that process's peak so far)."""
+    """One child process per (path, clients) pair; ``one_process``: one child for all of them (quicker: each path's
+    model is loaded once; its peak memory is then that process's peak so far). Each row is printed as the child
+    gives it, so a run cut short keeps the rows it finished."""
     rows = []
-    for n in clients:
-        for group in ([paths] if one_process else [[path] for path in paths]):
-            cmd = [sys.executable, __file__, "--worker", *group, "--export", str(export), "--voices", str(voices),
-                   "--clients", str(n), "--max-codes", str(max_codes), "--threads", str(threads), "--text", text,
-                   "--device", device, "--precision", precision, "--max-active-streams", str(max_active),
-                   "--vocoder-batch", str(vocoder_batch), "--warmup-rounds", str(warmup_rounds)]
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            if done.returncode != 0:
-                print(f"{','.join(group)} x{n}: failed: {done.stderr.strip().splitlines()[-3:]}", flush=True)
-                continue
-            for line in done.stdout.splitlines():  # the worker's rows: one JSON line per path
-                if line.startswith('{"path": '):
-                    rows.append(_print_row(json.loads(line)))
+    groups = [(paths, clients)] if one_process else [([path], [n]) for n in clients for path in paths]
+    for group, counts in groups:
+        cmd = [sys.executable, __file__, "--worker", *group, "--export", str(export), "--voices", str(voices),
+               "--clients", *map(str, counts), "--max-codes", str(max_codes), "--threads", str(threads),
+               "--text", text, "--device", device, "--precision", precision, "--max-active-streams", str(max_active),
+               "--vocoder-batch", str(vocoder_batch), "--warmup-rounds", str(warmup_rounds)]
+        with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: a chatty child never blocks on it
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT) as child:
+                assert child.stdout is not None
+                for line in child.stdout:  # the worker's rows: one JSON line each, as they finish
+                    if line.startswith('{"path": '):
+                        rows.append(_print_row(json.loads(line)))
+            if child.returncode != 0:
+                errors.seek(0)
+                last = errors.read().strip().splitlines()[-3:]
+                print(f"{','.join(group)} x{','.join(map(str, counts))}: failed: {last}", flush=True)
     return rows
 
 
@@ -218,19 +250,16 @@ def main(argv: list[str] | None = None) -> None:
                         "graphs of engine-graphs recorded); 0: only one short warm-up request")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--one-process", action="store_true",
-                   help="run every path of a clients count in one process, in turn (quicker; the peak memory column "
-                        "is then that process's peak so far, not the path's own)")
+                   help="run every clients count and path in one process, in turn, each path's model loaded once "
+                        "(quicker; the peak memory column is then that process's peak so far, not the path's own)")
     p.add_argument("--worker", nargs="+", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--export", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--voices", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--text", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        for path in args.worker:  # one JSON line per path, in order
-            row = worker(path, args.clients[0], args.export, args.voices, args.max_codes, args.threads, args.text,
-                         args.device, args.precision, args.max_active_streams, args.vocoder_batch,
-                         args.warmup_rounds)
-            print(json.dumps(row), flush=True)
+        worker(args.worker, args.clients, args.export, args.voices, args.max_codes, args.threads, args.text,
+               args.device, args.precision, args.max_active_streams, args.vocoder_batch, args.warmup_rounds)
         return
     import soundfile as sf
     from serve_load import TEXT, VOICE, make_export
@@ -245,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.size} random export on {args.device} ({args.precision}); text of {len(TEXT)} characters (two "
               f"pieces); max {args.max_codes} codes per piece; {args.threads} torch thread(s) per process; "
               f"{args.warmup_rounds} untimed round(s) of every caller before the timed one"
-              + ("; every path in one process per clients count (peak memory: that process's so far)"
+              + ("; every clients count and path in one process (peak memory: that process's so far)"
                  if args.one_process else ""), flush=True)
         rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
                        args.precision, args.one_process, args.max_active_streams, args.vocoder_batch,

@@ -161,25 +161,28 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
 
 
 def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
-    """Two callers, four codes per piece: one row per path with its latency, throughput and memory columns. The
-    benchmark's main runs in this process (it writes the export) and starts one worker process for the three paths,
-    one after another (--one-process: one start instead of three)."""
+    """One and two callers, four codes per piece: one row per clients count and path with its latency, throughput and
+    memory columns. The benchmark's main runs in this process (it writes the export) and starts one worker process
+    for all rows (--one-process: each path's model loaded once, kept for the second clients count)."""
     bench = load_benchmark("engine_load")
     with left_as_found():
-        bench.main(["--size", "tiny", "--clients", "2", "--max-codes", "4", "--threads", "1", "--one-process",
+        bench.main(["--size", "tiny", "--clients", "1", "2", "--max-codes", "4", "--threads", "1", "--one-process",
                     "--warmup-rounds", "1"])
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if " x2 " in line]
-    assert [row.split()[0] for row in rows] == ["engine", "per-piece", "coqui-stream"], out
+    rows = [line for line in out.splitlines() if re.search(r" x[12] ", line)]
+    assert [row.split()[:2] for row in rows] == [[path, count] for count in ("x1", "x2")
+                                                 for path in ("engine", "per-piece", "coqui-stream")], out
     number = r"\d+\.\d+"
     for row in rows:
         assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
                          rf"\({number} s in {number} s\); peak \d+ MB", row), row
-    assert "failed" not in out and "every path in one process" in out and "1 untimed round(s)" in out
+    assert "failed" not in out and "every clients count and path in one process" in out
+    assert "1 untimed round(s)" in out
     lines = out.splitlines()
-    under_engine = lines[lines.index(rows[0]) + 1]  # the engine's first chunks, part by part
-    assert re.fullmatch(r" +first chunk, median ms: prepare \d+, to first code \d+, decoding \d+, handoff \d+, "
-                        r"vocoding \d+, finish \d+ \(total \d+\)", under_engine), out
+    for engine_row in (rows[0], rows[3]):
+        under_engine = lines[lines.index(engine_row) + 1]  # the engine's first chunks, part by part
+        assert re.fullmatch(r" +first chunk, median ms: prepare \d+, to first code \d+, decoding \d+, handoff \d+, "
+                            r"vocoding \d+, finish \d+ \(total \d+\)", under_engine), out
 
 
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
