@@ -46,3 +46,31 @@ def test_a_text_over_the_limit_is_refused_in_one_line_before_the_model_loads(tmp
     with pytest.raises(DataError, match="at most 12 at a time"):
         speak(_NoModel(), model, text, clip, tmp_path / "out.wav", SpeakSettings(0.7, None), max_chars=12)
     assert not (tmp_path / "out.wav").exists()
+
+
+def test_the_holder_closes_the_old_engine_and_opens_a_small_one(monkeypatch, tmp_path: Path):
+    """A new model or new settings: the old engine is closed first (its decode thread held the model), and the Speak
+    tab's engine batches 2 rows, not the server's 16 (on a card, graphs lay its decode cache out for that many)."""
+    from xtts_ft.webapp import speak as speak_module
+
+    opened: list = []
+
+    class _Engine:
+        def __init__(self, settings):
+            self.settings, self.closed = settings, False
+
+        def close(self):
+            self.closed = True
+
+    def open_engine(source, device, *, temperature, max_codes, settings):
+        opened.append(_Engine(settings))
+        return opened[-1]
+
+    monkeypatch.setattr(speak_module.SpeechEngine, "open", open_engine)
+    monkeypatch.setattr(speak_module, "resolve_model", lambda model: model)
+    holder = EngineHolder()
+    first = holder.get(tmp_path / "a", SpeakSettings(0.7, None))
+    assert holder.get(tmp_path / "a", SpeakSettings(0.7, None)) is first and not first.closed  # kept
+    second = holder.get(tmp_path / "b", SpeakSettings(0.7, None))
+    assert first.closed and not second.closed and len(opened) == 2
+    assert second.settings.max_active_streams == 2 < ServeConfig.max_active_streams
