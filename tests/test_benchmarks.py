@@ -185,6 +185,20 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
                             r"vocoding \d+, finish \d+ \(total \d+\)", under_engine), out
 
 
+def test_reader_wakeups_benchmark_compares_both_notifications_and_their_codes(capsys):
+    """The small GPT, four callers, one round: a row with both ways' times and wake-ups, fewer wake-ups when readers
+    are woken per chunk, and the same codes either way."""
+    bench = load_benchmark("reader_wakeups")
+    with left_as_found():
+        bench.main(["--callers", "4", "--codes", "30", "--first", "4", "--every", "8", "--rounds", "1", "--threads", "1"])
+    out = capsys.readouterr().out
+    found = re.search(r"callers +4: every code \d+ ms \(\d+ steps/s, (\d+) wake-ups\); chunk ready \d+ ms \(\d+ steps/s, "
+                      r"(\d+) wake-ups\); ratio \d+\.\d+x; codes identical", out)
+    assert found, out
+    every_code, chunk_ready = map(int, found.groups())
+    assert chunk_ready <= 4 * 5 < every_code  # 4 readers: a first chunk, 3 more, the end; against one per code
+
+
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
     """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
     bench = load_benchmark("eval_speed")

@@ -209,3 +209,14 @@ def test_the_first_chunks_time_is_split_into_the_parts_where_it_was_spent(engine
     assert opening.total >= first_codes * pause + vocoder_pause
     line = describe(streaming.stats.first_chunks.medians())
     assert line.startswith("first chunk, median ms: prepare ") and f"(total {1000 * opening.total:.0f})" in line
+
+
+def test_a_reader_is_woken_when_its_chunk_is_ready_not_at_every_code(engine):
+    """The decode loop wakes a stream's reader when the codes it waits for exist (or the stream ends), not after
+    every step: with 32 callers, each step had woken 32 threads that found nothing to do."""
+    streaming = _engine_with(engine, stream_first_chunk_codes=4, stream_chunk_codes=8)
+    request, stream, _ = streaming._submit(PIECE, engine.voices.get("spk1"), engine.language)
+    counts = list(streaming._codes(stream, None, every=8, first=4))
+    assert counts[0] >= 4 and counts[-1] == len(request.codes) > 12  # a first chunk, later chunks, the end
+    # woken once per chunk it waited for at most (and maybe by the end), never once per code
+    assert stream.wakeups <= len(counts) + 1 < len(request.codes)
