@@ -251,13 +251,13 @@ def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(
     script = REPO_ROOT / "benchmarks" / "serving_gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "05-engine-fp32.txt").write_text("earlier results")
+    (tmp_path / "b" / "06-engine-fp32.txt").write_text("earlier results")
     refused = subprocess.run(["bash", str(script), str(tmp_path), "all"], capture_output=True, text=True)
     assert refused.returncode == 2 and "b already exists" in refused.stderr and refused.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
-    assert (tmp_path / "b" / "05-engine-fp32.txt").read_text() == "earlier results"
+    assert (tmp_path / "b" / "06-engine-fp32.txt").read_text() == "earlier results"
     commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
-    assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load"}
+    assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load", "reader_wakeups"}
     for name, args in commands:
         with left_as_found(), pytest.raises(SystemExit):
             load_benchmark(name).main(["--help"])
