@@ -142,7 +142,7 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
         one_round()
     fixed = engine.loop.fixed_step
     recorded_before = fixed.recordings if fixed is not None else 0
-    calls_before = len(engine.vocoder_turns.batches)
+    engine.vocoder_turns.largest = 0  # the timed round's largest call only
     engine.stats.first_chunks.clear()  # the timed round's first chunks only
     results, wall = one_round()
     firsts = np.array([r[0] for r in results])
@@ -158,7 +158,7 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
             "peak_gpu_mb": gpu_mb, "device": device, "max_active_streams": engine.settings.max_active_streams,
             "graphs": graphs, "warmup_rounds": warmup_rounds,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
-            "largest_vocoder_call": max(engine.vocoder_turns.batches[calls_before:], default=0) if new_engine else None}
+            "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None}
 
 
 def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max_codes: int, threads: int, text: str,

@@ -114,7 +114,7 @@ def test_the_call_whose_turn_it_is_takes_waiting_items_that_fit_and_hands_each_i
     # 3 (deadline 1) leads and takes the earliest two odd ones that wait (5, 7), never more than 3 in a call;
     # then 2 (deadline 2) with 4; then 1 alone
     assert runs == [[3, 5, 7], [2, 4], [1]]
-    assert turns.batches == [3, 2, 1] and turns.waiting == 0
+    assert turns.batches == [3, 2, 1] and turns.waiting == 0 and (turns.calls, turns.largest) == (3, 3)
     assert turns.order == [0.0, 1.0, 3.0, 4.0, 2.0, 6.0, 5.0]
 
 

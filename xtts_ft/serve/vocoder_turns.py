@@ -63,6 +63,8 @@ class VocoderTurns(Generic[Item, Result]):
         self._arrivals = itertools.count()
         self.order: list[float] = []  # deadlines in the order their calls ran (the last 64; tests read it)
         self.batches: list[int] = []  # items per call of ``run`` (the last 64)
+        self.calls = 0  # calls of ``run`` so far
+        self.largest = 0  # most items in one call of ``run`` so far
 
     @property
     def waiting(self) -> int:
@@ -122,6 +124,8 @@ class VocoderTurns(Generic[Item, Result]):
             self.order = (self.order + [c.deadline for c in batch])[-64:]
             if gather:
                 self.batches = (self.batches + [len(batch)])[-64:]
+                self.calls += 1
+                self.largest = max(self.largest, len(batch))
             return batch
 
     def _gather(self, leader: _Call[Item, Result]) -> list[_Call[Item, Result]]:
