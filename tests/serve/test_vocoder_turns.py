@@ -55,6 +55,14 @@ def test_waiting_calls_run_earliest_deadline_first_and_ties_in_arrival_order():
     assert turns.order == [0.0, 1.0, 1.0, 2.0, 3.0, 5.0] and turns.waiting == 0
 
 
+def test_a_turns_end_wakes_only_the_caller_whose_turn_is_next():
+    """Six callers queued behind a running call: each is woken once, when its turn comes (with every waiting caller
+    woken at each turn's end, as a shared condition did, this run counts 12 or more)."""
+    turns = VocoderTurns()
+    assert _queue_behind_a_running_call(turns, [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert turns.wakeups == 6
+
+
 def test_one_call_at_a_time():
     turns = VocoderTurns()
     inside, most = [0], [0]

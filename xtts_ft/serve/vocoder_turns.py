@@ -34,15 +34,16 @@ Result = TypeVar("Result")
 class _Call(Generic[Item, Result]):
     """One caller's place in the queue; ``item`` None: a call of its own (:meth:`VocoderTurns.turn`)."""
 
-    __slots__ = ("deadline", "arrival", "item", "result", "error", "done")
+    __slots__ = ("deadline", "arrival", "item", "result", "error", "done", "wake")
 
-    def __init__(self, deadline: float, arrival: int, item: Optional[Item] = None) -> None:
+    def __init__(self, deadline: float, arrival: int, lock: threading.Lock, item: Optional[Item] = None) -> None:
         self.deadline = float(deadline)
         self.arrival = arrival
         self.item = item
         self.result: Optional[Result] = None
         self.error: Optional[BaseException] = None
         self.done = False  # served by another caller's turn (result or error set)
+        self.wake = threading.Condition(lock)  # this caller's own: woken when its turn comes or it was served
 
     def __lt__(self, other: _Call[Item, Result]) -> bool:
         return (self.deadline, self.arrival) < (other.deadline, other.arrival)
@@ -57,25 +58,29 @@ class VocoderTurns(Generic[Item, Result]):
         self.max_batch = max(1, int(max_batch))
         self._run = run  # items -> their results, in order (one vocoder call)
         self._fits = fits or (lambda _a, _b: True)  # whether the second item can share the first one's call
-        self._cond = threading.Condition()
+        # One lock; each waiting call has its own condition on it, so a turn's end wakes the caller whose turn is
+        # next (and those it served), not every waiting thread: at 32 callers a shared condition woke 31 threads
+        # per call to find it was not their turn.
+        self._lock = threading.Lock()
         self._busy = False
         self._waiting: list[_Call[Item, Result]] = []  # heap: earliest (deadline, arrival) first
         self._arrivals = itertools.count()
         self.order: list[float] = []  # deadlines in the order their calls ran (the last 64; tests read it)
         self.batches: list[int] = []  # items per call of ``run`` (the last 64)
         self.calls = 0  # calls of ``run`` so far
+        self.wakeups = 0  # times a waiting caller was woken
         self.largest = 0  # most items in one call of ``run`` so far
 
     @property
     def waiting(self) -> int:
         """Calls waiting for their turn now."""
-        with self._cond:
+        with self._lock:
             return len(self._waiting)
 
     @contextmanager
     def turn(self, deadline: float) -> Iterator[None]:
         """Wait for this call's turn (``deadline``: time.perf_counter() seconds when its audio is needed)."""
-        call: _Call[Item, Result] = _Call(deadline, next(self._arrivals))
+        call: _Call[Item, Result] = _Call(deadline, next(self._arrivals), self._lock)
         self._take_turn(call)
         try:
             yield
@@ -86,7 +91,7 @@ class VocoderTurns(Generic[Item, Result]):
         """``run([item])[0]``, in this caller's turn with other waiting items that fit, or in another's."""
         if self._run is None:
             raise RuntimeError("these turns were made without a run function")
-        call: _Call[Item, Result] = _Call(deadline, next(self._arrivals), item)
+        call: _Call[Item, Result] = _Call(deadline, next(self._arrivals), self._lock, item)
         batch = self._take_turn(call, gather=True)
         if batch is None:  # another caller's turn ran it
             return _outcome(call)
@@ -105,16 +110,17 @@ class VocoderTurns(Generic[Item, Result]):
     def _take_turn(self, call: _Call[Item, Result], gather: bool = False) -> Optional[list[_Call[Item, Result]]]:
         """Wait until it is ``call``'s turn: the calls it runs (itself first, then what it gathered); None when
         another caller's turn served it meanwhile."""
-        with self._cond:
+        with self._lock:
             heapq.heappush(self._waiting, call)
             try:
                 while not call.done and (self._busy or self._waiting[0] is not call):
-                    self._cond.wait()
+                    call.wake.wait()
+                    self.wakeups += 1
             except BaseException:  # interrupted while waiting: leave the queue, or the calls behind wait forever
                 if call in self._waiting:
                     self._waiting.remove(call)
                     heapq.heapify(self._waiting)
-                self._cond.notify_all()
+                self._wake_next()
                 raise
             if call.done:
                 return None
@@ -143,11 +149,17 @@ class VocoderTurns(Generic[Item, Result]):
         return taken
 
     def _give_back(self, served: Sequence[_Call[Item, Result]] = ()) -> None:
-        with self._cond:
+        with self._lock:
             for c in served:
                 c.done = True
+                c.wake.notify()
             self._busy = False
-            self._cond.notify_all()
+            self._wake_next()
+
+    def _wake_next(self) -> None:
+        """Wake the call whose turn comes next, if one waits (holding the lock)."""
+        if self._waiting and not self._busy:
+            self._waiting[0].wake.notify()
 
 
 def _outcome(call: _Call[Item, Result]) -> Result:
