@@ -52,20 +52,19 @@ class EveryCodeStream(decode_loop.Stream):
             return self.produced
 
 
+class EveryCodeLoop(decode_loop.DecodeLoop):
+    """The loop handing out :class:`EveryCodeStream` streams."""
+
+    stream_type = EveryCodeStream
+
+
 def one_run(gpt, size: dict, callers: int, codes: int, first: int, every: int, device: torch.device,
-            stream_type: type) -> tuple[float, int, int, list[list[int]]]:
+            loop_type: type[decode_loop.DecodeLoop]) -> tuple[float, int, int, list[list[int]]]:
     """Seconds until every stream ended, the loop's steps, the readers' wake-ups, the codes."""
     rows = requests(gpt, size, callers, device, max_codes=codes)
-    loop = decode_loop.DecodeLoop(gpt, max_active=callers)
-    made = decode_loop.Stream
-    decode_loop.Stream = stream_type  # the loop builds its streams from the module's name (this process only)
-    try:
-        streams = []
-        start = time.perf_counter()
-        for request in rows:
-            streams.append(loop.submit(request))
-    finally:
-        decode_loop.Stream = made
+    loop = loop_type(gpt, max_active=callers)
+    start = time.perf_counter()
+    streams = [loop.submit(request) for request in rows]
 
     def reader(stream) -> None:  # as SpeechEngine._codes waits
         goal = first
@@ -110,15 +109,15 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"decode loop with readers, {args.size} random GPT, {name}; {args.codes} codes per stream, first chunk "
           f"{args.first}, then every {args.every}; best of {args.rounds}")
-    ways = {"every code": EveryCodeStream, "chunk ready": decode_loop.Stream}
+    ways: dict[str, type[decode_loop.DecodeLoop]] = {"every code": EveryCodeLoop, "chunk ready": decode_loop.DecodeLoop}
     failures = 0
     for callers in args.callers:
         best: dict[str, tuple[float, int, int]] = {}
         codes: dict[str, list[list[int]]] = {}
         for _ in range(args.rounds):
-            for way, stream_type in ways.items():
+            for way, loop_type in ways.items():
                 seconds, steps, wakeups, codes[way] = one_run(gpt, size, callers, args.codes, args.first, args.every,
-                                                              device, stream_type)
+                                                              device, loop_type)
                 if way not in best or seconds < best[way][0]:
                     best[way] = (seconds, steps, wakeups)
         same = codes["every code"] == codes["chunk ready"]

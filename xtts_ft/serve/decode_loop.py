@@ -77,6 +77,8 @@ class Stream:
 class DecodeLoop:
     """The decoding thread of one model (started at the first request)."""
 
+    stream_type = Stream  # what :meth:`submit` hands back (benchmarks/reader_wakeups.py subclasses it)
+
     def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None) -> None:
         self.gpt = gpt
         self.max_active = max(1, int(max_active))
@@ -99,7 +101,7 @@ class DecodeLoop:
         return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active)
 
     def submit(self, request: DecodeRequest) -> Stream:
-        stream = Stream(request)
+        stream = self.stream_type(request)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the decode loop is closed")

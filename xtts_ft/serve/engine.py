@@ -126,7 +126,7 @@ class SpeechEngine:
         fold_weight_norm(xtts.hifigan_decoder)  # and HiFiGAN's weights computed once, not at every call
         device = next(xtts.parameters()).device
         self.device = device  # where the model runs
-        # fp32 and no graphs unless asked for, on CUDA only
+        # fp32 unless asked for, CUDA graphs on a card unless turned off; half precision and graphs on CUDA only
         self.precision = choose_precision(device, settings.decode_precision,
                                           settings.vocoder_precision, settings.decode_graphs)
         for note in self.precision.notes:
