@@ -4,8 +4,9 @@ A server's first requests pay costs that later ones do not: on CUDA each batch s
 as a CUDA graph the first time a step needs it (:mod:`xtts_ft.evaluate.decode_graph`: on an H200 a caller
 alone heard audio after 0.39 s while the graphs were being recorded, 0.22 s afterwards), cuDNN chooses its
 HiFiGAN kernels for each window length and batch, and the voice's conditioning latents are computed. The
-warm-up pays them before ``serve`` prints its address: one round per batch size, each caller synthesising the
-same short sentence, so the decode loop meets the row counts up to its limit.
+warm-up pays them before ``serve`` prints its address: one round per batch size, its callers starting together
+and synthesising the same short sentence, so the decode loop meets the row counts up to its limit (threads
+cannot promise it: a caller that is late by a whole piece decodes alone, and its shape waits for a caller).
 
 ``ServeConfig.warm_up``: ``auto`` (the default) warms up on CUDA only. On a CPU the same rounds would take
 seconds to minutes (HiFiGAN alone is about 0.13 s per chunk there) and there are no graphs to record;
@@ -81,9 +82,11 @@ def _round(engine, text: str, voice: str, callers: int) -> Optional[str]:
     """``callers`` threads synthesising ``text`` at once; a user error's message (e.g. a language the tokenizer
     lacks) or None. Any other failure is raised: a model that cannot speak should stop the server here."""
     problems: list[BaseException] = []
+    together = threading.Barrier(callers)  # they start at once, so the loop (nearly always) decodes them together
 
     def caller() -> None:
         try:
+            together.wait(60)
             for _ in engine.synthesize(text, voice):
                 pass
         except Exception as exc:  # noqa: BLE001 - handed to the warm-up's thread below
