@@ -35,6 +35,7 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -44,9 +45,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_throughput import FULL, SMALL, build_gpt  # noqa: E402
 
-from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, Sampling, prefix_embeddings  # noqa: E402
+from xtts_ft.evaluate.batch_decode import (  # noqa: E402
+    BatchDecoder,
+    DecodeRequest,
+    Sampling,
+    prefill_forward,
+    prefix_embeddings,
+)
 from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder  # noqa: E402
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly, cuda_graph  # noqa: E402
+from xtts_ft.evaluate.prefill_graph import FixedShapePrefill  # noqa: E402
 
 CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 samples at 22.05 kHz
 
@@ -96,27 +104,29 @@ def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, pre
     return seconds, [r.codes for r in rows], decoder
 
 
-def measure_prefill(gpt, size: dict, batch: int, device: torch.device, precision: str,
-                    steps: int) -> tuple[dict[str, float], dict[str, list[list[int]]]]:
+def measure_prefill(gpt, size: dict, batch: int, device: torch.device, precision: str, steps: int,
+                    prefill: Optional[FixedShapePrefill] = None) -> tuple[dict[str, float], dict[str, list[list[int]]]]:
     """Seconds to prefill ``batch`` requests one by one and together (the current decoder either way), and the codes
-    each way gives after ``steps`` more steps."""
+    each way gives after ``steps`` more steps. ``prefill``: through these fixed-shape prefills (each way run once
+    untimed first, so that its buckets are recorded and the timed run replays them)."""
     times, codes = {}, {}
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     for way in ("one by one", "together"):
-        rows = requests(gpt, size, batch, device, max_codes=1 + steps)
-        decoder = BatchDecoder(gpt)
-        with torch.inference_mode(), autocast:
-            sync(device)
-            start = time.perf_counter()
-            if way == "together":
-                decoder.join(*rows)
-            else:
-                for request in rows:
-                    decoder.join(request)
-            sync(device)
-            times[way] = time.perf_counter() - start
-            for _ in range(steps):
-                decoder.step()
+        for timed in ([False, True] if prefill is not None else [True]):
+            rows = requests(gpt, size, batch, device, max_codes=1 + steps)
+            decoder = BatchDecoder(gpt, fixed_prefill=prefill)
+            with torch.inference_mode(), autocast:
+                sync(device)
+                start = time.perf_counter()
+                if way == "together":
+                    decoder.join(*rows)
+                else:
+                    for request in rows:
+                        decoder.join(request)
+                sync(device)
+                times[way] = time.perf_counter() - start
+                for _ in range(steps if timed else 0):
+                    decoder.step()
         codes[way] = [r.codes for r in rows]
     return times, codes
 
@@ -198,13 +208,24 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
         print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
               f"current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x; codes "
               f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}")
-    for batch in [b for b in batches if b > 1]:
+    for batch in batches:
         times, codes = measure_prefill(gpt, size, batch, device, precision, steps=10)
         same = codes["one by one"] == codes["together"]
         failures += 0 if same or not exact else 1
-        print(f"prefill of {batch:3d} requests: one by one {1000 * times['one by one']:.1f} ms; together "
-              f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
-              f"codes of the next 10 steps {verdict(same, codes['one by one'], codes['together'])}")
+        if batch > 1:
+            print(f"prefill of {batch:3d} requests: one by one {1000 * times['one by one']:.1f} ms; together "
+                  f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
+                  f"codes of the next 10 steps {verdict(same, codes['one by one'], codes['together'])}")
+        graphed = FixedShapePrefill(prefill_forward, record=cuda_graph if device.type == "cuda" else call_directly)
+        fixed_times, fixed_codes = measure_prefill(gpt, size, batch, device, precision, steps=10, prefill=graphed)
+        failures += 0 if graphed.disabled is None else 1
+        kept = sum(a == b for way in codes for a, b in zip(codes[way], fixed_codes[way]))
+        state = (f"off ({graphed.disabled}; FAILED)" if graphed.disabled else
+                 f"{graphed.recordings} recording(s), {graphed.replays} replays; {kept} of {2 * batch} rows' next "
+                 "10 codes identical to the eager prefill's")
+        print(f"prefill {fixed_name} of {batch:3d} requests: one by one {1000 * fixed_times['one by one']:.1f} ms "
+              f"(eager/{fixed_name} {times['one by one'] / fixed_times['one by one']:.2f}x); together "
+              f"{1000 * fixed_times['together']:.1f} ms ({times['together'] / fixed_times['together']:.2f}x); {state}")
     return failures
 
 

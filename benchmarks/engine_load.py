@@ -140,16 +140,15 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
     new_engine = path.startswith("engine")
     for _ in range(warmup_rounds):  # a server that has run a while: its graphs recorded, its caches warm
         one_round()
-    fixed = engine.loop.fixed_step
-    recorded_before = fixed.recordings if fixed is not None else 0
+    recorded_before = engine.loop.graph_recordings if new_engine else 0
     engine.vocoder_turns.largest = 0  # the timed round's largest call only
     engine.stats.first_chunks.clear()  # the timed round's first chunks only
     results, wall = one_round()
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
-    graphs = None if fixed is None else (f"off: {fixed.disabled}" if fixed.disabled else
-                                         f"{fixed.recordings} recordings ({fixed.recordings - recorded_before} in "
-                                         f"the timed round), {fixed.replays} replays")
+    graphs = engine.loop.describe_graphs() if new_engine else None
+    if graphs:
+        graphs += f" ({engine.loop.graph_recordings - recorded_before} recorded in the timed round)"
     device = engine.device.type
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),

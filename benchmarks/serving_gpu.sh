@@ -4,12 +4,11 @@
 #
 #     bash benchmarks/serving_gpu.sh [OUTDIR] [a|b|all]    # OUTDIR: serving_gpu_out; all: both parts
 #
-# Part a (the decode step, the vocoder windows, the engine in bf16 with and without graphs) and part b (the
-# readers' wake-ups, the fp32 rows of all four paths) each fit one 10-minute command, with their limits (the
-# commands take less). Each command's output goes to the terminal and to OUTDIR/a/NN-name.txt or
-# OUTDIR/b/NN-name.txt (a part whose folder
-# exists already is refused: earlier results are never written over); the lines starting with ### say what ran and
-# how it ended (124: its time limit). What the rows mean: docs/gpu_benchmarks.md.
+# Part a (the decode step and the prefill, the vocoder windows, the engine in bf16 with and without graphs) and
+# part b (the sampling draw, the readers' wake-ups, the fp32 rows of all four paths) each fit one 10-minute command,
+# with their limits (the commands take less). Each command's output goes to the terminal and to
+# OUTDIR/a/NN-name.txt or OUTDIR/b/NN-name.txt (a part whose folder exists already is refused: earlier results
+# are never written over); the lines starting with ### say what ran and how it ended (124: its time limit). What the rows mean: docs/gpu_benchmarks.md.
 set -u
 out=${1:-serving_gpu_out}
 case "${2:-all}" in
@@ -43,6 +42,8 @@ part_a() {
 }
 
 part_b() {
+  # each row's code drawn with its own generator: torch.multinomial row by row against one division and argmax
+  run 07-sampling-draw 30 python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
   # the decode loop's readers woken per chunk against per code, full-size GPT, 8 and 32 callers
   run 05-reader-wakeups 60 python benchmarks/reader_wakeups.py --size full --device cuda --callers 8 32 --codes 80
   # the same card's fp32 rows of all four paths at 1 and 8 callers (the old paths take minutes at 32)

@@ -199,6 +199,18 @@ def test_reader_wakeups_benchmark_compares_both_notifications_and_their_codes(ca
     assert chunk_ready <= 4 * 5 < every_code  # 4 readers: a first chunk, 3 more, the end; against one per code
 
 
+def test_sampling_draw_benchmark_counts_both_ways_and_checks_their_codes(capsys):
+    """Both draws from the same probabilities: a row per batch size with the operations and times each way, and the
+    codes and generator states found the same (the benchmark's exit status says whether they were)."""
+    bench = load_benchmark("sampling_draw")
+    assert bench.main(["--batches", "1", "4", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \| [\d.]+ ms \| [\d.]+ ms \| [\d.]+x \| yes \|$", out, re.M)
+    assert [r[0] for r in rows] == ["1", "4"], out
+    for _, row_by_row, drawn in rows:
+        assert int(drawn) < int(row_by_row), "fewer operations per step than multinomial row by row"
+
+
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
     """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
     bench = load_benchmark("eval_speed")
@@ -239,9 +251,16 @@ def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys)
         assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; fixed shapes \d+\.\d+ ms/step "
                          r".*; ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x; codes identical; "
                          r"fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes identical", row), row
-    prefill = [line for line in out.splitlines() if line.startswith("prefill")]
+    prefill = [line for line in out.splitlines() if line.startswith("prefill of")]
     assert len(prefill) == 1 and re.search(r"prefill of +3 requests: one by one \d+\.\d+ ms; together \d+\.\d+ ms; "
                                            r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out
+    # the fixed-shape prefill (CUDA graphs on a card): its buckets recorded in an untimed run, replayed in the timed one
+    fixed = [line for line in out.splitlines() if line.startswith("prefill fixed shapes")]
+    assert len(fixed) == 2, out
+    for line, batch in zip(fixed, (1, 3)):
+        assert re.search(rf"of +{batch} requests: one by one \d+\.\d+ ms \(eager/fixed shapes \d+\.\d+x\); together "
+                         r"\d+\.\d+ ms \(\d+\.\d+x\); [1-9]\d* recording\(s\), [1-9]\d* replays; "
+                         rf"(\d+) of {2 * batch} rows' next 10 codes identical", line), line
 
 
 def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(capsys, tmp_path):
@@ -257,7 +276,8 @@ def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
     assert (tmp_path / "b" / "06-engine-fp32.txt").read_text() == "earlier results"
     commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
-    assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load", "reader_wakeups"}
+    assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load", "reader_wakeups",
+                                              "sampling_draw"}
     for name, args in commands:
         with left_as_found(), pytest.raises(SystemExit):
             load_benchmark(name).main(["--help"])

@@ -331,16 +331,43 @@ def test_the_decode_loop_prefills_arrivals_together_with_their_solo_codes(golden
 def test_a_failed_prefill_together_is_tried_again_one_by_one(golden, monkeypatch, caplog):
     import xtts_ft.evaluate.batch_decode as batch_decode
 
-    real = batch_decode.prefill
+    real = batch_decode.prefill_forward
 
-    def fails_together(gpt, prefixes):
-        if len(prefixes) > 1:
+    def fails_together(gpt, rows):
+        if len(rows) > 1:
             raise RuntimeError("CUDA out of memory (injected)")
-        return real(gpt, prefixes)
+        return real(gpt, rows)
 
-    monkeypatch.setattr(batch_decode, "prefill", fails_together)
+    monkeypatch.setattr(batch_decode, "prefill_forward", fails_together)
     texts = ["hi", "peter piper", "zebra"]
     codes, loop = _loop_codes(golden, texts)
     monkeypatch.undo()
     assert codes == [_solo(golden, t, i) for i, t in enumerate(texts)]
     assert "prefill of 3 requests together failed" in caplog.text and "3 tried again one by one" in caplog.text
+
+
+def test_draw_is_multinomial_row_by_row_bit_for_bit_and_moves_each_generator_alike():
+    from xtts_ft.evaluate.batch_decode import draw
+
+    sampling = Sampling()
+    for rows in (1, 5):
+        logits = torch.randn(rows, 300, generator=torch.Generator().manual_seed(rows)) * 4
+        probs = torch.softmax(sampling.warp(logits), dim=-1)
+        ours = [torch.Generator().manual_seed(10 + i) for i in range(rows)]
+        theirs = [torch.Generator().manual_seed(10 + i) for i in range(rows)]
+        for _ in range(40):
+            expected = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[0] for i, g in enumerate(theirs)])
+            assert torch.equal(draw(probs, ours), expected)
+        assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(ours, theirs))
+
+
+def test_logits_that_are_not_finite_are_refused_not_turned_into_codes(golden):
+    """``torch.multinomial`` refused NaN probabilities row by row; the decoder checks all rows' logits at once."""
+    requests = [_request(golden, "hi", 0), _request(golden, "peter piper", 1)]
+    decoder = BatchDecoder(golden[0].gpt)
+    with torch.inference_mode():
+        decoder.join(*requests)
+        hidden = torch.zeros(2, golden[0].gpt.gpt.config.n_embd)
+        hidden[1, 0] = float("nan")
+        with pytest.raises(RuntimeError, match="logits are not finite .* for 1 of 2 requests"):
+            decoder._accept(decoder.rows, decoder._seen, hidden)

@@ -198,8 +198,8 @@ def test_the_cuda_recorder_warms_up_records_once_and_replays_without_running_the
     events: list[str] = []
 
     class FakeGraph:
-        def capture_begin(self, capture_error_mode="global"):
-            events.append(f"begin {capture_error_mode}")
+        def capture_begin(self, pool=None, capture_error_mode="global"):
+            events.append(f"begin {capture_error_mode}" + (f" pool {pool}" if pool else ""))
 
         def capture_end(self):
             events.append("end")

@@ -28,7 +28,7 @@ row; this one gives the same codes and latents, bit for bit on the CPU
 
 Sampling repeats transformers' ``generate`` with coqui's arguments exactly (repetition penalty over
 the whole input, which in coqui holds ``prefix_len`` dummy ids 1 and the start code, then temperature,
-top-k, top-p and ``torch.multinomial``), so a request alone gives the codes of ``Xtts.inference`` for the
+top-k, top-p and ``torch.multinomial``'s draw, :func:`draw`), so a request alone gives the codes of ``Xtts.inference`` for the
 same seed (tests/evaluate/test_batch_decode.py, and the golden codes in tests/assets/).
 
 Each generated code comes with its *latent* (the final-normed hidden state that predicted it): what
@@ -51,6 +51,7 @@ from transformers.generation.logits_process import (
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
+from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,7 @@ class Sampling:
             scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
         if not self.do_sample:
             return torch.argmax(scores, dim=-1)
-        probs = F.softmax(self.warp(scores), dim=-1)
-        return torch.cat([torch.multinomial(probs[i:i + 1], num_samples=1, generator=g)[0]
-                          for i, g in enumerate(generators)])
+        return draw(F.softmax(self.warp(scores), dim=-1), generators)
 
     def warp(self, scores: torch.Tensor) -> torch.Tensor:
         """Temperature, top-k and top-p as transformers' warpers apply them (row by row) before sampling."""
@@ -90,6 +89,19 @@ class Sampling:
         if self.top_p < 1.0:
             scores = TopPLogitsWarper(top_p=self.top_p)(None, scores)
         return scores
+
+
+def draw(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """``torch.multinomial(probs[i:i + 1], 1, generator=generators[i])`` for every row i (rows,), bit for bit, with
+    one division and one argmax for all rows.
+
+    For one sample torch draws ``q ~ Exp(1)`` per entry with the row's generator and takes ``argmax(p / q)``
+    (ATen's ``multinomial``, its path for one sample); here each row's ``q`` is drawn the same way, so each
+    generator moves on exactly as it would. What is left out is multinomial's check of its input, a dozen small
+    kernels per row per step on a GPU (at 32 rows, about 400 launches a step): the caller checks the logits once
+    for all rows instead (:meth:`BatchDecoder._accept`)."""
+    noise = torch.cat([torch.empty_like(probs[i:i + 1]).exponential_(1, generator=g) for i, g in enumerate(generators)])
+    return torch.argmax(probs / noise, dim=-1)
 
 
 @dataclass
@@ -141,19 +153,23 @@ def prefix_embeddings(gpt, cond_latents: torch.Tensor, text_tokens: torch.Tensor
 PREFILL_GROUP = 8
 
 
-def prefill(gpt, prefixes: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[int]]:
-    """coqui's first generation step for each request ([prefix][start code] through Hugging Face's ``GPT2Model``
-    with a fresh cache), for all of them in one forward pass: the last position's hidden state of each (n, dim),
-    each layer's keys and values (n, heads, longest, head_dim) and each row's length.
+def prefill_rows(gpt, prefixes: list[torch.Tensor]) -> list[torch.Tensor]:
+    """What each request's prefill runs: its prefix (1, P, dim) and then the start code's embedding."""
+    start = torch.full((1, 1), gpt.start_audio_token, dtype=torch.long, device=prefixes[0].device)
+    start_emb = gpt.mel_embedding(start) + gpt.mel_pos_embedding(start)
+    return [torch.cat([p, start_emb.to(p.dtype)], dim=1) for p in prefixes]
+
+
+def prefill_forward(gpt, rows: list[torch.Tensor]) -> Prefilled:
+    """coqui's first generation step for each of ``rows`` (:func:`prefill_rows`) through Hugging Face's
+    ``GPT2Model`` with a fresh cache, for all of them in one forward pass: the last position's hidden state of
+    each (n, dim), each layer's keys and values (n, heads, longest, head_dim) and each row's length.
 
     Rows are right-padded: every real position comes before any padding, so plain causal attention (no mask)
     lets a real position see exactly its own row's earlier positions, and a padded one is never left with
     nothing to attend to (no NaN to leak); a row's keys and values are its first ``length`` columns. One
     request alone runs exactly as coqui's ``generate`` runs it (an all-ones mask)."""
-    device = prefixes[0].device
-    start = torch.full((1, 1), gpt.start_audio_token, dtype=torch.long, device=device)
-    start_emb = gpt.mel_embedding(start) + gpt.mel_pos_embedding(start)
-    rows = [torch.cat([p, start_emb.to(p.dtype)], dim=1) for p in prefixes]
+    device = rows[0].device
     lengths = [row.shape[1] for row in rows]
     if len(rows) == 1:
         emb, mask = rows[0], torch.ones(1, lengths[0], dtype=torch.long, device=device)
@@ -168,6 +184,11 @@ def prefill(gpt, prefixes: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch
     return hidden, [layer.keys for layer in layers], [layer.values for layer in layers], lengths
 
 
+def prefill(gpt, prefixes: list[torch.Tensor]) -> Prefilled:
+    """:func:`prefill_forward` of the requests with these prefixes."""
+    return prefill_forward(gpt, prefill_rows(gpt, prefixes))
+
+
 class BatchDecoder:
     """The rows being decoded and their joint KV cache (:class:`.decode_cache.SlotCache`). Not thread-safe: one
     thread drives it.
@@ -176,9 +197,11 @@ class BatchDecoder:
     not once per row); the stop and length checks, and the readers' views, are on the host.
     """
 
-    def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None) -> None:
+    def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None,
+                 fixed_prefill: Optional[FixedShapePrefill] = None) -> None:
         """``fixed_step``: steps replayed from CUDA graphs, over a cache laid out once for ``max_rows`` rows (the most
-        this decoder will hold: required with it)."""
+        this decoder will hold: required with it). ``fixed_prefill``: prefills replayed from CUDA graphs
+        (:mod:`.prefill_graph`)."""
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
@@ -188,6 +211,7 @@ class BatchDecoder:
         self.rows: list[DecodeRequest] = []
         self._cache = SlotCache(gpt.gpt) if fixed_step is None else StaticSlotCache(gpt.gpt, rows=int(max_rows or 1))
         self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
+        self.fixed_prefill = fixed_prefill  # prefills replayed from CUDA graphs; None: eager prefills
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
 
     def __len__(self) -> int:
@@ -203,7 +227,9 @@ class BatchDecoder:
 
     def _join_group(self, requests_: list[DecodeRequest]) -> None:
         gpt = self.gpt
-        hidden, keys, values, lengths = prefill(gpt, [r.prefix for r in requests_])
+        rows = prefill_rows(gpt, [r.prefix for r in requests_])
+        forward = prefill_forward if self.fixed_prefill is None else self.fixed_prefill.run
+        hidden, keys, values, lengths = forward(gpt, rows)
         seen = torch.zeros(len(requests_), gpt.mel_head.out_features, dtype=torch.bool, device=hidden.device)
         seen[:, [1, int(gpt.start_audio_token)]] = True  # coqui's generate input: prefix_len ids 1, then the start code
         self._accept(requests_, seen, hidden)
@@ -237,14 +263,23 @@ class BatchDecoder:
         groups: dict[Sampling, list[int]] = {}
         for i, request in enumerate(requests):
             groups.setdefault(request.sampling, []).append(i)
-        codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
-        for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
-            index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-            codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
-                                           [requests[i].generator for i in rows])
+        if len(groups) == 1:  # the usual case (one server, one setting): no rows to gather and scatter back
+            codes = requests[0].sampling.choose(logits, seen, [r.generator for r in requests])
+        else:
+            codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
+            for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
+                index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+                codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
+                                               [requests[i].generator for i in rows])
         seen[torch.arange(len(requests), device=seen.device), codes] = True
+        # a row whose logits are not all finite (a broken model, half precision overflowing) has no code to give:
+        # marked -1 and refused below, at the step's one read from the device, instead of a check per row
+        chosen = torch.where(torch.isfinite(logits).all(dim=-1), codes, -1).tolist()  # the step's one wait for the device
+        if min(chosen) < 0:
+            raise RuntimeError(f"the GPT's logits are not finite (NaN or inf) for {sum(c < 0 for c in chosen)} of "
+                               f"{len(chosen)} requests; no code can be chosen")
         stop = int(self.gpt.stop_audio_token)
-        for request, code, latent in zip(requests, codes.tolist(), latents):  # the step's one wait for the device
+        for request, code, latent in zip(requests, chosen, latents):
             request.take(code, latent, stop)
 
     # --- leaving -----------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Callable, ContextManager, Optional
+from typing import Callable, ContextManager, Optional, Protocol, TypeVar
 
 import torch
 import torch.nn as nn
@@ -44,8 +44,13 @@ from xtts_ft.evaluate.decode_cache import SlotCache, window_columns
 
 log = logging.getLogger(__name__)
 
-Replay = Callable[[], torch.Tensor]  # runs the recorded step again; its output tensor (the same one each time)
-Recorder = Callable[[Callable[[], torch.Tensor]], Replay]
+Out = TypeVar("Out")  # what a recorded step gives: the decode step a tensor, the prefill a tuple of them
+
+
+class Recorder(Protocol):
+    """Records a step and returns its replay, which runs it again and gives its output (the same tensors each time)."""
+
+    def __call__(self, step: Callable[[], Out], /) -> Callable[[], Out]: ...
 
 
 COLUMN_BUCKET = 256  # a step computes the buffer's first columns in multiples of this (fewer, larger buckets)
@@ -134,7 +139,7 @@ class StaticSlotCache(SlotCache):
         return rows, self._columns_for(self.end)
 
 
-def cuda_graph(step: Callable[[], torch.Tensor]) -> Replay:
+def cuda_graph(step: Callable[[], Out], pool: Optional[tuple[int, int]] = None) -> Callable[[], Out]:
     """Record ``step`` as a CUDA graph (after one warm-up run on the recording stream, as torch's docs ask, so lazy
     initialisations happen outside the recording) and return its replay. ``step`` must be safe to run twice:
     the decode step writes the same column with the same values again.
@@ -142,20 +147,21 @@ def cuda_graph(step: Callable[[], torch.Tensor]) -> Replay:
     ``capture_begin``/``capture_end`` rather than the ``torch.cuda.graph`` context: that context also runs the
     garbage collector and empties the allocator's cache at every recording (tens of milliseconds with coqui
     and transformers loaded), which a request's first step would wait for. ``thread_local``: the speech
-    engine's other threads keep using the GPU (HiFiGAN) while this one records."""
+    engine's other threads keep using the GPU (HiFiGAN) while this one records. ``pool``: a memory pool shared
+    with other recordings (``torch.cuda.graph_pool_handle()``); None: the graph's own."""
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with _no_autocast_cache(), torch.cuda.stream(side):
         step()
-        graph.capture_begin(capture_error_mode="thread_local")
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:
             out = step()
         finally:
             graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
 
-    def replay() -> torch.Tensor:
+    def replay() -> Out:
         graph.replay()
         return out
 
@@ -171,7 +177,7 @@ def _no_autocast_cache() -> ContextManager[object]:
     return uncached
 
 
-def call_directly(step: Callable[[], torch.Tensor]) -> Replay:
+def call_directly(step: Callable[[], Out]) -> Callable[[], Out]:
     """A recorder that records nothing: the step runs at every replay (the CPU tests' stand-in for
     :func:`cuda_graph`: every shape, address and check the same, no GPU)."""
     return step
@@ -188,7 +194,7 @@ class FixedShapeStep:
         self.recordings = 0
         self.replays = 0
         # per key: the replay, the recorded step's input (fixed rows, 1, dim), the column it writes ((1,) long)
-        self._recorded: dict[tuple, tuple[Replay, torch.Tensor, torch.Tensor]] = {}
+        self._recorded: dict[tuple, tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]] = {}
 
     def run(self, cache: SlotCache, embeddings: torch.Tensor) -> torch.Tensor:
         """``cache``'s step (called by :meth:`SlotCache.step`, which has made room and marked the column)."""

@@ -23,8 +23,9 @@ from typing import Optional
 
 import torch
 
-from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest
+from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, prefill_forward
 from xtts_ft.evaluate.decode_graph import FixedShapeStep
+from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.precision import EnginePrecision
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,11 @@ class DecodeLoop:
         self.largest_join = 0  # most requests prefilled together in one forward pass
 
     def _new_decoder(self) -> BatchDecoder:
-        # graphs: the step replayed from a CUDA graph (recorded in this loop's thread, under its autocast)
+        # graphs: the step and the prefill replayed from CUDA graphs (recorded in this loop's thread, under its autocast)
         if not self.precision.graphs:
             return BatchDecoder(self.gpt)
-        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active)
+        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active,
+                            fixed_prefill=FixedShapePrefill(prefill_forward))
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = self.stream_type(request)
@@ -116,6 +118,21 @@ class DecodeLoop:
     def fixed_step(self) -> Optional[FixedShapeStep]:
         """The CUDA-graph step of the current decoder (its recordings, replays, and why it turned off), if any."""
         return self._decoder.fixed_step
+
+    @property
+    def graph_recordings(self) -> int:
+        """CUDA graphs the current decoder has recorded (its steps' and its prefills')."""
+        graphed = (self._decoder.fixed_step, self._decoder.fixed_prefill)
+        return sum(g.recordings for g in graphed if g is not None)
+
+    def describe_graphs(self) -> Optional[str]:
+        """The current decoder's CUDA graphs in a line (recordings and replays, or why they turned off); None: none."""
+        parts = []
+        for name, graphed in (("step", self._decoder.fixed_step), ("prefill", self._decoder.fixed_prefill)):
+            if graphed is not None:
+                parts.append(f"{name} off: {graphed.disabled}" if graphed.disabled else
+                             f"{name} {graphed.recordings} recordings, {graphed.replays} replays")
+        return "; ".join(parts) or None
 
     @property
     def active(self) -> int:

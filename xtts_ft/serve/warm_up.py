@@ -49,14 +49,14 @@ def callers_per_round(max_active: int) -> list[int]:
 class WarmUpReport:
     rounds: tuple[int, ...]  # callers in each round
     seconds: float
-    recordings: int  # decode-step graphs recorded during the warm-up
+    recordings: int  # CUDA graphs (decode steps, prefills) recorded during the warm-up
     skipped: Optional[str] = None  # why it did not run (no voice yet, the text refused)
 
     def describe(self) -> str:
         if self.skipped:
             return f"warm-up skipped: {self.skipped}"
         return (f"warm-up: {len(self.rounds)} rounds of {', '.join(map(str, self.rounds))} callers in "
-                f"{self.seconds:.1f} s; {self.recordings} decode-step graph(s) recorded")
+                f"{self.seconds:.1f} s; {self.recordings} CUDA graph(s) recorded")
 
 
 def warm_up(engine) -> WarmUpReport:
@@ -66,15 +66,14 @@ def warm_up(engine) -> WarmUpReport:
         return WarmUpReport((), 0.0, 0, "no voice yet (the first request pays the one-time costs)")
     text = SENTENCES.get(engine.language, OTHER_LANGUAGES)
     rounds = tuple(callers_per_round(engine.loop.max_active))
-    fixed = engine.loop.fixed_step
-    recorded = fixed.recordings if fixed is not None else 0
+    recorded = engine.loop.graph_recordings
     start = time.perf_counter()
     for callers in rounds:
         refused = _round(engine, text, voices[0], callers)
         if refused is not None:
             return WarmUpReport(rounds, time.perf_counter() - start, 0, f"the warm-up text was refused: {refused}")
     engine.forget_stats()
-    recordings = (fixed.recordings if fixed is not None else 0) - recorded
+    recordings = engine.loop.graph_recordings - recorded
     return WarmUpReport(rounds, time.perf_counter() - start, recordings)
 
 

@@ -1,0 +1,169 @@
+"""The prefill replayed from CUDA graphs: a request's prefix through the 30 layers in one launch.
+
+A request joins the batch after its *prefill*: its conditioning latents, text and start code in one forward
+pass that fills its keys and values (:func:`.batch_decode.prefill`, Hugging Face's ``GPT2Model``, as coqui's
+first generation step). For the few dozen positions of one sentence that is little arithmetic, and on a GPU
+its time is the host launching the forward's kernels one after another: on an H200 a request alone took
+about 19 ms (docs/gpu_benchmarks.md) for what its arithmetic needs in about 1 ms. A caller alone waits for
+it before the first code; with many callers it is paid once per request, by every other row too (the loop
+does not step while it prefills): with 40-code requests at 32 callers, about as much GPU time per request as
+its share of the 40 decode steps.
+
+:class:`FixedShapePrefill` runs the same forward from recorded CUDA graphs. A graph needs fixed shapes, so
+the rows are padded up to a power of two and the positions up to a multiple of ``LENGTH_BUCKET``, on the
+right: with causal attention a real position never sees a padded one after it, so each row's real
+positions get their own numbers (up to the rounding of another kernel over another shape). Each (rows,
+positions) bucket is recorded the first time a join needs it, in one memory pool shared by all of them,
+and checked against the eager prefill before it is used, as the decode step's graphs are
+(:mod:`.decode_graph`): a recording that fails or differs turns the prefill graphs off, once, with the
+reason, and the eager result is what that join uses either way.
+
+On the CPU there are no launches to save and the engine's exactness guarantees are tested against the eager
+prefill, so this runs only where the decode step's graphs run (``ServeConfig.decode_graphs``); the CPU tests
+run it with a recorder that records nothing (:func:`.decode_graph.call_directly`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from xtts_ft.evaluate.decode_graph import Out, Recorder, cuda_graph
+
+log = logging.getLogger(__name__)
+
+LENGTH_BUCKET = 32  # positions of a recorded prefill: a multiple of this (a sentence's prefix is about 50-120)
+
+Blocks = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]  # what :func:`causal_blocks` gives
+# What a prefill gives :class:`.batch_decode.BatchDecoder`: each row's last hidden state (rows, dim), each layer's
+# keys and values (rows, heads, positions, head_dim; a row's are its first ``length`` positions), the lengths.
+Prefilled = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[int]]
+
+
+def causal_blocks(transformer: nn.Module, embeddings: torch.Tensor) -> Blocks:
+    """``GPT2Model``'s forward over right-padded rows (rows, positions, dim) with plain causal attention and no
+    cache object: the final-normed hidden states and each layer's keys and values. The blocks' own modules, in
+    Hugging Face's order (coqui's GPT-2 adds no position inside the blocks: its ``wpe`` gives zeros)."""
+    x = embeddings
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    for block in transformer.h:
+        attn = block.attn
+        q, k, v = attn.c_attn(block.ln_1(x)).split(attn.split_size, dim=2)
+        shape = (*x.shape[:-1], -1, attn.head_dim)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=attn.scaling, is_causal=True)
+        a = a.transpose(1, 2).contiguous()
+        x = attn.c_proj(a.reshape(*a.shape[:-2], -1).contiguous()) + x
+        x = x + block.mlp(block.ln_2(x))
+        keys.append(k)
+        values.append(v)
+    return transformer.ln_f(x), keys, values
+
+
+def shared_pool_graphs() -> Recorder:
+    """A recorder of CUDA graphs that all draw on one memory pool (created here): a prefill's outputs are read
+    before the next prefill replays, so the buckets need not each keep their own activations."""
+    pool = torch.cuda.graph_pool_handle()
+
+    def record(step: Callable[[], Out]) -> Callable[[], Out]:
+        return cuda_graph(step, pool=pool)
+
+    return record
+
+
+class FixedShapePrefill:
+    """Prefills through recorded fixed-shape forwards: one recording per (rows, positions) bucket, replayed
+    whenever a join falls in it again. ``eager`` is the prefill it stands in for (and checks each recording
+    against): :func:`.batch_decode.prefill`."""
+
+    def __init__(self, eager: Callable[[nn.Module, list[torch.Tensor]], Prefilled],
+                 record: Optional[Recorder] = None, tolerance: Optional[float] = None,
+                 length_bucket: int = LENGTH_BUCKET) -> None:
+        self.eager = eager
+        self._record = record  # None: CUDA graphs in one shared pool, made at the first recording
+        self.tolerance = tolerance  # largest relative difference from the eager prefill accepted; None: by dtype
+        self.length_bucket = int(length_bucket)
+        self.disabled: Optional[str] = None  # why the prefill went back to the eager forward, once it did
+        self.recordings = 0
+        self.replays = 0
+        self._recorded: dict[tuple, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input buffer
+
+    def run(self, gpt: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
+        """The prefill of ``rows`` (each (1, length, dim): prefix and start code), as ``eager`` gives it."""
+        if self.disabled is not None:
+            return self.eager(gpt, rows)
+        lengths = [row.shape[1] for row in rows]
+        n = len(rows)
+        shape = (1 << max(n - 1, 0).bit_length(), -(-max(lengths) // self.length_bucket) * self.length_bucket)
+        if shape[1] > int(gpt.gpt.config.n_positions):
+            return self.eager(gpt, rows)  # (the eager forward says what is wrong with so long a prefix)
+        key = (shape, rows[0].dtype, torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+        recorded = self._recorded.get(key)
+        if recorded is None:
+            return self._first(gpt, rows, key)
+        replay, inputs = recorded
+        for i, row in enumerate(rows):  # positions past a row's length keep old inputs: finite, attended by none
+            inputs[i, :lengths[i]] = row[0]
+        self.replays += 1
+        return self._outputs(replay(), lengths)
+
+    @staticmethod
+    def _outputs(out: Blocks, lengths: list[int]) -> Prefilled:
+        hidden, keys, values = out
+        n = len(lengths)
+        last = torch.tensor([length - 1 for length in lengths], device=hidden.device)
+        # views of the graph's outputs: the caller copies them into its cache before the next prefill replays
+        return hidden[torch.arange(n, device=hidden.device), last], [k[:n] for k in keys], [v[:n] for v in values], lengths
+
+    def _first(self, gpt: nn.Module, rows: list[torch.Tensor], key: tuple) -> Prefilled:
+        """A new bucket: the eager prefill gives this join's result; the new recording must give the same."""
+        expected = self.eager(gpt, rows)
+        (n_rows, positions), lengths = key[0], expected[3]
+        inputs = torch.zeros(n_rows, positions, rows[0].shape[-1], dtype=rows[0].dtype, device=rows[0].device)
+        for i, row in enumerate(rows):
+            inputs[i, :lengths[i]] = row[0]
+        try:
+            if self._record is None:
+                self._record = shared_pool_graphs()
+            replay = self._record(lambda: causal_blocks(gpt.gpt, inputs))
+            got = self._outputs(replay(), lengths)
+        except RuntimeError as exc:  # recording refused (an operation a graph cannot hold, out of memory)
+            self._disable(f"recording the prefill failed: {exc}".splitlines()[0])
+            return expected
+        error = _largest_difference(got, expected)
+        if not error <= self._tolerance(rows[0].dtype):
+            self._disable(f"the recorded prefill differs from the eager one by {error:.2e} (relative)")
+            return expected
+        self.recordings += 1
+        self._recorded[key] = (replay, inputs)
+        return expected
+
+    def _tolerance(self, dtype: torch.dtype) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        # as the decode step's (decode_graph.FixedShapeStep._tolerance): another kernel over another shape changes
+        # fp32 rounding, not more; half precision more
+        return 1e-3 if dtype == torch.float32 and not torch.is_autocast_enabled("cuda") else 5e-2
+
+    def _disable(self, why: str) -> None:
+        self.disabled = why
+        self._recorded = {}
+        log.warning("prefill: CUDA graphs off for this decoder (%s); the eager prefill runs instead", why)
+
+
+def _largest_difference(got: Prefilled, expected: Prefilled) -> float:
+    """The largest |got - expected| over the hidden states and every row's real keys and values, relative to the
+    largest |expected| of the same tensor."""
+    worst = 0.0
+    pairs = [(got[0], expected[0])]
+    for i, length in enumerate(expected[3]):
+        pairs += [(g[i, :, :length], e[i, :, :length]) for g, e in zip(got[1] + got[2], expected[1] + expected[2])]
+    for g, e in pairs:
+        scale = max(float(e.float().abs().max()), 1e-6)
+        worst = max(worst, float((g.float() - e.float()).abs().max()) / scale)
+    return worst
