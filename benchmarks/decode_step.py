@@ -16,16 +16,23 @@ coqui's sampling) in the same process, one after the other for each batch size:
   (:mod:`xtts_ft.evaluate.decode_graph`), on CUDA; on the CPU ``fixed shapes``: the same fixed-shape step
   run directly (no graph to record: it shows the path works and what its extra masked columns cost).
 
-After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratios are reference / current and
-current / graphs. In fp32 (TF32 off while comparing) the reference and current decoders must give the same
-codes for every row (checked; a difference is printed as a failure); in bf16 another kernel's rounding
+With ``--precision bf16`` (CUDA) the current and graphed decoders run the GPT-2 blocks' weights cast to bf16 once
+(``decode_transformer``, what serve's ``--decode-precision bf16`` runs), and two more run under bf16 autocast as the
+engine first did: the reference, and ``autocast`` (the current decoder under autocast).
+
+After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratios are reference / current (and autocast /
+current) and current / graphs. In fp32 (TF32 off while comparing) the reference and current decoders must give
+the same codes for every row (checked; a difference is printed as a failure); in bf16 another kernel's rounding
 changes a sampled code and the rows drift apart, so the rows found identical are counted, not checked. The
 graphed step is checked against the eager step at every recording, and rounding may change a sampled code,
 so its rows are counted, and graphs turned off are a failure. Then, for each batch size above 1, the current
 decoder prefills that many requests one by one and together (one right-padded forward pass, as the serving
 loop does with requests that arrive together): both times, and whether the next 10 codes of every row are
-the same either way (checked in fp32 only, as above). The codes per second of all rows are also given as
-seconds of audio per second (21.5 codes per second of audio).
+the same either way (checked in fp32 only, as above). For every batch size the same two prefills run again
+through the fixed-shape prefill (:mod:`xtts_ft.evaluate.prefill_graph`: CUDA graphs on a card; on the CPU run
+directly), after an untimed run that records its buckets: both times, the ratios to the eager prefill, the
+recordings and replays, and how many rows' next 10 codes stayed the same. The codes per second of all rows are
+also given as seconds of audio per second (21.5 codes per second of audio).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from xtts_ft.evaluate.batch_decode import (  # noqa: E402
     BatchDecoder,
     DecodeRequest,
     Sampling,
+    decode_transformer,
     prefill_forward,
     prefix_embeddings,
 )
@@ -59,11 +67,19 @@ from xtts_ft.evaluate.prefill_graph import FixedShapePrefill  # noqa: E402
 CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 samples at 22.05 kHz
 
 
-def decoders(device: torch.device) -> dict:
-    """The decoders compared on ``device``: name -> a function of the GPT and the most rows giving a fresh decoder."""
+def decoders(device: torch.device, blocks) -> dict:
+    """The decoders compared on ``device``: name -> (a function of the GPT and the most rows giving a fresh decoder,
+    whether it runs under bf16 autocast). ``blocks``: the GPT-2 blocks in the decode dtype (``decode_transformer``;
+    in bf16 a cast copy, and the autocast the engine first used is measured beside it)."""
     fixed_name, record = ("graphs", cuda_graph) if device.type == "cuda" else ("fixed shapes", call_directly)
-    return {"reference": lambda gpt, rows: ReferenceDecoder(gpt), "current": lambda gpt, rows: BatchDecoder(gpt),
-            fixed_name: lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows)}
+    half = next(blocks.parameters()).dtype != torch.float32
+    compared = {"reference": (lambda gpt, rows: ReferenceDecoder(gpt), half)}
+    if half:
+        compared["autocast"] = (lambda gpt, rows: BatchDecoder(gpt), True)
+    compared["current"] = (lambda gpt, rows: BatchDecoder(gpt, transformer=blocks), False)
+    compared[fixed_name] = (lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows,
+                                                           transformer=blocks), False)
+    return compared
 
 
 def requests(gpt, size: dict, batch: int, device: torch.device, max_codes: int) -> list[DecodeRequest]:
@@ -83,13 +99,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, precision: str, warmup: int,
+def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, autocast_bf16: bool, warmup: int,
             steps: int) -> tuple[float, list[list[int]], object]:
     """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes; the
     decoder."""
     rows = requests(gpt, size, batch, device, max_codes=1 + warmup + steps)
     decoder = make_decoder(gpt, batch)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if autocast_bf16 else nullcontext()
     with torch.inference_mode(), autocast:
         for request in rows:
             decoder.join(request)
@@ -104,18 +120,17 @@ def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, pre
     return seconds, [r.codes for r in rows], decoder
 
 
-def measure_prefill(gpt, size: dict, batch: int, device: torch.device, precision: str, steps: int,
+def measure_prefill(gpt, size: dict, batch: int, device: torch.device, blocks, steps: int,
                     prefill: Optional[FixedShapePrefill] = None) -> tuple[dict[str, float], dict[str, list[list[int]]]]:
-    """Seconds to prefill ``batch`` requests one by one and together (the current decoder either way), and the codes
-    each way gives after ``steps`` more steps. ``prefill``: through these fixed-shape prefills (each way run once
-    untimed first, so that its buckets are recorded and the timed run replays them)."""
+    """Seconds to prefill ``batch`` requests one by one and together (the current decoder over ``blocks`` either way),
+    and the codes each way gives after ``steps`` more steps. ``prefill``: through these fixed-shape prefills (each
+    way run once untimed first, so that its buckets are recorded and the timed run replays them)."""
     times, codes = {}, {}
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     for way in ("one by one", "together"):
         for timed in ([False, True] if prefill is not None else [True]):
             rows = requests(gpt, size, batch, device, max_codes=1 + steps)
-            decoder = BatchDecoder(gpt, fixed_prefill=prefill)
-            with torch.inference_mode(), autocast:
+            decoder = BatchDecoder(gpt, fixed_prefill=prefill, transformer=blocks)
+            with torch.inference_mode():
                 sync(device)
                 start = time.perf_counter()
                 if way == "together":
@@ -190,12 +205,13 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
             return "DIFFER (failed)"
         return f"identical in {sum(x == y for x, y in zip(a, b))} of {len(a)} rows (bf16 rounding: not checked)"
 
-    compared = decoders(device)
+    blocks = decode_transformer(gpt, torch.bfloat16 if precision == "bf16" else None)
+    compared = decoders(device, blocks)
     fixed_name = list(compared)[-1]
     for batch in batches:
         times, codes, made = {}, {}, {}
-        for name, make in compared.items():
-            times[name], codes[name], made[name] = measure(make, gpt, size, batch, device, precision, warmup, steps)
+        for name, (make, autocast) in compared.items():
+            times[name], codes[name], made[name] = measure(make, gpt, size, batch, device, autocast, warmup, steps)
         same = codes["reference"] == codes["current"]
         fixed_step = made[fixed_name].fixed_step
         failures += (0 if same or not exact else 1) + (0 if fixed_step.disabled is None else 1)
@@ -205,11 +221,12 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
         state = (f"off ({fixed_step.disabled}; FAILED)" if fixed_step.disabled else
                  f"{fixed_step.recordings} recording(s), {fixed_step.replays} replays, "
                  f"{fixed_same} of {batch} rows' codes identical to current's")
+        autocast = f"autocast/current {times['autocast'] / times['current']:.2f}x, " if "autocast" in times else ""
         print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
-              f"current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x; codes "
+              f"{autocast}current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x; codes "
               f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}")
     for batch in batches:
-        times, codes = measure_prefill(gpt, size, batch, device, precision, steps=10)
+        times, codes = measure_prefill(gpt, size, batch, device, blocks, steps=10)
         same = codes["one by one"] == codes["together"]
         failures += 0 if same or not exact else 1
         if batch > 1:
@@ -217,7 +234,7 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
                   f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
                   f"codes of the next 10 steps {verdict(same, codes['one by one'], codes['together'])}")
         graphed = FixedShapePrefill(prefill_forward, record=cuda_graph if device.type == "cuda" else call_directly)
-        fixed_times, fixed_codes = measure_prefill(gpt, size, batch, device, precision, steps=10, prefill=graphed)
+        fixed_times, fixed_codes = measure_prefill(gpt, size, batch, device, blocks, steps=10, prefill=graphed)
         failures += 0 if graphed.disabled is None else 1
         kept = sum(a == b for way in codes for a, b in zip(codes[way], fixed_codes[way]))
         state = (f"off ({graphed.disabled}; FAILED)" if graphed.disabled else

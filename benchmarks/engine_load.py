@@ -110,8 +110,10 @@ def _open(path: str, export: Path, voices: Path, max_codes: int, text: str, devi
     return engine, synthesize, warmed
 
 
-def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_rounds: int) -> dict:
-    """``warmup_rounds`` untimed rounds, then the timed one, of ``clients`` callers starting together: the row."""
+def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_rounds: int,
+             profile_dir: Path | None = None) -> dict:
+    """``warmup_rounds`` untimed rounds, then the timed one, of ``clients`` callers starting together: the row.
+    ``profile_dir``: the timed round under torch's profiler (:func:`_profiled`)."""
     import torch
 
     def one_round() -> tuple[list[tuple[float, float]], float]:
@@ -143,7 +145,11 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
     recorded_before = engine.loop.graph_recordings if new_engine else 0
     engine.vocoder_turns.largest = 0  # the timed round's largest call only
     engine.stats.first_chunks.clear()  # the timed round's first chunks only
-    results, wall = one_round()
+    profile = None
+    if profile_dir is None:
+        results, wall = one_round()
+    else:
+        (results, wall), profile = _profiled(one_round, profile_dir / f"trace-{path}-x{clients}.json.gz", engine.device)
     firsts = np.array([r[0] for r in results])
     audio = sum(r[1] for r in results)
     graphs = engine.loop.describe_graphs() if new_engine else None
@@ -157,12 +163,45 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
             "peak_gpu_mb": gpu_mb, "device": device, "max_active_streams": engine.settings.max_active_streams,
             "graphs": graphs, "warmup_rounds": warmup_rounds,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
-            "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None}
+            "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None, "profile": profile}
+
+
+def _profiled(fn, trace: Path, device) -> tuple[Any, dict]:
+    """``fn()`` under torch's profiler (the CPU, and CUDA on a card): its result, and a summary: the operations
+    that took the most time of their own (on the GPU on a card, else on the CPU) and, on a card, how much of the
+    round's wall time the GPU was running a kernel (the union of the kernels' intervals). The whole trace is
+    written to ``trace``, gzipped (Perfetto or chrome://tracing: each thread's calls beside the GPU's kernels)."""
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # every thread's operations (the decode loop's, the readers' vocoding), not only this one's (torch's default)
+    with profile(activities=activities, experimental_config=_ExperimentalConfig(profile_all_threads=True)) as prof:
+        start = time.perf_counter()
+        result = fn()
+        wall = time.perf_counter() - start
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(trace))
+    own = "self_device_time_total" if cuda else "self_cpu_time_total"
+    top = sorted(prof.key_averages(), key=lambda e: getattr(e, own), reverse=True)[:12]
+    summary: dict[str, Any] = {"trace": str(trace), "on": "GPU" if cuda else "CPU",
+                               "top_ms": [[e.key, e.count, getattr(e, own) / 1000] for e in top]}
+    if cuda:
+        from torch.autograd import DeviceType
+
+        spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA)
+        busy, reach = 0.0, float("-inf")
+        for begin, end in spans:  # the union of the kernels' intervals (us)
+            busy += max(0.0, end - max(begin, reach))
+            reach = max(reach, end)
+        summary["gpu_busy"] = busy / 1e6 / wall
+    return result, summary
 
 
 def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max_codes: int, threads: int, text: str,
            device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0,
-           warmup_rounds: int = 0) -> None:
+           warmup_rounds: int = 0, profile_dir: Path | None = None, profile_clients: tuple[int, ...] = (1,)) -> None:
     """Print one JSON row per (clients, path), clients counts in turn and the paths of each in turn; each path's
     engine is opened (and warmed up) once, at its first row, and kept for the later clients counts."""
     import torch
@@ -177,7 +216,8 @@ def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max
                     opened[path] = _open(path, export, voices, max_codes, text, device, precision, max_active,
                                          vocoder_batch)
                 engine, synthesize, warmed = opened[path]
-                row = _measure(engine, synthesize, path, n, text, warmup_rounds)
+                row = _measure(engine, synthesize, path, n, text, warmup_rounds,
+                               profile_dir if n in profile_clients else None)
                 row.update(precision=precision, warm_up=warmed if first_row else None)
                 print(json.dumps(row), flush=True)
     finally:
@@ -187,7 +227,8 @@ def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max
 
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
             text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False,
-            max_active: int = 0, vocoder_batch: int = 0, warmup_rounds: int = 0) -> list[dict]:
+            max_active: int = 0, vocoder_batch: int = 0, warmup_rounds: int = 0,
+            profile_dir: Path | None = None, profile_clients: tuple[int, ...] = (1,)) -> list[dict]:
     """One child process per (path, clients) pair; ``one_process``: one child for all of them (quicker: each path's
     model is loaded once; its peak memory is then that process's peak so far). Each row is printed as the child
     gives it, so a run cut short keeps the rows it finished."""
@@ -198,6 +239,8 @@ def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], ma
                "--clients", *map(str, counts), "--max-codes", str(max_codes), "--threads", str(threads),
                "--text", text, "--device", device, "--precision", precision, "--max-active-streams", str(max_active),
                "--vocoder-batch", str(vocoder_batch), "--warmup-rounds", str(warmup_rounds)]
+        if profile_dir:
+            cmd += ["--profile", str(profile_dir.resolve()), "--profile-clients", *map(str, profile_clients)]
         with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: a chatty child never blocks on it
             with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT) as child:
                 assert child.stdout is not None
@@ -224,6 +267,12 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
         print(" " * 18 + row["warm_up"], flush=True)
     if row.get("first_chunk_ms"):
         print(" " * 18 + describe({k: v / 1000 for k, v in row["first_chunk_ms"].items()}), flush=True)
+    profile = row.get("profile")
+    if profile:
+        busy = f"; the GPU ran kernels {100 * profile['gpu_busy']:.0f} % of the round" if "gpu_busy" in profile else ""
+        print(" " * 18 + f"profile: {profile['trace']}{busy}; most {profile['on']} time of their own:", flush=True)
+        for name, count, ms in profile["top_ms"]:
+            print(" " * 20 + f"{ms:9.1f} ms  {count:6d} x  {name}", flush=True)
     return row
 
 
@@ -248,6 +297,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="untimed rounds of every caller before the timed one (a server that has run a while: the "
                         "graphs of engine-graphs recorded); 0: only one short warm-up request")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="run each timed round under torch's profiler: its trace to DIR/trace-PATH-xN.json, and under "
+                        "the row the operations with the most time of their own (and, on a card, how busy the GPU was)")
+    p.add_argument("--profile-clients", type=int, nargs="+", default=[1],
+                   help="with --profile: the clients counts whose rounds are profiled (a trace of many callers is large)")
     p.add_argument("--one-process", action="store_true",
                    help="run every clients count and path in one process, in turn, each path's model loaded once "
                         "(quicker; the peak memory column is then that process's peak so far, not the path's own)")
@@ -258,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.worker:
         worker(args.worker, args.clients, args.export, args.voices, args.max_codes, args.threads, args.text,
-               args.device, args.precision, args.max_active_streams, args.vocoder_batch, args.warmup_rounds)
+               args.device, args.precision, args.max_active_streams, args.vocoder_batch, args.warmup_rounds,
+               args.profile, tuple(args.profile_clients))
         return
     import soundfile as sf
     from serve_load import TEXT, VOICE, make_export
@@ -277,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
                  if args.one_process else ""), flush=True)
         rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
                        args.precision, args.one_process, args.max_active_streams, args.vocoder_batch,
-                       args.warmup_rounds)
+                       args.warmup_rounds, args.profile, tuple(args.profile_clients))
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
 

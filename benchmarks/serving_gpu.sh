@@ -2,18 +2,19 @@
 # The speech engine's GPU measurements (issue 33) in one script, the most wanted first, each command with its own
 # time limit so that a slow one cannot use up the rest. On a machine with a CUDA GPU, from the project root:
 #
-#     bash benchmarks/serving_gpu.sh [OUTDIR] [a|b|all]    # OUTDIR: serving_gpu_out; all: both parts
+#     bash benchmarks/serving_gpu.sh [OUTDIR] [a|b|c|all]    # OUTDIR: serving_gpu_out; all: every part
 #
-# Part a (the decode step and the prefill, the vocoder windows, the engine in bf16 with and without graphs) and
-# part b (the sampling draw, the readers' wake-ups, the fp32 rows of all four paths) each fit one 10-minute command,
-# with their limits (the commands take less). Each command's output goes to the terminal and to
-# OUTDIR/a/NN-name.txt or OUTDIR/b/NN-name.txt (a part whose folder exists already is refused: earlier results
-# are never written over); the lines starting with ### say what ran and how it ended (124: its time limit). What the rows mean: docs/gpu_benchmarks.md.
+# Part a (fp32, as serve runs on a card: the decode step and the prefill, the engine at 1/8/32 callers with the
+# lone caller profiled, the sampling draw, the vocoder windows), part b (bf16: the decode step, the engine; the
+# readers' wake-ups) and part c (all four paths in fp32) each fit one 10-minute command, with their limits (the
+# commands take less). Each command's output goes to the terminal and to OUTDIR/PART/NN-name.txt (a part whose
+# folder exists already is refused: earlier results are never written over); the lines starting with ### say
+# what ran and how it ended (124: its time limit). What the rows mean: docs/gpu_benchmarks.md.
 set -u
 out=${1:-serving_gpu_out}
 case "${2:-all}" in
-  a) parts=a ;; b) parts=b ;; all) parts="a b" ;;
-  *) echo "serving_gpu.sh: part '$2': give a, b or all" >&2; exit 2 ;;
+  a) parts=a ;; b) parts=b ;; c) parts=c ;; all) parts="a b c" ;;
+  *) echo "serving_gpu.sh: part '$2': give a, b, c or all" >&2; exit 2 ;;
 esac
 for p in $parts; do  # each part writes a new folder of its own, never over earlier results
   if [ -e "$out/$p" ]; then
@@ -31,23 +32,31 @@ run() {  # run NAME SECONDS COMMAND...  (into the current part's folder, $dir)
 }
 
 part_a() {
-  # the decode step: first decoder, current, current replayed from a CUDA graph (codes compared), and prefill together
+  # the decode step (first decoder, current, graphed; codes compared) and the prefill, eager and from graphs
   run 01-decode-step-fp32 120 python benchmarks/decode_step.py --size full --device cuda --batches 1 8 32
-  run 02-decode-step-bf16 120 python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
+  # the engine as serve runs it on a card (fp32, graphs), 32 places; the lone caller's round profiled: where its
+  # first audio goes (trace in profiles/, the top kernels and how busy the GPU was under the row)
+  run 02-engine-fp32-graphs 300 python benchmarks/engine_load.py --size full --device cuda --paths engine-graphs \
+    --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process --warmup-rounds 1 --profile "$dir/profiles"
+  # each row's code drawn with its own generator: torch.multinomial row by row against one division and argmax
+  run 03-sampling-draw 30 python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
   # HiFiGAN over 1, 8 and 32 callers' streamed windows: one call each against one call for all
-  run 03-vocoder-windows 60 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
-  # the engine, bf16, eager step against graphed step, 32 places: first audio p50/p95 and audio seconds per second
-  run 04-engine-bf16 240 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
-    --paths engine engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process --warmup-rounds 1
+  run 04-vocoder-windows 60 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
 }
 
 part_b() {
-  # each row's code drawn with its own generator: torch.multinomial row by row against one division and argmax
-  run 07-sampling-draw 30 python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
+  # bf16: the blocks' weights cast once (current, graphs) against autocast (reference, autocast)
+  run 05-decode-step-bf16 150 python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
+  # the engine in bf16 (weights cast once, HiFiGAN under bf16 autocast), graphs, 32 places
+  run 06-engine-bf16-graphs 300 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
+    --paths engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process --warmup-rounds 1
   # the decode loop's readers woken per chunk against per code, full-size GPT, 8 and 32 callers
-  run 05-reader-wakeups 60 python benchmarks/reader_wakeups.py --size full --device cuda --callers 8 32 --codes 80
+  run 07-reader-wakeups 60 python benchmarks/reader_wakeups.py --size full --device cuda --callers 8 32 --codes 80
+}
+
+part_c() {
   # the same card's fp32 rows of all four paths at 1 and 8 callers (the old paths take minutes at 32)
-  run 06-engine-fp32 440 python benchmarks/engine_load.py --size full --device cuda \
+  run 08-engine-fp32-all-paths 440 python benchmarks/engine_load.py --size full --device cuda \
     --paths engine engine-graphs per-piece coqui-stream --clients 1 8 --max-codes 40 --one-process --warmup-rounds 1
 }
 

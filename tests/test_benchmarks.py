@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -185,6 +186,28 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
                             r"vocoding \d+, finish \d+ \(total \d+\)", under_engine), out
 
 
+def test_engine_load_can_profile_its_timed_round_across_the_engines_threads(capsys, tmp_path):
+    """--profile: the timed round under torch's profiler, every thread's operations (the vocoder runs in the
+    readers' threads, the GPT in the decode loop's): the trace written, the top operations listed under the row."""
+    bench = load_benchmark("engine_load")
+    with left_as_found():
+        bench.main(["--size", "tiny", "--paths", "engine", "--clients", "1", "2", "--max-codes", "4", "--threads", "1",
+                    "--one-process", "--profile", str(tmp_path / "profiles")])
+    out = capsys.readouterr().out
+    trace = tmp_path / "profiles" / "trace-engine-x1.json.gz"
+    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name], "only the lone caller's round (the default)"
+    assert trace.is_file() and trace.stat().st_size > 0, out
+    assert f"profile: {trace}; most CPU time of their own:" in out and out.count("profile: ") == 1
+    ops = re.findall(r"^ +\d+\.\d ms +\d+ x  (aten::\w+)$", out, re.M)
+    assert len(ops) >= 5, out
+    threads: dict[str, set] = {}
+    for event in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]:
+        if event.get("name") in ("aten::exponential_", "aten::mkldnn_convolution"):
+            threads.setdefault(event["name"], set()).add(event.get("tid"))
+    draws, convolutions = threads.get("aten::exponential_", set()), threads.get("aten::mkldnn_convolution", set())
+    assert draws and convolutions and not draws & convolutions, "the loop's draws and the readers' HiFiGAN, each thread's"
+
+
 def test_reader_wakeups_benchmark_compares_both_notifications_and_their_codes(capsys):
     """The small GPT, four callers, one round: a row with both ways' times and wake-ups, fewer wake-ups when readers
     are woken per chunk, and the same codes either way."""
@@ -270,11 +293,11 @@ def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(
     script = REPO_ROOT / "benchmarks" / "serving_gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "06-engine-fp32.txt").write_text("earlier results")
+    (tmp_path / "b" / "06-engine-bf16-graphs.txt").write_text("earlier results")
     refused = subprocess.run(["bash", str(script), str(tmp_path), "all"], capture_output=True, text=True)
     assert refused.returncode == 2 and "b already exists" in refused.stderr and refused.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
-    assert (tmp_path / "b" / "06-engine-fp32.txt").read_text() == "earlier results"
+    assert (tmp_path / "b" / "06-engine-bf16-graphs.txt").read_text() == "earlier results"
     commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
     assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load", "reader_wakeups",
                                               "sampling_draw"}

@@ -371,3 +371,47 @@ def test_logits_that_are_not_finite_are_refused_not_turned_into_codes(golden):
         hidden[1, 0] = float("nan")
         with pytest.raises(RuntimeError, match="logits are not finite .* for 1 of 2 requests"):
             decoder._accept(decoder.rows, decoder._seen, hidden)
+
+
+def test_a_bf16_decoder_runs_a_cast_copy_of_the_blocks_and_leaves_the_models_own_alone(golden):
+    """decode_precision bf16: the GPT-2 blocks' weights cast once into a copy (the model's stay fp32: evaluation shares
+    it with training); the latents and logits still come out of the fp32 final norm and head. The CPU runs bf16
+    matrix products too (slowly), so the path runs here, eager and through the fixed shapes a CUDA graph replays."""
+    from tests.evaluate.test_decode_graph import GREEDY
+    from xtts_ft.evaluate.batch_decode import decode_transformer, prefill, prefill_forward, prefill_rows
+    from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
+    from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+
+    gpt = golden[0].gpt
+    before = [p.clone() for p in gpt.gpt.parameters()]
+    blocks = decode_transformer(gpt, torch.bfloat16)
+    assert decode_transformer(gpt, None) is gpt.gpt and decode_transformer(gpt, torch.float32) is gpt.gpt
+    assert blocks is not gpt.gpt and {p.dtype for p in blocks.parameters()} == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 and torch.equal(p, b) for p, b in zip(gpt.gpt.parameters(), before))
+    texts = ["hi", "peter piper picked", "the quick brown fox jumps"]
+    prefixes = [_request(golden, t, 0).prefix for t in texts]
+    with torch.inference_mode():  # the first hidden states: bf16's rounding, no more
+        full, half = prefill(gpt, prefixes), prefill_forward(blocks, [r.to(torch.bfloat16) for r in prefill_rows(gpt, prefixes)])
+    assert half[0].dtype == torch.bfloat16 and half[3] == full[3]
+    assert float((half[0].float() - full[0]).abs().max()) <= 3e-2 * float(full[0].abs().max())
+    decoded = {}
+    for graphs in (False, True):
+        rows = [_request(golden, t, i, sampling=GREEDY, max_codes=30) for i, t in enumerate(texts)]
+        decoder = BatchDecoder(gpt, transformer=blocks, max_rows=4 if graphs else None,
+                               fixed_step=FixedShapeStep(record=call_directly) if graphs else None,
+                               fixed_prefill=FixedShapePrefill(prefill_forward, record=call_directly) if graphs else None)
+        with torch.inference_mode():
+            decoder.join(*rows[:2])
+            assert decoder._cache.keys[0].dtype == torch.bfloat16
+            decoder.step()
+            decoder.join(rows[2])
+            while decoder.rows:
+                decoder.step()
+        for row in rows:
+            latents = torch.stack(row.latents)
+            assert row.codes and latents.dtype == torch.float32 and bool(torch.isfinite(latents).all())
+        if graphs:
+            assert decoder.fixed_step.disabled is None and decoder.fixed_prefill.disabled is None
+            assert decoder.fixed_step.recordings >= 1 and decoder.fixed_prefill.recordings >= 1
+        decoded[graphs] = [r.codes[0] for r in rows]
+    assert decoded[True] == decoded[False]

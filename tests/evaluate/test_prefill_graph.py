@@ -47,7 +47,7 @@ def test_the_padded_causal_forward_is_hugging_faces_prefill_at_every_real_positi
     gpt = golden[0].gpt
     rows = prefill_rows(gpt, [_request(golden, t, 0).prefix for t in TEXTS[:3]])
     with torch.inference_mode():
-        hidden, keys, values, lengths = prefill_forward(gpt, rows)
+        hidden, keys, values, lengths = prefill_forward(gpt.gpt, rows)
         longest = max(lengths) + 13  # more padding on the right than any row has
         padded = torch.cat([torch.nn.functional.pad(r, (0, 0, 0, longest - r.shape[1])) for r in rows])
         normed, got_keys, got_values = causal_blocks(gpt.gpt, padded)
@@ -63,10 +63,10 @@ def test_the_fixed_shape_prefill_gives_the_eager_codes_and_records_each_bucket_o
     seen: list[tuple[int, int]] = []
 
     class Watching(FixedShapePrefill):
-        def run(self, gpt, rows):
+        def run(self, transformer, rows):
             lengths = [r.shape[1] for r in rows]
             seen.append((1 << (len(rows) - 1).bit_length(), -(-max(lengths) // self.length_bucket)))
-            return super().run(gpt, rows)
+            return super().run(transformer, rows)
 
     prefill = Watching(prefill_forward, record=call_directly, length_bucket=16)
     rows = _decode(golden, prefill)
@@ -109,12 +109,12 @@ def test_a_prefix_longer_than_the_largest_bucket_is_prefilled_eagerly(golden):
     prefill = FixedShapePrefill(prefill_forward, record=call_directly, length_bucket=positions - 1)
     rows = prefill_rows(gpt, [_request(golden, "a much longer sentence than the others", 0).prefix])
     with torch.inference_mode():
-        got = prefill.run(gpt, rows)
+        got = prefill.run(gpt.gpt, rows)
     assert rows[0].shape[1] < positions - 1 and prefill.recordings == 1  # one bucket of n_positions - 1
     long_rows = [torch.zeros(1, positions - 1 + 1, rows[0].shape[-1])]
     calls = []
     prefill.eager = lambda g, r: calls.append(len(r)) or got  # what the eager forward would do is not the point
-    prefill.run(gpt, long_rows)
+    prefill.run(gpt.gpt, long_rows)
     assert calls == [1] and prefill.recordings == 1 and prefill.replays == 0
 
 

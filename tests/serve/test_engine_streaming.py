@@ -260,3 +260,26 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     finally:
         loop.close()
     assert DecodeLoop(engine.xtts.gpt, max_active=2).describe_graphs() is None  # eager: nothing to report
+
+
+def test_a_bf16_loop_decodes_with_its_own_cast_blocks_and_fp32_latents(engine):
+    """decode_precision bf16 (granted on a card only; here the loop is given it directly, the CPU runs bf16 too): the
+    loop holds a bf16 copy of the GPT-2 blocks, the shared model keeps fp32, and what a reader gets is fp32."""
+    from xtts_ft.serve.decode_loop import DecodeLoop
+    from xtts_ft.serve.precision import EnginePrecision
+
+    loop = DecodeLoop(engine.xtts.gpt, max_active=2, precision=EnginePrecision(decode=torch.bfloat16))
+    try:
+        assert loop.transformer is not engine.xtts.gpt.gpt
+        assert next(loop.transformer.parameters()).dtype == torch.bfloat16
+        assert next(engine.xtts.gpt.gpt.parameters()).dtype == torch.float32
+        gpt_cond_latent, _speaker = engine._latents(engine.voices.get("spk1"))
+        request = engine.decode_request("ዛሬ የአየሩ ሁኔታ", engine.language, gpt_cond_latent, seed=0, max_codes=12)
+        stream = loop.submit(request)
+        while not stream.finished:
+            stream.wait(stream.produced, timeout=1.0)
+        assert stream.error is None and stream.produced == len(request.codes) > 0
+        assert all(latent.dtype == torch.float32 and bool(torch.isfinite(latent).all()) for latent in request.latents)
+    finally:
+        loop.close()
+    assert DecodeLoop(engine.xtts.gpt, max_active=2).transformer is engine.xtts.gpt.gpt  # fp32: no copy

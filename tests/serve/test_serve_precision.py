@@ -29,7 +29,7 @@ def test_the_cpu_never_runs_in_half_precision_and_says_so():
     assert chosen.decode is None and chosen.vocoder is None
     assert chosen.notes == ("decode precision bf16 is for CUDA; on cpu the decode runs in fp32",
                             "vocoder precision fp16 is for CUDA; on cpu the vocoder runs in fp32")
-    with chosen.decoding(), chosen.vocoding():  # no autocast entered
+    with chosen.vocoding():  # no autocast entered
         assert not torch.is_autocast_enabled("cpu") and not torch.is_autocast_enabled("cuda")
 
 

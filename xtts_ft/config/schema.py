@@ -735,9 +735,10 @@ class ServeConfig:
         "(benchmarks/vocoder_windows.py). The CPU always vocodes one chunk per call (batching measured slower there).",
     )
     decode_precision: Literal["fp32", "bf16"] = opt(
-        "fp32", "The GPT's decode on CUDA: fp32, or bf16 (autocast; needs compute capability 8.0+). On an H200 bf16 "
-        "paid only with CUDA graphs and many callers (a step for 32 rows 8.8 against 13.4 ms; for one row 5.1 against "
-        "4.1 ms, and without graphs 3-4x slower than fp32). The CPU always decodes in fp32.",
+        "fp32", "The GPT's decode on CUDA: fp32, or bf16 (a copy of the GPT-2 blocks with its weights cast once; "
+        "needs compute capability 8.0+). Under autocast, bf16 paid on an H200 only with CUDA graphs and many callers "
+        "(a step for 32 rows 8.8 against 13.4 ms; for one row 5.1 against 4.1 ms, and without graphs 3-4x slower than "
+        "fp32); the weights cast once are not measured on a card yet. The CPU always decodes in fp32.",
     )
     vocoder_precision: Literal["fp32", "fp16", "bf16"] = opt(
         "fp32", "HiFiGAN on CUDA: fp32, fp16 or bf16 (autocast). On an H200 neither paid: fp16 took 3.2x longer than "
@@ -750,9 +751,10 @@ class ServeConfig:
         "latents); auto: on CUDA only (on a CPU it would take minutes).",
     )
     decode_graphs: Literal["auto", "off", "on"] = opt(
-        "auto", "auto (on on CUDA, off on a CPU) or on: the GPT's decode step on CUDA is replayed from CUDA graphs (one "
-        "launch instead of about 450; on an H200 a step for 1/8/32 rows took 4.1/7.6/13.4 ms against 18.3/19.9/24.4 "
-        "eager). Each recording is checked against the eager step, and graphs turn off if they differ. The decode "
+        "auto", "auto (on on CUDA, off on a CPU) or on: the GPT's decode step and each request's prefill on CUDA are "
+        "replayed from CUDA graphs (one launch instead of about 450 a step; on an H200 a step for 1/8/32 rows took "
+        "4.1/7.6/13.4 ms against 18.3/19.9/24.4 eager). Each recording is checked against the eager computation, and "
+        "graphs turn off if they differ. The decode "
         "cache is then laid out once for max_active_streams rows (about 0.3 GB per row in fp32 for XTTS-v2). The "
         "CPU never uses them.",
     )

@@ -37,10 +37,12 @@ coqui recomputes with a second forward pass and hands to HiFiGAN.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.generation.logits_process import (
@@ -51,7 +53,7 @@ from transformers.generation.logits_process import (
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled
+from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, padded_prefill
 
 
 @dataclass(frozen=True)
@@ -160,15 +162,18 @@ def prefill_rows(gpt, prefixes: list[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.cat([p, start_emb.to(p.dtype)], dim=1) for p in prefixes]
 
 
-def prefill_forward(gpt, rows: list[torch.Tensor]) -> Prefilled:
+def prefill_forward(transformer, rows: list[torch.Tensor]) -> Prefilled:
     """coqui's first generation step for each of ``rows`` (:func:`prefill_rows`) through Hugging Face's
-    ``GPT2Model`` with a fresh cache, for all of them in one forward pass: the last position's hidden state of
-    each (n, dim), each layer's keys and values (n, heads, longest, head_dim) and each row's length.
+    ``GPT2Model`` (``transformer``: coqui's ``gpt.gpt``, or the decoder's copy of it) with a fresh cache, for all
+    of them in one forward pass: the last position's hidden state of each (n, dim), each layer's keys and values
+    (n, heads, longest, head_dim) and each row's length.
 
     Rows are right-padded: every real position comes before any padding, so plain causal attention (no mask)
     lets a real position see exactly its own row's earlier positions, and a padded one is never left with
     nothing to attend to (no NaN to leak); a row's keys and values are its first ``length`` columns. One
     request alone runs exactly as coqui's ``generate`` runs it (an all-ones mask)."""
+    if rows[0].dtype != torch.float32:  # half-precision blocks (decode_transformer): see padded_prefill
+        return padded_prefill(transformer, rows)
     device = rows[0].device
     lengths = [row.shape[1] for row in rows]
     if len(rows) == 1:
@@ -176,8 +181,8 @@ def prefill_forward(gpt, rows: list[torch.Tensor]) -> Prefilled:
     else:
         emb = torch.cat([F.pad(row, (0, 0, 0, max(lengths) - n)) for row, n in zip(rows, lengths)])
         mask = None
-    out = gpt.gpt(inputs_embeds=emb, past_key_values=DynamicCache(), attention_mask=mask, use_cache=True,
-                  return_dict=True)
+    out = transformer(inputs_embeds=emb, past_key_values=DynamicCache(), attention_mask=mask, use_cache=True,
+                      return_dict=True)
     last = torch.tensor([n - 1 for n in lengths], device=device)
     hidden = out.last_hidden_state[torch.arange(len(rows), device=device), last]
     layers = out.past_key_values.layers
@@ -186,7 +191,7 @@ def prefill_forward(gpt, rows: list[torch.Tensor]) -> Prefilled:
 
 def prefill(gpt, prefixes: list[torch.Tensor]) -> Prefilled:
     """:func:`prefill_forward` of the requests with these prefixes."""
-    return prefill_forward(gpt, prefill_rows(gpt, prefixes))
+    return prefill_forward(gpt.gpt, prefill_rows(gpt, prefixes))
 
 
 class BatchDecoder:
@@ -198,18 +203,22 @@ class BatchDecoder:
     """
 
     def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None,
-                 fixed_prefill: Optional[FixedShapePrefill] = None) -> None:
+                 fixed_prefill: Optional[FixedShapePrefill] = None, transformer: Optional[nn.Module] = None) -> None:
         """``fixed_step``: steps replayed from CUDA graphs, over a cache laid out once for ``max_rows`` rows (the most
         this decoder will hold: required with it). ``fixed_prefill``: prefills replayed from CUDA graphs
-        (:mod:`.prefill_graph`)."""
+        (:mod:`.prefill_graph`). ``transformer``: the GPT-2 blocks to run instead of ``gpt.gpt`` (a copy in another
+        dtype, :func:`decode_transformer`); the embeddings, the final norm and the output head stay ``gpt``'s."""
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
         if fixed_step is not None and not max_rows:
             raise ValueError("a decoder with a fixed-shape step needs max_rows (its cache is laid out once)")
         self.gpt = gpt
+        self.transformer = gpt.gpt if transformer is None else transformer
+        self._dtype = weights_dtype(self.transformer)  # what the blocks are fed
         self.rows: list[DecodeRequest] = []
-        self._cache = SlotCache(gpt.gpt) if fixed_step is None else StaticSlotCache(gpt.gpt, rows=int(max_rows or 1))
+        self._cache = (SlotCache(self.transformer) if fixed_step is None else
+                       StaticSlotCache(self.transformer, rows=int(max_rows or 1)))
         self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
         self.fixed_prefill = fixed_prefill  # prefills replayed from CUDA graphs; None: eager prefills
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
@@ -227,9 +236,9 @@ class BatchDecoder:
 
     def _join_group(self, requests_: list[DecodeRequest]) -> None:
         gpt = self.gpt
-        rows = prefill_rows(gpt, [r.prefix for r in requests_])
+        rows = [row.to(self._dtype) for row in prefill_rows(gpt, [r.prefix for r in requests_])]
         forward = prefill_forward if self.fixed_prefill is None else self.fixed_prefill.run
-        hidden, keys, values, lengths = forward(gpt, rows)
+        hidden, keys, values, lengths = forward(self.transformer, rows)
         seen = torch.zeros(len(requests_), gpt.mel_head.out_features, dtype=torch.bool, device=hidden.device)
         seen[:, [1, int(gpt.start_audio_token)]] = True  # coqui's generate input: prefix_len ids 1, then the start code
         self._accept(requests_, seen, hidden)
@@ -251,14 +260,15 @@ class BatchDecoder:
         device = self._seen.device
         last = torch.tensor([r.codes[-1] for r in self.rows], dtype=torch.long, device=device)
         position = torch.tensor([len(r.codes) for r in self.rows], dtype=torch.long, device=device)
-        emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1)
+        emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1).to(self._dtype)
         hidden = self._cache.step(emb, self.fixed_step)
         self._accept(self.rows, self._seen, hidden)
         self.drop([r for r in self.rows if r.done])
 
     def _accept(self, requests: list[DecodeRequest], seen: torch.Tensor, hidden: torch.Tensor) -> None:
         """Choose each request's next code from its hidden state (rows, dim); mark it seen; finish the ones that end."""
-        latents = self.gpt.final_norm(hidden)
+        final_norm = self.gpt.final_norm  # in its own dtype (fp32): the latents HiFiGAN gets, the logits sampled
+        latents = final_norm(hidden.to(final_norm.weight.dtype))
         logits = self.gpt.mel_head(latents)
         groups: dict[Sampling, list[int]] = {}
         for i, request in enumerate(requests):
@@ -294,6 +304,23 @@ class BatchDecoder:
             self._seen = None
         elif self._seen is not None:
             self._seen = self._seen.index_select(0, torch.tensor(keep, dtype=torch.long, device=self._seen.device))
+
+
+def weights_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype of ``module``'s weights (fp32 for one without any)."""
+    return next((p.dtype for p in module.parameters()), torch.float32)
+
+
+def decode_transformer(gpt, dtype: Optional[torch.dtype]) -> nn.Module:
+    """The GPT-2 blocks a decoder runs in ``dtype``: ``gpt.gpt`` itself (None, or its own dtype), else a copy with its
+    weights cast once (the model's own stay as they are: evaluation shares it with training). Autocast instead
+    casts every weight at every step: on an H200 its bf16 steps were 3-4x slower than fp32 without CUDA graphs."""
+    transformer = gpt.gpt
+    if dtype is None or weights_dtype(transformer) == dtype:
+        return transformer
+    copy_ = copy.deepcopy(transformer).to(dtype)
+    copy_.requires_grad_(False)
+    return copy_.eval()
 
 
 def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None) -> None:

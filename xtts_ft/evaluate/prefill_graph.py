@@ -65,6 +65,24 @@ def causal_blocks(transformer: nn.Module, embeddings: torch.Tensor) -> Blocks:
     return transformer.ln_f(x), keys, values
 
 
+def gathered(out: Blocks, lengths: list[int]) -> Prefilled:
+    """:func:`causal_blocks`'s output as a prefill gives it: each row's hidden state at its last real position, and
+    every layer's keys and values for the real rows (views: a row's real ones are its first ``length`` positions)."""
+    hidden, keys, values = out
+    n = len(lengths)
+    last = torch.tensor([length - 1 for length in lengths], device=hidden.device)
+    return hidden[torch.arange(n, device=hidden.device), last], [k[:n] for k in keys], [v[:n] for v in values], lengths
+
+
+def padded_prefill(transformer: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
+    """The prefill of ``rows`` through :func:`causal_blocks`, right-padded to the longest: for blocks in half
+    precision, which Hugging Face's ``GPT2Model`` cannot run (it adds coqui's position embeddings, fp32 zeros,
+    and the sum is fp32 again)."""
+    lengths = [row.shape[1] for row in rows]
+    embeddings = torch.cat([F.pad(row, (0, 0, 0, max(lengths) - n)) for row, n in zip(rows, lengths)])
+    return gathered(causal_blocks(transformer, embeddings), lengths)
+
+
 def shared_pool_graphs() -> Recorder:
     """A recorder of CUDA graphs that all draw on one memory pool (created here): a prefill's outputs are read
     before the next prefill replays, so the buckets need not each keep their own activations."""
@@ -93,36 +111,29 @@ class FixedShapePrefill:
         self.replays = 0
         self._recorded: dict[tuple, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input buffer
 
-    def run(self, gpt: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
-        """The prefill of ``rows`` (each (1, length, dim): prefix and start code), as ``eager`` gives it."""
+    def run(self, transformer: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
+        """The prefill of ``rows`` (each (1, length, dim): prefix and start code) through ``transformer`` (the
+        GPT-2 blocks), as ``eager`` gives it."""
         if self.disabled is not None:
-            return self.eager(gpt, rows)
+            return self.eager(transformer, rows)
         lengths = [row.shape[1] for row in rows]
         n = len(rows)
         shape = (1 << max(n - 1, 0).bit_length(), -(-max(lengths) // self.length_bucket) * self.length_bucket)
-        if shape[1] > int(gpt.gpt.config.n_positions):
-            return self.eager(gpt, rows)  # (the eager forward says what is wrong with so long a prefix)
+        if shape[1] > int(transformer.config.n_positions):
+            return self.eager(transformer, rows)  # (the eager forward says what is wrong with so long a prefix)
         key = (shape, rows[0].dtype, torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
         recorded = self._recorded.get(key)
         if recorded is None:
-            return self._first(gpt, rows, key)
+            return self._first(transformer, rows, key)
         replay, inputs = recorded
         for i, row in enumerate(rows):  # positions past a row's length keep old inputs: finite, attended by none
             inputs[i, :lengths[i]] = row[0]
         self.replays += 1
-        return self._outputs(replay(), lengths)
+        return gathered(replay(), lengths)  # views of the graph's outputs: copied into the cache before the next replay
 
-    @staticmethod
-    def _outputs(out: Blocks, lengths: list[int]) -> Prefilled:
-        hidden, keys, values = out
-        n = len(lengths)
-        last = torch.tensor([length - 1 for length in lengths], device=hidden.device)
-        # views of the graph's outputs: the caller copies them into its cache before the next prefill replays
-        return hidden[torch.arange(n, device=hidden.device), last], [k[:n] for k in keys], [v[:n] for v in values], lengths
-
-    def _first(self, gpt: nn.Module, rows: list[torch.Tensor], key: tuple) -> Prefilled:
+    def _first(self, transformer: nn.Module, rows: list[torch.Tensor], key: tuple) -> Prefilled:
         """A new bucket: the eager prefill gives this join's result; the new recording must give the same."""
-        expected = self.eager(gpt, rows)
+        expected = self.eager(transformer, rows)
         (n_rows, positions), lengths = key[0], expected[3]
         inputs = torch.zeros(n_rows, positions, rows[0].shape[-1], dtype=rows[0].dtype, device=rows[0].device)
         for i, row in enumerate(rows):
@@ -130,8 +141,8 @@ class FixedShapePrefill:
         try:
             if self._record is None:
                 self._record = shared_pool_graphs()
-            replay = self._record(lambda: causal_blocks(gpt.gpt, inputs))
-            got = self._outputs(replay(), lengths)
+            replay = self._record(lambda: causal_blocks(transformer, inputs))
+            got = gathered(replay(), lengths)
         except RuntimeError as exc:  # recording refused (an operation a graph cannot hold, out of memory)
             self._disable(f"recording the prefill failed: {exc}".splitlines()[0])
             return expected

@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, prefill_forward
+from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, decode_transformer, prefill_forward
 from xtts_ft.evaluate.decode_graph import FixedShapeStep
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.precision import EnginePrecision
@@ -83,7 +83,8 @@ class DecodeLoop:
     def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None) -> None:
         self.gpt = gpt
         self.max_active = max(1, int(max_active))
-        self.precision = precision or EnginePrecision()  # its decode dtype applies in this loop's thread (autocast is per thread)
+        self.precision = precision or EnginePrecision()
+        self.transformer = decode_transformer(gpt, self.precision.decode)  # the GPT-2 blocks in the decode dtype
         self._decoder = self._new_decoder()
         self._active: list[Stream] = []
         self._pending: deque[Stream] = deque()
@@ -96,11 +97,11 @@ class DecodeLoop:
         self.largest_join = 0  # most requests prefilled together in one forward pass
 
     def _new_decoder(self) -> BatchDecoder:
-        # graphs: the step and the prefill replayed from CUDA graphs (recorded in this loop's thread, under its autocast)
+        # graphs: the step and the prefill replayed from CUDA graphs (recorded in this loop's thread)
         if not self.precision.graphs:
-            return BatchDecoder(self.gpt)
+            return BatchDecoder(self.gpt, transformer=self.transformer)
         return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active,
-                            fixed_prefill=FixedShapePrefill(prefill_forward))
+                            fixed_prefill=FixedShapePrefill(prefill_forward), transformer=self.transformer)
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = self.stream_type(request)
@@ -149,7 +150,7 @@ class DecodeLoop:
 
     # --- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        with torch.inference_mode(), self.precision.decoding():
+        with torch.inference_mode():
             while True:
                 with self._cond:
                     while not self._pending and not self._active and not self._closed:

@@ -3,18 +3,24 @@
 Both are off by default (``ServeConfig.decode_precision`` / ``vocoder_precision``: ``fp32``) and off on the
 CPU whatever is asked: a CPU has no fast half-precision path for these shapes, and the engine's exactness
 guarantees (its codes equal coqui's ``Xtts.inference``'s; a row's codes do not depend on who else is in
-the batch) are tested in fp32. On CUDA the choice runs the decode thread's steps, or each vocoder call,
-under ``torch.autocast`` with that dtype: weights stay fp32, matrix products and convolutions run in
-half precision, layer norms and the sampling (``Sampling.choose`` casts the logits to fp32) do not, and
-the vocoder's audio is handed on as fp32. bf16 needs native support (compute capability 8.0 or newer,
-:func:`xtts_ft.train.precision.cuda_bf16_supported`); without it the engine stays in fp32 and says so.
+the batch) are tested in fp32.
 
-Measured on an H200 (docs/gpu_benchmarks.md): bf16 decode pays only with CUDA graphs and many rows;
-HiFiGAN in fp16 is slower than fp32 there and bf16 saves 15 %, so both defaults stay fp32.
+- decode bf16: the decode loop runs a copy of the GPT-2 blocks with its weights cast to bf16 once
+  (:func:`xtts_ft.evaluate.batch_decode.decode_transformer`); the embeddings, coqui's final norm and the
+  output head stay fp32, so the latents HiFiGAN gets and the logits that are sampled are fp32. The first
+  version ran the steps under ``torch.autocast``, which casts every weight at every step: on an H200 that
+  made a step 3-4x slower than fp32 without CUDA graphs, and paid only with graphs at many rows
+  (docs/gpu_benchmarks.md; the weights cast once are not measured on a card yet).
+- vocoder fp16/bf16: each HiFiGAN call under ``torch.autocast`` with that dtype, the audio handed on as fp32.
+  On an H200 fp16 was slower than fp32 and bf16 saved 15 %.
 
-The same choice decides whether the decode step is replayed from a CUDA graph (``ServeConfig.decode_graphs``,
-:mod:`xtts_ft.evaluate.decode_graph`): CUDA only; ``auto`` (the default) is on on CUDA and off elsewhere
-without a note, ``on`` on a CPU says it was not granted.
+bf16 needs native support (compute capability 8.0 or newer, :func:`xtts_ft.train.precision.cuda_bf16_supported`);
+without it the engine stays in fp32 and says so. Both defaults stay fp32.
+
+The same choice decides whether the decode step and the prefill are replayed from CUDA graphs
+(``ServeConfig.decode_graphs``, :mod:`xtts_ft.evaluate.decode_graph`, :mod:`xtts_ft.evaluate.prefill_graph`):
+CUDA only; ``auto`` (the default) is on on CUDA and off elsewhere without a note, ``on`` on a CPU says it was
+not granted.
 """
 
 from __future__ import annotations
@@ -37,17 +43,13 @@ _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 @dataclass(frozen=True)
 class EnginePrecision:
-    """The dtypes the engine's decode and vocoder run in (None: fp32), whether the decode step is replayed from a
-    CUDA graph, and why any request was not granted."""
+    """The dtypes the engine's decode (its GPT-2 blocks' weights) and vocoder (autocast) run in (None: fp32), whether
+    the decode step and prefill are replayed from CUDA graphs, and why any request was not granted."""
 
     decode: Optional[torch.dtype] = None
     vocoder: Optional[torch.dtype] = None
     notes: tuple[str, ...] = field(default=())
     graphs: bool = False
-
-    def decoding(self) -> ContextManager[object]:
-        """Around the decode thread's work (autocast is per thread: entered in that thread)."""
-        return _autocast(self.decode)
 
     def vocoding(self) -> ContextManager[object]:
         """Around one HiFiGAN call."""
