@@ -8,8 +8,9 @@ piece capped at ``--max-codes`` audio codes (a random GPT never says stop):
 
 - ``engine``: :class:`xtts_ft.serve.engine.SpeechEngine` (one decode thread batching every request,
   token-level streaming) with the eager decode step (serve's ``--decode-graphs off``);
-- ``engine-graphs`` (CUDA): the same engine with its decode step replayed from CUDA graphs (serve's default
-  on CUDA, ``--decode-graphs auto``);
+- ``engine-graphs`` (CUDA): the same engine with its decode step and prefill replayed from CUDA graphs (serve's
+  default on CUDA, ``--decode-graphs auto``), HiFiGAN on a CUDA stream of its own (``vocoder_stream: auto``);
+- ``engine-graphs-one-stream`` (CUDA): the same with HiFiGAN on the decode steps' stream (``vocoder_stream: off``);
 - ``per-piece``: the engine before issue 33: one lock, coqui's ``Xtts.inference`` per piece, a piece's audio
   when the whole piece is done;
 - ``coqui-stream``: coqui's ``Xtts.inference_stream`` (``stream_chunk_size`` 20) per piece under the same lock
@@ -20,8 +21,9 @@ same audio; each vocoder call 10-17 % quicker on a CPU): coqui as shipped recomp
 those two rows are a little better than coqui's own.
 
 Each (path, clients) pair runs in its own process, so its peak memory (``ru_maxrss``) is its own
-(``--one-process``: one process runs every clients count and path in turn, each path's model loaded once:
-quicker, and its memory column is that process's peak so far; the test's form). All callers start together
+(``--one-process``: one process runs every clients count and path in turn, the model loaded once and shared by
+the paths, each engine path with a decode loop of its own: quicker, and its memory column is that process's peak
+so far; the test's form). All callers start together
 and each synthesises the text once (after the engine's own warm-up where serve runs it, on CUDA:
 :mod:`xtts_ft.serve.warm_up`, and after ``--warmup-rounds`` untimed rounds of the same). Reported: time to
 first audio p50/p95, aggregate seconds of audio per second of wall time, peak resident memory; for the engine
@@ -49,12 +51,14 @@ sys.path.insert(0, str(ROOT))
 
 from xtts_ft.serve.first_chunk import describe  # noqa: E402 (the standard library only: the parent stays light)
 
-PATHS = ("engine", "per-piece", "coqui-stream", "engine-graphs")
+PATHS = ("engine", "per-piece", "coqui-stream", "engine-graphs", "engine-graphs-one-stream")
 DEFAULT_PATHS = PATHS[:3]
 
 
 def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: str, max_active: int = 0,
-            graphs: bool = False, vocoder_batch: int = 0):
+            graphs: bool = False, vocoder_batch: int = 0, vocoder_stream: str = "auto", model_of=None):
+    """An engine with the path's settings; ``model_of``: an engine whose loaded model (and voices) it shares, with a
+    decode loop of its own (loading the full-size export again takes about a minute on a card)."""
     sys.path.insert(0, str(ROOT))
     from xtts_ft.config import ServeConfig
     from xtts_ft.serve.engine import SpeechEngine
@@ -64,8 +68,11 @@ def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: 
     settings = ServeConfig(short_text_retries=0, decode_precision="bf16" if half else "fp32",
                            vocoder_precision="bf16" if half else "fp32",
                            max_active_streams=max_active or ServeConfig.max_active_streams,
-                           decode_graphs="on" if graphs else "off",
+                           decode_graphs="on" if graphs else "off", vocoder_stream=vocoder_stream,
                            vocoder_batch=vocoder_batch or ServeConfig.vocoder_batch)
+    if model_of is not None:
+        return SpeechEngine(model_of.xtts, model_of.tokenizer, model_of.meta, model_of.source, model_of.voices,
+                            settings=settings, temperature=model_of.temperature, max_codes=max_codes)
     return SpeechEngine.open(resolve_model(export), device, voices_dir=voices, max_codes=max_codes, settings=settings)
 
 
@@ -96,12 +103,14 @@ def _old_path(engine, kind: str):
 
 
 def _open(path: str, export: Path, voices: Path, max_codes: int, text: str, device: str, precision: str,
-          max_active: int, vocoder_batch: int):
-    """The engine for ``path`` (warmed up as serve does), the function one caller synthesises with, the warm-up's line."""
+          max_active: int, vocoder_batch: int, model_of=None):
+    """The engine for ``path`` (warmed up as serve does), the function one caller synthesises with, the warm-up's line.
+    ``model_of``: an engine of an earlier path whose model this one shares (:func:`_engine`)."""
     from xtts_ft.serve.warm_up import wanted, warm_up
 
-    engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path == "engine-graphs",
-                     vocoder_batch=vocoder_batch)
+    engine = _engine(export, voices, max_codes, device, precision, max_active, graphs=path.startswith("engine-graphs"),
+                     vocoder_batch=vocoder_batch, vocoder_stream="off" if path.endswith("one-stream") else "auto",
+                     model_of=model_of)
     warmed = None
     if path.startswith("engine") and wanted(engine.settings.warm_up, engine.device.type):  # as serve does
         warmed = warm_up(engine).describe()
@@ -203,7 +212,8 @@ def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max
            device: str = "cpu", precision: str = "fp32", max_active: int = 0, vocoder_batch: int = 0,
            warmup_rounds: int = 0, profile_dir: Path | None = None, profile_clients: tuple[int, ...] = (1,)) -> None:
     """Print one JSON row per (clients, path), clients counts in turn and the paths of each in turn; each path's
-    engine is opened (and warmed up) once, at its first row, and kept for the later clients counts."""
+    engine is opened (and warmed up) once, at its first row, and kept for the later clients counts; the first one
+    loads the model, the others share it."""
     import torch
 
     torch.set_num_threads(threads)
@@ -212,9 +222,10 @@ def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max
         for n in clients:
             for path in paths:
                 first_row = path not in opened
-                if first_row:
+                if first_row:  # the first path loads the model; the later ones share it (each its own loop)
+                    shared = next(iter(opened.values()))[0] if opened else None
                     opened[path] = _open(path, export, voices, max_codes, text, device, precision, max_active,
-                                         vocoder_batch)
+                                         vocoder_batch, model_of=shared)
                 engine, synthesize, warmed = opened[path]
                 row = _measure(engine, synthesize, path, n, text, warmup_rounds,
                                profile_dir if n in profile_clients else None)
@@ -282,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", choices=["tiny", "full"], default="tiny")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS),
-                   help="engine: the eager decode step (--decode-graphs off); engine-graphs: with CUDA graphs (CUDA)")
+                   help="engine: the eager decode step (--decode-graphs off); engine-graphs: with CUDA graphs (CUDA); "
+                        "engine-graphs-one-stream: and HiFiGAN on the decode steps' CUDA stream (vocoder_stream: off)")
     p.add_argument("--max-codes", type=int, default=40, help="Audio codes per piece at most (~21.5 per second).")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process.")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -303,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile-clients", type=int, nargs="+", default=[1],
                    help="with --profile: the clients counts whose rounds are profiled (a trace of many callers is large)")
     p.add_argument("--one-process", action="store_true",
-                   help="run every clients count and path in one process, in turn, each path's model loaded once "
+                   help="run every clients count and path in one process, in turn, the model loaded once for all paths "
                         "(quicker; the peak memory column is then that process's peak so far, not the path's own)")
     p.add_argument("--worker", nargs="+", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--export", type=Path, help=argparse.SUPPRESS)

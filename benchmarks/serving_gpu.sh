@@ -36,12 +36,14 @@ part_a() {
   run 01-decode-step-fp32 120 python benchmarks/decode_step.py --size full --device cuda --batches 1 8 32
   # the engine as serve runs it on a card (fp32, graphs), 32 places; the lone caller's round profiled: where its
   # first audio goes (trace in profiles/, the top kernels and how busy the GPU was under the row)
-  run 02-engine-fp32-graphs 300 python benchmarks/engine_load.py --size full --device cuda --paths engine-graphs \
-    --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process --warmup-rounds 1 --profile "$dir/profiles"
+  # beside it, HiFiGAN on the decode steps' stream (vocoder_stream: off; the same model, a loop of its own)
+  run 02-engine-fp32-graphs 330 python benchmarks/engine_load.py --size full --device cuda \
+    --paths engine-graphs engine-graphs-one-stream --clients 1 8 32 --max-codes 40 --max-active-streams 32 \
+    --one-process --warmup-rounds 1 --profile "$dir/profiles"
   # each row's code drawn with its own generator: torch.multinomial row by row against one division and argmax
-  run 03-sampling-draw 30 python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
+  run 03-sampling-draw 25 python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
   # HiFiGAN over 1, 8 and 32 callers' streamed windows: one call each against one call for all
-  run 04-vocoder-windows 60 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
+  run 04-vocoder-windows 45 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
 }
 
 part_b() {

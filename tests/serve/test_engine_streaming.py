@@ -283,3 +283,40 @@ def test_a_bf16_loop_decodes_with_its_own_cast_blocks_and_fp32_latents(engine):
     finally:
         loop.close()
     assert DecodeLoop(engine.xtts.gpt, max_active=2).transformer is engine.xtts.gpt.gpt  # fp32: no copy
+
+
+def test_on_a_card_the_vocoding_runs_on_the_engines_vocoder_stream(engine, monkeypatch):
+    """ServeConfig.vocoder_stream auto: every HiFiGAN call (a streamed chunk, a whole short piece) and the work that
+    feeds it run inside ``torch.cuda.stream(engine.vocoder_stream)`` in the thread that does them (the CPU has no
+    streams: here the stream is a stand-in and torch.cuda.stream a recorder)."""
+    import contextlib
+
+    inside = threading.local()
+    calls: list[bool] = []
+
+    @contextlib.contextmanager
+    def fake_stream(stream):
+        assert stream is sentinel
+        inside.depth = getattr(inside, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            inside.depth -= 1
+
+    sentinel = object()
+    monkeypatch.setattr(torch.cuda, "stream", fake_stream)
+    assert engine.vocoder_stream is None  # a CPU: none
+    streaming = _engine_with(engine)
+    streaming.vocoder_stream = sentinel
+    hook = engine.xtts.hifigan_decoder.waveform_decoder.register_forward_pre_hook(
+        lambda _m, _a: calls.append(getattr(inside, "depth", 0) > 0))
+    try:
+        voice = engine.voices.get("spk1")
+        streamed = list(streaming.stream_piece(PIECE, voice))
+        whole = streaming.synthesize_piece("ሰላም", voice)
+    finally:
+        hook.remove()
+    assert len(streamed) >= 2 and whole.audio.size and len(calls) >= 3
+    assert all(calls), "every HiFiGAN call inside the vocoder stream's context"
+    plain = list(engine.stream_piece(PIECE, voice))  # the stream changes where the work runs, not the audio
+    assert np.array_equal(np.concatenate(plain), np.concatenate(streamed))

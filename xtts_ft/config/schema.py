@@ -745,6 +745,11 @@ class ServeConfig:
         "fp32, bf16 0.85x as long, its largest difference 1/50 of the peak (benchmarks/gpu_smoke.py section "
         "10). The CPU always vocodes in fp32.",
     )
+    vocoder_stream: Literal["auto", "off"] = opt(
+        "auto", "auto: on CUDA, the streamed chunks are vocoded on a CUDA stream of their own, so HiFiGAN's kernels run "
+        "beside the decode steps instead of queueing behind them (and the steps behind HiFiGAN); off: one stream for "
+        "both. The CPU has no streams.",
+    )
     warm_up: Literal["auto", "off", "on"] = opt(
         "auto", "Before listening, speak a short sentence to 1, 2, 4, ... max_active_streams callers at once, so the "
         "first callers do not pay the one-time costs (CUDA graph recordings, cuDNN's kernel choice, the voice's "

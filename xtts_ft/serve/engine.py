@@ -31,13 +31,14 @@ Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, ContextManager, Iterator, Optional
 
 import numpy as np
 import torch
@@ -139,6 +140,13 @@ class SpeechEngine:
         self.vocoder_turns: VocoderTurns[Window, torch.Tensor] = VocoderTurns(
             settings.vocoder_batch if device.type == "cuda" else 1,
             run=lambda windows: vocode_windows(xtts.hifigan_decoder, windows), fits=windows_fit)
+        # On CUDA the vocoding (a chunk's frames, HiFiGAN, the crossfade) goes on a stream of its own: on the decode
+        # loop's stream a chunk's kernels wait behind the steps queued before them, and the next step behind the
+        # chunk. Reading the latents there needs no wait on the loop's stream: the loop has read each step's codes
+        # back (a synchronisation) before a reader sees them, and a reader holds its latents until its audio is on
+        # the host (another one).
+        self.vocoder_stream = (torch.cuda.Stream(device) if device.type == "cuda" and settings.vocoder_stream == "auto"
+                               else None)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
@@ -224,7 +232,7 @@ class SpeechEngine:
                       needed_at: Optional[float] = None) -> np.ndarray:
         """HiFiGAN over a whole piece, as ``Xtts.inference`` does it (``speed`` stretches the latents); ``needed_at``:
         when its listener runs out of audio (default now: nothing is playing)."""
-        with torch.inference_mode():
+        with torch.inference_mode(), self.on_vocoder_stream():  # all of it: HiFiGAN reads what the stack makes
             gpt_latents = torch.stack(latents)[None]
             length_scale = 1.0 / max(speed, 0.05)
             if length_scale != 1.0:
@@ -233,7 +241,13 @@ class SpeechEngine:
             deadline = time.perf_counter() if needed_at is None else needed_at
             with self.vocoder_turns.turn(deadline), self.precision.vocoding():
                 wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
-        return wav.detach().float().cpu().numpy().reshape(-1)
+            return wav.detach().float().cpu().numpy().reshape(-1)  # (on the host: the stream's work is done)
+
+    def on_vocoder_stream(self) -> ContextManager[object]:
+        """Around a reader's vocoding: the engine's vocoder stream (CUDA, ``ServeConfig.vocoder_stream``), if any."""
+        if self.vocoder_stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.vocoder_stream)
 
     def _decode_whole(self, piece: str, language: str, latents: tuple, seed: int, cap: int,
                       cancel: Optional[Cancel]) -> DecodeRequest:
@@ -306,7 +320,7 @@ class SpeechEngine:
             read = time.perf_counter()
             vocoder.add(request.latents[given:have])
             given = have
-            with torch.inference_mode():
+            with torch.inference_mode(), self.on_vocoder_stream():
                 plan = vocoder.plan(final=stream.finished)
                 if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
                     chunk, vocoded = plan, time.perf_counter()
