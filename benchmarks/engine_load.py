@@ -185,8 +185,11 @@ def _profiled(fn, trace: Path, device) -> tuple[Any, dict]:
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    # every thread's operations (the decode loop's, the readers' vocoding), not only this one's (torch's default)
-    with profile(activities=activities, experimental_config=_ExperimentalConfig(profile_all_threads=True)) as prof:
+    try:  # every thread's operations (the decode loop's, the readers' vocoding), not only this one's (the default)
+        every_thread = _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # a torch without the option: this thread's operations and the GPU's kernels
+        every_thread = None
+    with profile(activities=activities, experimental_config=every_thread) as prof:
         start = time.perf_counter()
         result = fn()
         wall = time.perf_counter() - start
