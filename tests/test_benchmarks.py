@@ -161,14 +161,17 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
     assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other
 
 
-def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
+def test_engine_load_benchmark_prints_a_row_per_path_small(capsys, tmp_path):
     """One and two callers, four codes per piece: one row per clients count and path with its latency, throughput and
     memory columns. The benchmark's main runs in this process (it writes the export) and starts one worker process
-    for all rows (--one-process: each path's model loaded once, kept for the second clients count)."""
+    for all rows (--one-process: the model loaded once, each path's engine kept for the second clients count).
+    --profile: the lone callers' rounds under torch's profiler, every thread's operations (the GPT decodes in the
+    loop's thread, HiFiGAN runs in the readers'): the traces written, the top operations listed under the rows."""
     bench = load_benchmark("engine_load")
+    profiles = tmp_path / "profiles"
     with left_as_found():
         bench.main(["--size", "tiny", "--clients", "1", "2", "--max-codes", "4", "--threads", "1", "--one-process",
-                    "--warmup-rounds", "1"])
+                    "--warmup-rounds", "1", "--profile", str(profiles)])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if re.search(r" x[12] ", line)]
     assert [row.split()[:2] for row in rows] == [[path, count] for count in ("x1", "x2")
@@ -184,24 +187,11 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys):
         under_engine = lines[lines.index(engine_row) + 1]  # the engine's first chunks, part by part
         assert re.fullmatch(r" +first chunk, median ms: prepare \d+, to first code \d+, decoding \d+, handoff \d+, "
                             r"vocoding \d+, finish \d+ \(total \d+\)", under_engine), out
-
-
-def test_engine_load_can_profile_its_timed_round_across_the_engines_threads(capsys, tmp_path):
-    """--profile: the timed round under torch's profiler, every thread's operations (the vocoder runs in the
-    readers' threads, the GPT in the decode loop's): the trace written, the top operations listed under the row."""
-    bench = load_benchmark("engine_load")
-    with left_as_found():
-        bench.main(["--size", "tiny", "--paths", "engine", "--clients", "1", "2", "--max-codes", "4", "--threads", "1",
-                    "--one-process", "--profile", str(tmp_path / "profiles")])
-    out = capsys.readouterr().out
-    trace = tmp_path / "profiles" / "trace-engine-x1.json.gz"
-    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name], "only the lone caller's round (the default)"
-    assert trace.is_file() and trace.stat().st_size > 0, out
-    assert f"profile: {trace}; most CPU time of their own:" in out and out.count("profile: ") == 1
-    ops = re.findall(r"^ +\d+\.\d ms +\d+ x  (aten::\w+)$", out, re.M)
-    assert len(ops) >= 5, out
+    traces = {p.name for p in profiles.iterdir()}
+    assert traces == {f"trace-{path}-x1.json.gz" for path in ("engine", "per-piece", "coqui-stream")}, "x1 rows only"
+    assert out.count("most CPU time of their own:") == 3 and len(re.findall(r"^ +\d+\.\d ms +\d+ x  aten::", out, re.M)) >= 15
     threads: dict[str, set] = {}
-    for event in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]:
+    for event in json.loads(gzip.decompress((profiles / "trace-engine-x1.json.gz").read_bytes()))["traceEvents"]:
         if event.get("name") in ("aten::exponential_", "aten::mkldnn_convolution"):
             threads.setdefault(event["name"], set()).add(event.get("tid"))
     draws, convolutions = threads.get("aten::exponential_", set()), threads.get("aten::mkldnn_convolution", set())
