@@ -201,7 +201,10 @@ class SpeechEngine:
                        max_codes: int) -> DecodeRequest:
         """The decoding of ``piece`` as ``Xtts.inference`` would do it (its text handling, this engine's sampling)."""
         device = gpt_cond_latent.device
-        tokens = torch.IntTensor(self.tokenizer.encode(piece.strip().lower(), lang=language)).unsqueeze(0).to(device)
+        tokens = torch.IntTensor(self.tokenizer.encode(piece.strip().lower(), lang=language)).unsqueeze(0)
+        # On a card, from pinned memory without waiting: a plain copy to the GPU first waits for everything queued on
+        # the stream, here the decode step in flight (13 ms at 32 callers on an H200), once per caller's piece.
+        tokens = tokens.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tokens.to(device)
         with torch.inference_mode():
             prefix = prefix_embeddings(self.xtts.gpt, gpt_cond_latent, tokens)
         return DecodeRequest(prefix, max_codes, self.sampling, seed)
