@@ -128,3 +128,23 @@ def test_the_shared_pool_recorder_hands_every_recording_the_same_pool(monkeypatc
     record(lambda: 1)
     record(lambda: 2)
     assert pools == [("pool", 1), ("pool", 1)]
+
+
+def test_every_bucket_reads_and_writes_the_same_shared_buffers_and_a_larger_group_runs_eagerly(golden):
+    """A recording that kept its own outputs would keep every layer's keys and values per bucket (for XTTS-v2 in fp32
+    about 0.25 MB per position): all buckets use views of one set of buffers, sized for ``positions`` rows x
+    positions; a group of joins past that size is prefilled eagerly, and a row alone always fits."""
+    gpt = golden[0].gpt
+    prefill = FixedShapePrefill(prefill_forward, record=call_directly, length_bucket=8, positions=128)
+    short, long_ = (prefill_rows(gpt, [_request(golden, t, 0).prefix]) for t in ("hi", TEXTS[1]))
+    with torch.inference_mode():
+        prefill.run(gpt.gpt, short), prefill.run(gpt.gpt, long_)  # recorded (the eager results given back)
+        one, other = prefill.run(gpt.gpt, short), prefill.run(gpt.gpt, long_)  # replayed: views of what they wrote
+        assert prefill.recordings == 2 and prefill.replays == 2 and short[0].shape[1] // 8 != long_[0].shape[1] // 8
+        assert one[1][0].data_ptr() == other[1][0].data_ptr(), "both buckets' keys are views of one buffer"
+        assert len(prefill._buffers) == 1
+        grouped = prefill_rows(gpt, [_request(golden, t, 0).prefix for t in TEXTS[:5]])  # 8 rows x 32+ positions
+        eager = prefill_forward(gpt.gpt, grouped)
+        got = prefill.run(gpt.gpt, grouped)
+    assert prefill.recordings == 2 and prefill.replays == 2, "past the buffers: neither recorded nor replayed"
+    assert torch.equal(got[0], eager[0]) and got[3] == eager[3]

@@ -13,8 +13,10 @@ its share of the 40 decode steps.
 the rows are padded up to a power of two and the positions up to a multiple of ``LENGTH_BUCKET``, on the
 right: with causal attention a real position never sees a padded one after it, so each row's real
 positions get their own numbers (up to the rounding of another kernel over another shape). Each (rows,
-positions) bucket is recorded the first time a join needs it, in one memory pool shared by all of them,
-and checked against the eager prefill before it is used, as the decode step's graphs are
+positions) bucket is recorded the first time a join needs it, its working memory in one pool shared by all of
+them and its inputs and outputs in one set of buffers shared by all of them (``POSITIONS`` rows x positions;
+a larger group is prefilled eagerly), and checked against the eager prefill before it is used, as the decode
+step's graphs are
 (:mod:`.decode_graph`): a recording that fails or differs turns the prefill graphs off, once, with the
 reason, and the eager result is what that join uses either way.
 
@@ -37,6 +39,11 @@ from xtts_ft.evaluate.decode_graph import Out, Recorder, cuda_graph
 log = logging.getLogger(__name__)
 
 LENGTH_BUCKET = 32  # positions of a recorded prefill: a multiple of this (a sentence's prefix is about 50-120)
+# Most rows x positions a recorded prefill covers: its inputs and outputs live in buffers of this size that all the
+# buckets share (keys and values of every layer: for XTTS-v2 in fp32 about 0.25 MB per position, 315 MB in all).
+# A group of joins past it (8 rows of more than 160 positions, 4 of more than 320) is prefilled eagerly; one
+# request of any length the GPT accepts fits.
+POSITIONS = 1280
 
 Blocks = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]  # what :func:`causal_blocks` gives
 # What a prefill gives :class:`.batch_decode.BatchDecoder`: each row's last hidden state (rows, dim), each layer's
@@ -94,6 +101,36 @@ def shared_pool_graphs() -> Recorder:
     return record
 
 
+class _Buffers:
+    """The inputs and outputs every recorded prefill uses, allocated once (outside any recording) for ``positions``
+    rows x positions: each bucket reads and writes views of their first elements, so a new bucket adds no memory
+    but its own graph (a recording that kept its outputs would keep every layer's keys and values per bucket)."""
+
+    def __init__(self, transformer: nn.Module, positions: int, dtypes: tuple[torch.dtype, torch.dtype, torch.dtype],
+                 device: torch.device) -> None:
+        """``dtypes``: of the inputs, the hidden states and the keys and values (under autocast they differ)."""
+        self.width = int(transformer.config.n_embd)
+        self.heads = int(transformer.config.n_head)
+        size = positions * self.width
+        inputs, hidden, cached = dtypes
+        self.inputs = torch.zeros(size, dtype=inputs, device=device)
+        self.hidden = torch.zeros(size, dtype=hidden, device=device)
+        self.keys = [torch.zeros(size, dtype=cached, device=device) for _ in transformer.h]
+        self.values = [torch.zeros(size, dtype=cached, device=device) for _ in transformer.h]
+
+    def inputs_view(self, rows: int, positions: int) -> torch.Tensor:
+        """(rows, positions, width): what a bucket's recording reads."""
+        return self.inputs[:rows * positions * self.width].view(rows, positions, self.width)
+
+    def outputs_view(self, rows: int, positions: int) -> Blocks:
+        """What a bucket's recording writes: hidden states (rows, positions, width) and each layer's keys and values
+        (rows, heads, positions, head_dim)."""
+        n = rows * positions * self.width
+        shape = (rows, self.heads, positions, self.width // self.heads)
+        return (self.hidden[:n].view(rows, positions, self.width), [k[:n].view(shape) for k in self.keys],
+                [v[:n].view(shape) for v in self.values])
+
+
 class FixedShapePrefill:
     """Prefills through recorded fixed-shape forwards: one recording per (rows, positions) bucket, replayed
     whenever a join falls in it again. ``eager`` is the prefill it stands in for (and checks each recording
@@ -101,15 +138,17 @@ class FixedShapePrefill:
 
     def __init__(self, eager: Callable[[nn.Module, list[torch.Tensor]], Prefilled],
                  record: Optional[Recorder] = None, tolerance: Optional[float] = None,
-                 length_bucket: int = LENGTH_BUCKET) -> None:
+                 length_bucket: int = LENGTH_BUCKET, positions: int = POSITIONS) -> None:
         self.eager = eager
         self._record = record  # None: CUDA graphs in one shared pool, made at the first recording
         self.tolerance = tolerance  # largest relative difference from the eager prefill accepted; None: by dtype
         self.length_bucket = int(length_bucket)
+        self.positions = int(positions)  # most rows x positions recorded (the shared buffers' size)
         self.disabled: Optional[str] = None  # why the prefill went back to the eager forward, once it did
         self.recordings = 0
         self.replays = 0
-        self._recorded: dict[tuple, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input buffer
+        self._recorded: dict[tuple, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input view
+        self._buffers: dict[tuple, _Buffers] = {}  # (the dtypes, device) -> the shared buffers
 
     def run(self, transformer: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
         """The prefill of ``rows`` (each (1, length, dim): prefix and start code) through ``transformer`` (the
@@ -119,8 +158,9 @@ class FixedShapePrefill:
         lengths = [row.shape[1] for row in rows]
         n = len(rows)
         shape = (1 << max(n - 1, 0).bit_length(), -(-max(lengths) // self.length_bucket) * self.length_bucket)
-        if shape[1] > int(transformer.config.n_positions):
-            return self.eager(transformer, rows)  # (the eager forward says what is wrong with so long a prefix)
+        if shape[1] > int(transformer.config.n_positions) or shape[0] * shape[1] > self.positions:
+            # too long for the GPT (the eager forward says so), or a group past the shared buffers: eagerly
+            return self.eager(transformer, rows)
         key = (shape, rows[0].dtype, torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
         recorded = self._recorded.get(key)
         if recorded is None:
@@ -135,13 +175,24 @@ class FixedShapePrefill:
         """A new bucket: the eager prefill gives this join's result; the new recording must give the same."""
         expected = self.eager(transformer, rows)
         (n_rows, positions), lengths = key[0], expected[3]
-        inputs = torch.zeros(n_rows, positions, rows[0].shape[-1], dtype=rows[0].dtype, device=rows[0].device)
-        for i, row in enumerate(rows):
-            inputs[i, :lengths[i]] = row[0]
         try:
+            buffers = self._buffers_for(transformer, (rows[0].dtype, expected[0].dtype, expected[1][0].dtype),
+                                        rows[0].device)
+            inputs = buffers.inputs_view(n_rows, positions)
+            for i, row in enumerate(rows):
+                inputs[i, :lengths[i]] = row[0]
+            outputs = buffers.outputs_view(n_rows, positions)
+
+            def forward() -> Blocks:  # what is recorded: the blocks, their results written to the shared buffers
+                hidden, keys, values = causal_blocks(transformer, inputs)
+                outputs[0].copy_(hidden)
+                for out, got_ in zip(outputs[1] + outputs[2], keys + values):
+                    out.copy_(got_)
+                return outputs
+
             if self._record is None:
                 self._record = shared_pool_graphs()
-            replay = self._record(lambda: causal_blocks(transformer, inputs))
+            replay = self._record(forward)
             got = gathered(replay(), lengths)
         except RuntimeError as exc:  # recording refused (an operation a graph cannot hold, out of memory)
             self._disable(f"recording the prefill failed: {exc}".splitlines()[0])
@@ -153,6 +204,14 @@ class FixedShapePrefill:
         self.recordings += 1
         self._recorded[key] = (replay, inputs)
         return expected
+
+    def _buffers_for(self, transformer: nn.Module, dtypes: tuple[torch.dtype, torch.dtype, torch.dtype],
+                     device: torch.device) -> _Buffers:
+        """The shared buffers for these dtypes (:class:`_Buffers`) on ``device``, made at their first use."""
+        key = (*dtypes, device)
+        if key not in self._buffers:
+            self._buffers[key] = _Buffers(transformer, self.positions, dtypes, device)
+        return self._buffers[key]
 
     def _tolerance(self, dtype: torch.dtype) -> float:
         if self.tolerance is not None:
