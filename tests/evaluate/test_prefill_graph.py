@@ -148,3 +148,24 @@ def test_every_bucket_reads_and_writes_the_same_shared_buffers_and_a_larger_grou
         got = prefill.run(gpt.gpt, grouped)
     assert prefill.recordings == 2 and prefill.replays == 2, "past the buffers: neither recorded nor replayed"
     assert torch.equal(got[0], eager[0]) and got[3] == eager[3]
+
+
+def test_the_warm_ups_recordings_cover_every_length_a_request_alone_can_have(golden):
+    """BatchDecoder.record_prefills(longest): one recording per length bucket up to ``longest`` (zeros as inputs: each
+    replay copies its own in), after which a request alone of any of those lengths replays without recording."""
+    gpt = golden[0].gpt
+    prefill = FixedShapePrefill(prefill_forward, record=call_directly, length_bucket=16)
+    decoder = BatchDecoder(gpt, fixed_step=FixedShapeStep(record=call_directly), max_rows=2, fixed_prefill=prefill)
+    eager = _decode(golden, None, groups=((0,), (1,), (2,)))
+    with torch.inference_mode():
+        assert decoder.record_prefills(100) == 7 and prefill.recordings == 7  # 16, 32, ... 112 positions
+        assert decoder.record_prefills(100) == 0, "recorded once"
+        replays = prefill.replays
+        rows = [_request(golden, t, i, sampling=_sampling_of(i), max_codes=25 + 5 * i) for i, t in enumerate(TEXTS[:3])]
+        for row in rows:  # one by one, as callers alone
+            decoder.join(row)
+            while decoder.rows:
+                decoder.step()
+    assert prefill.recordings == 7 and prefill.replays == replays + 3 and prefill.disabled is None
+    assert [r.codes for r in rows] == [r.codes for r in eager[:3]] and all(r.codes for r in rows)
+    assert BatchDecoder(gpt).record_prefills(100) == 0  # no prefill graphs (the CPU's engine): nothing to record

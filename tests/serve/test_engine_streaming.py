@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 import torch
 
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all
@@ -320,3 +321,24 @@ def test_on_a_card_the_vocoding_runs_on_the_engines_vocoder_stream(engine, monke
     assert all(calls), "every HiFiGAN call inside the vocoder stream's context"
     plain = list(engine.stream_piece(PIECE, voice))  # the stream changes where the work runs, not the audio
     assert np.array_equal(np.concatenate(plain), np.concatenate(streamed))
+
+
+def test_a_call_runs_in_the_decode_loops_thread_between_steps(engine):
+    """DecodeLoop.call: what the warm-up uses to record prefills where the decoder lives (it is not thread-safe)."""
+    from xtts_ft.serve.decode_loop import DecodeLoop
+
+    loop = DecodeLoop(engine.xtts.gpt, max_active=2)
+    try:
+        seen = loop.call(lambda decoder: (threading.current_thread().name, decoder is loop._decoder))
+        assert seen == ("xtts-ft-decode", True)
+
+        def fails(_decoder):
+            raise ValueError("the caller's own failure")
+
+        with pytest.raises(ValueError, match="the caller's own failure"):
+            loop.call(fails)
+        assert loop.call(lambda decoder: decoder.record_prefills(50)) == 0  # eager (CPU): nothing to record
+    finally:
+        loop.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.call(lambda decoder: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -31,11 +32,24 @@ def _own_engine(engine, **settings):
                         max_codes=engine.max_codes)
 
 
-def test_the_warm_up_runs_its_rounds_and_leaves_no_counts(engine):
+def test_the_warm_up_runs_its_rounds_and_leaves_no_counts(engine, monkeypatch):
+    from xtts_ft.evaluate.batch_decode import BatchDecoder
+
+    asked: list[tuple[int, str]] = []
+    real = BatchDecoder.record_prefills
+
+    def record_prefills(decoder, longest):
+        asked.append((longest, threading.current_thread().name))
+        return real(decoder, longest)
+
+    monkeypatch.setattr(BatchDecoder, "record_prefills", record_prefills)
     warmed = _own_engine(engine, max_active_streams=3)
     try:
         report = warm_up(warmed)
         assert report.skipped is None and report.rounds == (1, 2, 3) and report.recordings == 0  # CPU: no graphs
+        # then the prefill of one request for every length a piece can have, in the decode loop's thread
+        conditioning = warmed._latents(warmed.voices.get(warmed.voices.names()[0]))[0].shape[1]
+        assert asked == [(conditioning + warmed.max_text_tokens + 3, "xtts-ft-decode")]
         assert warmed.loop.steps > 0 and warmed.loop.largest_batch >= 1  # (how many overlapped is the threads' say)
         assert warmed.stats.pieces == 0 and not warmed.stats.first_chunks.records  # the warm-up is not served audio
         assert report.describe().startswith("warm-up: 3 rounds of 1, 2, 3 callers in ")

@@ -250,6 +250,20 @@ class BatchDecoder:
             kept = seen.index_select(0, torch.tensor(staying_rows, dtype=torch.long, device=seen.device))
             self._seen = kept if self._seen is None else torch.cat([self._seen, kept])
 
+    def record_prefills(self, longest: int) -> int:
+        """Record the fixed-shape prefill of one request for every length bucket up to ``longest`` positions (a
+        server's warm-up: a caller alone then never waits for a recording); how many were recorded (0 without
+        prefill graphs). The inputs are zeros: a recording's inputs are copied in at every replay."""
+        if self.fixed_prefill is None:
+            return 0
+        before = self.fixed_prefill.recordings
+        bucket = self.fixed_prefill.length_bucket
+        device = next(self.transformer.parameters()).device
+        for length in range(bucket, longest + bucket, bucket):
+            row = torch.zeros(1, min(length, longest), self.transformer.config.n_embd, dtype=self._dtype, device=device)
+            self.fixed_prefill.run(self.transformer, [row])
+        return self.fixed_prefill.recordings - before
+
     # --- stepping ----------------------------------------------------------------------------
     def step(self) -> None:
         """One code for every row; rows that finish leave the batch."""

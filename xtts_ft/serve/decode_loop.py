@@ -19,7 +19,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Optional
+from concurrent.futures import Future
+from typing import Callable, Optional, TypeVar
 
 import torch
 
@@ -29,6 +30,7 @@ from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.precision import EnginePrecision
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Stream:
@@ -88,6 +90,7 @@ class DecodeLoop:
         self._decoder = self._new_decoder()
         self._active: list[Stream] = []
         self._pending: deque[Stream] = deque()
+        self._calls: deque[tuple[Callable[[BatchDecoder], object], Future]] = deque()  # run in the thread (call)
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
@@ -109,11 +112,28 @@ class DecodeLoop:
             if self._closed:
                 raise RuntimeError("the decode loop is closed")
             self._pending.append(stream)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="xtts-ft-decode", daemon=True)
-                self._thread.start()
+            self._start()
             self._cond.notify()
         return stream
+
+    def call(self, fn: Callable[[BatchDecoder], T], timeout: float = 600.0) -> T:
+        """``fn(decoder)`` run in the loop's thread between two steps (the decoder is not thread-safe), its result
+        (or its exception raised here). The serve warm-up records prefill graphs this way."""
+        future: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the decode loop is closed")
+            self._calls.append((fn, future))
+            self._start()
+            self._cond.notify()
+        result: T = future.result(timeout)
+        return result
+
+    def _start(self) -> None:
+        """Start the thread if it is not running (holding the condition)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="xtts-ft-decode", daemon=True)
+            self._thread.start()
 
     @property
     def fixed_step(self) -> Optional[FixedShapeStep]:
@@ -153,13 +173,19 @@ class DecodeLoop:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while not self._pending and not self._active and not self._closed:
+                    while not self._pending and not self._active and not self._calls and not self._closed:
                         self._cond.wait()
                     if self._closed:
                         self._fail_all(RuntimeError("the decode loop was closed"))
                         return
                     joining = [self._pending.popleft()
                                for _ in range(min(len(self._pending), self.max_active - len(self._active)))]
+                    calls = [self._calls.popleft() for _ in range(len(self._calls))]
+                for fn, future in calls:
+                    try:
+                        future.set_result(fn(self._decoder))
+                    except Exception as exc:  # noqa: BLE001 - the caller's failure, raised in the caller's thread
+                        future.set_exception(exc)
                 self._join(joining)
                 self._leave([s for s in self._active if s.cancelled], cancelled=True)
                 if not self._active:
@@ -227,6 +253,9 @@ class DecodeLoop:
         if pending:  # (called holding the condition)
             streams += list(self._pending)
             self._pending.clear()
+            for _fn, future in self._calls:
+                future.set_exception(exc)
+            self._calls.clear()
         self._active = []
         self._decoder = self._new_decoder()
         for stream in streams:

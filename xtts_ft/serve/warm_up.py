@@ -2,11 +2,13 @@
 
 A server's first requests pay costs that later ones do not: on CUDA each batch size's decode step is recorded
 as a CUDA graph the first time a step needs it (:mod:`xtts_ft.evaluate.decode_graph`: on an H200 a caller
-alone heard audio after 0.39 s while the graphs were being recorded, 0.22 s afterwards), cuDNN chooses its
-HiFiGAN kernels for each window length and batch, and the voice's conditioning latents are computed. The
-warm-up pays them before ``serve`` prints its address: one round per batch size, its callers starting together
-and synthesising the same short sentence, so the decode loop meets the row counts up to its limit (threads
-cannot promise it: a caller that is late by a whole piece decodes alone, and its shape waits for a caller).
+alone heard audio after 0.39 s while the graphs were being recorded, 0.22 s afterwards), and so is each
+prefill bucket (:mod:`xtts_ft.evaluate.prefill_graph`), cuDNN chooses its HiFiGAN kernels for each window
+length and batch, and the voice's conditioning latents are computed. The warm-up pays them before ``serve``
+prints its address: one round per batch size, its callers starting together and synthesising the same short
+sentence, so the decode loop meets the row counts up to its limit (threads cannot promise it: a caller that is
+late by a whole piece decodes alone, and its shape waits for a caller); then, in the decode loop's thread, the
+prefill of one request for every length a piece can have.
 
 ``ServeConfig.warm_up``: ``auto`` (the default) warms up on CUDA only. On a CPU the same rounds would take
 seconds to minutes (HiFiGAN alone is about 0.13 s per chunk there) and there are no graphs to record;
@@ -72,6 +74,10 @@ def warm_up(engine) -> WarmUpReport:
         refused = _round(engine, text, voices[0], callers)
         if refused is not None:
             return WarmUpReport(rounds, time.perf_counter() - start, 0, f"the warm-up text was refused: {refused}")
+    # a caller alone with a text of another length must not wait for its prefill's recording either: every length
+    # a piece can have ([conditioning][start, text, stop][start code]; a piece has fewer tokens than the limit)
+    longest = int(engine._latents(engine.voices.get(voices[0]))[0].shape[1]) + engine.max_text_tokens + 3
+    engine.loop.call(lambda decoder: decoder.record_prefills(longest))
     engine.forget_stats()
     recordings = engine.loop.graph_recordings - recorded
     return WarmUpReport(rounds, time.perf_counter() - start, recordings)
