@@ -40,6 +40,14 @@ def _engine_with(engine, **settings):
                         max_codes=engine.max_codes, loop=engine.loop)
 
 
+def _solo_codes(engine, requests: list[DecodeRequest]) -> list[list[int]]:
+    """Each request's codes decoded alone (the oracle of the batched loop)."""
+    for r in requests:
+        with torch.inference_mode():
+            decode_all(engine.xtts.gpt, [r])
+    return [r.codes for r in requests]
+
+
 def test_first_chunk_is_sent_after_the_first_chunk_codes(engine):
     first_codes = 6
     streaming = _engine_with(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
@@ -74,12 +82,7 @@ def test_concurrent_requests_are_batched_and_keep_their_solo_codes(engine):
     def request(i: int) -> DecodeRequest:
         return engine.decode_request(texts[i], engine.language, gpt_cond_latent, seed=i, max_codes=cap - i)
 
-    solo = []
-    for i in range(len(texts)):
-        r = request(i)
-        with torch.inference_mode():
-            decode_all(engine.xtts.gpt, [r])
-        solo.append(r.codes)
+    solo = _solo_codes(engine, [request(i) for i in range(len(texts))])
     batched = [request(i) for i in range(len(texts))]
     engine.loop.largest_batch, before = 0, engine.loop.steps
     streams = [engine.loop.submit(r) for r in batched]
@@ -241,12 +244,7 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     def request(i: int) -> DecodeRequest:
         return engine.decode_request(texts[i], engine.language, gpt_cond_latent, seed=i, max_codes=20)
 
-    solo = []
-    for i in range(len(texts)):
-        r = request(i)
-        with torch.inference_mode():
-            decode_all(engine.xtts.gpt, [r])
-        solo.append(r.codes)
+    solo = _solo_codes(engine, [request(i) for i in range(len(texts))])
     try:
         batched = [request(i) for i in range(len(texts))]
         for stream in [loop.submit(r) for r in batched]:

@@ -183,16 +183,42 @@ def call_directly(step: Callable[[], Out]) -> Callable[[], Out]:
     return step
 
 
-class FixedShapeStep:
+class Recordings:
+    """What the recorded decode step and the recorded prefill (:mod:`.prefill_graph`) share: their counts, the
+    tolerance a recording's replay is held to against the eager computation, and turning off, once, with the
+    reason."""
+
+    what = "decode"  # the log line's subject
+    instead = "the eager step"  # what runs once the recordings are off
+    _log = log  # where that line goes (each module's own logger)
+
+    def __init__(self, tolerance: Optional[float] = None) -> None:
+        self.tolerance = tolerance  # largest |replay - eager| / max |eager| accepted; None: by dtype
+        self.disabled: Optional[str] = None  # why the eager computation runs again, once it does
+        self.recordings = 0
+        self.replays = 0
+        self._recorded: dict[tuple, tuple] = {}  # per fixed shape: the replay and the buffers it reads
+
+    def _tolerance(self, dtype: torch.dtype) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        # fp32: another kernel over another shape (more masked columns, padded positions) changes rounding, not
+        # more; half precision (bf16 weights, or autocast: products in bf16, layer norms in fp32) more.
+        return 1e-3 if dtype == torch.float32 and not torch.is_autocast_enabled("cuda") else 5e-2
+
+    def _disable(self, why: str) -> None:
+        self.disabled = why
+        self._recorded = {}
+        self._log.warning("%s: CUDA graphs off for this decoder (%s); %s runs instead", self.what, why, self.instead)
+
+
+class FixedShapeStep(Recordings):
     """Runs a :class:`SlotCache`'s steps through recorded fixed-shape steps: one recording per fixed shape
     (:meth:`SlotCache.fixed_shape`) of each buffer layout, replayed whenever a step has that shape again."""
 
     def __init__(self, record: Recorder = cuda_graph, tolerance: Optional[float] = None) -> None:
+        super().__init__(tolerance)
         self.record = record
-        self.tolerance = tolerance  # largest |replay - window step| / max |window step| accepted; None: by dtype
-        self.disabled: Optional[str] = None  # why the steps went back to the window step, once they did
-        self.recordings = 0
-        self.replays = 0
         # per key: the replay, the recorded step's input (fixed rows, 1, dim), the column it writes ((1,) long)
         self._recorded: dict[tuple, tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]] = {}
 
@@ -235,14 +261,3 @@ class FixedShapeStep:
         self._recorded[key] = (replay, inputs, column)
         return expected
 
-    def _tolerance(self, dtype: torch.dtype) -> float:
-        if self.tolerance is not None:
-            return self.tolerance
-        # fp32: another attention kernel over more (masked) columns changes rounding, not more; half precision
-        # (bf16 autocast: the hidden states come out in fp32 after the layer norm, the products in bf16) more.
-        return 1e-3 if dtype == torch.float32 and not torch.is_autocast_enabled("cuda") else 5e-2
-
-    def _disable(self, why: str) -> None:
-        self.disabled = why
-        self._recorded = {}
-        log.warning("decode: CUDA graphs off for this decoder (%s); the eager step runs instead", why)

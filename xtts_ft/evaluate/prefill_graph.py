@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xtts_ft.evaluate.decode_graph import Out, Recorder, cuda_graph
+from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph
 
 log = logging.getLogger(__name__)
 
@@ -131,22 +131,23 @@ class _Buffers:
                 [v[:n].view(shape) for v in self.values])
 
 
-class FixedShapePrefill:
+class FixedShapePrefill(Recordings):
     """Prefills through recorded fixed-shape forwards: one recording per (rows, positions) bucket, replayed
     whenever a join falls in it again. ``eager`` is the prefill it stands in for (and checks each recording
     against): :func:`.batch_decode.prefill`."""
 
+    what = "prefill"
+    instead = "the eager prefill"
+    _log = log
+
     def __init__(self, eager: Callable[[nn.Module, list[torch.Tensor]], Prefilled],
                  record: Optional[Recorder] = None, tolerance: Optional[float] = None,
                  length_bucket: int = LENGTH_BUCKET, positions: int = POSITIONS) -> None:
+        super().__init__(tolerance)
         self.eager = eager
         self._record = record  # None: CUDA graphs in one shared pool, made at the first recording
-        self.tolerance = tolerance  # largest relative difference from the eager prefill accepted; None: by dtype
         self.length_bucket = int(length_bucket)
         self.positions = int(positions)  # most rows x positions recorded (the shared buffers' size)
-        self.disabled: Optional[str] = None  # why the prefill went back to the eager forward, once it did
-        self.recordings = 0
-        self.replays = 0
         self._recorded: dict[tuple, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input view
         self._buffers: dict[tuple, _Buffers] = {}  # (the dtypes, device) -> the shared buffers
 
@@ -212,18 +213,6 @@ class FixedShapePrefill:
         if key not in self._buffers:
             self._buffers[key] = _Buffers(transformer, self.positions, dtypes, device)
         return self._buffers[key]
-
-    def _tolerance(self, dtype: torch.dtype) -> float:
-        if self.tolerance is not None:
-            return self.tolerance
-        # as the decode step's (decode_graph.FixedShapeStep._tolerance): another kernel over another shape changes
-        # fp32 rounding, not more; half precision more
-        return 1e-3 if dtype == torch.float32 and not torch.is_autocast_enabled("cuda") else 5e-2
-
-    def _disable(self, why: str) -> None:
-        self.disabled = why
-        self._recorded = {}
-        log.warning("prefill: CUDA graphs off for this decoder (%s); the eager prefill runs instead", why)
 
 
 def _largest_difference(got: Prefilled, expected: Prefilled) -> float:
