@@ -176,6 +176,15 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
 
 
 def _profiled(fn, trace: Path, device) -> tuple[Any, dict]:
+    """:func:`_profiled_round`; when the profiler itself fails, ``fn()`` again without it and the reason: on a card
+    the row (and the larger clients counts after it, in the same process) matter more than the profile."""
+    try:
+        return _profiled_round(fn, trace, device)
+    except RuntimeError as exc:
+        return fn(), {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+
+
+def _profiled_round(fn, trace: Path, device) -> tuple[Any, dict]:
     """``fn()`` under torch's profiler (the CPU, and CUDA on a card): its result, and a summary: the operations
     that took the most time of their own (on the GPU on a card, else on the CPU) and, on a card, how much of the
     round's wall time the GPU was running a kernel (the union of the kernels' intervals). The whole trace is
@@ -282,7 +291,9 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("first_chunk_ms"):
         print(" " * 18 + describe({k: v / 1000 for k, v in row["first_chunk_ms"].items()}), flush=True)
     profile = row.get("profile")
-    if profile:
+    if profile and "error" in profile:
+        print(" " * 18 + f"profile failed ({profile['error']}); the row is from a round run again without it", flush=True)
+    elif profile:
         busy = f"; the GPU ran kernels {100 * profile['gpu_busy']:.0f} % of the round" if "gpu_busy" in profile else ""
         print(" " * 18 + f"profile: {profile['trace']}{busy}; most {profile['on']} time of their own:", flush=True)
         for name, count, ms in profile["top_ms"]:

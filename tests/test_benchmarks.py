@@ -198,6 +198,27 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys, tmp_path):
     assert draws and convolutions and not draws & convolutions, "the loop's draws and the readers' HiFiGAN, each thread's"
 
 
+def test_a_profiler_that_fails_costs_the_profile_not_the_row(tmp_path, monkeypatch, capsys):
+    """On a card a failing profiler must not take the row, and the larger clients counts after it, with it."""
+    bench = load_benchmark("engine_load")
+    rounds = []
+
+    def one_round():
+        rounds.append(1)
+        return "results"
+
+    def broken(*_args):
+        raise RuntimeError("Kineto failed to start\ndetails")
+
+    monkeypatch.setattr(bench, "_profiled_round", broken)
+    result, summary = bench._profiled(one_round, tmp_path / "trace.json.gz", None)
+    assert (result, summary, rounds) == ("results", {"error": "Kineto failed to start"}, [1])
+    bench._print_row({"path": "engine-graphs", "clients": 1, "ttfa_p50": 0.1, "ttfa_p95": 0.1, "audio_per_s": 3.0,
+                      "audio_s": 3.0, "wall_s": 1.0, "peak_mb": 900.0, "peak_gpu_mb": None, "profile": summary})
+    assert "profile failed (Kineto failed to start); the row is from a round run again without it" in \
+        capsys.readouterr().out
+
+
 def test_reader_wakeups_benchmark_compares_both_notifications_and_their_codes(capsys):
     """The small GPT, four callers, one round: a row with both ways' times and wake-ups, fewer wake-ups when readers
     are woken per chunk, and the same codes either way."""
