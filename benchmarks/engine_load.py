@@ -341,6 +341,9 @@ def main(argv: list[str] | None = None) -> None:
                args.device, args.precision, args.max_active_streams, args.vocoder_batch, args.warmup_rounds,
                args.profile, tuple(args.profile_clients))
         return
+    if args.profile and args.profile.exists() and any(args.profile.iterdir()):
+        # its traces have fixed names (trace-PATH-xN.json.gz): earlier ones there would be written over
+        p.error(f"--profile {args.profile}: the folder holds files already; give a new or empty folder")
     import soundfile as sf
     from serve_load import TEXT, VOICE, make_export
 

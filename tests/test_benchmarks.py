@@ -199,7 +199,8 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys, tmp_path):
 
 
 def test_a_profiler_that_fails_costs_the_profile_not_the_row(tmp_path, monkeypatch, capsys):
-    """On a card a failing profiler must not take the row, and the larger clients counts after it, with it."""
+    """On a card a failing profiler must not take the row, and the larger clients counts after it, with it; and a
+    profile folder that holds files already is refused (the traces' names are fixed)."""
     bench = load_benchmark("engine_load")
     rounds = []
 
@@ -210,6 +211,12 @@ def test_a_profiler_that_fails_costs_the_profile_not_the_row(tmp_path, monkeypat
     def broken(*_args):
         raise RuntimeError("Kineto failed to start\ndetails")
 
+    kept = tmp_path / "earlier"
+    kept.mkdir()
+    (kept / "trace-engine-x1.json.gz").write_bytes(b"an earlier trace")
+    with pytest.raises(SystemExit):  # a folder with files in it is refused before anything runs
+        bench.main(["--size", "tiny", "--profile", str(kept)])
+    assert "--profile" in capsys.readouterr().err and (kept / "trace-engine-x1.json.gz").read_bytes() == b"an earlier trace"
     monkeypatch.setattr(bench, "_profiled_round", broken)
     result, summary = bench._profiled(one_round, tmp_path / "trace.json.gz", None)
     assert (result, summary, rounds) == ("results", {"error": "Kineto failed to start"}, [1])
