@@ -5,9 +5,9 @@
 #     bash benchmarks/serving_gpu.sh [OUTDIR] [a|b|c|all]    # OUTDIR: serving_gpu_out; all: every part
 #
 # Part a (fp32, as serve runs on a card: the decode step and the prefill, the engine at 1/8/32 callers with the
-# lone caller profiled, the sampling draw, the vocoder windows), part b (bf16: the decode step, the engine; the
-# readers' wake-ups) and part c (all four paths in fp32) each fit one 10-minute command, with their limits (the
-# commands take less). Each command's output goes to the terminal and to OUTDIR/PART/NN-name.txt (a part whose
+# lone caller profiled, the sampling draw, the vocoder windows, a reader's host work per chunk), part b (bf16: the
+# decode step, the engine; the readers' wake-ups) and part c (all four paths in fp32) each fit one 10-minute
+# command, with their limits (the commands take less). Each command's output goes to the terminal and to OUTDIR/PART/NN-name.txt (a part whose
 # folder exists already is refused: earlier results are never written over); the lines starting with ### say
 # what ran and how it ended (124: its time limit). What the rows mean: docs/gpu_benchmarks.md.
 set -u
@@ -44,21 +44,23 @@ part_a() {
   run 03-sampling-draw 25 python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
   # HiFiGAN over 1, 8 and 32 callers' streamed windows: one call each against one call for all
   run 04-vocoder-windows 45 python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
+  # a reader's host work per chunk: its window planned the first way (every latent, torch.unique) against now
+  run 05-reader-host-work 20 python benchmarks/reader_host_work.py --device cuda --codes 800
 }
 
 part_b() {
   # bf16: the blocks' weights cast once (current, graphs) against autocast (reference, autocast)
-  run 05-decode-step-bf16 150 python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
+  run 06-decode-step-bf16 150 python benchmarks/decode_step.py --size full --device cuda --precision bf16 --batches 1 8 32
   # the engine in bf16 (weights cast once, HiFiGAN under bf16 autocast), graphs, 32 places
-  run 06-engine-bf16-graphs 300 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
+  run 07-engine-bf16-graphs 300 python benchmarks/engine_load.py --size full --device cuda --precision bf16 \
     --paths engine-graphs --clients 1 8 32 --max-codes 40 --max-active-streams 32 --one-process --warmup-rounds 1
   # the decode loop's readers woken per chunk against per code, full-size GPT, 8 and 32 callers
-  run 07-reader-wakeups 60 python benchmarks/reader_wakeups.py --size full --device cuda --callers 8 32 --codes 80
+  run 08-reader-wakeups 60 python benchmarks/reader_wakeups.py --size full --device cuda --callers 8 32 --codes 80
 }
 
 part_c() {
   # the same card's fp32 rows of all four paths at 1 and 8 callers (the old paths take minutes at 32)
-  run 08-engine-fp32-all-paths 440 python benchmarks/engine_load.py --size full --device cuda \
+  run 09-engine-fp32-all-paths 440 python benchmarks/engine_load.py --size full --device cuda \
     --paths engine engine-graphs per-piece coqui-stream --clients 1 8 --max-codes 40 --one-process --warmup-rounds 1
 }
 

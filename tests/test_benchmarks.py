@@ -252,6 +252,18 @@ def test_sampling_draw_benchmark_counts_both_ways_and_checks_their_codes(capsys)
         assert int(drawn) < int(row_by_row), "fewer operations per step than multinomial row by row"
 
 
+def test_reader_host_work_benchmark_plans_both_ways_and_checks_their_frames(capsys):
+    """Both vocoders through one short utterance: rows with the operations and times each way, the frames found the
+    same (the exit status says whether they were), fewer operations now, and the voice lookup timed both ways."""
+    bench = load_benchmark("reader_host_work")
+    assert bench.main(["--codes", "100", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| \d+ \| (\d+) \| (\d+) \| (\d+) \| \d+ us \| \d+ us \| [\d.]+x \| yes \|$", out, re.M)
+    assert len(rows) >= 3 and rows[-1][0] == "100", out
+    assert all(int(now) < int(first) for _, first, now in rows), "fewer operations per plan than the first way"
+    assert "frames identical: yes" in out and re.search(r"voice lookup \(\d+ KB clip\): read and hashed \d+ us", out)
+
+
 def test_eval_speed_benchmark_compares_old_and_new_vocoding_small(capsys, tiny_base_dir):
     """In-process, two short samples, one round: both paths run and their audio agrees to float rounding."""
     bench = load_benchmark("eval_speed")
@@ -311,14 +323,14 @@ def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(
     script = REPO_ROOT / "benchmarks" / "serving_gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "06-engine-bf16-graphs.txt").write_text("earlier results")
+    (tmp_path / "b" / "07-engine-bf16-graphs.txt").write_text("earlier results")
     refused = subprocess.run(["bash", str(script), str(tmp_path), "all"], capture_output=True, text=True)
     assert refused.returncode == 2 and "b already exists" in refused.stderr and refused.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
-    assert (tmp_path / "b" / "06-engine-bf16-graphs.txt").read_text() == "earlier results"
+    assert (tmp_path / "b" / "07-engine-bf16-graphs.txt").read_text() == "earlier results"
     commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
     assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load", "reader_wakeups",
-                                              "sampling_draw"}
+                                              "sampling_draw", "reader_host_work"}
     for name, args in commands:
         with left_as_found(), pytest.raises(SystemExit):
             load_benchmark(name).main(["--help"])

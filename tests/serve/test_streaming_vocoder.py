@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from xtts_ft.serve.streaming_vocoder import CROSSFADE_FRAMES, StreamingVocoder
+from xtts_ft.serve.streaming_vocoder_reference import ReferenceStreamingVocoder
 
 
 def _latents(n: int, dim: int, seed: int = 0) -> torch.Tensor:
@@ -22,6 +25,38 @@ def _stream(hifigan, latents, g, sizes) -> tuple[list[np.ndarray], StreamingVoco
         given += size
         chunks.append(vocoder.audio(final=given >= len(latents)))
     return chunks, vocoder
+
+
+@pytest.mark.parametrize("rates,dtype", [((24000, 22050), torch.float32), ((22050, 22050), torch.float32),
+                                         ((24000, 22050), torch.bfloat16)])
+def test_frames_are_the_first_versions_bit_for_bit(rates, dtype):
+    """Index tables built on the host over the window's latents only give the first version's frames (every latent
+    stacked, the indices on the latents' device, ``torch.unique``) exactly, at every chunk of a 400-code utterance."""
+    shape = SimpleNamespace(output_hop_length=256, ar_mel_length_compression=1024, output_sample_rate=rates[0],
+                            input_sample_rate=rates[1])  # XTTS-v2's HiFiGAN (and one without resampling)
+    latents = _latents(400, 64).to(dtype)
+    g = torch.zeros(1, 8, 1)
+    fast, first = StreamingVocoder(shape, g), ReferenceStreamingVocoder(shape, g)
+    given, windows = 0, 0
+    for size in [10] + [40] * 10:
+        chunk = list(latents[given : given + size])
+        given += size
+        final = given >= len(latents)
+        fast.add(chunk)
+        first.add(chunk)
+        a, b = fast.plan(final), first.plan(final)
+        assert isinstance(a, np.ndarray) == isinstance(b, np.ndarray)
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            assert np.array_equal(a, b)
+            continue
+        assert a.frames.dtype == dtype and torch.equal(a.frames, b.frames), f"window {windows}"
+        assert (a.keep_from, a.keep_to, a.final) == (b.keep_from, b.keep_to, b.final)
+        wav = torch.randn(a.frames.shape[-1] * 256, generator=torch.Generator().manual_seed(windows))  # its stand-in audio
+        assert np.array_equal(fast.finish(a, wav), first.finish(b, wav))
+        windows += 1
+        if final:
+            break
+    assert windows == 11 and fast.frames_vocoded == first.frames_vocoded
 
 
 @pytest.mark.parametrize("n", [61, 7])  # several chunks; an utterance shorter than the first chunk

@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
+from xtts_ft.serve.precision import host_to_device
+
 # XTTS's HiFiGAN generator (conv_pre, upsampling 8-8-2-2, resblocks of kernels 3/7/11 with dilations 1/3/5) sees
 # about 13 frames to the left and 14 to the right of each output frame (measured: one input frame changed, the
 # samples that change at all). 16 frames on each side cover all of it, so a chunk's kept audio is the same
@@ -77,18 +79,27 @@ class StreamingVocoder:
         return n2, _ready(n2, ready1, self.r2)
 
     def _frames(self, start: int, stop: int, total: int) -> torch.Tensor:
-        """Upsampled frames ``[start, stop)`` (C, stop-start) of the utterance whose final frame count is ``total``."""
-        latents = torch.stack(self._latents)  # (L, C)
-        n1 = int(math.floor(len(self._latents) * self.r1))
-        idx2 = torch.arange(start, stop, dtype=torch.float64, device=latents.device)  # on the GPU with the latents
-        j0, j1, w2 = _source(idx2, self.r2, n1)
-        needed = torch.unique(torch.cat([j0, j1]))
-        a0, a1, w1 = _source(needed.to(torch.float64), self.r1, len(self._latents))
-        z1 = latents[a0] + (latents[a1] - latents[a0]) * w1.to(latents.dtype)[:, None]
-        pos = torch.searchsorted(needed, torch.stack([j0, j1]))
-        w = w2.to(latents.dtype)[:, None]
-        z2 = z1[pos[0]] + (z1[pos[1]] - z1[pos[0]]) * w
-        return z2.T
+        """Upsampled frames ``[start, stop)`` (C, stop-start) of the utterance whose final frame count is ``total``.
+
+        The index tables are worked out on the host (NumPy, in float64 as interpolate places its sources) and only
+        the latents the window reads are stacked: a chunk's cost does not grow with the utterance, and nothing here
+        waits for the GPU (the tables go over from pinned memory). The first version stacked every latent at every
+        chunk and called ``torch.unique`` on the device (:mod:`.streaming_vocoder_reference`, the tests' oracle:
+        the same frames, bit for bit)."""
+        n = len(self._latents)
+        j0, j1, w2 = _source(np.arange(start, stop, dtype=np.float64), self.r2, int(math.floor(n * self.r1)))
+        # j0 and j1 never fall and rise by at most one from frame to frame, so [j0[0], j1[-1]] holds every
+        # intermediate (x4) frame the window reads, and [a0[0], a1[-1]] every latent those read
+        lo = int(j0[0])
+        a0, a1, w1 = _source(np.arange(lo, int(j1[-1]) + 1, dtype=np.float64), self.r1, n)
+        first = int(a0[0])
+        latents = torch.stack(self._latents[first:int(a1[-1]) + 1])  # (window's latents, C)
+        device, mid, out = latents.device, len(a0), stop - start
+        index = host_to_device(torch.from_numpy(np.concatenate([a0 - first, a1 - first, j0 - lo, j1 - lo])), device)
+        weights = host_to_device(torch.from_numpy(np.concatenate([w1, w2])), device).to(latents.dtype)[:, None]
+        i0, i1, k0, k1 = index.split([mid, mid, out, out])
+        v1, v2 = weights.split([mid, out])
+        return _lerp(_lerp(latents, i0, i1, v1), k0, k1, v2).T
 
     # --- audio -------------------------------------------------------------------------------
     def audio(self, final: bool = False) -> np.ndarray:
@@ -185,12 +196,19 @@ def fold_weight_norm(hifigan) -> int:
     return folded
 
 
-def _source(dst: torch.Tensor, scale: float, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Where ``interpolate(mode="linear", align_corners=False, scale_factor=scale)`` reads output index ``dst``."""
-    src = ((dst + 0.5) / scale - 0.5).clamp(min=0.0)
-    i0 = src.floor().long().clamp(max=size - 1)
-    i1 = torch.where(i0 < size - 1, i0 + 1, i0)
-    return i0, i1, src - i0.to(src.dtype)
+def _source(dst: np.ndarray, scale: float, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``interpolate(mode="linear", align_corners=False, scale_factor=scale)`` reads output index ``dst``: the
+    two source indices and the second one's weight (float64, the arithmetic of torch's index computation)."""
+    src = np.maximum((dst + 0.5) / scale - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    i1 = np.where(i0 < size - 1, i0 + 1, i0)
+    return i0, i1, src - i0
+
+
+def _lerp(rows: torch.Tensor, i0: torch.Tensor, i1: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``rows[i0] + (rows[i1] - rows[i0]) * weight`` (interpolate's arithmetic, bit for bit) in two new tensors, not four."""
+    low = rows[i0]
+    return rows[i1].sub_(low).mul_(weight).add_(low)
 
 
 def _ready(n_out: int, n_in_known: int, scale: float) -> int:
