@@ -26,7 +26,9 @@ the paths, each engine path with a decode loop of its own: quicker, and its memo
 so far; the test's form). All callers start together
 and each synthesises the text once (after the engine's own warm-up where serve runs it, on CUDA:
 :mod:`xtts_ft.serve.warm_up`, and after ``--warmup-rounds`` untimed rounds of the same). Reported: time to
-first audio p50/p95, aggregate seconds of audio per second of wall time, peak resident memory; for the engine
+first audio p50/p95; the silence a caller would hear after its first audio, p95 and most over the callers (a
+listener who plays each chunk as it comes, from the first: the waits for chunks that came after the audio before
+them ran out); aggregate seconds of audio per second of wall time, peak resident memory; for the engine
 paths also where the callers' first chunks spent their time (the medians of :mod:`xtts_ft.serve.first_chunk`'s
 parts).
 """
@@ -125,20 +127,24 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
     ``profile_dir``: the timed round under torch's profiler (:func:`_profiled`)."""
     import torch
 
-    def one_round() -> tuple[list[tuple[float, float]], float]:
-        """Every caller once, all starting together: (first audio s, audio s) per caller, and the wall time."""
+    def one_round() -> tuple[list[tuple[float, float, float]], float]:
+        """Every caller once, all starting together: (first audio s, audio s, silent gaps s) per caller, and the wall
+        time."""
         barrier = threading.Barrier(clients)
-        results: list[tuple[float, float]] = []
+        results: list[tuple[float, float, float]] = []
 
         def caller() -> None:
             barrier.wait()
             start = time.perf_counter()
-            first, samples = None, 0
+            first, samples, arrivals = None, 0, []
             for chunk in synthesize(text):
+                now = time.perf_counter()
                 if first is None and chunk.size:
-                    first = time.perf_counter() - start
+                    first = now - start
+                if chunk.size:
+                    arrivals.append((now, chunk.size / engine.sample_rate))
                 samples += chunk.size
-            results.append((first or float("nan"), samples / engine.sample_rate))
+            results.append((first or float("nan"), samples / engine.sample_rate, silent_gaps(arrivals)))
 
         t0 = time.perf_counter()
         pool = [threading.Thread(target=caller) for _ in range(clients)]
@@ -160,6 +166,7 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
     else:
         (results, wall), profile = _profiled(one_round, profile_dir / f"trace-{path}-x{clients}.json.gz", engine.device)
     firsts = np.array([r[0] for r in results])
+    gaps = np.array([r[2] for r in results])
     audio = sum(r[1] for r in results)
     graphs = engine.loop.describe_graphs() if new_engine else None
     if graphs:
@@ -167,12 +174,25 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
     device = engine.device.type
     gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return {"path": path, "clients": clients, "ttfa_p50": float(np.percentile(firsts, 50)),
-            "ttfa_p95": float(np.percentile(firsts, 95)), "audio_s": audio, "wall_s": wall,
+            "ttfa_p95": float(np.percentile(firsts, 95)), "gaps_p95": float(np.percentile(gaps, 95)),
+            "gaps_max": float(gaps.max()), "audio_s": audio, "wall_s": wall,
             "audio_per_s": audio / wall, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_gpu_mb": gpu_mb, "device": device, "max_active_streams": engine.settings.max_active_streams,
             "graphs": graphs, "warmup_rounds": warmup_rounds,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
             "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None, "profile": profile}
+
+
+def silent_gaps(arrivals: list[tuple[float, float]]) -> float:
+    """Seconds a listener who starts playing at the first chunk hears nothing before the end: each chunk
+    (arrival time, seconds of audio) that arrives after the audio before it has run out adds the wait."""
+    silent, runs_out = 0.0, None
+    for arrived, seconds in arrivals:
+        if runs_out is None or arrived > runs_out:
+            silent += 0.0 if runs_out is None else arrived - runs_out
+            runs_out = arrived
+        runs_out += seconds
+    return silent
 
 
 def _profiled(fn, trace: Path, device) -> tuple[Any, dict]:
@@ -281,6 +301,7 @@ def _print_row(row: dict[str, Any]) -> dict[str, Any]:
     """Print one worker row (its JSON line, parsed); return it."""
     path, n = row["path"], row["clients"]
     print(f"{path:>12} x{n:<3} first audio p50 {row['ttfa_p50']:.2f} s, p95 {row['ttfa_p95']:.2f} s; "
+          f"silent after it p95 {row['gaps_p95']:.2f} s, max {row['gaps_max']:.2f} s; "
           f"{row['audio_per_s']:.2f} s of audio per s ({row['audio_s']:.1f} s in {row['wall_s']:.1f} s); "
           f"peak {row['peak_mb']:.0f} MB" + (f", GPU {row['peak_gpu_mb']:.0f} MB" if row["peak_gpu_mb"] else "")
           + (f"; graphs {row['graphs']}" if row.get("graphs") else "")

@@ -161,6 +161,16 @@ def test_padded_batches_have_a_real_length_spread_sorted_as_the_sampler_sorts():
     assert len({int(b[3].max()) for b in batches}) > 3  # ... and batches differ from each other
 
 
+def test_silent_gaps_are_the_waits_for_chunks_after_the_audio_ran_out():
+    """A listener plays each chunk as it comes, from the first: only a chunk that arrives after the audio before it
+    has run out adds silence (the wait), and playback goes on from its arrival."""
+    gaps = load_benchmark("engine_load").silent_gaps
+    assert gaps([]) == 0.0 and gaps([(5.0, 0.25)]) == 0.0
+    assert gaps([(1.0, 0.25), (1.2, 1.0), (2.0, 1.0)]) == 0.0  # each came while the audio before it played
+    assert gaps([(1.0, 0.25), (1.5, 1.0), (2.5, 0.5)]) == pytest.approx(0.25)  # 1.25 -> 1.5; then 2.5 <= 2.5
+    assert gaps([(1.0, 0.25), (1.5, 0.5), (2.5, 0.5)]) == pytest.approx(0.25 + 0.5)  # and 2.0 -> 2.5
+
+
 def test_engine_load_benchmark_prints_a_row_per_path_small(capsys, tmp_path):
     """One and two callers, four codes per piece: one row per clients count and path with its latency, throughput and
     memory columns. The benchmark's main runs in this process (it writes the export) and starts one worker process
@@ -178,7 +188,8 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys, tmp_path):
                                                  for path in ("engine", "per-piece", "coqui-stream")], out
     number = r"\d+\.\d+"
     for row in rows:
-        assert re.search(rf"first audio p50 {number} s, p95 {number} s; {number} s of audio per s "
+        assert re.search(rf"first audio p50 {number} s, p95 {number} s; silent after it p95 {number} s, max {number} "
+                         rf"s; {number} s of audio per s "
                          rf"\({number} s in {number} s\); peak \d+ MB", row), row
     assert "failed" not in out and "every clients count and path in one process" in out
     assert "1 untimed round(s)" in out
@@ -220,7 +231,8 @@ def test_a_profiler_that_fails_costs_the_profile_not_the_row(tmp_path, monkeypat
     monkeypatch.setattr(bench, "_profiled_round", broken)
     result, summary = bench._profiled(one_round, tmp_path / "trace.json.gz", None)
     assert (result, summary, rounds) == ("results", {"error": "Kineto failed to start"}, [1])
-    bench._print_row({"path": "engine-graphs", "clients": 1, "ttfa_p50": 0.1, "ttfa_p95": 0.1, "audio_per_s": 3.0,
+    bench._print_row({"path": "engine-graphs", "clients": 1, "ttfa_p50": 0.1, "ttfa_p95": 0.1, "gaps_p95": 0.0,
+                      "gaps_max": 0.0, "audio_per_s": 3.0,
                       "audio_s": 3.0, "wall_s": 1.0, "peak_mb": 900.0, "peak_gpu_mb": None, "profile": summary})
     assert "profile failed (Kineto failed to start); the row is from a round run again without it" in \
         capsys.readouterr().out

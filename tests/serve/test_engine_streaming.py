@@ -215,6 +215,33 @@ def test_the_first_chunks_time_is_split_into_the_parts_where_it_was_spent(engine
     assert line.startswith("first chunk, median ms: prepare ") and f"(total {1000 * opening.total:.0f})" in line
 
 
+class CountingStream:
+    """A stream whose codes exist as soon as its reader asks for them, ending after ``total``."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.produced, self.finished = total, 0, False
+
+    def wait(self, have: int, timeout: float) -> int:
+        self.produced = min(self.total, have + 1)
+        self.finished = self.produced == self.total
+        return self.produced
+
+    def cancel(self) -> None:
+        raise AssertionError("a stream read to its end is not cancelled")
+
+
+@pytest.mark.parametrize("first,every,chunks", [
+    (10, 40, [10, 30, 70, 110, 150, 190, 200]),  # serve's defaults: 10, 20, then 40 codes a chunk
+    (6, 5, [6, 11, 16, 21]),  # a later chunk smaller than the first: that size from the start
+    (4, 40, [4, 12, 28, 60, 100, 140, 180, 200]),
+])
+def test_chunks_double_from_the_first_up_to_the_chunk_codes(engine, first, every, chunks):
+    """The second chunk must be ready before the first one's audio (0.25 s from 10 codes) runs out: 20 codes after
+    it, not 40 (at 13 ms a step, 32 callers on an H200, 40 codes left a 0.3 s silence after the first word)."""
+    total = chunks[-1]
+    assert list(engine._codes(CountingStream(total), None, every=every, first=first)) == chunks
+
+
 def test_a_reader_is_woken_when_its_chunk_is_ready_not_at_every_code(engine):
     """The decode loop wakes a stream's reader when the codes it waits for exist (or the stream ends), not after
     every step: with 32 callers, each step had woken 32 threads that found nothing to do."""

@@ -727,7 +727,9 @@ class ServeConfig:
         "speech): smaller is sooner audio, at the cost of one more vocoder call.",
     )
     stream_chunk_codes: int = opt(
-        40, "Audio codes per later chunk of a streamed piece; larger means fewer, longer vocoder calls.",
+        40, "Audio codes per later chunk of a streamed piece, at most: chunks double from the first one's size up to "
+        "this (10, 20, 40, 40, ... codes), so the second chunk is ready before the first one's audio runs out; larger "
+        "means fewer, longer vocoder calls.",
     )
     vocoder_batch: int = opt(
         16, "On CUDA, most streamed chunks of different callers HiFiGAN vocodes in one call (the chunks waiting when "

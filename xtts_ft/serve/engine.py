@@ -11,7 +11,7 @@ character and token limits. One model serves everyone through one decode thread
 (:mod:`.decode_loop`, continuous batching): each piece is a row of the GPT's batch from the step
 after it arrives until its stop code, with its own seed and generator, so its codes are the ones it
 would get alone. Each piece is streamed: the first ``stream_first_chunk_codes`` codes are vocoded and
-sent at once, then every ``stream_chunk_codes`` (:mod:`.streaming_vocoder`: each stretch of audio
+sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`.streaming_vocoder`: each stretch of audio
 vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
 seed (tests/serve/test_engine_codes.py; golden codes in tests/assets/).
 
@@ -212,8 +212,12 @@ class SpeechEngine:
             return self.voices.latents(voice, lambda path: _conditioning(self.xtts, path))
 
     def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[int]:
-        """Yield the code count each time ``first``, then ``every`` more codes exist, and once at the end."""
-        goal = first
+        """Yield the code count each time the next chunk's codes exist, and once at the end. Chunks double from
+        ``first`` codes up to ``every`` (10, 20, 40, 40, ... by default): the first chunk's audio (10 codes: 0.25 s
+        kept, the rest held back as the next window's context) must last until the second chunk's codes are decoded,
+        which at 40 codes took 0.3-0.5 s at 8-32 callers on an H200 (7.6-13.4 ms a step): a silent gap after the
+        first word. At 20 codes the second chunk fits in the first one's audio up to about 12 ms a step."""
+        goal, size = first, first
         try:
             while True:
                 if cancel is not None and cancel():
@@ -223,7 +227,8 @@ class SpeechEngine:
                     yield stream.produced
                     return
                 if have >= goal:
-                    goal = have + every
+                    size = min(every, 2 * size)
+                    goal = have + size
                     yield have
         finally:
             if not stream.finished:
@@ -301,12 +306,13 @@ class SpeechEngine:
     def stream_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
                      cancel: Optional[Cancel] = None, submitted: Optional[tuple[DecodeRequest, Stream, float]] = None,
                      needed_at: Optional[float] = None, began: Optional[float] = None) -> Iterator[np.ndarray]:
-        """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then every
-        ``stream_chunk_codes``. A short piece that may be retried, or ``speed`` other than 1, is synthesised
-        whole (one chunk). ``submitted``: its decoding, already started (:meth:`synthesize` starts the next
-        piece's while this one is spoken). ``needed_at``: when the listener runs out of the audio before this
-        piece (default: now); each chunk's vocoding waits its turn by when its listener needs it. ``began``: when
-        the text this piece starts began (its first chunk's times then include ``prepare``: ``stats.first_chunks``)."""
+        """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then chunks of twice as
+        many codes each time up to ``stream_chunk_codes`` (:meth:`_codes`). A short piece that may be retried, or
+        ``speed`` other than 1, is synthesised whole (one chunk). ``submitted``: its decoding, already started
+        (:meth:`synthesize` starts the next piece's while this one is spoken). ``needed_at``: when the listener runs
+        out of the audio before this piece (default: now); each chunk's vocoding waits its turn by when its listener
+        needs it. ``began``: when the text this piece starts began (its first chunk's times then include ``prepare``:
+        ``stats.first_chunks``)."""
         language = language or self.language
         if not self._streams(piece, speed):
             yield self.synthesize_piece(piece, voice, language=language, speed=speed, cancel=cancel,
