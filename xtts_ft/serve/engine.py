@@ -46,12 +46,12 @@ import torch.nn.functional as F
 
 from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, host_to_device, prefix_embeddings
 from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
 from xtts_ft.serve.model_source import ResolvedModel
-from xtts_ft.serve.precision import choose_precision, host_to_device
+from xtts_ft.serve.precision import choose_precision
 from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns

@@ -62,15 +62,6 @@ class EnginePrecision:
         return f"decode {name(self.decode)}{' (CUDA graphs)' if self.graphs else ''}, vocoder {name(self.vocoder)}"
 
 
-def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` (on the host) on ``device``. On CUDA from pinned memory without waiting: a plain copy first waits
-    for everything queued on the current stream (a decode step in flight: 13 ms at 32 callers on an H200); the
-    pinned copy is the caching host allocator's, kept until the transfer is done."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
-
-
 def _autocast(dtype: Optional[torch.dtype]) -> ContextManager[object]:
     if dtype is None:
         return contextlib.nullcontext()
