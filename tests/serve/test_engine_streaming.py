@@ -344,8 +344,13 @@ def test_on_a_card_the_vocoding_runs_on_the_engines_vocoder_stream(engine, monke
         hook.remove()
     assert len(streamed) >= 2 and whole.audio.size and len(calls) >= 3
     assert all(calls), "every HiFiGAN call inside the vocoder stream's context"
-    plain = list(engine.stream_piece(PIECE, voice))  # the stream changes where the work runs, not the audio
-    assert np.array_equal(np.concatenate(plain), np.concatenate(streamed))
+    # the stream changes where the work runs, not the audio: both are the piece's whole vocoding up to the joins'
+    # crossfades (not each other bit for bit: a chunk ends at the codes its reader found, at least the chunk's, so a
+    # busy machine moves the joins)
+    whole_piece = engine.synthesize_piece(PIECE, voice).audio
+    for audio in (np.concatenate(list(engine.stream_piece(PIECE, voice))), np.concatenate(streamed)):
+        assert audio.size == whole_piece.size
+        assert np.abs(audio - whole_piece).max() <= 1e-3 * np.abs(whole_piece).max()
 
 
 def test_a_call_runs_in_the_decode_loops_thread_between_steps(engine):

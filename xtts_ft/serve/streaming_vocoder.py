@@ -206,7 +206,8 @@ def _source(dst: np.ndarray, scale: float, size: int) -> tuple[np.ndarray, np.nd
 
 
 def _lerp(rows: torch.Tensor, i0: torch.Tensor, i1: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``rows[i0] + (rows[i1] - rows[i0]) * weight`` (interpolate's arithmetic, bit for bit) in two new tensors, not four."""
+    """``rows[i0] + (rows[i1] - rows[i0]) * weight``, the first version's arithmetic bit for bit, in two new tensors
+    instead of four."""
     low = rows[i0]
     return rows[i1].sub_(low).mul_(weight).add_(low)
 
