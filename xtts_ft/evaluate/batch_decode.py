@@ -53,7 +53,7 @@ from transformers.generation.logits_process import (
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, padded_prefill
+from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
 
 
 @dataclass(frozen=True)
@@ -179,14 +179,12 @@ def prefill_forward(transformer, rows: list[torch.Tensor]) -> Prefilled:
     if len(rows) == 1:
         emb, mask = rows[0], torch.ones(1, lengths[0], dtype=torch.long, device=device)
     else:
-        emb = torch.cat([F.pad(row, (0, 0, 0, max(lengths) - n)) for row, n in zip(rows, lengths)])
-        mask = None
+        emb, mask = right_padded(rows), None
     out = transformer(inputs_embeds=emb, past_key_values=DynamicCache(), attention_mask=mask, use_cache=True,
                       return_dict=True)
-    last = torch.tensor([n - 1 for n in lengths], device=device)
-    hidden = out.last_hidden_state[torch.arange(len(rows), device=device), last]
     layers = out.past_key_values.layers
-    return hidden, [layer.keys for layer in layers], [layer.values for layer in layers], lengths
+    return gathered((out.last_hidden_state, [layer.keys for layer in layers], [layer.values for layer in layers]),
+                    lengths)
 
 
 def prefill(gpt, prefixes: list[torch.Tensor]) -> Prefilled:

@@ -85,9 +85,13 @@ def padded_prefill(transformer: nn.Module, rows: list[torch.Tensor]) -> Prefille
     """The prefill of ``rows`` through :func:`causal_blocks`, right-padded to the longest: for blocks in half
     precision, which Hugging Face's ``GPT2Model`` cannot run (it adds coqui's position embeddings, fp32 zeros,
     and the sum is fp32 again)."""
-    lengths = [row.shape[1] for row in rows]
-    embeddings = torch.cat([F.pad(row, (0, 0, 0, max(lengths) - n)) for row, n in zip(rows, lengths)])
-    return gathered(causal_blocks(transformer, embeddings), lengths)
+    return gathered(causal_blocks(transformer, right_padded(rows)), [row.shape[1] for row in rows])
+
+
+def right_padded(rows: list[torch.Tensor]) -> torch.Tensor:
+    """``rows`` (each (1, length, dim)) as one batch (n, longest, dim), each padded with zeros on the right."""
+    longest = max(row.shape[1] for row in rows)
+    return torch.cat([F.pad(row, (0, 0, 0, longest - row.shape[1])) for row in rows])
 
 
 def shared_pool_graphs() -> Recorder:

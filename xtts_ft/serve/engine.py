@@ -11,8 +11,8 @@ character and token limits. One model serves everyone through one decode thread
 (:mod:`.decode_loop`, continuous batching): each piece is a row of the GPT's batch from the step
 after it arrives until its stop code, with its own seed and generator, so its codes are the ones it
 would get alone. Each piece is streamed: the first ``stream_first_chunk_codes`` codes are vocoded and
-sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`.streaming_vocoder`: each stretch of audio
-vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
+sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`.streaming_vocoder`:
+each stretch of audio vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
 seed (tests/serve/test_engine_codes.py; golden codes in tests/assets/).
 
 Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
