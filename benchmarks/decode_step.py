@@ -14,25 +14,29 @@ coqui's sampling) in the same process, one after the other for each batch size:
   batched choice and one host read per step);
 - ``graphs``: the same decoder with its step replayed from a CUDA graph
   (:mod:`xtts_ft.evaluate.decode_graph`), on CUDA; on the CPU ``fixed shapes``: the same fixed-shape step
-  run directly (no graph to record: it shows the path works and what its extra masked columns cost).
+  run directly (no graph to record: it shows the path works and what its extra masked columns cost);
+- ``graphs + head``: the same with the step's head (final norm, output head, penalty, warpers, softmax) replayed
+  from a graph too (:mod:`xtts_ft.evaluate.head_graph`), as serve runs it on a card; on the CPU ``fixed shapes +
+  head``.
 
 With ``--precision bf16`` (CUDA) the current and graphed decoders run the GPT-2 blocks' weights cast to bf16 once
 (``decode_transformer``, what serve's ``--decode-precision bf16`` runs), and two more run under bf16 autocast as the
 engine first did: the reference, and ``autocast`` (the current decoder under autocast).
 
 After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratios are reference / current (and autocast /
-current) and current / graphs. In fp32 (TF32 off while comparing) the reference and current decoders must give
-the same codes for every row (checked; a difference is printed as a failure); in bf16 another kernel's rounding
-changes a sampled code and the rows drift apart, so the rows found identical are counted, not checked. The
-graphed step is checked against the eager step at every recording, and rounding may change a sampled code,
-so its rows are counted, and graphs turned off are a failure. Then, for each batch size above 1, the current
-decoder prefills that many requests one by one and together (one right-padded forward pass, as the serving
-loop does with requests that arrive together): both times, and whether the next 10 codes of every row are
-the same either way (checked in fp32 only, as above). For every batch size the same two prefills run again
-through the fixed-shape prefill (:mod:`xtts_ft.evaluate.prefill_graph`: CUDA graphs on a card; on the CPU run
-directly), after an untimed run that records its buckets: both times, the ratios to the eager prefill, the
-recordings and replays, and how many rows' next 10 codes stayed the same. The codes per second of all rows are
-also given as seconds of audio per second (21.5 codes per second of audio).
+current), current / graphs and graphs / graphs + head; one more step counts the operations each decoder launches
+one by one (outside graph replays: on a card, each a launch). In fp32 (TF32 off while comparing) the reference and
+current decoders must give the same codes for every row (checked; a difference is printed as a failure); in bf16
+another kernel's rounding changes a sampled code and the rows drift apart, so the rows found identical are counted,
+not checked. The graphed step is checked against the eager step at every recording, and rounding may change a
+sampled code, so its rows are counted, and graphs turned off are a failure. Then, for each batch size above 1, the
+current decoder prefills that many requests one by one and together (one right-padded forward pass, as the serving
+loop does with requests that arrive together): both times, and whether the next 10 codes of every row are the same
+either way (checked in fp32 only, as above). For every batch size the same two prefills run again through the
+fixed-shape prefill (:mod:`xtts_ft.evaluate.prefill_graph`: CUDA graphs on a card; on the CPU run directly), after
+an untimed run that records its buckets: both times, the ratios to the eager prefill, the recordings and replays,
+and how many rows' next 10 codes stayed the same. The codes per second of all rows are also given as seconds of
+audio per second (21.5 codes per second of audio).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,6 +67,7 @@ from xtts_ft.evaluate.batch_decode import (  # noqa: E402
 )
 from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder  # noqa: E402
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly, cuda_graph  # noqa: E402
+from xtts_ft.evaluate.head_graph import FixedShapeHead  # noqa: E402
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill  # noqa: E402
 
 CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 samples at 22.05 kHz
@@ -72,6 +78,7 @@ def decoders(device: torch.device, blocks) -> dict:
     whether it runs under bf16 autocast). ``blocks``: the GPT-2 blocks in the decode dtype (``decode_transformer``;
     in bf16 a cast copy, and the autocast the engine first used is measured beside it)."""
     fixed_name, record = ("graphs", cuda_graph) if device.type == "cuda" else ("fixed shapes", call_directly)
+    record = marked(record)
     half = next(blocks.parameters()).dtype != torch.float32
     compared = {"reference": (lambda gpt, rows: ReferenceDecoder(gpt), half)}
     if half:
@@ -79,6 +86,9 @@ def decoders(device: torch.device, blocks) -> dict:
     compared["current"] = (lambda gpt, rows: BatchDecoder(gpt, transformer=blocks), False)
     compared[fixed_name] = (lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows,
                                                            transformer=blocks), False)
+    compared[f"{fixed_name} + head"] = (
+        lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows, transformer=blocks,
+                                       fixed_head=FixedShapeHead(record=record)), False)
     return compared
 
 
@@ -99,11 +109,41 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def marked(record):
+    """``record``, its replays marked for the profiler: what runs inside them is one launch on a card."""
+    def recorder(step):
+        replay = record(step)
+
+        def marked_replay():
+            with record_function(REPLAY):
+                return replay()
+        return marked_replay
+    return recorder
+
+
+REPLAY = "graph replay"
+
+
+def launched(step) -> int:
+    """The operations ``step()`` launches one by one: top-level aten operations outside graph replays (on a card each
+    is a kernel launch or more, a few to tens of microseconds of host time)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    count = 0
+    for event in prof.events():
+        parent, inside = event.cpu_parent, False
+        while parent is not None and not inside:
+            inside = parent.name == REPLAY or parent.name.startswith("aten::")
+            parent = parent.cpu_parent
+        count += event.name.startswith("aten::") and not inside
+    return count
+
+
 def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, autocast_bf16: bool, warmup: int,
-            steps: int) -> tuple[float, list[list[int]], object]:
+            steps: int) -> tuple[float, list[list[int]], object, int]:
     """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes; the
-    decoder."""
-    rows = requests(gpt, size, batch, device, max_codes=1 + warmup + steps)
+    decoder; the operations one more (untimed) step launched one by one (:func:`launched`)."""
+    rows = requests(gpt, size, batch, device, max_codes=2 + warmup + steps)
     decoder = make_decoder(gpt, batch)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if autocast_bf16 else nullcontext()
     with torch.inference_mode(), autocast:
@@ -117,7 +157,8 @@ def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, aut
             decoder.step()
         sync(device)
         seconds = (time.perf_counter() - start) / steps
-    return seconds, [r.codes for r in rows], decoder
+        ops = launched(decoder.step)
+    return seconds, [r.codes for r in rows], decoder, ops
 
 
 def measure_prefill(gpt, size: dict, batch: int, device: torch.device, blocks, steps: int,
@@ -207,24 +248,33 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
 
     blocks = decode_transformer(gpt, torch.bfloat16 if precision == "bf16" else None)
     compared = decoders(device, blocks)
-    fixed_name = list(compared)[-1]
+    fixed_name, head_name = list(compared)[-2:]
     for batch in batches:
-        times, codes, made = {}, {}, {}
+        times, codes, made, ops = {}, {}, {}, {}
         for name, (make, autocast) in compared.items():
-            times[name], codes[name], made[name] = measure(make, gpt, size, batch, device, autocast, warmup, steps)
+            times[name], codes[name], made[name], ops[name] = measure(make, gpt, size, batch, device, autocast, warmup,
+                                                                      steps)
         same = codes["reference"] == codes["current"]
-        fixed_step = made[fixed_name].fixed_step
+        fixed_step, fixed_head = made[fixed_name].fixed_step, made[head_name].fixed_head
         failures += (0 if same or not exact else 1) + (0 if fixed_step.disabled is None else 1)
+        failures += 0 if fixed_head.disabled is None and made[head_name].fixed_step.disabled is None else 1
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
         fixed_same = sum(a == b for a, b in zip(codes[fixed_name], codes["current"]))
         state = (f"off ({fixed_step.disabled}; FAILED)" if fixed_step.disabled else
                  f"{fixed_step.recordings} recording(s), {fixed_step.replays} replays, "
                  f"{fixed_same} of {batch} rows' codes identical to current's")
+        head_same = sum(a == b for a, b in zip(codes[head_name], codes[fixed_name]))
+        head_state = (f"off ({fixed_head.disabled}; FAILED)" if fixed_head.disabled else
+                      f"{fixed_head.recordings} recording(s), {fixed_head.replays} replays, "
+                      f"{head_same} of {batch} rows' codes identical to {fixed_name}'")
         autocast = f"autocast/current {times['autocast'] / times['current']:.2f}x, " if "autocast" in times else ""
         print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
-              f"{autocast}current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x; codes "
-              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}")
+              f"{autocast}current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x, "
+              f"{fixed_name}/{head_name} {times[fixed_name] / times[head_name]:.2f}x; codes "
+              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}; {head_name}: {head_state}")
+        print(f"batch {batch:3d}: operations launched one by one per step (outside graphs): "
+              + ", ".join(f"{d} {n}" for d, n in ops.items()))
     for batch in batches:
         times, codes = measure_prefill(gpt, size, batch, device, blocks, steps=10)
         same = codes["one by one"] == codes["together"]

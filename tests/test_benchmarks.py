@@ -303,19 +303,29 @@ def test_vocoder_windows_benchmark_times_both_ways_and_checks_the_kept_audio(cap
 
 
 def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys):
-    """The small GPT, two batch sizes, a few steps: a row per batch size with the three times (the first decoder,
-    the current one, the current one's fixed-shape step, which a CUDA graph replays on a GPU), the ratios and the
-    codes found identical (the benchmark fails when the first two disagree, or when the fixed-shape step turns off)."""
+    """The small GPT, two batch sizes, a few steps: a row per batch size with the four times (the first decoder,
+    the current one, the current one's fixed-shape step, which a CUDA graph replays on a GPU, and the same with its
+    head replayed too), the ratios and the codes found identical (the benchmark fails when the first two disagree,
+    or when a fixed-shape step or head turns off); and a row of the operations each launches one by one per step."""
     bench = load_benchmark("decode_step")
     with left_as_found():
         bench.main(["--size", "small", "--batches", "1", "3", "--warmup", "2", "--steps", "3"])
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("batch")]
+    rows = [line for line in out.splitlines() if line.startswith("batch") and "ms/step" in line]
     assert len(rows) == 2, out
     for row in rows:
         assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; fixed shapes \d+\.\d+ ms/step "
-                         r".*; ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x; codes identical; "
-                         r"fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes identical", row), row
+                         r".*; fixed shapes \+ head \d+\.\d+ ms/step .*; ratio reference/current \d+\.\d+x, "
+                         r"current/fixed shapes \d+\.\d+x, fixed shapes/fixed shapes \+ head \d+\.\d+x; codes identical; "
+                         r"fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes identical to current's; "
+                         r"fixed shapes \+ head: \d recording\(s\), \d+ replays, \1 of \1 rows' codes identical", row), row
+    launches = [line for line in out.splitlines() if "operations launched one by one" in line]
+    assert len(launches) == 2, out
+    for line in launches:
+        found = re.search(r"reference (\d+), current (\d+), fixed shapes (\d+), fixed shapes \+ head (\d+)$", line)
+        assert found, line
+        reference, current, fixed, with_head = map(int, found.groups())
+        assert reference > current > fixed > with_head > 0, line  # each way launches fewer
     prefill = [line for line in out.splitlines() if line.startswith("prefill of")]
     assert len(prefill) == 1 and re.search(r"prefill of +3 requests: one by one \d+\.\d+ ms; together \d+\.\d+ ms; "
                                            r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out

@@ -254,16 +254,17 @@ def test_a_reader_is_woken_when_its_chunk_is_ready_not_at_every_code(engine):
 
 
 def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_codes(engine):
-    """The loop serve runs on a card (``decode_graphs``): its decoder steps and prefills through fixed shapes (here
-    with recorders that record nothing, no GPU), reports both, and each request still gets its solo codes."""
+    """The loop serve runs on a card (``decode_graphs``): its decoder steps, their heads and its prefills through
+    fixed shapes (here with recorders that record nothing, no GPU), reports them, and each request still gets its
+    solo codes."""
     from xtts_ft.evaluate.decode_graph import call_directly
     from xtts_ft.serve.decode_loop import DecodeLoop
     from xtts_ft.serve.precision import EnginePrecision
 
     loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True))
     decoder = loop._decoder
-    assert decoder.fixed_step is not None and decoder.fixed_prefill is not None
-    decoder.fixed_step.record = call_directly
+    assert decoder.fixed_step is not None and decoder.fixed_prefill is not None and decoder.fixed_head is not None
+    decoder.fixed_step.record = decoder.fixed_head.record = call_directly
     decoder.fixed_prefill._record = call_directly
     gpt_cond_latent, _speaker = engine._latents(engine.voices.get("spk1"))
     texts = ["ሰላም", "ዛሬ የአየሩ ሁኔታ", "ኢትዮጵያ ጥንታዊ ሀገር ናት"]
@@ -279,10 +280,12 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
                 stream.wait(stream.produced, timeout=1.0)
         assert [r.codes for r in batched] == solo
         described = loop.describe_graphs()
-        assert described is not None and "step off" not in described and "prefill off" not in described
-        assert decoder.fixed_prefill.recordings >= 1 and decoder.fixed_step.recordings >= 1
-        assert loop.graph_recordings == decoder.fixed_prefill.recordings + decoder.fixed_step.recordings
+        assert described is not None and " off" not in described
+        graphed = (decoder.fixed_prefill, decoder.fixed_step, decoder.fixed_head)
+        assert all(g.recordings >= 1 for g in graphed) and decoder.fixed_head.replays >= 10
+        assert loop.graph_recordings == sum(g.recordings for g in graphed)
         assert f"prefill {decoder.fixed_prefill.recordings} recordings" in described
+        assert f"head {decoder.fixed_head.recordings} recordings, {decoder.fixed_head.replays} replays" in described
     finally:
         loop.close()
     assert DecodeLoop(engine.xtts.gpt, max_active=2).describe_graphs() is None  # eager: nothing to report

@@ -53,6 +53,7 @@ from transformers.generation.logits_process import (
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
+from xtts_ft.evaluate.head_graph import FixedShapeHead, head
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
 
 
@@ -74,13 +75,25 @@ class Sampling:
         applied through the mask instead of a gather and scatter of the ids: the same numbers. The warpers run
         on all rows at once (each works row by row); each row is drawn with its own generator.
         """
+        return self.pick(self.distribution(scores, seen), generators)
+
+    def distribution(self, scores: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+        """What :meth:`pick` chooses from (rows, vocab): the probabilities after the penalty and the warpers when
+        sampling, the penalised scores when greedy. No host read and no randomness: the part of the choice that
+        :mod:`.head_graph` records."""
         scores = scores.to(dtype=torch.float32)
         if self.repetition_penalty != 1.0:
             p = self.repetition_penalty
             scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
         if not self.do_sample:
-            return torch.argmax(scores, dim=-1)
-        return draw(F.softmax(self.warp(scores), dim=-1), generators)
+            return scores
+        return F.softmax(self.warp(scores), dim=-1)
+
+    def pick(self, distribution: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+        """Each row's code from its :meth:`distribution`: drawn with its own generator, or the best when greedy."""
+        if not self.do_sample:
+            return torch.argmax(distribution, dim=-1)
+        return draw(distribution, generators)
 
     def warp(self, scores: torch.Tensor) -> torch.Tensor:
         """Temperature, top-k and top-p as transformers' warpers apply them (row by row) before sampling."""
@@ -207,11 +220,13 @@ class BatchDecoder:
     """
 
     def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None,
-                 fixed_prefill: Optional[FixedShapePrefill] = None, transformer: Optional[nn.Module] = None) -> None:
+                 fixed_prefill: Optional[FixedShapePrefill] = None, transformer: Optional[nn.Module] = None,
+                 fixed_head: Optional[FixedShapeHead] = None) -> None:
         """``fixed_step``: steps replayed from CUDA graphs, over a cache laid out once for ``max_rows`` rows (the most
         this decoder will hold: required with it). ``fixed_prefill``: prefills replayed from CUDA graphs
         (:mod:`.prefill_graph`). ``transformer``: the GPT-2 blocks to run instead of ``gpt.gpt`` (a copy in another
-        dtype, :func:`decode_transformer`); the embeddings, the final norm and the output head stay ``gpt``'s."""
+        dtype, :func:`decode_transformer`); the embeddings, the final norm and the output head stay ``gpt``'s.
+        ``fixed_head``: the step's head (final norm to distribution) replayed from CUDA graphs (:mod:`.head_graph`)."""
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
@@ -225,6 +240,7 @@ class BatchDecoder:
                        StaticSlotCache(self.transformer, rows=int(max_rows or 1)))
         self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
         self.fixed_prefill = fixed_prefill  # prefills replayed from CUDA graphs; None: eager prefills
+        self.fixed_head = fixed_head  # the head replayed from CUDA graphs; None: the eager head
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
 
     def __len__(self) -> int:
@@ -286,15 +302,19 @@ class BatchDecoder:
 
     def _accept(self, requests: list[DecodeRequest], seen: torch.Tensor, hidden: torch.Tensor) -> None:
         """Choose each request's next code from its hidden state (rows, dim); mark it seen; finish the ones that end."""
-        final_norm = self.gpt.final_norm  # in its own dtype (fp32): the latents HiFiGAN gets, the logits sampled
-        latents = final_norm(hidden.to(final_norm.weight.dtype))
-        logits = self.gpt.mel_head(latents)
         groups: dict[Sampling, list[int]] = {}
         for i, request in enumerate(requests):
             groups.setdefault(request.sampling, []).append(i)
         if len(groups) == 1:  # the usual case (one server, one setting): no rows to gather and scatter back
-            codes = requests[0].sampling.choose(logits, seen, [r.generator for r in requests])
+            sampling = requests[0].sampling
+            run_head = head if self.fixed_head is None else self.fixed_head.run  # replayed from a graph on a card
+            latents, distribution, finite = run_head(self.gpt, hidden, seen, sampling)
+            codes = sampling.pick(distribution, [r.generator for r in requests])
         else:
+            final_norm = self.gpt.final_norm  # in its own dtype (fp32): the latents HiFiGAN gets, the logits sampled
+            latents = final_norm(hidden.to(final_norm.weight.dtype))
+            logits = self.gpt.mel_head(latents)
+            finite = torch.isfinite(logits).all(dim=-1)
             codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
             for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
                 index = torch.tensor(rows, dtype=torch.long, device=logits.device)
@@ -303,7 +323,7 @@ class BatchDecoder:
         seen[torch.arange(len(requests), device=seen.device), codes] = True
         # a row whose logits are not all finite (a broken model, half precision overflowing) has no code to give:
         # marked -1 and refused below, at the step's one read from the device, instead of a check per row
-        chosen = torch.where(torch.isfinite(logits).all(dim=-1), codes, -1).tolist()  # the step's one wait for the device
+        chosen = torch.where(finite, codes, -1).tolist()  # the step's one wait for the device
         if min(chosen) < 0:
             raise RuntimeError(f"the GPT's logits are not finite (NaN or inf) for {sum(c < 0 for c in chosen)} of "
                                f"{len(chosen)} requests; no code can be chosen")

@@ -26,6 +26,7 @@ import torch
 
 from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, decode_transformer, prefill_forward
 from xtts_ft.evaluate.decode_graph import FixedShapeStep
+from xtts_ft.evaluate.head_graph import FixedShapeHead
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.precision import EnginePrecision
 
@@ -100,11 +101,12 @@ class DecodeLoop:
         self.largest_join = 0  # most requests prefilled together in one forward pass
 
     def _new_decoder(self) -> BatchDecoder:
-        # graphs: the step and the prefill replayed from CUDA graphs (recorded in this loop's thread)
+        # graphs: the step, its head and the prefill replayed from CUDA graphs (recorded in this loop's thread)
         if not self.precision.graphs:
             return BatchDecoder(self.gpt, transformer=self.transformer)
         return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active,
-                            fixed_prefill=FixedShapePrefill(prefill_forward), transformer=self.transformer)
+                            fixed_prefill=FixedShapePrefill(prefill_forward), transformer=self.transformer,
+                            fixed_head=FixedShapeHead())
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = self.stream_type(request)
@@ -142,14 +144,15 @@ class DecodeLoop:
 
     @property
     def graph_recordings(self) -> int:
-        """CUDA graphs the current decoder has recorded (its steps' and its prefills')."""
-        graphed = (self._decoder.fixed_step, self._decoder.fixed_prefill)
+        """CUDA graphs the current decoder has recorded (its steps', their heads' and its prefills')."""
+        graphed = (self._decoder.fixed_step, self._decoder.fixed_head, self._decoder.fixed_prefill)
         return sum(g.recordings for g in graphed if g is not None)
 
     def describe_graphs(self) -> Optional[str]:
         """The current decoder's CUDA graphs in a line (recordings and replays, or why they turned off); None: none."""
         parts = []
-        for name, graphed in (("step", self._decoder.fixed_step), ("prefill", self._decoder.fixed_prefill)):
+        for name, graphed in (("step", self._decoder.fixed_step), ("head", self._decoder.fixed_head),
+                              ("prefill", self._decoder.fixed_prefill)):
             if graphed is not None:
                 parts.append(f"{name} off: {graphed.disabled}" if graphed.disabled else
                              f"{name} {graphed.recordings} recordings, {graphed.replays} replays")
