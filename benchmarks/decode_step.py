@@ -16,27 +16,28 @@ coqui's sampling) in the same process, one after the other for each batch size:
   (:mod:`xtts_ft.evaluate.decode_graph`), on CUDA; on the CPU ``fixed shapes``: the same fixed-shape step
   run directly (no graph to record: it shows the path works and what its extra masked columns cost);
 - ``graphs + head``: the same with the step's head (final norm, output head, penalty, warpers, softmax) replayed
-  from a graph too (:mod:`xtts_ft.evaluate.head_graph`), as serve runs it on a card; on the CPU ``fixed shapes +
-  head``.
+  from a graph too (:mod:`xtts_ft.evaluate.head_graph`); on the CPU ``fixed shapes + head``;
+- ``graphs + head + fused GELU``: the same with the recorded blocks' GELU as one kernel instead of eight
+  (:func:`xtts_ft.evaluate.decode_cache.mlp`), as serve runs it on a card.
 
 With ``--precision bf16`` (CUDA) the current and graphed decoders run the GPT-2 blocks' weights cast to bf16 once
 (``decode_transformer``, what serve's ``--decode-precision bf16`` runs), and two more run under bf16 autocast as the
 engine first did: the reference, and ``autocast`` (the current decoder under autocast).
 
 After ``--warmup`` steps, ``--steps`` steps are timed; the printed ratios are reference / current (and autocast /
-current), current / graphs and graphs / graphs + head; one more step counts the operations each decoder launches
-one by one (outside graph replays: on a card, each a launch). In fp32 (TF32 off while comparing) the reference and
-current decoders must give the same codes for every row (checked; a difference is printed as a failure); in bf16
-another kernel's rounding changes a sampled code and the rows drift apart, so the rows found identical are counted,
-not checked. The graphed step is checked against the eager step at every recording, and rounding may change a
-sampled code, so its rows are counted, and graphs turned off are a failure. Then, for each batch size above 1, the
-current decoder prefills that many requests one by one and together (one right-padded forward pass, as the serving
-loop does with requests that arrive together): both times, and whether the next 10 codes of every row are the same
-either way (checked in fp32 only, as above). For every batch size the same two prefills run again through the
-fixed-shape prefill (:mod:`xtts_ft.evaluate.prefill_graph`: CUDA graphs on a card; on the CPU run directly), after
-an untimed run that records its buckets: both times, the ratios to the eager prefill, the recordings and replays,
-and how many rows' next 10 codes stayed the same. The codes per second of all rows are also given as seconds of
-audio per second (21.5 codes per second of audio).
+current), current / graphs and each graphed way against the one before it; one more step counts the operations each
+decoder launches one by one (outside graph replays: on a card, each a launch) and, on the CPU, those inside. In
+fp32 (TF32 off while comparing) the reference and current decoders must give the same codes for every row (checked;
+a difference is printed as a failure); in bf16 another kernel's rounding changes a sampled code and the rows drift
+apart, so the rows found identical are counted, not checked. The graphed step is checked against the eager step at
+every recording, and rounding may change a sampled code, so its rows are counted, and graphs turned off are a
+failure. Then, for each batch size above 1, the current decoder prefills that many requests one by one and together
+(one right-padded forward pass, as the serving loop does with requests that arrive together): both times, and
+whether the next 10 codes of every row are the same either way (checked in fp32 only, as above). For every batch
+size the same two prefills run again through the fixed-shape prefill (:mod:`xtts_ft.evaluate.prefill_graph`: CUDA
+graphs on a card; on the CPU run directly), after an untimed run that records its buckets: both times, the ratios
+to the eager prefill, the recordings and replays, and how many rows' next 10 codes stayed the same. The codes per
+second of all rows are also given as seconds of audio per second (21.5 codes per second of audio).
 """
 
 from __future__ import annotations
@@ -86,9 +87,10 @@ def decoders(device: torch.device, blocks) -> dict:
     compared["current"] = (lambda gpt, rows: BatchDecoder(gpt, transformer=blocks), False)
     compared[fixed_name] = (lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows,
                                                            transformer=blocks), False)
-    compared[f"{fixed_name} + head"] = (
-        lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows, transformer=blocks,
-                                       fixed_head=FixedShapeHead(record=record)), False)
+    for name, fused in ((f"{fixed_name} + head", False), (f"{fixed_name} + head + fused GELU", True)):
+        compared[name] = (lambda gpt, rows, fused=fused: BatchDecoder(
+            gpt, fixed_step=FixedShapeStep(record=record, fused_gelu=fused), max_rows=rows, transformer=blocks,
+            fixed_head=FixedShapeHead(record=record)), False)
     return compared
 
 
@@ -124,23 +126,28 @@ def marked(record):
 REPLAY = "graph replay"
 
 
-def launched(step) -> int:
-    """The operations ``step()`` launches one by one: top-level aten operations outside graph replays (on a card each
-    is a kernel launch or more, a few to tens of microseconds of host time)."""
+def launched(step) -> tuple[int, int]:
+    """The top-level aten operations of ``step()``: those launched one by one, outside graph replays (on a card each
+    is a kernel launch or more, a few to tens of microseconds of host time), and those inside replays (on the CPU,
+    where the recorder runs the step: what a graph holds, each a kernel or more that the card runs in turn)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
-    count = 0
+    outside = inside = 0
     for event in prof.events():
-        parent, inside = event.cpu_parent, False
-        while parent is not None and not inside:
-            inside = parent.name == REPLAY or parent.name.startswith("aten::")
+        if not event.name.startswith("aten::"):
+            continue
+        parent, replayed = event.cpu_parent, False
+        while parent is not None and not parent.name.startswith("aten::"):
+            replayed = replayed or parent.name == REPLAY
             parent = parent.cpu_parent
-        count += event.name.startswith("aten::") and not inside
-    return count
+        if parent is None:  # top-level: no aten operation above it
+            inside += replayed
+            outside += not replayed
+    return outside, inside
 
 
 def measure(make_decoder, gpt, size: dict, batch: int, device: torch.device, autocast_bf16: bool, warmup: int,
-            steps: int) -> tuple[float, list[list[int]], object, int]:
+            steps: int) -> tuple[float, list[list[int]], object, tuple[int, int]]:
     """Seconds per step of ``steps`` timed steps after joining ``batch`` rows and ``warmup`` steps; the codes; the
     decoder; the operations one more (untimed) step launched one by one (:func:`launched`)."""
     rows = requests(gpt, size, batch, device, max_codes=2 + warmup + steps)
@@ -248,33 +255,42 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
 
     blocks = decode_transformer(gpt, torch.bfloat16 if precision == "bf16" else None)
     compared = decoders(device, blocks)
-    fixed_name, head_name = list(compared)[-2:]
+    fixed_name, head_name, fused_name = list(compared)[-3:]
     for batch in batches:
         times, codes, made, ops = {}, {}, {}, {}
         for name, (make, autocast) in compared.items():
             times[name], codes[name], made[name], ops[name] = measure(make, gpt, size, batch, device, autocast, warmup,
                                                                       steps)
         same = codes["reference"] == codes["current"]
-        fixed_step, fixed_head = made[fixed_name].fixed_step, made[head_name].fixed_head
+        fixed_step = made[fixed_name].fixed_step
         failures += (0 if same or not exact else 1) + (0 if fixed_step.disabled is None else 1)
-        failures += 0 if fixed_head.disabled is None and made[head_name].fixed_step.disabled is None else 1
+        failures += sum(made[n].fixed_step.disabled is not None or made[n].fixed_head.disabled is not None
+                        for n in (head_name, fused_name))
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
         fixed_same = sum(a == b for a, b in zip(codes[fixed_name], codes["current"]))
         state = (f"off ({fixed_step.disabled}; FAILED)" if fixed_step.disabled else
                  f"{fixed_step.recordings} recording(s), {fixed_step.replays} replays, "
                  f"{fixed_same} of {batch} rows' codes identical to current's")
-        head_same = sum(a == b for a, b in zip(codes[head_name], codes[fixed_name]))
-        head_state = (f"off ({fixed_head.disabled}; FAILED)" if fixed_head.disabled else
-                      f"{fixed_head.recordings} recording(s), {fixed_head.replays} replays, "
-                      f"{head_same} of {batch} rows' codes identical to {fixed_name}'")
+        later = []
+        for before, name in ((fixed_name, head_name), (head_name, fused_name)):
+            head = made[name].fixed_head
+            kept = sum(a == b for a, b in zip(codes[name], codes[before]))
+            later.append(f"{name}: off ({head.disabled or made[name].fixed_step.disabled}; FAILED)"
+                         if head.disabled or made[name].fixed_step.disabled else
+                         f"{name}: {head.recordings} head recording(s), {head.replays} replays, {kept} of {batch} rows' "
+                         f"codes identical to {before}'")
         autocast = f"autocast/current {times['autocast'] / times['current']:.2f}x, " if "autocast" in times else ""
         print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
               f"{autocast}current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x, "
-              f"{fixed_name}/{head_name} {times[fixed_name] / times[head_name]:.2f}x; codes "
-              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}; {head_name}: {head_state}")
+              f"{fixed_name}/{head_name} {times[fixed_name] / times[head_name]:.2f}x, "
+              f"{head_name}/{fused_name} {times[head_name] / times[fused_name]:.2f}x; codes "
+              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}; " + "; ".join(later))
         print(f"batch {batch:3d}: operations launched one by one per step (outside graphs): "
-              + ", ".join(f"{d} {n}" for d, n in ops.items()))
+              + ", ".join(f"{d} {n}" for d, (n, _) in ops.items()))
+        if device.type == "cpu":  # a card's profiler sees a replay as one call, not what it holds
+            print(f"batch {batch:3d}: operations inside the recorded graphs per step: "
+                  + ", ".join(f"{d} {n}" for d, (_, n) in ops.items() if n))
     for batch in batches:
         times, codes = measure_prefill(gpt, size, batch, device, blocks, steps=10)
         same = codes["one by one"] == codes["together"]

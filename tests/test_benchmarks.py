@@ -315,17 +315,28 @@ def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys)
     assert len(rows) == 2, out
     for row in rows:
         assert re.search(r"reference \d+\.\d+ ms/step .*; current \d+\.\d+ ms/step .*; fixed shapes \d+\.\d+ ms/step "
-                         r".*; fixed shapes \+ head \d+\.\d+ ms/step .*; ratio reference/current \d+\.\d+x, "
-                         r"current/fixed shapes \d+\.\d+x, fixed shapes/fixed shapes \+ head \d+\.\d+x; codes identical; "
-                         r"fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes identical to current's; "
-                         r"fixed shapes \+ head: \d recording\(s\), \d+ replays, \1 of \1 rows' codes identical", row), row
+                         r".*; fixed shapes \+ head \d+\.\d+ ms/step .*; fixed shapes \+ head \+ fused GELU \d+\.\d+ "
+                         r"ms/step .*; ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x, fixed shapes/"
+                         r"fixed shapes \+ head \d+\.\d+x, fixed shapes \+ head/fixed shapes \+ head \+ fused GELU "
+                         r"\d+\.\d+x; codes identical; fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes "
+                         r"identical to current's; fixed shapes \+ head: \d head recording\(s\), \d+ replays, \d of \1 rows' "
+                         r"codes identical to fixed shapes'; fixed shapes \+ head \+ fused GELU: \d head recording\(s\), \d+ "
+                         r"replays, \d of \1 rows' codes identical to fixed shapes \+ head'$", row), row
     launches = [line for line in out.splitlines() if "operations launched one by one" in line]
-    assert len(launches) == 2, out
-    for line in launches:
-        found = re.search(r"reference (\d+), current (\d+), fixed shapes (\d+), fixed shapes \+ head (\d+)$", line)
+    inside = [line for line in out.splitlines() if "operations inside the recorded graphs" in line]
+    assert len(launches) == len(inside) == 2, out
+    for line, graphs in zip(launches, inside):
+        found = re.search(r"reference (\d+), current (\d+), fixed shapes (\d+), fixed shapes \+ head (\d+), "
+                          r"fixed shapes \+ head \+ fused GELU (\d+)$", line)
         assert found, line
-        reference, current, fixed, with_head = map(int, found.groups())
-        assert reference > current > fixed > with_head > 0, line  # each way launches fewer
+        reference, current, fixed, with_head, fused = map(int, found.groups())
+        assert reference > current > fixed > with_head == fused > 0, line  # each way launches fewer one by one
+        found = re.search(r"fixed shapes (\d+), fixed shapes \+ head (\d+), fixed shapes \+ head \+ fused GELU (\d+)$",
+                          graphs)
+        assert found, graphs
+        fixed, with_head, fused = map(int, found.groups())
+        layers = bench.SMALL["layers"]  # the fused GELU takes seven operations out of each layer's recorded step
+        assert with_head > fixed and fused == with_head - 7 * layers, graphs
     prefill = [line for line in out.splitlines() if line.startswith("prefill of")]
     assert len(prefill) == 1 and re.search(r"prefill of +3 requests: one by one \d+\.\d+ ms; together \d+\.\d+ ms; "
                                            r"ratio \d+\.\d+x; codes of the next 10 steps identical", prefill[0]), out

@@ -226,3 +226,64 @@ def test_the_cuda_recorder_warms_up_records_once_and_replays_without_running_the
     events.clear()
     assert replay() is output and replay() is output
     assert events == ["replay", "replay"], "a replay launches the graph; the Python step does not run again"
+
+
+def test_the_mlp_is_hugging_faces_exactly_unless_fused_and_fused_is_one_gelu_kernel(golden):
+    """``decode_cache.mlp``: unfused, bit for bit ``block.mlp``; fused, the same products with ``F.gelu``'s tanh form
+    (within an ulp of NewGELU's eight operations, in one); another activation is left to its own module."""
+    import copy
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from xtts_ft.evaluate.decode_cache import mlp
+
+    block = golden[0].gpt.gpt.h[0]
+    x = torch.randn(3, 1, golden[0].gpt.gpt.config.n_embd, generator=torch.Generator().manual_seed(0)) * 3
+    with torch.inference_mode():
+        exact, fused = mlp(block, x), mlp(block, x, fused_gelu=True)
+        assert torch.equal(exact, block.mlp(x))
+        layer = block.mlp
+        assert torch.equal(fused, layer.c_proj(torch.nn.functional.gelu(layer.c_fc(x), approximate="tanh")))
+        assert float((fused - exact).abs().max()) <= 1e-5 * float(exact.abs().max())
+
+        def operations(fused_gelu: bool) -> int:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                mlp(block, x, fused_gelu)
+            return sum(1 for e in prof.events() if e.name.startswith("aten::") and
+                       (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+
+        assert operations(False) - operations(True) >= 7  # pow, 4 products, 2 sums, tanh -> one gelu
+        relu = copy.deepcopy(block)
+        relu.mlp.act = torch.nn.ReLU()
+        assert torch.equal(mlp(relu, x, fused_gelu=True), relu.mlp(x))
+
+
+def test_recordings_with_the_fused_gelu_stay_within_the_eager_steps_tolerance(golden, monkeypatch):
+    """serve's recorded steps and prefills run the fused GELU (checked against the eager, exact ones at each
+    recording): none turns off, the latents stay within rounding, and greedy rows keep the eager codes."""
+    from xtts_ft.evaluate import decode_cache, prefill_graph
+    from xtts_ft.evaluate.batch_decode import prefill_forward
+    from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+
+    _, eager = _decode(golden, None, long_codes=60)
+    fused_calls = {"step": 0, "prefill": 0}
+    real_mlp = decode_cache.mlp
+
+    def counting(where):
+        def mlp(block, x, fused_gelu=False):
+            fused_calls[where] += fused_gelu
+            return real_mlp(block, x, fused_gelu)
+        return mlp
+
+    monkeypatch.setattr(prefill_graph, "mlp", counting("prefill"))
+    monkeypatch.setattr(decode_cache, "mlp", counting("step"))
+    fixed = FixedShapeStep(record=call_directly, fused_gelu=True)
+    prefill = FixedShapePrefill(prefill_forward, record=call_directly, fused_gelu=True)
+    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8, fixed_prefill=prefill)
+    rows = _run_schedule(decoder, golden, _sampling_of, 60)
+    assert fixed.disabled is None and prefill.disabled is None and fixed.recordings >= 2 and prefill.recordings >= 2
+    greedy = [i for i in range(len(rows)) if _sampling_of(i) == GREEDY]
+    assert greedy and all(rows[i].codes == eager[i].codes for i in greedy)
+    for i in greedy:
+        torch.testing.assert_close(torch.stack(rows[i].latents), torch.stack(eager[i].latents), rtol=1e-4, atol=1e-4)
+    assert fused_calls["step"] > 0 and fused_calls["prefill"] > 0, "the recorded ones ran the fused GELU"

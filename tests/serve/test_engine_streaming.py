@@ -264,6 +264,8 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True))
     decoder = loop._decoder
     assert decoder.fixed_step is not None and decoder.fixed_prefill is not None and decoder.fixed_head is not None
+    # recorded with the blocks' GELU as one kernel (within an ulp of Hugging Face's: here every code the same still)
+    assert decoder.fixed_step.fused_gelu and decoder.fixed_prefill.fused_gelu
     decoder.fixed_step.record = decoder.fixed_head.record = call_directly
     decoder.fixed_prefill._record = call_directly
     gpt_cond_latent, _speaker = engine._latents(engine.voices.get("spk1"))

@@ -53,7 +53,7 @@ from transformers.generation.logits_process import (
 
 from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
-from xtts_ft.evaluate.head_graph import FixedShapeHead, head
+from xtts_ft.evaluate.head_graph import FixedShapeHead, latents_and_logits
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
 
 
@@ -302,24 +302,7 @@ class BatchDecoder:
 
     def _accept(self, requests: list[DecodeRequest], seen: torch.Tensor, hidden: torch.Tensor) -> None:
         """Choose each request's next code from its hidden state (rows, dim); mark it seen; finish the ones that end."""
-        groups: dict[Sampling, list[int]] = {}
-        for i, request in enumerate(requests):
-            groups.setdefault(request.sampling, []).append(i)
-        if len(groups) == 1:  # the usual case (one server, one setting): no rows to gather and scatter back
-            sampling = requests[0].sampling
-            run_head = head if self.fixed_head is None else self.fixed_head.run  # replayed from a graph on a card
-            latents, distribution, finite = run_head(self.gpt, hidden, seen, sampling)
-            codes = sampling.pick(distribution, [r.generator for r in requests])
-        else:
-            final_norm = self.gpt.final_norm  # in its own dtype (fp32): the latents HiFiGAN gets, the logits sampled
-            latents = final_norm(hidden.to(final_norm.weight.dtype))
-            logits = self.gpt.mel_head(latents)
-            finite = torch.isfinite(logits).all(dim=-1)
-            codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
-            for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
-                index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-                codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
-                                               [requests[i].generator for i in rows])
+        latents, codes, finite = self._choose(requests, seen, hidden)
         seen[torch.arange(len(requests), device=seen.device), codes] = True
         # a row whose logits are not all finite (a broken model, half precision overflowing) has no code to give:
         # marked -1 and refused below, at the step's one read from the device, instead of a check per row
@@ -330,6 +313,28 @@ class BatchDecoder:
         stop = int(self.gpt.stop_audio_token)
         for request, code, latent in zip(requests, chosen, latents):
             request.take(code, latent, stop)
+
+    def _choose(self, requests: list[DecodeRequest], seen: torch.Tensor,
+                hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each row's latent (rows, dim), chosen code (rows,) and whether its logits were all finite (rows,)."""
+        groups: dict[Sampling, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(request.sampling, []).append(i)
+        generators = [r.generator for r in requests]
+        if len(groups) == 1 and self.fixed_head is not None:  # on a card: the head replayed from a graph
+            sampling = requests[0].sampling
+            latents, distribution, finite = self.fixed_head.run(self.gpt, hidden, seen, sampling)
+            return latents, sampling.pick(distribution, generators), finite
+        latents, logits = latents_and_logits(self.gpt, hidden)
+        finite = torch.isfinite(logits).all(dim=-1)
+        if len(groups) == 1:  # the usual case (one server, one setting): no rows to gather and scatter back
+            return latents, requests[0].sampling.choose(logits, seen, generators), finite
+        codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
+        for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
+            index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+            codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
+                                           [generators[i] for i in rows])
+        return latents, codes, finite
 
     # --- leaving -----------------------------------------------------------------------------
     def drop(self, requests: list[DecodeRequest]) -> None:

@@ -216,9 +216,12 @@ class FixedShapeStep(Recordings):
     """Runs a :class:`SlotCache`'s steps through recorded fixed-shape steps: one recording per fixed shape
     (:meth:`SlotCache.fixed_shape`) of each buffer layout, replayed whenever a step has that shape again."""
 
-    def __init__(self, record: Recorder = cuda_graph, tolerance: Optional[float] = None) -> None:
+    def __init__(self, record: Recorder = cuda_graph, tolerance: Optional[float] = None, fused_gelu: bool = False) -> None:
+        """``fused_gelu``: the recorded steps run the blocks' GELU as one kernel (:func:`.decode_cache.mlp`; the
+        eager step they are checked against keeps Hugging Face's): what serve records on a card."""
         super().__init__(tolerance)
         self.record = record
+        self.fused_gelu = fused_gelu
         # per key: the replay, the recorded step's input (fixed rows, 1, dim), the column it writes ((1,) long)
         self._recorded: dict[tuple, tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]] = {}
 
@@ -248,7 +251,7 @@ class FixedShapeStep(Recordings):
         inputs[:n] = embeddings
         column = torch.full((1,), cache.end, dtype=torch.long, device=embeddings.device)
         try:
-            replay = self.record(lambda: cache.every_row_step(inputs, column))
+            replay = self.record(lambda: cache.every_row_step(inputs, column, self.fused_gelu))
             got = replay()[:n]
         except RuntimeError as exc:  # recording refused (an operation a graph cannot hold, out of memory)
             self._disable(f"recording the decode step failed: {exc}".splitlines()[0])

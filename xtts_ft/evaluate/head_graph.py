@@ -35,13 +35,18 @@ log = logging.getLogger(__name__)
 Head = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def head(gpt, hidden: torch.Tensor, seen: torch.Tensor, sampling) -> Head:
-    """The eager head: ``hidden`` (rows, dim) through the final norm and the output head in their own dtype (fp32:
-    the latents HiFiGAN gets, the logits sampled), then ``sampling``'s distribution (``seen``: (rows, vocab), the ids
-    already in each row's input)."""
+def latents_and_logits(gpt, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hidden`` (rows, dim) through the final norm and the output head in their own dtype (fp32: the latents
+    HiFiGAN gets, the logits sampled)."""
     final_norm = gpt.final_norm
     latents = final_norm(hidden.to(final_norm.weight.dtype))
-    logits = gpt.mel_head(latents)
+    return latents, gpt.mel_head(latents)
+
+
+def head(gpt, hidden: torch.Tensor, seen: torch.Tensor, sampling) -> Head:
+    """The eager head: :func:`latents_and_logits`, then ``sampling``'s distribution (``seen``: (rows, vocab), the ids
+    already in each row's input) and the finite flags."""
+    latents, logits = latents_and_logits(gpt, hidden)
     return latents, sampling.distribution(logits, seen), torch.isfinite(logits).all(dim=-1)
 
 

@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from xtts_ft.evaluate.decode_cache import mlp
 from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,11 @@ Blocks = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]  # what :fu
 Prefilled = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[int]]
 
 
-def causal_blocks(transformer: nn.Module, embeddings: torch.Tensor) -> Blocks:
+def causal_blocks(transformer: nn.Module, embeddings: torch.Tensor, fused_gelu: bool = False) -> Blocks:
     """``GPT2Model``'s forward over right-padded rows (rows, positions, dim) with plain causal attention and no
     cache object: the final-normed hidden states and each layer's keys and values. The blocks' own modules, in
-    Hugging Face's order (coqui's GPT-2 adds no position inside the blocks: its ``wpe`` gives zeros)."""
+    Hugging Face's order (coqui's GPT-2 adds no position inside the blocks: its ``wpe`` gives zeros).
+    ``fused_gelu``: :func:`.decode_cache.mlp`'s."""
     x = embeddings
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
@@ -66,7 +68,7 @@ def causal_blocks(transformer: nn.Module, embeddings: torch.Tensor) -> Blocks:
         a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=attn.scaling, is_causal=True)
         a = a.transpose(1, 2).contiguous()
         x = attn.c_proj(a.reshape(*a.shape[:-2], -1).contiguous()) + x
-        x = x + block.mlp(block.ln_2(x))
+        x = x + mlp(block, block.ln_2(x), fused_gelu)
         keys.append(k)
         values.append(v)
     return transformer.ln_f(x), keys, values
@@ -146,9 +148,12 @@ class FixedShapePrefill(Recordings):
 
     def __init__(self, eager: Callable[[nn.Module, list[torch.Tensor]], Prefilled],
                  record: Optional[Recorder] = None, tolerance: Optional[float] = None,
-                 length_bucket: int = LENGTH_BUCKET, positions: int = POSITIONS) -> None:
+                 length_bucket: int = LENGTH_BUCKET, positions: int = POSITIONS, fused_gelu: bool = False) -> None:
+        """``fused_gelu``: the recorded prefills run the blocks' GELU as one kernel (:func:`.decode_cache.mlp`; the
+        eager prefill they are checked against keeps Hugging Face's): what serve records on a card."""
         super().__init__(tolerance)
         self.eager = eager
+        self.fused_gelu = fused_gelu
         self._record = record  # None: CUDA graphs in one shared pool, made at the first recording
         self.length_bucket = int(length_bucket)
         self.positions = int(positions)  # most rows x positions recorded (the shared buffers' size)
@@ -189,7 +194,7 @@ class FixedShapePrefill(Recordings):
             outputs = buffers.outputs_view(n_rows, positions)
 
             def forward() -> Blocks:  # what is recorded: the blocks, their results written to the shared buffers
-                hidden, keys, values = causal_blocks(transformer, inputs)
+                hidden, keys, values = causal_blocks(transformer, inputs, self.fused_gelu)
                 outputs[0].copy_(hidden)
                 for out, got_ in zip(outputs[1] + outputs[2], keys + values):
                     out.copy_(got_)

@@ -101,12 +101,13 @@ class DecodeLoop:
         self.largest_join = 0  # most requests prefilled together in one forward pass
 
     def _new_decoder(self) -> BatchDecoder:
-        # graphs: the step, its head and the prefill replayed from CUDA graphs (recorded in this loop's thread)
+        # graphs: the step, its head and the prefill replayed from CUDA graphs (recorded in this loop's thread), the
+        # recorded blocks with their GELU as one kernel (decode_cache.mlp)
         if not self.precision.graphs:
             return BatchDecoder(self.gpt, transformer=self.transformer)
-        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(), max_rows=self.max_active,
-                            fixed_prefill=FixedShapePrefill(prefill_forward), transformer=self.transformer,
-                            fixed_head=FixedShapeHead())
+        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(fused_gelu=True), max_rows=self.max_active,
+                            fixed_prefill=FixedShapePrefill(prefill_forward, fused_gelu=True),
+                            transformer=self.transformer, fixed_head=FixedShapeHead())
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = self.stream_type(request)
