@@ -287,3 +287,49 @@ def test_recordings_with_the_fused_gelu_stay_within_the_eager_steps_tolerance(go
     for i in greedy:
         torch.testing.assert_close(torch.stack(rows[i].latents), torch.stack(eager[i].latents), rtol=1e-4, atol=1e-4)
     assert fused_calls["step"] > 0 and fused_calls["prefill"] > 0, "the recorded ones ran the fused GELU"
+
+
+def test_the_attention_mask_is_made_additive_once_per_step_and_the_numbers_stay_the_same(golden, monkeypatch):
+    """SDPA turns a boolean mask into an additive one in every layer (a where and a scalar each: two kernels per
+    layer on a card); the step makes it once. Given the boolean mask again, every code and latent is the same, bit
+    for bit, in the eager and the fixed-shape step alike."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from xtts_ft.evaluate import decode_cache
+
+    def conversions_in_attention(decoder) -> int:
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            decoder.step()
+        count = 0
+        for event in prof.events():
+            parent = event.cpu_parent
+            while parent is not None and parent.name != "aten::scaled_dot_product_attention":
+                parent = parent.cpu_parent
+            count += parent is not None and event.name in ("aten::where", "aten::scalar_tensor")
+        return count
+
+    def run(fixed: bool):
+        decoder = BatchDecoder(golden[0].gpt, fixed_step=FixedShapeStep(record=call_directly) if fixed else None,
+                               max_rows=4 if fixed else None)
+        requests = [_request(golden, "a much longer sentence than the others", 0, max_codes=30),
+                    _request(golden, "hi", 1, max_codes=30)]
+        with torch.inference_mode():
+            decoder.join(*requests)  # rows of different lengths: the window step's mask is not None either
+            decoder.step()
+        converted = conversions_in_attention(decoder)
+        with torch.inference_mode():
+            while decoder.rows:
+                decoder.step()
+        return requests, converted
+
+    layers = len(golden[0].gpt.gpt.h)
+    for fixed in (False, True):
+        once, converted = run(fixed)
+        assert converted == 0
+        with monkeypatch.context() as m:
+            m.setattr(decode_cache, "additive", lambda mask, dtype: mask)  # the boolean mask to every layer, as before
+            per_layer, converted_before = run(fixed)
+        assert converted_before >= 2 * layers
+        assert [r.codes for r in once] == [r.codes for r in per_layer]
+        for a, b in zip(once, per_layer):
+            assert torch.equal(torch.stack(a.latents), torch.stack(b.latents))

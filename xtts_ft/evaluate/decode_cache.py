@@ -189,7 +189,7 @@ class SlotCache:
         assert self.mask is not None
         n, col = self.rows, self.end
         padded = any(f != self.start for f in self.first)
-        mask = self.mask[:n, None, None, self.start:col + 1] if padded else None
+        mask = additive(self.mask[:n, None, None, self.start:col + 1], embeddings.dtype) if padded else None
         x = embeddings
         for block, keys, values in zip(self.transformer.h, self.keys, self.values):
             x = self._block(block, x, keys, values, mask, n, col)
@@ -208,7 +208,7 @@ class SlotCache:
         can replay. ``embeddings``: (fixed rows, 1, dim), the batch's rows first. ``fused_gelu``: :func:`mlp`'s."""
         assert self.mask is not None
         rows, columns = self.fixed_shape()
-        mask = self.mask[:rows, None, None, :columns]
+        mask = additive(self.mask[:rows, None, None, :columns], embeddings.dtype)
         x = embeddings
         for block, keys, values in zip(self.transformer.h, self.keys, self.values):
             x = self._block(block, x, keys[:rows, :, :columns], values[:rows, :, :columns], mask, rows, column,
@@ -234,6 +234,14 @@ class SlotCache:
         a = a.reshape(n, -1, 1, attn.head_dim).transpose(1, 2).contiguous()
         x = attn.c_proj(a.reshape(n, 1, -1).contiguous()) + x
         return x + mlp(block, block.ln_2(x), fused_gelu)
+
+
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True: attend) as the additive one SDPA makes of it (0 where True, -inf where False,
+    in the query's dtype), made once per step for every layer: given the boolean mask, SDPA converts it again in
+    each of the 30 layers (two kernels each on a card). The same numbers either way (under bf16 autocast SDPA casts
+    the mask to bf16, where 0 and -inf are exact)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask.logical_not(), float("-inf"))
 
 
 def mlp(block: nn.Module, x: torch.Tensor, fused_gelu: bool = False) -> torch.Tensor:
