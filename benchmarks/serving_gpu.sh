@@ -32,8 +32,9 @@ run() {  # run NAME SECONDS COMMAND...  (into the current part's folder, $dir)
 }
 
 part_a() {
-  # the decode step (first decoder, current, graphed; codes compared) and the prefill, eager and from graphs
-  run 01-decode-step-fp32 120 python benchmarks/decode_step.py --size full --device cuda --batches 1 8 32
+  # the decode step (first decoder, current, graphed, with its head graphed, with the fused GELU; codes compared) and
+  # the prefill, eager and from graphs
+  run 01-decode-step-fp32 150 python benchmarks/decode_step.py --size full --device cuda --batches 1 8 32
   # the engine as serve runs it on a card (fp32, graphs), 32 places; the lone caller's round profiled: where its
   # first audio goes (trace in profiles/, the top kernels and how busy the GPU was under the row)
   # beside it, HiFiGAN on the decode steps' stream (vocoder_stream: off; the same model, a loop of its own)
