@@ -18,7 +18,9 @@ coqui's sampling) in the same process, one after the other for each batch size:
 - ``graphs + head``: the same with the step's head (final norm, output head, penalty, warpers, softmax) replayed
   from a graph too (:mod:`xtts_ft.evaluate.head_graph`); on the CPU ``fixed shapes + head``;
 - ``graphs + head + fused GELU``: the same with the recorded blocks' GELU as one kernel instead of eight
-  (:func:`xtts_ft.evaluate.decode_cache.mlp`), as serve runs it on a card.
+  (:func:`xtts_ft.evaluate.decode_cache.mlp`);
+- ``... + overlap``: the same with each step launched before the one before it is read back
+  (:mod:`xtts_ft.evaluate.step_in_flight`), as serve runs it on a card.
 
 With ``--precision bf16`` (CUDA) the current and graphed decoders run the GPT-2 blocks' weights cast to bf16 once
 (``decode_transformer``, what serve's ``--decode-precision bf16`` runs), and two more run under bf16 autocast as the
@@ -87,10 +89,11 @@ def decoders(device: torch.device, blocks) -> dict:
     compared["current"] = (lambda gpt, rows: BatchDecoder(gpt, transformer=blocks), False)
     compared[fixed_name] = (lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows,
                                                            transformer=blocks), False)
-    for name, fused in ((f"{fixed_name} + head", False), (f"{fixed_name} + head + fused GELU", True)):
-        compared[name] = (lambda gpt, rows, fused=fused: BatchDecoder(
+    for name, fused, overlap in ((f"{fixed_name} + head", False, False), (f"{fixed_name} + head + fused GELU", True, False),
+                                 ("... + overlap", True, True)):
+        compared[name] = (lambda gpt, rows, fused=fused, overlap=overlap: BatchDecoder(
             gpt, fixed_step=FixedShapeStep(record=record, fused_gelu=fused), max_rows=rows, transformer=blocks,
-            fixed_head=FixedShapeHead(record=record)), False)
+            fixed_head=FixedShapeHead(record=record), overlap=overlap), False)
     return compared
 
 
@@ -255,7 +258,7 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
 
     blocks = decode_transformer(gpt, torch.bfloat16 if precision == "bf16" else None)
     compared = decoders(device, blocks)
-    fixed_name, head_name, fused_name = list(compared)[-3:]
+    fixed_name, head_name, fused_name, overlap_name = list(compared)[-4:]
     for batch in batches:
         times, codes, made, ops = {}, {}, {}, {}
         for name, (make, autocast) in compared.items():
@@ -265,7 +268,7 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
         fixed_step = made[fixed_name].fixed_step
         failures += (0 if same or not exact else 1) + (0 if fixed_step.disabled is None else 1)
         failures += sum(made[n].fixed_step.disabled is not None or made[n].fixed_head.disabled is not None
-                        for n in (head_name, fused_name))
+                        for n in (head_name, fused_name, overlap_name))
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
         fixed_same = sum(a == b for a, b in zip(codes[fixed_name], codes["current"]))
@@ -273,7 +276,7 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
                  f"{fixed_step.recordings} recording(s), {fixed_step.replays} replays, "
                  f"{fixed_same} of {batch} rows' codes identical to current's")
         later = []
-        for before, name in ((fixed_name, head_name), (head_name, fused_name)):
+        for before, name in ((fixed_name, head_name), (head_name, fused_name), (fused_name, overlap_name)):
             head = made[name].fixed_head
             kept = sum(a == b for a, b in zip(codes[name], codes[before]))
             later.append(f"{name}: off ({head.disabled or made[name].fixed_step.disabled}; FAILED)"
@@ -284,7 +287,8 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
         print(f"batch {batch:3d}: {cells}; ratio reference/current {times['reference'] / times['current']:.2f}x, "
               f"{autocast}current/{fixed_name} {times['current'] / times[fixed_name]:.2f}x, "
               f"{fixed_name}/{head_name} {times[fixed_name] / times[head_name]:.2f}x, "
-              f"{head_name}/{fused_name} {times[head_name] / times[fused_name]:.2f}x; codes "
+              f"{head_name}/{fused_name} {times[head_name] / times[fused_name]:.2f}x, "
+              f"{fused_name}/{overlap_name} {times[fused_name] / times[overlap_name]:.2f}x; codes "
               f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}; " + "; ".join(later))
         print(f"batch {batch:3d}: operations launched one by one per step (outside graphs): "
               + ", ".join(f"{d} {n}" for d, (n, _) in ops.items()))

@@ -119,7 +119,7 @@ def test_gpu_smoke_runs_every_section_in_its_reduced_cpu_mode(tmp_path, hub):
     assert re.search(r"1 stream\(s\): first audio p50 \d+ ms, max \d+ ms; .* real time in aggregate \(RTF", out.stdout)
     assert "2 stream(s): first audio" in out.stdout and "the engine streamed audio to 1 and 2 concurrent callers" in out.stdout
     assert "HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here" in out.stdout
-    assert re.search(r"batch +2: reference .* ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x; "
+    assert re.search(r"batch +2: reference .* ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x, .*; "
                      r"codes identical; fixed shapes: \d+ recording", out.stdout)
     assert re.search(r"prefill of +2 requests: .* codes of the next 10 steps identical", out.stdout)
     assert re.search(r"windows +2: one by one .* together .* kept audio max relative difference", out.stdout)
@@ -318,23 +318,27 @@ def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys)
                          r".*; fixed shapes \+ head \d+\.\d+ ms/step .*; fixed shapes \+ head \+ fused GELU \d+\.\d+ "
                          r"ms/step .*; ratio reference/current \d+\.\d+x, current/fixed shapes \d+\.\d+x, fixed shapes/"
                          r"fixed shapes \+ head \d+\.\d+x, fixed shapes \+ head/fixed shapes \+ head \+ fused GELU "
-                         r"\d+\.\d+x; codes identical; fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes "
+                         r"\d+\.\d+x, fixed shapes \+ head \+ fused GELU/\.\.\. \+ overlap \d+\.\d+x; codes identical; "
+                         r"fixed shapes: 1 recording\(s\), \d+ replays, (\d) of \1 rows' codes "
                          r"identical to current's; fixed shapes \+ head: \d head recording\(s\), \d+ replays, \d of \1 rows' "
                          r"codes identical to fixed shapes'; fixed shapes \+ head \+ fused GELU: \d head recording\(s\), \d+ "
-                         r"replays, \d of \1 rows' codes identical to fixed shapes \+ head'$", row), row
+                         r"replays, \d of \1 rows' codes identical to fixed shapes \+ head'; \.\.\. \+ overlap: \d head "
+                         r"recording\(s\), \d+ replays, \1 of \1 rows' codes identical to fixed shapes \+ head \+ fused GELU'$",
+                         row), row
     launches = [line for line in out.splitlines() if "operations launched one by one" in line]
     inside = [line for line in out.splitlines() if "operations inside the recorded graphs" in line]
     assert len(launches) == len(inside) == 2, out
     for line, graphs in zip(launches, inside):
         found = re.search(r"reference (\d+), current (\d+), fixed shapes (\d+), fixed shapes \+ head (\d+), "
-                          r"fixed shapes \+ head \+ fused GELU (\d+)$", line)
+                          r"fixed shapes \+ head \+ fused GELU (\d+), \.\.\. \+ overlap (\d+)$", line)
         assert found, line
-        reference, current, fixed, with_head, fused = map(int, found.groups())
-        assert reference > current > fixed > with_head == fused > 0, line  # each way launches fewer one by one
-        found = re.search(r"fixed shapes (\d+), fixed shapes \+ head (\d+), fixed shapes \+ head \+ fused GELU (\d+)$",
-                          graphs)
+        reference, current, fixed, with_head, fused, overlap = map(int, found.groups())
+        assert reference > current > fixed > with_head == fused >= overlap > 0, line  # fewer launched one by one
+        found = re.search(r"fixed shapes (\d+), fixed shapes \+ head (\d+), fixed shapes \+ head \+ fused GELU (\d+), "
+                          r"\.\.\. \+ overlap (\d+)$", graphs)
         assert found, graphs
-        fixed, with_head, fused = map(int, found.groups())
+        fixed, with_head, fused, overlapped = map(int, found.groups())
+        assert overlapped == fused, graphs
         layers = bench.SMALL["layers"]  # the fused GELU takes seven operations out of each layer's recorded step
         assert with_head > fixed and fused == with_head - 7 * layers, graphs
     prefill = [line for line in out.splitlines() if line.startswith("prefill of")]

@@ -55,6 +55,7 @@ from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
 from xtts_ft.evaluate.head_graph import FixedShapeHead, latents_and_logits
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
+from xtts_ft.evaluate.step_in_flight import InFlight
 
 
 @dataclass(frozen=True)
@@ -221,12 +222,14 @@ class BatchDecoder:
 
     def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None,
                  fixed_prefill: Optional[FixedShapePrefill] = None, transformer: Optional[nn.Module] = None,
-                 fixed_head: Optional[FixedShapeHead] = None) -> None:
+                 fixed_head: Optional[FixedShapeHead] = None, overlap: bool = False) -> None:
         """``fixed_step``: steps replayed from CUDA graphs, over a cache laid out once for ``max_rows`` rows (the most
         this decoder will hold: required with it). ``fixed_prefill``: prefills replayed from CUDA graphs
         (:mod:`.prefill_graph`). ``transformer``: the GPT-2 blocks to run instead of ``gpt.gpt`` (a copy in another
         dtype, :func:`decode_transformer`); the embeddings, the final norm and the output head stay ``gpt``'s.
-        ``fixed_head``: the step's head (final norm to distribution) replayed from CUDA graphs (:mod:`.head_graph`)."""
+        ``fixed_head``: the step's head (final norm to distribution) replayed from CUDA graphs (:mod:`.head_graph`).
+        ``overlap``: each step launched before the one before it is read back (:mod:`.step_in_flight`: on a card the
+        host's work then runs while the GPU computes), the same codes."""
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
@@ -242,6 +245,8 @@ class BatchDecoder:
         self.fixed_prefill = fixed_prefill  # prefills replayed from CUDA graphs; None: eager prefills
         self.fixed_head = fixed_head  # the head replayed from CUDA graphs; None: the eager head
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
+        self.overlap = overlap
+        self._in_flight: Optional[InFlight[DecodeRequest]] = None  # (overlap) the step launched and not read back yet
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -250,6 +255,7 @@ class BatchDecoder:
     def join(self, *requests: DecodeRequest) -> None:
         """Prefill ``requests`` (together: :func:`prefill` on groups of at most ``PREFILL_GROUP`` of similar
         length), choose each one's first code and add each to the batch (or finish it)."""
+        self.flush()  # a join changes the batch's rows and cache: the step in flight is read back first
         by_length = sorted(requests, key=lambda r: r.prefix.shape[1])  # similar lengths together: little padding
         for first in range(0, len(by_length), PREFILL_GROUP):
             self._join_group(by_length[first:first + PREFILL_GROUP])
@@ -286,32 +292,64 @@ class BatchDecoder:
 
     # --- stepping ----------------------------------------------------------------------------
     def step(self) -> None:
-        """One code for every row; rows that finish leave the batch."""
+        """One code for every row; rows that finish leave the batch. With ``overlap`` the code each row gets here is
+        the one of the step launched before, and the next step is launched before it is read."""
         if not self.rows:
+            self.flush()
             return
+        if not self.overlap:
+            self._take(self._launch([r.codes[-1] for r in self.rows], [len(r.codes) for r in self.rows]))
+        else:
+            before = self._in_flight
+            if before is None:  # the first step after a join: its input from the host
+                before = self._launch([r.codes[-1] for r in self.rows], [len(r.codes) for r in self.rows])
+            # the next step, from the codes still on the device, at the position after them
+            self._in_flight = self._launch(before.next_input(), [len(r.codes) + 1 for r in self.rows])
+            self._take(before)
+        self.drop([r for r in self.rows if r.done])
+
+    def flush(self) -> None:
+        """Read back the step in flight (``overlap``), if any; rows that finish with it leave the batch."""
+        before, self._in_flight = self._in_flight, None
+        if before is not None and before.rows:
+            self._take(before)
+            self.drop([r for r in self.rows if r.done])
+
+    def _launch(self, last: list[int] | torch.Tensor, positions: list[int]) -> InFlight[DecodeRequest]:
+        """One step for the batch's rows from each row's last code (a list on the host, or the step before's codes
+        still on the device) at its position: the codes chosen, on the device, their copy to the host started."""
         gpt = self.gpt
         assert self._seen is not None
         device = self._seen.device
-        # each row's last code and its position, in one transfer that does not wait for the stream
-        last, position = host_to_device(torch.tensor([[r.codes[-1] for r in self.rows],
-                                                      [len(r.codes) for r in self.rows]], dtype=torch.long), device)
+        if isinstance(last, torch.Tensor):
+            position = host_to_device(torch.tensor(positions, dtype=torch.long), device)
+        else:  # each row's last code and its position, in one transfer that does not wait for the stream
+            last, position = host_to_device(torch.tensor([last, positions], dtype=torch.long), device)
         emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1).to(self._dtype)
         hidden = self._cache.step(emb, self.fixed_step)
-        self._accept(self.rows, self._seen, hidden)
-        self.drop([r for r in self.rows if r.done])
+        return self._choose_launched(self.rows, self._seen, hidden)
 
     def _accept(self, requests: list[DecodeRequest], seen: torch.Tensor, hidden: torch.Tensor) -> None:
         """Choose each request's next code from its hidden state (rows, dim); mark it seen; finish the ones that end."""
+        self._take(self._choose_launched(requests, seen, hidden))
+
+    def _choose_launched(self, requests: list[DecodeRequest], seen: torch.Tensor,
+                         hidden: torch.Tensor) -> InFlight[DecodeRequest]:
         latents, codes, finite = self._choose(requests, seen, hidden)
         seen[torch.arange(len(requests), device=seen.device), codes] = True
         # a row whose logits are not all finite (a broken model, half precision overflowing) has no code to give:
-        # marked -1 and refused below, at the step's one read from the device, instead of a check per row
-        chosen = torch.where(finite, codes, -1).tolist()  # the step's one wait for the device
+        # marked -1 and refused at the step's one read from the device (:meth:`_take`), instead of a check per row
+        return InFlight.launched(requests, codes, finite, latents)
+
+    def _take(self, step: InFlight[DecodeRequest]) -> None:
+        """Hand each row its code and latent from ``step`` (the step's one wait for the device); finish the ones that
+        end."""
+        chosen, latents = step.read()
         if min(chosen) < 0:
             raise RuntimeError(f"the GPT's logits are not finite (NaN or inf) for {sum(c < 0 for c in chosen)} of "
                                f"{len(chosen)} requests; no code can be chosen")
         stop = int(self.gpt.stop_audio_token)
-        for request, code, latent in zip(requests, chosen, latents):
+        for request, code, latent in zip(step.rows, chosen, latents):
             request.take(code, latent, stop)
 
     def _choose(self, requests: list[DecodeRequest], seen: torch.Tensor,
@@ -343,6 +381,8 @@ class BatchDecoder:
             return
         keep = staying(self.rows, requests)
         self.rows = [self.rows[i] for i in keep]
+        if self._in_flight is not None:  # (overlap) its codes for the rows that leave are never read
+            self._in_flight = self._in_flight.kept(keep) if keep else None
         self._cache.keep(keep)
         if not keep:
             self._seen = None

@@ -83,8 +83,14 @@ class DecodeLoop:
 
     stream_type = Stream  # what :meth:`submit` hands back (benchmarks/reader_wakeups.py subclasses it)
 
-    def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None) -> None:
+    def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None,
+                 overlap: Optional[bool] = None) -> None:
+        """``overlap``: each step launched before the one before it is read back (:mod:`xtts_ft.evaluate.step_in_flight`:
+        the host's work of a step, the readers' wake-ups included, then runs while the GPU computes the next); None:
+        on a card (on the CPU nothing runs ahead, and a finished row's extra step would be work for nothing)."""
         self.gpt = gpt
+        weight = next(gpt.parameters(), None)
+        self.overlap = weight is not None and weight.device.type == "cuda" if overlap is None else overlap
         self.max_active = max(1, int(max_active))
         self.precision = precision or EnginePrecision()
         self.transformer = decode_transformer(gpt, self.precision.decode)  # the GPT-2 blocks in the decode dtype
@@ -104,10 +110,10 @@ class DecodeLoop:
         # graphs: the step, its head and the prefill replayed from CUDA graphs (recorded in this loop's thread), the
         # recorded blocks with their GELU as one kernel (decode_cache.mlp)
         if not self.precision.graphs:
-            return BatchDecoder(self.gpt, transformer=self.transformer)
+            return BatchDecoder(self.gpt, transformer=self.transformer, overlap=self.overlap)
         return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(fused_gelu=True), max_rows=self.max_active,
                             fixed_prefill=FixedShapePrefill(prefill_forward, fused_gelu=True),
-                            transformer=self.transformer, fixed_head=FixedShapeHead())
+                            transformer=self.transformer, fixed_head=FixedShapeHead(), overlap=self.overlap)
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = self.stream_type(request)
@@ -215,6 +221,7 @@ class DecodeLoop:
         streams = [s for s in streams if not s.cancelled]
         if not streams:
             return
+        self._read_in_flight()
         failure: Optional[BaseException] = None
         self.largest_join = max(self.largest_join, len(streams))
         retry: list[Stream] = []
@@ -241,6 +248,13 @@ class DecodeLoop:
                 self._active.append(stream)
         for stream in retry:
             self._join([stream])
+
+    def _read_in_flight(self) -> None:
+        """(overlap) The step in flight read back before the batch changes; its codes handed to their readers."""
+        self._decoder.flush()
+        for stream in self._active:
+            stream._update(finished=stream.request.done)
+        self._active = [s for s in self._active if not s.request.done]
 
     def _leave(self, streams: list[Stream], *, cancelled: bool) -> None:
         if not streams:
