@@ -115,7 +115,7 @@ def draw(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor
     (ATen's ``multinomial``, its path for one sample); here each row's ``q`` is drawn the same way, so each
     generator moves on exactly as it would. What is left out is multinomial's check of its input, a dozen small
     kernels per row per step on a GPU (at 32 rows, about 400 launches a step): the caller checks the logits once
-    for all rows instead (:meth:`BatchDecoder._accept`).
+    for all rows instead (:meth:`BatchDecoder._take`).
 
     The noise is drawn in place into the rows of one tensor: one operation per row (a separate tensor per row and
     a concatenation of them took three). A contiguous row of ``vocab`` entries draws what a fresh (1, vocab) tensor
