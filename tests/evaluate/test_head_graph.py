@@ -145,3 +145,24 @@ def test_logits_that_are_not_finite_are_refused_through_the_replayed_head(golden
         with pytest.raises(RuntimeError, match="logits are not finite .* for 1 of 2 requests"):
             decoder._accept(decoder.rows, decoder._seen, hidden)
     assert decoder.fixed_head.replays == replays + 1
+
+
+def test_by_default_every_head_shape_is_recorded_into_one_shared_pool(golden, monkeypatch):
+    """serve's head graphs (no recorder given) share one memory pool, made at the first recording: a head's outputs
+    are read before the next step, so the shapes need not each keep their own working memory."""
+    from xtts_ft.evaluate import head_graph
+
+    made = []
+
+    def one_pool():
+        made.append(1)
+        return graph_like
+
+    monkeypatch.setattr(head_graph, "shared_pool_graphs", one_pool)
+    fixed = FixedShapeHead()
+    gpt = golden[0].gpt
+    dim, vocab = gpt.gpt.config.n_embd, gpt.mel_head.out_features
+    with torch.inference_mode():
+        for rows in (1, 2, 3, 4):  # shapes of 1, 2, 4 and 4 rows
+            fixed.run(gpt, torch.randn(rows, dim), torch.zeros(rows, vocab, dtype=torch.bool), COQUI)
+    assert made == [1] and fixed.recordings == 3 and fixed.replays == 1

@@ -26,7 +26,8 @@ from typing import Callable, Optional
 
 import torch
 
-from xtts_ft.evaluate.decode_graph import Recorder, Recordings, cuda_graph
+from xtts_ft.evaluate.decode_graph import Recorder, Recordings
+from xtts_ft.evaluate.prefill_graph import shared_pool_graphs
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,9 @@ class FixedShapeHead(Recordings):
     instead = "the eager head"
     _log = log
 
-    def __init__(self, record: Recorder = cuda_graph, tolerance: Optional[float] = None) -> None:
+    def __init__(self, record: Optional[Recorder] = None, tolerance: Optional[float] = None) -> None:
+        """``record``: None, CUDA graphs that share one memory pool (made at the first recording): a head's outputs
+        are read before the next step, so the shapes need not each keep their own working memory."""
         super().__init__(tolerance)
         self.record = record
         # per key: the replay, and the inputs it reads (hidden states, seen ids) for the fixed rows
@@ -90,6 +93,8 @@ class FixedShapeHead(Recordings):
         seen_in = torch.zeros(rows, seen.shape[1], dtype=seen.dtype, device=seen.device)
         hidden_in[:n] = hidden
         seen_in[:n] = seen
+        if self.record is None:
+            self.record = shared_pool_graphs()
         try:
             replay = self.record(lambda: head(gpt, hidden_in, seen_in, sampling))
             got = replay()

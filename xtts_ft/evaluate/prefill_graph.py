@@ -98,7 +98,8 @@ def right_padded(rows: list[torch.Tensor]) -> torch.Tensor:
 
 def shared_pool_graphs() -> Recorder:
     """A recorder of CUDA graphs that all draw on one memory pool (created here): a prefill's outputs are read
-    before the next prefill replays, so the buckets need not each keep their own activations."""
+    before the next prefill replays, so the buckets need not each keep their own activations (the decode step's
+    head, :mod:`.head_graph`, records its shapes the same way)."""
     pool = torch.cuda.graph_pool_handle()
 
     def record(step: Callable[[], Out]) -> Callable[[], Out]:
