@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.evaluate.golden import TEMPERATURE, golden_model
+from tests.evaluate.recorders import refused
 from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
 from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
 from xtts_ft.evaluate.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
@@ -170,9 +171,6 @@ def test_a_request_after_the_batch_emptied_replays_the_recorded_step(golden):
 
 
 def test_a_recording_that_fails_or_differs_turns_graphs_off_and_changes_no_code(golden, caplog):
-    def refused(step):
-        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
-
     def wrong(step):
         return lambda: step() + 1.0
 

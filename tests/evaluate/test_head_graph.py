@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.evaluate.golden import TEMPERATURE, golden_model
+from tests.evaluate.recorders import graph_like, refused
 from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
 from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
@@ -28,19 +29,6 @@ def golden(tiny_base, am_vocab):
 
 GREEDY = Sampling(temperature=TEMPERATURE, do_sample=False, repetition_penalty=1.0)
 HOT = Sampling(temperature=1.3, top_k=20, top_p=0.95, repetition_penalty=2.0)
-
-
-def graph_like(step):
-    """A recorder that, like a CUDA graph and unlike ``call_directly``, hands back the same output tensors at every
-    replay, written over with the new results."""
-    outputs = step()
-
-    def replay():
-        for buffer, new in zip(outputs, step()):
-            buffer.copy_(new)
-        return outputs
-
-    return replay
 
 
 class _CountingHead(FixedShapeHead):
@@ -110,9 +98,6 @@ def test_a_batch_of_mixed_settings_runs_the_eager_head(golden):
 
 
 def test_a_head_recording_that_fails_or_differs_turns_head_graphs_off_and_changes_no_code(golden, caplog):
-    def refused(step):
-        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
-
     def wrong(step):
         def replay():
             latents, distribution, finite = step()

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.evaluate.golden import golden_model
+from tests.evaluate.recorders import refused
 from tests.evaluate.test_batch_decode import _request
 from tests.evaluate.test_decode_graph import _sampling_of
 from xtts_ft.evaluate.batch_decode import BatchDecoder, prefill_forward, prefill_rows
@@ -81,9 +82,6 @@ def test_the_fixed_shape_prefill_gives_the_eager_codes_and_records_each_bucket_o
 
 
 def test_a_prefill_recording_that_fails_or_differs_turns_its_graphs_off_and_changes_no_code(golden, caplog):
-    def refused(step):
-        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
-
     def wrong(step):
         def replay():
             hidden, keys, values = step()
