@@ -142,3 +142,21 @@ def test_the_decode_loop_with_overlap_gives_solo_codes_through_a_late_join_and_a
         assert requests[i].codes == solo[i]
     assert 4 <= len(requests[1].codes) < len(solo[1]) and requests[1].codes == solo[1][:len(requests[1].codes)]
     assert loop.dropped == 1 and loop.largest_batch >= 3
+
+
+def test_the_decode_path_makes_no_tensor_on_the_device_by_a_copy_that_waits():
+    """``torch.tensor(values, device=cuda)`` copies from pageable memory and first waits for everything queued on the
+    stream: with a step in flight, a leave's index (or a group's, or a prefill's last positions) would wait for that
+    step and undo the overlap. The decode path makes such tensors with ``decode_cache.indices`` (pinned, no wait)."""
+    import inspect
+    import re
+
+    from xtts_ft.evaluate import batch_decode, decode_cache, decode_graph, head_graph, prefill_graph, step_in_flight
+    from xtts_ft.serve import decode_loop, engine, streaming_vocoder
+
+    blocking = re.compile(r"torch\.(?:tensor|as_tensor)\((?:[^()]|\([^()]*\))*device=")
+    for module in (batch_decode, decode_cache, decode_graph, head_graph, prefill_graph, step_in_flight, decode_loop,
+                   engine, streaming_vocoder):
+        found = blocking.findall(inspect.getsource(module))
+        assert not found, f"{module.__name__}: {found}"
+    assert blocking.search("torch.tensor([a, len(b)], dtype=torch.long, device=x.device)")  # (the pattern finds one)

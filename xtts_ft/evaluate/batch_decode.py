@@ -51,7 +51,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from xtts_ft.evaluate.decode_cache import SlotCache, unsupported
+from xtts_ft.evaluate.decode_cache import SlotCache, host_to_device, indices, unsupported
 from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
 from xtts_ft.evaluate.head_graph import FixedShapeHead, latents_and_logits
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
@@ -273,7 +273,7 @@ class BatchDecoder:
             self._cache.add([k[i:i + 1, :, :lengths[i]] for k in keys], [v[i:i + 1, :, :lengths[i]] for v in values])
             self.rows.append(requests_[i])
         if staying_rows:
-            kept = seen.index_select(0, torch.tensor(staying_rows, dtype=torch.long, device=seen.device))
+            kept = seen.index_select(0, indices(staying_rows, seen.device))
             self._seen = kept if self._seen is None else torch.cat([self._seen, kept])
 
     def record_prefills(self, longest: int) -> int:
@@ -369,7 +369,7 @@ class BatchDecoder:
             return latents, requests[0].sampling.choose(logits, seen, generators), finite
         codes = torch.empty(len(requests), dtype=torch.long, device=logits.device)
         for sampling, rows in groups.items():  # rows that share settings together (each warper works row by row)
-            index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+            index = indices(rows, logits.device)
             codes[index] = sampling.choose(logits.index_select(0, index), seen.index_select(0, index),
                                            [generators[i] for i in rows])
         return latents, codes, finite
@@ -387,16 +387,7 @@ class BatchDecoder:
         if not keep:
             self._seen = None
         elif self._seen is not None:
-            self._seen = self._seen.index_select(0, torch.tensor(keep, dtype=torch.long, device=self._seen.device))
-
-
-def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` (on the host) on ``device``. On CUDA from pinned memory without waiting: a plain copy first waits
-    for everything queued on the current stream (a decode step in flight: 13 ms at 32 callers on an H200); the
-    pinned copy is the caching host allocator's, kept until the transfer is done."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
+            self._seen = self._seen.index_select(0, indices(keep, self._seen.device))
 
 
 def weights_dtype(module: nn.Module) -> torch.dtype:

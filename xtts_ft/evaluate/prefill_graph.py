@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xtts_ft.evaluate.decode_cache import mlp
+from xtts_ft.evaluate.decode_cache import indices, mlp
 from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def gathered(out: Blocks, lengths: list[int]) -> Prefilled:
     every layer's keys and values for the real rows (views: a row's real ones are its first ``length`` positions)."""
     hidden, keys, values = out
     n = len(lengths)
-    last = torch.tensor([length - 1 for length in lengths], device=hidden.device)
+    last = indices([length - 1 for length in lengths], hidden.device)
     return hidden[torch.arange(n, device=hidden.device), last], [k[:n] for k in keys], [v[:n] for v in values], lengths
 
 

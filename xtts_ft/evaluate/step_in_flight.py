@@ -20,6 +20,8 @@ from typing import Generic, Optional, TypeVar
 
 import torch
 
+from xtts_ft.evaluate.decode_cache import indices
+
 Row = TypeVar("Row")  # what the decoder's rows are (its DecodeRequest)
 
 
@@ -59,7 +61,7 @@ class InFlight(Generic[Row]):
         """The rows' codes on the device, in the batch's order: the next step's input (no wait for the device)."""
         if self.index == list(range(self.codes.shape[0])):
             return self.codes
-        return self.codes.index_select(0, torch.tensor(self.index, dtype=torch.long, device=self.codes.device))
+        return self.codes.index_select(0, indices(self.index, self.codes.device))
 
     def read(self) -> tuple[list[int], list[torch.Tensor]]:
         """Each row's code (waiting for the copy to the host: the step's one wait) and its latent."""

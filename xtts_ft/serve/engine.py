@@ -46,7 +46,8 @@ import torch.nn.functional as F
 
 from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, host_to_device, prefix_embeddings
+from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
+from xtts_ft.evaluate.decode_cache import host_to_device
 from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes

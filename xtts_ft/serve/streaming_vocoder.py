@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
-from xtts_ft.evaluate.batch_decode import host_to_device
+from xtts_ft.evaluate.decode_cache import host_to_device
 
 # XTTS's HiFiGAN generator (conv_pre, upsampling 8-8-2-2, resblocks of kernels 3/7/11 with dilations 1/3/5) sees
 # about 13 frames to the left and 14 to the right of each output frame (measured: one input frame changed, the
