@@ -266,7 +266,9 @@ class BatchDecoder:
         forward = prefill_forward if self.fixed_prefill is None else self.fixed_prefill.run
         hidden, keys, values, lengths = forward(self.transformer, rows)
         seen = torch.zeros(len(requests_), gpt.mel_head.out_features, dtype=torch.bool, device=hidden.device)
-        seen[:, [1, int(gpt.start_audio_token)]] = True  # coqui's generate input: prefix_len ids 1, then the start code
+        # coqui's generate input: prefix_len ids 1, then the start code (two fills: a list index is a copy that waits)
+        seen[:, 1] = True
+        seen[:, int(gpt.start_audio_token)] = True
         self._accept(requests_, seen, hidden)
         staying_rows = [i for i, request in enumerate(requests_) if not request.done]
         for i in staying_rows:
