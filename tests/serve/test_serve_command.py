@@ -39,11 +39,13 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
         ServeConfig.max_active_streams, ServeConfig.stream_first_chunk_codes, ServeConfig.stream_chunk_codes)
     assert (defaults.decode_precision, defaults.vocoder_precision, defaults.decode_graphs) == ("fp32", "fp32", "auto")
     assert defaults.warm_up == ServeConfig.warm_up == "auto" and defaults.vocoder_stream == "auto"
+    assert defaults.decode_overlap == ServeConfig.decode_overlap == "auto"
     assert main(["serve", "--model", str(tiny_export), "--max-active-streams", "3",
                  "--stream-first-chunk-codes", "6", "--stream-chunk-codes", "25", "--decode-precision", "bf16",
                  "--vocoder-precision", "fp16", "--decode-graphs", "on", "--vocoder-batch", "4", "--warm-up", "off",
-                 "--vocoder-stream", "off"]) == 0
+                 "--vocoder-stream", "off", "--decode-overlap", "off"]) == 0
     assert seen[-1].settings().warm_up == "off" and seen[-1].settings().vocoder_stream == "off"
+    assert seen[-1].settings().decode_overlap == "off"
     engine = open_engine(seen[-1])
     try:
         assert engine.loop.max_active == 3
@@ -56,6 +58,7 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
         assert engine.precision.decode is None and engine.precision.vocoder is None and not engine.precision.graphs
         assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 3
         assert engine.loop.fixed_step is None and engine.vocoder_stream is None  # (a CPU has none either way)
+        assert not engine.loop.overlap  # (nor overlapped steps)
     finally:
         engine.close()
 

@@ -81,3 +81,19 @@ def test_decode_graphs_are_granted_on_cuda_only_and_reach_the_decode_loop():
 def test_a_value_outside_the_schema_is_one_line(decode, vocoder, words):
     with pytest.raises(ConfigError, match=words):
         choose_precision(CUDA, decode, vocoder)
+
+
+def test_overlapped_decode_steps_are_for_a_card_with_decode_overlap_auto(monkeypatch):
+    """``ServeConfig.decode_overlap`` auto: the engine's decode loop overlaps its steps on CUDA only; off: never."""
+    from xtts_ft.serve import engine as engine_module
+
+    made = []
+
+    class Loop:
+        def __init__(self, gpt, max_active, precision, overlap):
+            made.append(overlap)
+
+    monkeypatch.setattr(engine_module, "DecodeLoop", Loop)
+    for device, setting, expected in (("cuda", "auto", True), ("cuda", "off", False), ("cpu", "auto", False)):
+        engine_module.new_decode_loop(None, torch.device(device), ServeConfig(decode_overlap=setting), EnginePrecision())
+        assert made[-1] is expected, (device, setting)

@@ -31,5 +31,5 @@ def serve(args: argparse.Namespace) -> int:
         stream_first_chunk_codes=args.stream_first_chunk_codes, stream_chunk_codes=args.stream_chunk_codes,
         decode_precision=args.decode_precision, vocoder_precision=args.vocoder_precision,
         decode_graphs=args.decode_graphs, vocoder_batch=args.vocoder_batch, warm_up=args.warm_up,
-        vocoder_stream=args.vocoder_stream,
+        vocoder_stream=args.vocoder_stream, decode_overlap=args.decode_overlap,
     ))

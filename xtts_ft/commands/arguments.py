@@ -171,7 +171,8 @@ def ui(p: Parser) -> None:
 
 
 STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes", "vocoder_batch")  # ServeConfig
-PRECISION_SETTINGS = ("decode_precision", "vocoder_precision", "decode_graphs", "vocoder_stream", "warm_up")  # on CUDA
+PRECISION_SETTINGS = ("decode_precision", "vocoder_precision", "decode_graphs", "vocoder_stream", "decode_overlap",
+                      "warm_up")  # on CUDA
 
 
 def serve(p: Parser) -> None:

@@ -752,6 +752,12 @@ class ServeConfig:
         "beside the decode steps instead of queueing behind them (and the steps behind HiFiGAN); off: one stream for "
         "both. The CPU has no streams.",
     )
+    decode_overlap: Literal["auto", "off"] = opt(
+        "auto", "auto: on CUDA, each decode step is launched before the step before it is read back, so the host's "
+        "work of a step (the readers' codes, the next launches) runs while the GPU computes; the same codes, and a "
+        "row that finished is computed once more for nothing. off: launch, read, launch. The CPU never overlaps "
+        "(nothing runs ahead there). Not measured on a card yet.",
+    )
     warm_up: Literal["auto", "off", "on"] = opt(
         "auto", "Before listening, speak a short sentence to 1, 2, 4, ... max_active_streams callers at once, so the "
         "first callers do not pay the one-time costs (CUDA graph recordings, cuDNN's kernel choice, the voice's "

@@ -57,6 +57,7 @@ class ServeOptions:
     vocoder_precision: str = ServeConfig.vocoder_precision
     decode_graphs: str = ServeConfig.decode_graphs
     vocoder_stream: str = ServeConfig.vocoder_stream
+    decode_overlap: str = ServeConfig.decode_overlap
     warm_up: str = ServeConfig.warm_up
 
     def settings(self) -> ServeConfig:
@@ -71,7 +72,7 @@ class ServeOptions:
                            stream_chunk_codes=self.stream_chunk_codes, vocoder_batch=self.vocoder_batch,
                            decode_precision=self.decode_precision,
                            vocoder_precision=self.vocoder_precision, decode_graphs=self.decode_graphs,
-                           vocoder_stream=self.vocoder_stream, warm_up=self.warm_up)
+                           vocoder_stream=self.vocoder_stream, decode_overlap=self.decode_overlap, warm_up=self.warm_up)
 
 
 def check_wyoming_uri(uri: str) -> str:

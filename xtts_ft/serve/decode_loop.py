@@ -87,7 +87,8 @@ class DecodeLoop:
                  overlap: Optional[bool] = None) -> None:
         """``overlap``: each step launched before the one before it is read back (:mod:`xtts_ft.evaluate.step_in_flight`:
         the host's work of a step, the readers' wake-ups included, then runs while the GPU computes the next); None:
-        on a card (on the CPU nothing runs ahead, and a finished row's extra step would be work for nothing)."""
+        on a card (on the CPU nothing runs ahead, and a finished row's extra step would be work for nothing). The
+        engine passes ``ServeConfig.decode_overlap``'s choice."""
         self.gpt = gpt
         weight = next(gpt.parameters(), None)
         self.overlap = weight is not None and weight.device.type == "cuda" if overlap is None else overlap

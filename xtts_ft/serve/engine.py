@@ -52,7 +52,7 @@ from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
 from xtts_ft.serve.model_source import ResolvedModel
-from xtts_ft.serve.precision import choose_precision
+from xtts_ft.serve.precision import EnginePrecision, choose_precision
 from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
@@ -98,6 +98,13 @@ class PieceResult:
     attempts: int
 
 
+def new_decode_loop(gpt, device: torch.device, settings: ServeConfig, precision: EnginePrecision) -> DecodeLoop:
+    """The decode loop of one model: ``max_active_streams`` rows, ``precision``'s graphs and dtypes, and on CUDA each
+    step launched before the one before it is read back (``ServeConfig.decode_overlap``)."""
+    return DecodeLoop(gpt, settings.max_active_streams, precision,
+                      overlap=device.type == "cuda" and settings.decode_overlap == "auto")
+
+
 class SpeechEngine:
     """A loaded model with its voices. Build with :meth:`open`."""
 
@@ -134,7 +141,7 @@ class SpeechEngine:
         for note in self.precision.notes:
             log.info("engine: %s", note)
         # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.
-        self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams, self.precision)
+        self.loop = loop or new_decode_loop(xtts.gpt, device, settings, self.precision)
         # One vocoder call at a time (one chunk, never across a piece), the most urgent first: callers' threads
         # running HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
         # On CUDA the call whose turn it is also vocodes other callers' waiting chunks (ServeConfig.vocoder_batch).
