@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -145,11 +146,18 @@ def test_sigterm_at_a_random_moment_of_a_long_ingest_leaves_the_old_dataset_or_t
                "--out", str(ds), "--config", str(config), "--move-old-aside"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    streams = {"out": [], "err": []}
+    readers = [threading.Thread(target=lambda pipe=pipe, into=into: into.extend(iter(lambda: pipe.read(256), "")))
+               for pipe, into in ((proc.stdout, streams["out"]), (proc.stderr, streams["err"]))]
+    for reader in readers:
+        reader.start()
     written = rng.randrange(0, CLIPS)  # 0: while it listens; else once that many new clips are staged
     staging = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".ds.staging")]  # noqa: E731
     deadline = time.monotonic() + 240
-    if written == 0:
-        time.sleep(rng.uniform(3.0, 8.0))
+    if written == 0:  # once it has started listening (its progress bar), a moment later: by progress, not by clock
+        while proc.poll() is None and time.monotonic() < deadline and "listening" not in "".join(streams["err"]):
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.5))
     else:
         while proc.poll() is None and time.monotonic() < deadline:
             stage = staging()
@@ -158,10 +166,16 @@ def test_sigterm_at_a_random_moment_of_a_long_ingest_leaves_the_old_dataset_or_t
             time.sleep(0.002)
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    for reader in readers:
+        reader.join(timeout=30)
+    out, err = "".join(streams["out"]), "".join(streams["err"])
     stopped_in = time.monotonic() - signalled
     why = f"seed {seed}, signal after {written} clip(s) staged\n{out}\n{err[-3000:]}"
-    assert proc.returncode == 0 and "Traceback" not in err, why
+    finished = f"ingest (text): {CLIPS} clips" in out
+    # a signal that came after the ingest had finished and printed its summary meets a process on its way out, with
+    # the system's default for it (killed by the signal): its work is complete either way, as checked below
+    assert (proc.returncode == 0 or finished and proc.returncode == -signal.SIGTERM) and "Traceback" not in err, why
     assert not staging(), why  # the half-built folder is gone
     if "ingest stopped" in out:
         assert stopped_in < 10, why
@@ -171,7 +185,7 @@ def test_sigterm_at_a_random_moment_of_a_long_ingest_leaves_the_old_dataset_or_t
         assert not [p for p in tmp_path.iterdir() if p.name.startswith("ds.old-")], why
         _clips_say_their_rows(ds, small_recognizer)
     else:  # the stop came after the swap: the whole new dataset, the old one beside it
-        assert f"ingest (text): {CLIPS} clips" in out, why
+        assert finished, why
         assert len(read_metadata(ds)) == CLIPS, why
         _clips_say_their_rows(ds, small_recognizer)
 
