@@ -177,6 +177,12 @@ def _no_autocast_cache() -> ContextManager[object]:
     return uncached
 
 
+def relative_difference(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """The largest |got - expected| relative to the largest |expected| (NaN where either holds one): what a
+    recording's replay is held to against the eager computation."""
+    return float((got.float() - expected.float()).abs().max()) / max(float(expected.float().abs().max()), 1e-6)
+
+
 def call_directly(step: Callable[[], Out]) -> Callable[[], Out]:
     """A recorder that records nothing: the step runs at every replay (the CPU tests' stand-in for
     :func:`cuda_graph`: every shape, address and check the same, no GPU)."""
@@ -256,7 +262,7 @@ class FixedShapeStep(Recordings):
         except RuntimeError as exc:  # recording refused (an operation a graph cannot hold, out of memory)
             self._disable(f"recording the decode step failed: {exc}".splitlines()[0])
             return expected
-        error = float((got.float() - expected.float()).abs().max()) / max(float(expected.float().abs().max()), 1e-6)
+        error = relative_difference(got, expected)
         if not error <= self._tolerance(expected.dtype):
             self._disable(f"the recorded decode step differs from the eager one by {error:.2e} (relative)")
             return expected

@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 import torch
 
-from xtts_ft.evaluate.decode_graph import Recorder, Recordings
+from xtts_ft.evaluate.decode_graph import Recorder, Recordings, relative_difference
 from xtts_ft.evaluate.prefill_graph import shared_pool_graphs
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,6 @@ def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
     finite = torch.isfinite(expected)
     if not torch.equal(finite, torch.isfinite(got)):
         return float("inf")
-    g, e = got.float()[finite], expected.float()[finite]
-    if e.numel() == 0:
+    if not bool(finite.any()):
         return 0.0
-    return float((g - e).abs().max()) / max(float(e.abs().max()), 1e-6)
+    return relative_difference(got[finite], expected[finite])

@@ -35,7 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xtts_ft.evaluate.decode_cache import indices, mlp
-from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph
+from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph, relative_difference
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,5 @@ def _largest_difference(got: Prefilled, expected: Prefilled) -> float:
     for i, length in enumerate(expected[3]):
         pairs += [(g[i, :, :length], e[i, :, :length]) for g, e in zip(got[1] + got[2], expected[1] + expected[2])]
     for g, e in pairs:
-        scale = max(float(e.float().abs().max()), 1e-6)
-        worst = max(worst, float((g.float() - e.float()).abs().max()) / scale)
+        worst = max(worst, relative_difference(g, e))
     return worst
