@@ -374,3 +374,20 @@ def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(
         listed = set(re.findall(r"--[\w-]+", capsys.readouterr().out))
         used = set(re.findall(r"--[\w-]+", args))
         assert used and used <= listed, (name, used - listed)
+
+
+def test_the_gpu_wheels_script_parses_refuses_an_existing_folder_and_finds_its_pins(tmp_path):
+    """benchmarks/gpu_wheels.sh downloads (not here): bash reads it, it refuses a DIR that exists before fetching
+    anything, and every package it asks for at this project's pin has a pin in requirements.txt (a renamed or
+    removed pin would otherwise become an unpinned download on the next device session)."""
+    script = REPO_ROOT / "benchmarks" / "gpu_wheels.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    (tmp_path / "old.whl").write_text("earlier wheels")
+    refused = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert refused.returncode == 2 and "already exists" in refused.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["old.whl"]
+    pinned = set(re.findall(r'"([\w-]+)==\$\(pin ([\w-]+)\)"', script.read_text(encoding="utf-8")))
+    requirements = (REPO_ROOT / "requirements.txt").read_text(encoding="utf-8")
+    assert {"coqui-tts", "transformers", "librosa"} <= {name for name, _ in pinned}
+    for name, looked_up in pinned:
+        assert name == looked_up and re.search(rf"^{re.escape(name)}==\S+$", requirements, re.M), name
