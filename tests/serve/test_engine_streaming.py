@@ -49,24 +49,36 @@ def _solo_codes(engine, requests: list[DecodeRequest]) -> list[list[int]]:
 
 
 def test_first_chunk_is_sent_after_the_first_chunk_codes(engine):
+    """The first chunk comes while the decoder is held before its code number ``first_codes + 1``; the rest follow,
+    and together they are the whole piece's audio. (How many chunks follow depends on how far the decoder got
+    meanwhile: the tiny GPT may finish the piece before the reader looks again; the chunk sizes themselves are
+    test_chunks_double_from_the_first_up_to_the_chunk_codes'.)"""
     first_codes = 6
     streaming = _engine_with(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
     gated = Gated(temperature=engine.temperature, hold_at=first_codes)
     streaming.sampling = gated
-    chunks = streaming.stream_piece(PIECE, engine.voices.get("spk1"))
+    voice = engine.voices.get("spk1")
+    request, stream, start = streaming._submit(PIECE, voice, engine.language)
+    chunks = streaming.stream_piece(PIECE, voice, submitted=(request, stream, start))
     try:
         first = next(chunks)  # arrives while the decoder is held after `first_codes` codes
-        assert len(gated.calls) == first_codes + 1 and first.size > 0
+        assert len(request.codes) == first_codes and first.size > 0
     finally:
         gated.gate.set()
     rest = list(chunks)
-    assert len(rest) >= 2 and all(c.size for c in rest)
+    assert rest and all(c.size for c in rest) and len(request.codes) > first_codes
+    whole = streaming.synthesize_piece(PIECE, voice)
+    joined = np.concatenate([first, *rest])
+    assert joined.size == whole.audio.size
+    assert np.abs(joined - whole.audio).max() <= 1e-3 * np.abs(whole.audio).max()
 
 
 def test_streamed_piece_is_the_whole_piece(engine):
     voice = engine.voices.get("spk1")
     streamed = list(engine.stream_piece(PIECE, voice))
     whole = engine.synthesize_piece(PIECE, voice)
+    # the first chunk is cut at its codes however fast the piece decoded: there are always two or more
+    assert whole.n_codes > engine.settings.stream_first_chunk_codes
     assert len(streamed) >= 2, "a first chunk and at least one more"
     joined = np.concatenate(streamed)
     assert joined.size == whole.audio.size
@@ -239,7 +251,87 @@ def test_chunks_double_from_the_first_up_to_the_chunk_codes(engine, first, every
     """The second chunk must be ready before the first one's audio (0.25 s from 10 codes) runs out: 20 codes after
     it, not 40 (at 13 ms a step, 32 callers on an H200, 40 codes left a 0.3 s silence after the first word)."""
     total = chunks[-1]
-    assert list(engine._codes(CountingStream(total), None, every=every, first=first)) == chunks
+    got = list(engine._codes(CountingStream(total), None, every=every, first=first))
+    assert got == [(count, count == total) for count in chunks]
+
+
+class DecodedStream:
+    """A stream that has all its ``total`` codes and has ended before its reader first looks (a piece decoded ahead,
+    while the one before it was spoken); or, with ``ends_after_reads``, one that ends (with ``total`` codes) in the
+    moment after its reader has read whether it ended that many times: between the count and its vocoding."""
+
+    def __init__(self, total: int, ends_after_reads: int = 0, produced: int = 0) -> None:
+        self.total, self.ends_after_reads, self.reads = total, ends_after_reads, 0
+        self.produced = total if not ends_after_reads else produced
+        self._finished = not ends_after_reads
+
+    @property
+    def finished(self) -> bool:
+        finished = self._finished
+        self.reads += 1
+        if self.reads == self.ends_after_reads:
+            self.produced, self._finished = self.total, True
+        return finished
+
+    def wait(self, have: int, timeout: float) -> int:
+        return self.produced
+
+    def cancel(self) -> None:
+        raise AssertionError("a stream read to its end is not cancelled")
+
+
+def test_a_piece_decoded_before_its_reader_looks_still_sends_its_first_chunk_first(engine):
+    """The first chunk is the first ``first`` codes even when the whole piece exists already: its audio then needs
+    one short vocoder call, not one over the whole piece (the test that streamed a piece found one chunk when the
+    tiny GPT had decoded all of it before its reader looked)."""
+    assert list(engine._codes(DecodedStream(25), None, every=40, first=10)) == [(10, False), (25, True)]
+    assert list(engine._codes(DecodedStream(10), None, every=40, first=10)) == [(10, True)]
+    assert list(engine._codes(DecodedStream(7), None, every=40, first=10)) == [(7, True)]
+
+
+def test_a_piece_that_ends_after_its_count_was_read_is_not_vocoded_as_ended(engine):
+    """A chunk is final only when the stream had ended when its count was read: a piece whose last codes came
+    right after (the loop runs on meanwhile) gets them in one more chunk; the reader once asked the stream again
+    after the count, and vocoded the first codes as the piece's end, without its last ones' context."""
+    stream = DecodedStream(50, ends_after_reads=1, produced=12)  # ends as soon as the reader has looked once
+    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, True)]
+    stream = DecodedStream(50, ends_after_reads=2, produced=12)  # ends between the second look and the count
+    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, False), (50, True)]
+
+
+def test_a_piece_that_ends_while_its_first_chunk_is_counted_streams_as_the_whole_piece(engine):
+    """The same race through the engine: the piece's stream says it has 12 codes and has not ended, and has ended
+    with all of them the moment after: the audio is still the whole piece's (vocoding the first codes as the end
+    left them without the context of the codes after, and the join without its crossfade)."""
+    voice = engine.voices.get("spk1")
+    request, stream, start = engine._submit(PIECE, voice, engine.language)
+    while not stream.finished:
+        stream.wait(stream.produced, timeout=1.0)
+    total = len(request.codes)
+    assert total > 12
+    racing = DecodedStream(total, ends_after_reads=1, produced=12)
+    racing.code_times = stream.code_times
+    streamed = list(engine.stream_piece(PIECE, voice, submitted=(request, racing, start)))
+    whole = engine.synthesize_piece(PIECE, voice)
+    joined = np.concatenate(streamed)
+    assert len(streamed) >= 2 and joined.size == whole.audio.size
+    assert np.abs(joined - whole.audio).max() <= 1e-3 * np.abs(whole.audio).max()
+
+
+def test_a_piece_decoded_ahead_streams_as_the_whole_piece(engine):
+    """A piece whose decoding ended before it was read (submitted ahead) comes as a first chunk and more, and its
+    audio is the whole piece's."""
+    voice = engine.voices.get("spk1")
+    submitted = engine._submit(PIECE, voice, engine.language)
+    while not submitted[1].finished:
+        submitted[1].wait(submitted[1].produced, timeout=1.0)
+    streamed = list(engine.stream_piece(PIECE, voice, submitted=submitted))
+    whole = engine.synthesize_piece(PIECE, voice)
+    assert len(submitted[0].codes) > engine.settings.stream_first_chunk_codes
+    assert len(streamed) >= 2
+    joined = np.concatenate(streamed)
+    assert joined.size == whole.audio.size
+    assert np.abs(joined - whole.audio).max() <= 1e-3 * np.abs(whole.audio).max()
 
 
 def test_a_reader_is_woken_when_its_chunk_is_ready_not_at_every_code(engine):
@@ -247,8 +339,8 @@ def test_a_reader_is_woken_when_its_chunk_is_ready_not_at_every_code(engine):
     every step: with 32 callers, each step had woken 32 threads that found nothing to do."""
     streaming = _engine_with(engine, stream_first_chunk_codes=4, stream_chunk_codes=8)
     request, stream, _ = streaming._submit(PIECE, engine.voices.get("spk1"), engine.language)
-    counts = list(streaming._codes(stream, None, every=8, first=4))
-    assert counts[0] >= 4 and counts[-1] == len(request.codes) > 12  # a first chunk, later chunks, the end
+    counts = [count for count, _final in streaming._codes(stream, None, every=8, first=4)]
+    assert counts[0] == 4 and counts[-1] == len(request.codes) > 12  # a first chunk, later chunks, the end
     # woken once per chunk it waited for at most (and maybe by the end), never once per code
     assert stream.wakeups <= len(counts) + 1 < len(request.codes)
 

@@ -219,25 +219,38 @@ class SpeechEngine:
         with torch.inference_mode():
             return self.voices.latents(voice, lambda path: _conditioning(self.xtts, path))
 
-    def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[int]:
-        """Yield the code count each time the next chunk's codes exist, and once at the end. Chunks double from
-        ``first`` codes up to ``every`` (10, 20, 40, 40, ... by default): the first chunk's audio (10 codes: 0.25 s
-        kept, the rest held back as the next window's context) must last until the second chunk's codes are decoded,
-        which at 40 codes took 0.3-0.5 s at 8-32 callers on an H200 (7.6-13.4 ms a step): a silent gap after the
-        first word. At 20 codes the second chunk fits in the first one's audio up to about 12 ms a step."""
-        goal, size = first, first
+    def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[tuple[int, bool]]:
+        """Yield (codes, final) each time the next chunk's codes exist, and once at the end (final True: ``codes`` is
+        every code the piece has). Chunks double from ``first`` codes up to ``every`` (10, 20, 40, 40, ... by
+        default): the first chunk's audio (10 codes: 0.25 s kept, the rest held back as the next window's context)
+        must last until the second chunk's codes are decoded, which at 40 codes took 0.3-0.5 s at 8-32 callers on an
+        H200 (7.6-13.4 ms a step): a silent gap after the first word. At 20 codes the second chunk fits in the first
+        one's audio up to about 12 ms a step.
+
+        The first chunk is ``first`` codes however many exist when the reader looks (a piece decoded ahead, while
+        the one before it was spoken, is often complete by then): its audio is ready after one short vocoder call,
+        and where a piece's first join falls does not depend on timing. Later chunks take every code decoded so far
+        (a reader that fell behind catches up in fewer calls). ``final`` is decided from what the stream said when
+        it was read, never later: a piece that ended after the count was taken is not vocoded as if it ended there."""
+        goal, size, cut_first = first, first, True
         try:
             while True:
                 if cancel is not None and cancel():
                     raise SynthesisCancelled()
-                have = stream.wait(goal - 1, timeout=0.05)
-                if stream.finished:
-                    yield stream.produced
+                stream.wait(goal - 1, timeout=0.05)
+                # finished first: the loop sets the count before it marks the end, so a finished stream's count is whole
+                finished = stream.finished
+                have = stream.produced
+                if cut_first and have > goal:
+                    have, finished = goal, False
+                if finished:
+                    yield have, True
                     return
                 if have >= goal:
+                    cut_first = False
                     size = min(every, 2 * size)
                     goal = have + size
-                    yield have
+                    yield have, False
         finally:
             if not stream.finished:
                 stream.cancel()
@@ -330,13 +343,13 @@ class SpeechEngine:
         needed_at = time.perf_counter() if needed_at is None else needed_at
         vocoder = StreamingVocoder(self.xtts.hifigan_decoder, self._latents(voice)[1])
         given, samples = 0, 0
-        for have in self._codes(stream, cancel, self.settings.stream_chunk_codes,
-                                self.settings.stream_first_chunk_codes):
+        for have, final in self._codes(stream, cancel, self.settings.stream_chunk_codes,
+                                       self.settings.stream_first_chunk_codes):
             read = time.perf_counter()
             vocoder.add(request.latents[given:have])
             given = have
             with torch.inference_mode(), self.on_vocoder_stream():
-                plan = vocoder.plan(final=stream.finished)
+                plan = vocoder.plan(final=final)
                 if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
                     chunk, vocoded = plan, time.perf_counter()
                 else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
