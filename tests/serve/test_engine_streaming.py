@@ -385,6 +385,52 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     assert DecodeLoop(engine.xtts.gpt, max_active=2).describe_graphs() is None  # eager: nothing to report
 
 
+def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
+    """The whole decode path serve runs on a card, on the CPU: graphs for the step, its head and the prefill (with
+    recorders that record nothing), the fused GELU, and each step launched before the one before is read back;
+    three callers at once, two of them with two-piece texts (the second piece decoded ahead): each caller's audio is
+    what the CPU engine gives it alone, and the loop is empty after."""
+    from xtts_ft.evaluate.decode_graph import call_directly
+    from xtts_ft.serve.decode_loop import DecodeLoop
+    from xtts_ft.serve.engine import SpeechEngine
+    from xtts_ft.serve.precision import EnginePrecision
+
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True), overlap=True)
+    decoder = loop._decoder
+    assert decoder.overlap and decoder.fixed_step is not None and decoder.fixed_head is not None
+    decoder.fixed_step.record = decoder.fixed_head.record = call_directly
+    decoder.fixed_prefill._record = call_directly
+    card = SpeechEngine(engine.xtts, engine.tokenizer, engine.meta, engine.source, engine.voices,
+                        settings=engine.settings, temperature=engine.temperature, max_codes=engine.max_codes, loop=loop)
+    texts = ["ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።",
+             "ተማሪዎች ትምህርት ቤት ሄዱ ዛሬ። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።",
+             "ኢትዮጵያ ጥንታዊ ሀገር ናት። በጣም ጥሩ ነው።"]
+    assert [len(engine.pieces(text)) for text in texts] == [2, 2, 1]
+    alone = [engine.synthesize_all(text, "spk1") for text in texts]
+    results: dict[int, np.ndarray] = {}
+    start = threading.Barrier(len(texts))
+
+    def caller(i: int) -> None:
+        start.wait()
+        results[i] = card.synthesize_all(texts[i], "spk1")
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(texts))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert sorted(results) == [0, 1, 2]
+        for i, mine in enumerate(alone):
+            assert results[i].size == mine.size, texts[i]
+            assert np.abs(results[i] - mine).max() <= 1e-3 * np.abs(mine).max(), texts[i]
+        assert loop.largest_batch >= 2 and loop.active == 0
+        described = loop.describe_graphs()
+        assert described is not None and " off" not in described
+    finally:
+        loop.close()
+
+
 def test_a_bf16_loop_decodes_with_its_own_cast_blocks_and_fp32_latents(engine):
     """decode_precision bf16 (granted on a card only; here the loop is given it directly, the CPU runs bf16 too): the
     loop holds a bf16 copy of the GPT-2 blocks, the shared model keeps fp32, and what a reader gets is fp32."""
