@@ -245,6 +245,9 @@ class CountingStream:
         self.finished = self.produced == self.total
         return self.produced
 
+    def progress(self) -> tuple[int, bool]:
+        return self.produced, self.finished
+
     def cancel(self) -> None:
         raise AssertionError("a stream read to its end is not cancelled")
 
@@ -265,20 +268,19 @@ def test_chunks_double_from_the_first_up_to_the_chunk_codes(engine, first, every
 class DecodedStream:
     """A stream that has all its ``total`` codes and has ended before its reader first looks (a piece decoded ahead,
     while the one before it was spoken); or, with ``ends_after_reads``, one that ends (with ``total`` codes) in the
-    moment after its reader has read whether it ended that many times: between the count and its vocoding."""
+    moment after its reader has taken its progress that many times: between the count and its vocoding."""
 
     def __init__(self, total: int, ends_after_reads: int = 0, produced: int = 0) -> None:
         self.total, self.ends_after_reads, self.reads = total, ends_after_reads, 0
         self.produced = total if not ends_after_reads else produced
-        self._finished = not ends_after_reads
+        self.finished = not ends_after_reads
 
-    @property
-    def finished(self) -> bool:
-        finished = self._finished
+    def progress(self) -> tuple[int, bool]:
+        seen = self.produced, self.finished
         self.reads += 1
         if self.reads == self.ends_after_reads:
-            self.produced, self._finished = self.total, True
-        return finished
+            self.produced, self.finished = self.total, True
+        return seen
 
     def wait(self, have: int, timeout: float) -> int:
         return self.produced
@@ -302,8 +304,8 @@ def test_a_piece_that_ends_after_its_count_was_read_is_not_vocoded_as_ended(engi
     after the count, and vocoded the first codes as the piece's end, without its last ones' context."""
     stream = DecodedStream(50, ends_after_reads=1, produced=12)  # ends as soon as the reader has looked once
     assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, True)]
-    stream = DecodedStream(50, ends_after_reads=2, produced=12)  # ends between the second look and the count
-    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, False), (50, True)]
+    stream = DecodedStream(50, ends_after_reads=2, produced=12)  # ends right after the reader's second look
+    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, True)]
 
 
 def test_a_piece_that_ends_while_its_first_chunk_is_counted_streams_as_the_whole_piece(engine):

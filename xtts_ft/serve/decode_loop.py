@@ -63,6 +63,12 @@ class Stream:
                 raise self.error
             return self.produced
 
+    def progress(self) -> tuple[int, bool]:
+        """The codes there are and whether the stream has ended, read together (an end seen with a count taken
+        before it would call a partial count the whole piece)."""
+        with self._cond:
+            return self.produced, self.finished
+
     def cancel(self) -> None:
         """The reader no longer wants codes: the loop drops the row at its next step."""
         self.cancelled = True

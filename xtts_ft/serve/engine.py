@@ -230,17 +230,16 @@ class SpeechEngine:
         The first chunk is ``first`` codes however many exist when the reader looks (a piece decoded ahead, while
         the one before it was spoken, is often complete by then): its audio is ready after one short vocoder call,
         and where a piece's first join falls does not depend on timing. Later chunks take every code decoded so far
-        (a reader that fell behind catches up in fewer calls). ``final`` is decided from what the stream said when
-        it was read, never later: a piece that ended after the count was taken is not vocoded as if it ended there."""
+        (a reader that fell behind catches up in fewer calls). ``final`` comes with the count
+        (:meth:`Stream.progress`), never from a later look: a piece that ended after the count was taken is not
+        vocoded as if it ended there."""
         goal, size, cut_first = first, first, True
         try:
             while True:
                 if cancel is not None and cancel():
                     raise SynthesisCancelled()
                 stream.wait(goal - 1, timeout=0.05)
-                # finished first: the loop sets the count before it marks the end, so a finished stream's count is whole
-                finished = stream.finished
-                have = stream.produced
+                have, finished = stream.progress()
                 if cut_first and have > goal:
                     have, finished = goal, False
                 if finished:
