@@ -25,7 +25,10 @@ pin() {  # the version requirements.txt pins for package $1
   sed -n "s/^$1==//p" requirements.txt
 }
 staging=$(mktemp -d)
-trap 'rm -rf "$staging"' EXIT
+# DIR is built beside itself and renamed into place at the end (mv -T: one rename, refused when DIR appeared
+# meanwhile): a run stopped half-way, or a second one at the same time, never leaves a DIR with part of the wheels
+building=$(mktemp -d "$(dirname "$dir")/.$(basename "$dir").partial-XXXXXX")
+trap 'rm -rf "$staging" "$building"' EXIT
 platform=()
 for tag in manylinux1 manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 \
            manylinux_2_34; do
@@ -38,8 +41,7 @@ python3 -m pip download -q --find-links "$staging" --only-binary=:all: --python-
   "coqui-tts==$(pin coqui-tts)" "coqui-tts-trainer==$(pin coqui-tts-trainer)" "transformers==$(pin transformers)" \
   "tokenizers==$(pin tokenizers)" "huggingface_hub==$(pin huggingface_hub)" "soundfile==$(pin soundfile)" \
   "soxr==$(pin soxr)" "librosa==$(pin librosa)" "six==$(pin six)"
-mkdir -p "$dir"
-python3 - "$staging" "$dir" "$present" <<'EOF'
+python3 - "$staging" "$building" "$present" <<'EOF'
 import re
 import shutil
 import sys
@@ -66,12 +68,17 @@ for wheel in sorted(staging.glob("*.whl")):
     shutil.copy2(wheel, target / wheel.name)
     kept += 1
     size += wheel.stat().st_size
-print(f"{kept} wheels ({size / 1e6:.1f} MB) in {target}; {skipped} left out (already on the card's machine)")
+print(f"{kept} wheels ({size / 1e6:.1f} MB); {skipped} left out (already on the card's machine)")
 EOF
-cat > "$dir/setup.sh" <<'EOF'
+cat > "$building/setup.sh" <<'EOF'
 # source this from the project root on the card's machine: the carried wheels into /tmp/site, first on the path
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$here"/*.whl \
   && export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" \
   && python3 -c "import TTS, transformers, torch; print('wheels ready: coqui-tts', TTS.__version__, '| transformers', transformers.__version__, '| torch', torch.__version__)"
 EOF
+if ! mv -T "$building" "$dir" 2>/dev/null; then
+  echo "gpu_wheels.sh: $dir appeared while the wheels were gathered (another run?); it is left as it is" >&2
+  exit 2
+fi
+echo "wheels and setup.sh in $dir"
