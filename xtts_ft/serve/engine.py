@@ -48,6 +48,7 @@ from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
 from xtts_ft.evaluate.decode_cache import host_to_device
+from xtts_ft.evaluate.decode_graph import side_stream
 from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
@@ -152,9 +153,8 @@ class SpeechEngine:
         # loop's stream a chunk's kernels wait behind the steps queued before them, and the next step behind the
         # chunk. Reading the latents there needs no wait on the loop's stream: the loop has read each step's codes
         # back (a synchronisation) before a reader sees them, and a reader holds its latents until its audio is on
-        # the host (another one).
-        self.vocoder_stream = (torch.cuda.Stream(device) if device.type == "cuda" and settings.vocoder_stream == "auto"
-                               else None)
+        # the host (another one). Never the stream the decode graphs are recorded on (side_stream).
+        self.vocoder_stream = side_stream(device) if device.type == "cuda" and settings.vocoder_stream == "auto" else None
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
