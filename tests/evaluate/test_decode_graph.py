@@ -21,6 +21,7 @@ from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling, prefill_forwar
 from xtts_ft.evaluate.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
 from xtts_ft.evaluate.head_graph import FixedShapeHead
 from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+from xtts_ft.serve.engine import new_vocoder_stream
 
 
 @pytest.fixture(scope="module")
@@ -246,16 +247,17 @@ def test_no_recording_is_captured_on_the_vocoders_stream_however_many_are_made(m
     draws = random.Random(47)
     for _ in range(draws.randrange(32)):
         torch.cuda.Stream()
-    vocoder = decode_graph.side_stream(torch.device("cuda"))  # what SpeechEngine makes at its start (vocoder_stream)
+    vocoder = new_vocoder_stream(torch.device("cuda"), "auto")  # what SpeechEngine makes at its start
     for i in range(100):
         decode_graph.cuda_graph(lambda: torch.ones(1))
         for _ in range(draws.randrange(3)):
             torch.cuda.Stream()
         if i == 50:
-            second = decode_graph.side_stream(torch.device("cuda"))  # a second engine in the same process
+            second = new_vocoder_stream(torch.device("cuda"), "auto")  # a second engine in the same process
     assert len(cuda.captured_on) == 100 and cuda.current == cuda.default, "each recording gives the stream back"
     assert vocoder not in cuda.captured_on and second not in cuda.captured_on
     assert len(set(cuda.captured_on)) == 1 and cuda.default not in cuda.captured_on, "one capture stream, made once"
+    assert new_vocoder_stream(torch.device("cuda"), "off") is None and new_vocoder_stream(torch.device("cpu"), "auto") is None
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32-off", "tf32-on"])

@@ -106,6 +106,12 @@ def new_decode_loop(gpt, device: torch.device, settings: ServeConfig, precision:
                       overlap=device.type == "cuda" and settings.decode_overlap == "auto")
 
 
+def new_vocoder_stream(device: torch.device, setting: str) -> Optional[torch.cuda.Stream]:
+    """The CUDA stream the readers vocode on (``ServeConfig.vocoder_stream`` auto, on CUDA; None: the decode steps'
+    stream): never the one the decode graphs are recorded on (:func:`.decode_graph.side_stream`)."""
+    return side_stream(device) if device.type == "cuda" and setting == "auto" else None
+
+
 class SpeechEngine:
     """A loaded model with its voices. Build with :meth:`open`."""
 
@@ -153,8 +159,8 @@ class SpeechEngine:
         # loop's stream a chunk's kernels wait behind the steps queued before them, and the next step behind the
         # chunk. Reading the latents there needs no wait on the loop's stream: the loop has read each step's codes
         # back (a synchronisation) before a reader sees them, and a reader holds its latents until its audio is on
-        # the host (another one). Never the stream the decode graphs are recorded on (side_stream).
-        self.vocoder_stream = side_stream(device) if device.type == "cuda" and settings.vocoder_stream == "auto" else None
+        # the host (another one).
+        self.vocoder_stream = new_vocoder_stream(device, settings.vocoder_stream)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
