@@ -3,7 +3,7 @@
 # training step's share of the card's peak, in one command of about five minutes, from the project root:
 #
 #     bash benchmarks/card_quick.sh OUT                       # OUT: a new or empty folder
-#     CARD_REHEARSAL=cpu bash benchmarks/card_quick.sh OUT    # the same steps on this CPU with the tiny model
+#     CARD_REHEARSAL=cpu bash benchmarks/card_quick.sh OUT    # the same steps on this CPU, smaller (the tiny model)
 #
 # 1. the speech engine as serve runs it on a card (benchmarks/engine_load.py): the full-size random export, CUDA graphs,
 #    serve's default precisions, 32 places, pieces of at most 40 codes (a random GPT never says stop), a lone caller and
