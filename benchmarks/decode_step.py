@@ -245,7 +245,7 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
         gpt.mel_head.bias[gpt.stop_audio_token] = -1e4
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"decode step, {size_name} random GPT ({size['layers']} layers x {size['model_dim']}), {name}, "
-          f"{precision}; {warmup} warm-up + {steps} timed steps")
+          f"{precision}; {warmup} warm-up + {steps} timed steps", flush=True)
     failures = 0
     exact = precision == "fp32"  # bf16: another kernel's rounding changes a sampled code, and the rows drift apart
 
@@ -289,12 +289,12 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
               f"{fixed_name}/{head_name} {times[fixed_name] / times[head_name]:.2f}x, "
               f"{head_name}/{fused_name} {times[head_name] / times[fused_name]:.2f}x, "
               f"{fused_name}/{overlap_name} {times[fused_name] / times[overlap_name]:.2f}x; codes "
-              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}; " + "; ".join(later))
+              f"{verdict(same, codes['reference'], codes['current'])}; {fixed_name}: {state}; " + "; ".join(later), flush=True)
         print(f"batch {batch:3d}: operations launched one by one per step (outside graphs): "
-              + ", ".join(f"{d} {n}" for d, (n, _) in ops.items()))
+              + ", ".join(f"{d} {n}" for d, (n, _) in ops.items()), flush=True)
         if device.type == "cpu":  # a card's profiler sees a replay as one call, not what it holds
             print(f"batch {batch:3d}: operations inside the recorded graphs per step: "
-                  + ", ".join(f"{d} {n}" for d, (_, n) in ops.items() if n))
+                  + ", ".join(f"{d} {n}" for d, (_, n) in ops.items() if n), flush=True)
     for batch in batches:
         times, codes = measure_prefill(gpt, size, batch, device, blocks, steps=10)
         same = codes["one by one"] == codes["together"]
@@ -302,7 +302,7 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
         if batch > 1:
             print(f"prefill of {batch:3d} requests: one by one {1000 * times['one by one']:.1f} ms; together "
                   f"{1000 * times['together']:.1f} ms; ratio {times['one by one'] / times['together']:.2f}x; "
-                  f"codes of the next 10 steps {verdict(same, codes['one by one'], codes['together'])}")
+                  f"codes of the next 10 steps {verdict(same, codes['one by one'], codes['together'])}", flush=True)
         graphed = FixedShapePrefill(prefill_forward, record=cuda_graph if device.type == "cuda" else call_directly)
         fixed_times, fixed_codes = measure_prefill(gpt, size, batch, device, blocks, steps=10, prefill=graphed)
         failures += 0 if graphed.disabled is None else 1
@@ -312,7 +312,8 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
                  "10 codes identical to the eager prefill's")
         print(f"prefill {fixed_name} of {batch:3d} requests: one by one {1000 * fixed_times['one by one']:.1f} ms "
               f"(eager/{fixed_name} {times['one by one'] / fixed_times['one by one']:.2f}x); together "
-              f"{1000 * fixed_times['together']:.1f} ms ({times['together'] / fixed_times['together']:.2f}x); {state}")
+              f"{1000 * fixed_times['together']:.1f} ms ({times['together'] / fixed_times['together']:.2f}x); {state}",
+              flush=True)
     return failures
 
 

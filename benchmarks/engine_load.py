@@ -66,9 +66,11 @@ def _engine(export: Path, voices: Path, max_codes: int, device: str, precision: 
     from xtts_ft.serve.engine import SpeechEngine
     from xtts_ft.serve.model_source import resolve_model
 
-    half = device == "cuda" and precision == "bf16"  # the serve flags --decode-precision/--vocoder-precision
-    settings = ServeConfig(short_text_retries=0, decode_precision="bf16" if half else "fp32",
-                           vocoder_precision="bf16" if half else "fp32",
+    if precision == "default":  # what serve runs without the flags
+        decode, vocoder = ServeConfig.decode_precision, ServeConfig.vocoder_precision
+    else:  # the serve flags --decode-precision/--vocoder-precision
+        decode = vocoder = "bf16" if device == "cuda" and precision == "bf16" else "fp32"
+    settings = ServeConfig(short_text_retries=0, decode_precision=decode, vocoder_precision=vocoder,
                            max_active_streams=max_active or ServeConfig.max_active_streams,
                            decode_graphs="on" if graphs else "off", vocoder_stream=vocoder_stream,
                            vocoder_batch=vocoder_batch or ServeConfig.vocoder_batch)
@@ -180,7 +182,8 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
             "peak_gpu_mb": gpu_mb, "device": device, "max_active_streams": engine.settings.max_active_streams,
             "graphs": graphs, "warmup_rounds": warmup_rounds,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
-            "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None, "profile": profile}
+            "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None, "profile": profile,
+            "engine_precision": engine.precision.describe() if new_engine else None}
 
 
 def silent_gaps(arrivals: list[tuple[float, float]]) -> float:
@@ -271,10 +274,12 @@ def worker(paths: list[str], clients: list[int], export: Path, voices: Path, max
 def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], max_codes: int, threads: int,
             text: str, device: str = "cpu", precision: str = "fp32", one_process: bool = False,
             max_active: int = 0, vocoder_batch: int = 0, warmup_rounds: int = 0,
-            profile_dir: Path | None = None, profile_clients: tuple[int, ...] = (1,)) -> list[dict]:
+            profile_dir: Path | None = None, profile_clients: tuple[int, ...] = (1,),
+            json_path: Path | None = None, build_size: str | None = None) -> list[dict]:
     """One child process per (path, clients) pair; ``one_process``: one child for all of them (quicker: each path's
     model is loaded once; its peak memory is then that process's peak so far). Each row is printed as the child
-    gives it, so a run cut short keeps the rows it finished."""
+    gives it, and ``json_path`` written again with every row so far, so a run cut short keeps the rows it finished.
+    ``build_size``: the (one) child writes the random export of that size at ``export`` itself first."""
     rows = []
     groups = [(paths, clients)] if one_process else [([path], [n]) for n in clients for path in paths]
     for group, counts in groups:
@@ -284,17 +289,28 @@ def run_all(export: Path, voices: Path, clients: list[int], paths: list[str], ma
                "--vocoder-batch", str(vocoder_batch), "--warmup-rounds", str(warmup_rounds)]
         if profile_dir:
             cmd += ["--profile", str(profile_dir.resolve()), "--profile-clients", *map(str, profile_clients)]
+        if build_size:
+            cmd += ["--size", build_size, "--build-export"]
         with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: a chatty child never blocks on it
             with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT) as child:
                 assert child.stdout is not None
                 for line in child.stdout:  # the worker's rows: one JSON line each, as they finish
                     if line.startswith('{"path": '):
                         rows.append(_print_row(json.loads(line)))
+                        if json_path is not None:
+                            _write_json(json_path, rows)
             if child.returncode != 0:
                 errors.seek(0)
                 last = errors.read().strip().splitlines()[-3:]
                 print(f"{','.join(group)} x{','.join(map(str, counts))}: failed: {last}", flush=True)
     return rows
+
+
+def _write_json(path: Path, rows: list[dict]) -> None:
+    """``rows`` as JSON at ``path``, replacing it in one rename (a reader never sees half a file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    partial.replace(path)
 
 
 def _print_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -333,8 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-codes", type=int, default=40, help="Audio codes per piece at most (~21.5 per second).")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process.")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="cuda only: bf16 = serve's --decode-precision bf16 --vocoder-precision bf16 (engine path)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "default"], default="fp32",
+                   help="cuda only: bf16 = serve's --decode-precision bf16 --vocoder-precision bf16 (engine path); "
+                        "default: serve's own defaults (ServeConfig's decode_precision and vocoder_precision)")
     p.add_argument("--max-active-streams", type=int, default=0,
                    help="the engine's batch bound (serve's --max-active-streams; 0: ServeConfig's default)")
     p.add_argument("--vocoder-batch", type=int, default=0,
@@ -343,9 +360,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup-rounds", type=int, default=0,
                    help="untimed rounds of every caller before the timed one (a server that has run a while: the "
                         "graphs of engine-graphs recorded); 0: only one short warm-up request")
-    p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.add_argument("--json", type=Path, help="also write the rows as JSON here (again after each row)")
     p.add_argument("--profile", type=Path, metavar="DIR",
-                   help="run each timed round under torch's profiler: its trace to DIR/trace-PATH-xN.json, and under "
+                   help="run each timed round under torch's profiler: its trace to DIR/trace-PATH-xN.json.gz, and under "
                         "the row the operations with the most time of their own (and, on a card, how busy the GPU was)")
     p.add_argument("--profile-clients", type=int, nargs="+", default=[1],
                    help="with --profile: the clients counts whose rounds are profiled (a trace of many callers is large)")
@@ -356,21 +373,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--export", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--voices", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--text", help=argparse.SUPPRESS)
+    p.add_argument("--build-export", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
+        if args.build_export:
+            from serve_load import make_export
+
+            make_export(args.size, args.export.parent)
         worker(args.worker, args.clients, args.export, args.voices, args.max_codes, args.threads, args.text,
                args.device, args.precision, args.max_active_streams, args.vocoder_batch, args.warmup_rounds,
                args.profile, tuple(args.profile_clients))
         return
-    if args.profile and args.profile.exists() and any(args.profile.iterdir()):
+    if args.profile and args.profile.exists() and any(args.profile.glob("trace-*.json.gz")):
         # its traces have fixed names (trace-PATH-xN.json.gz): earlier ones there would be written over
-        p.error(f"--profile {args.profile}: the folder holds files already; give a new or empty folder")
+        p.error(f"--profile {args.profile}: the folder holds traces already; give a folder without trace-*.json.gz")
     import soundfile as sf
     from serve_load import TEXT, VOICE, make_export
 
     with tempfile.TemporaryDirectory(prefix="engine_load_") as tmp:
         work = Path(tmp)
-        export = make_export(args.size, work)
+        # one process for every row: it writes the export itself (this process then never imports torch and coqui:
+        # seconds of CPU, and on a card the full-size model is not built twice); otherwise every row's process reads it
+        export = work / "export" if args.one_process else make_export(args.size, work)
         voices = work / "voices"
         voices.mkdir()
         data, sr = sf.read(VOICE)
@@ -380,11 +404,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.warmup_rounds} untimed round(s) of every caller before the timed one"
               + ("; every clients count and path in one process (peak memory: that process's so far)"
                  if args.one_process else ""), flush=True)
-        rows = run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
-                       args.precision, args.one_process, args.max_active_streams, args.vocoder_batch,
-                       args.warmup_rounds, args.profile, tuple(args.profile_clients))
-        if args.json:
-            args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        run_all(export, voices, args.clients, args.paths, args.max_codes, args.threads, TEXT, args.device,
+                args.precision, args.one_process, args.max_active_streams, args.vocoder_batch,
+                args.warmup_rounds, args.profile, tuple(args.profile_clients), args.json,
+                args.size if args.one_process else None)
 
 
 if __name__ == "__main__":

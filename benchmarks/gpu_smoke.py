@@ -106,17 +106,18 @@ def device_section(args) -> torch.device:
 
     device = torch.device("cpu" if args.cpu or not torch.cuda.is_available() else "cuda", 0)
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, python {platform.python_version()}, "
-          f"{torch.cuda.device_count()} GPU(s) visible, PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')}")
+          f"{torch.cuda.device_count()} GPU(s) visible, PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')}",
+          flush=True)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         props = torch.cuda.get_device_properties(device)
         print(f"{describe_cuda(device)}, {props.total_memory / 2**30:.1f} GiB; native bf16: "
               f"{cuda_bf16_supported(device)}; torch.cuda.is_bf16_supported() (counts emulation): "
-              f"{torch.cuda.is_bf16_supported()}")
+              f"{torch.cuda.is_bf16_supported()}", flush=True)
     policy = resolve_precision("auto", device)
     print(f"precision.mode auto -> {policy.name} (GradScaler {'on' if policy.scaler_enabled else 'off'}); "
           f"this smoke test trains in precision.mode {args.precision}; base model: "
-          f"{args.base_model or 'a tiny random model'}")
+          f"{args.base_model or 'a tiny random model'}", flush=True)
     return device
 
 
@@ -137,13 +138,13 @@ def training_section(args, device, state):
     started = time.perf_counter()
     result, model, start = train_run(args, cfg, state["prep"], injector=step_peaks)
     lines = step_lines(run_dir)
-    print(f"{result.step} steps in {time.perf_counter() - started:.1f} s")
+    print(f"{result.step} steps in {time.perf_counter() - started:.1f} s", flush=True)
     for r in lines:
         print(f"  step {r['step']:>3}  loss {r['loss']}  loss_scale {r.get('loss_scale')}  precision {r['precision']}  "
-              f"grad_norm {r.get('grad_norm')}  skipped {r.get('skipped_steps')}")
+              f"grad_norm {r.get('grad_norm')}  skipped {r.get('skipped_steps')}", flush=True)
     for e in read_events(run_dir):
         if e.get("event") in ("rollback", "precision_switch", "stopped"):
-            print(f"  event {e}")
+            print(f"  event {e}", flush=True)
     check("training finished with finite losses", result.step == args.steps and bool(lines)
           and all(isinstance(r["loss"], float) and math.isfinite(r["loss"]) for r in lines))
     skipped = lines[-1].get("skipped_steps", 0) if lines else 0
@@ -158,14 +159,14 @@ def training_section(args, device, state):
 def probe_section(args, device, state):
     needs(state, "size")
     if device.type != "cuda":
-        print(f"no GPU: nothing to probe (batch {state['size']})")
+        print(f"no GPU: nothing to probe (batch {state['size']})", flush=True)
         return
     if not PROBES or PROBES[-1].peak_bytes is None:
         raise NeedsEarlierSection("the batch-size probe did not run in section 2")
     probe, step1 = PROBES[-1], state["peaks"].get(1)
-    print(probe.describe())
+    print(probe.describe(), flush=True)
     print(f"step 1 at batch {state['size']}: real peak {step1 / 2**30:.2f} GiB; probe peak at batch "
-          f"{probe.largest_fit}: {probe.peak_bytes / 2**30:.2f} GiB" if step1 else "step 1: no peak recorded")
+          f"{probe.largest_fit}: {probe.peak_bytes / 2**30:.2f} GiB" if step1 else "step 1: no peak recorded", flush=True)
     check("the probe's peak is at least the real peak of step 1", bool(step1) and probe.peak_bytes >= step1,
           f"probe {probe.peak_bytes / 2**30:.2f} GiB, step 1 {(step1 or 0) / 2**30:.2f} GiB")
 
@@ -198,7 +199,7 @@ def resume_section(args, device, state):
     loss_gap = losses_gap(ref_losses, after)
     print(f"stopped at step {half}, resumed to {result.step}: weight difference {gap:.3g} against {moved:.3g} moved "
           f"by training ({gap / max(moved, 1e-12):.2%}); per-step losses after the resume within {loss_gap:.2%}; "
-          f"bit-identical {identical}")
+          f"bit-identical {identical}", flush=True)
     if device.type != "cuda":
         check("resumed run matches the uninterrupted one", result.step == args.steps and identical)
         return
@@ -209,7 +210,7 @@ def resume_section(args, device, state):
     noise, _, twin_identical = weight_gap(ref, twin, start)
     noise_loss = losses_gap(ref_losses, {s: v for s, v in twin_losses.items() if s > half})
     print(f"noise floor: a second uninterrupted run differs by {noise:.3g} ({noise / max(moved, 1e-12):.2%} of the "
-          f"distance moved); its losses after step {half} within {noise_loss:.2%}; bit-identical {twin_identical}")
+          f"distance moved); its losses after step {half} within {noise_loss:.2%}; bit-identical {twin_identical}", flush=True)
     ok = identical or (gap <= 2 * noise + 1e-3 * moved and loss_gap <= 2 * noise_loss + 1e-3)
     check("resumed run matches the uninterrupted one as closely as a second uninterrupted run does",
           result.step == args.steps and ok,
@@ -283,7 +284,7 @@ def eval_inputs_section(args, device, state):
     rows = sum(len(keys) for keys in batches)
     print(f"{len(batches)} eval batches in {policy.name}: eval_loss {losses['eval_loss']:.4f}; codes equal to a fresh "
           f"DVAE pass for {codes_equal} of {rows} clips ({codes_differ} of {codes_total} codes differ); conditioning "
-          f"mels equal to fp32 for {mels_equal} of {len(seen)} batches")
+          f"mels equal to fp32 for {mels_equal} of {len(seen)} batches", flush=True)
     # Autocast leaking into the DVAE would change a large share of the codes. On a GPU a batched pass and a
     # one-clip pass pick different convolution kernels (TF32 among them), and a code whose two nearest codebook
     # entries are almost tied can flip; so a GPU may differ in a few codes, never in a share of them.
@@ -337,7 +338,7 @@ def memory_options_section(args, device, state):
     print(f"{result.step} steps with offload_frozen and gradient checkpointing ({'on' if checkpointing else 'OFF'}); "
           f"step 1: injected out-of-memory errors {at['injected']}, micro-batches split {split}, loss "
           f"{lines[0]['loss'] if lines else None}; evaluation scored {', '.join(scored) or 'nothing'}"
-          + (f"; eval hook failed: {failures[0].get('error')}" if failures else ""))
+          + (f"; eval hook failed: {failures[0].get('error')}" if failures else ""), flush=True)
     del model
     check("offload_frozen + gradient checkpointing train and evaluate with sample synthesis",
           result.step == steps and checkpointing and "sample_speaker_similarity" in scored and not failures
@@ -347,11 +348,11 @@ def memory_options_section(args, device, state):
     switches = [e for e in read_events(run_dir) if e.get("event") == "precision_switch"]
     if not fp16:
         print(f"precision {args.precision} ({resolve_precision(args.precision, device).name}): no loss scaler, so the "
-              f"fp16 fallback is not exercised (run with --precision fp16 for it)")
+              f"fp16 fallback is not exercised (run with --precision fp16 for it)", flush=True)
         return
     expected = fallback_policy(PrecisionPolicy("fp16", device.type), device).name
     print(f"fp16 loss scale collapse in step 1: switched to {[e.get('new') for e in switches]} (expected {expected}); "
-          f"evaluation ran in {lines[-1]['precision'] if lines else None}")
+          f"evaluation ran in {lines[-1]['precision'] if lines else None}", flush=True)
     check(f"a collapsing fp16 loss scale switches the run to {expected}", len(switches) == 1
           and switches[0].get("new") == expected and bool(evals))
 
@@ -387,16 +388,16 @@ def stop_section(args, state):
     seconds = time.perf_counter() - sent
     saved = list(CheckpointStore.of_run(run_dir).step_folders().values())
     print(f"SIGTERM -> exit {proc.returncode} in {seconds:.1f} s (torchrun kills after {KILL_AFTER_S:g} s); "
-          f"checkpoint {saved[-1].name if saved else 'none'}")
+          f"checkpoint {saved[-1].name if saved else 'none'}", flush=True)
     if proc.returncode != 0:
-        print(output[-3000:])
+        print(output[-3000:], flush=True)
     check("a stop saves a checkpoint and exits 0 within 30 s", proc.returncode == 0 and bool(saved)
           and seconds < KILL_AFTER_S)
     nbytes = checkpoint_bytes(list(full_size_gpt_params()))
     rate = measure_write_rate(args.out, nbytes=(1024 if not args.quick else 16) * 2**20)
     print(f"full-size XTTS-v2 checkpoint: {nbytes / 1e9:.1f} GB; this disk writes {rate / 1e6:.0f} MB/s fsynced "
           f"-> about {nbytes / rate:.0f} s per save ({'within' if nbytes / rate < KILL_AFTER_S else 'OVER'} "
-          f"torchrun's {KILL_AFTER_S:g} s)")
+          f"torchrun's {KILL_AFTER_S:g} s)", flush=True)
 
 
 def full_size_gpt_params():
@@ -410,7 +411,7 @@ def full_size_gpt_params():
 
 def two_gpu_section(args):
     if args.cpu or torch.cuda.device_count() < 2:
-        print(f"skipped: {0 if args.cpu else torch.cuda.device_count()} GPU(s) visible (needs 2)")
+        print(f"skipped: {0 if args.cpu else torch.cuda.device_count()} GPU(s) visible (needs 2)", flush=True)
         return
     run_dir = args.out / "two_gpus"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -419,9 +420,9 @@ def two_gpu_section(args):
            "--max-steps", str(args.steps), *child_sets(args, run_dir)]
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
-    print(f"exit {proc.returncode} in {time.perf_counter() - started:.1f} s")
+    print(f"exit {proc.returncode} in {time.perf_counter() - started:.1f} s", flush=True)
     if proc.returncode != 0:
-        print((proc.stdout + proc.stderr)[-3000:])
+        print((proc.stdout + proc.stderr)[-3000:], flush=True)
     check("2-GPU run from a fresh run dir finishes with a checkpoint", proc.returncode == 0 and bool(
         CheckpointStore.of_run(run_dir).step_folders()))
 
@@ -432,7 +433,7 @@ def throughput_section(args):
         cmd += ["--size", "small", "--steps", "1", "--batches", "2", "--precisions", "fp32", "--loader-workers", "0"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3600,
                           env={**os.environ, **({"CUDA_VISIBLE_DEVICES": ""} if args.cpu else {})})
-    print(proc.stdout.strip())
+    print(proc.stdout.strip(), flush=True)
     check("throughput benchmark ran", proc.returncode == 0, proc.stderr.strip()[-500:] if proc.returncode else "")
 
 
@@ -474,7 +475,7 @@ def main() -> int:
     default_allocator_settings()  # as the real entry points do, before CUDA starts
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     record_probes()
-    print(f"gpu_smoke: {' '.join(sys.argv[1:]) or '(defaults)'}; git {git_revision()}")
+    print(f"gpu_smoke: {' '.join(sys.argv[1:]) or '(defaults)'}; git {git_revision()}", flush=True)
     state: dict = {}
 
     def run_chosen(number, title, fn, *fn_args):  # section 1 always runs: it finds the device
@@ -505,7 +506,7 @@ def main() -> int:
     run_chosen(10, "serving: first audio, streams, half-precision HiFiGAN", serving_section, args, device, state)
     failed = [name for name, ok in RESULTS if not ok]
     print(f"\n## summary: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed"
-          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
     return 1 if failed else 0
 
 

@@ -61,7 +61,7 @@ def peak_tflops(device_name: str):
 def runnable_precisions(precisions: list[str], device: torch.device) -> list[str]:
     """``precisions`` less bf16 on a GPU without native bf16 (T4, V100: torch would emulate it, slowly)."""
     if "bf16" in precisions and device.type == "cuda" and not cuda_bf16_supported(device):
-        print("bf16: no native bf16 on this card (compute capability < 8.0; torch would emulate it), skipped")
+        print("bf16: no native bf16 on this card (compute capability < 8.0; torch would emulate it), skipped", flush=True)
         return [p for p in precisions if p != "bf16"]
     return list(precisions)
 
@@ -279,9 +279,9 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
           f"equal: every row text {text_len} tokens, audio {codes_len} codes (longest clip); padded: clips of "
           f"datasets/amharic_demo's length spread, length-bucketed as the sampler does; {steps} timed steps after "
           f"{args.warmup} warm-up; gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}; "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}", flush=True)
     for path in args.paths:
-        print(f"  {path}: {PATHS[path]}")
+        print(f"  {path}: {PATHS[path]}", flush=True)
     rows = []
     for lengths in args.lengths:
         for precision in runnable_precisions(precisions, device):
@@ -293,32 +293,34 @@ def training_rows(args, size: dict, size_name: str, device: torch.device, batche
                     try:
                         row = measure(gpt, device, precision, host, args.warmup, path)
                     except torch.OutOfMemoryError:
-                        print(f"{lengths} {precision} batch {batch} {path}: out of memory")
+                        print(f"{lengths} {precision} batch {batch} {path}: out of memory", flush=True)
                     if row is None:  # outside the except: its traceback no longer holds the failed step's tensors
                         gpt.zero_grad(set_to_none=True)
                         torch.cuda.empty_cache()
                         continue
                     row.update(lengths=lengths, gradient_checkpointing=args.gradient_checkpointing)
                     rows.append(row)
+                    if args.json:  # again after each row: a run stopped at its time limit keeps the rows it finished
+                        write_results(args.json, name, size_name, rows)
                     by_path[path] = row
                     mfu = f"{100 * row['tflops'] / peak:5.1f}% of peak" if peak else "peak unknown"
                     compiled = f"  (compiling {row['compile_s']:.1f} s, not timed)" if row["compile_s"] else ""
                     print(f"{lengths:>6} {precision:>4} b{batch:<3} {path:>8} {rate(row['samples_per_s'])} samples/s "
                           f"{row['step_ms']:8.1f} ms/step  data {row['data_pct']:4.1f}% fwd {row['forward_pct']:4.1f}% "
                           f"bwd {row['backward_pct']:4.1f}% opt {row['optimizer_pct']:4.1f}%  peak "
-                          f"{row['peak_mem_gib']:6.2f} GiB  {row['tflops']:7.2f} TFLOP/s ({mfu}){compiled}")
+                          f"{row['peak_mem_gib']:6.2f} GiB  {row['tflops']:7.2f} TFLOP/s ({mfu}){compiled}", flush=True)
                 if "coqui" in by_path:
                     base = by_path["coqui"]["samples_per_s"]
                     ratios = ", ".join(f"{p} {r['samples_per_s'] / base:.2f}x" for p, r in by_path.items() if p != "coqui")
                     if ratios:
-                        print(f"{'':>6} {precision:>4} b{batch:<3} against coqui: {ratios}")
+                        print(f"{'':>6} {precision:>4} b{batch:<3} against coqui: {ratios}", flush=True)
     for path in args.paths:
         best = {p: max((r["samples_per_s"] for r in rows if r["precision"] == p and r["path"] == path), default=None)
                 for p in precisions}
         if best.get("fp32"):
             for p in ("fp16", "bf16"):
                 if best.get(p):
-                    print(f"{p} / fp32 best samples/s ({path}): {best[p] / best['fp32']:.2f}x")
+                    print(f"{p} / fp32 best samples/s ({path}): {best[p] / best['fp32']:.2f}x", flush=True)
     return rows
 
 
@@ -370,12 +372,18 @@ def main(argv: list[str] | None = None) -> None:
     fastest = max((r["samples_per_s"] for r in rows), default=None)
     need = f"; the fastest training row above needs {100 * fastest / loader_rate:.1f}% of it" if fastest else ""
     print(f"data loader (real ClipDataset + collate, {args.loader_workers} workers, batch {loader_batch}, "
-          f"longest clips): {loader_rate:.1f} samples/s{need}")
+          f"longest clips): {loader_rate:.1f} samples/s{need}", flush=True)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"device": name, "size": size_name, "rows": rows,
-                       "loader": {"workers": args.loader_workers, "batch": loader_batch,
-                                  "samples_per_s": loader_rate}}, f, indent=2)
+        write_results(args.json, name, size_name, rows,
+                      {"workers": args.loader_workers, "batch": loader_batch, "samples_per_s": loader_rate})
+
+
+def write_results(path: str, device_name: str, size_name: str, rows: list[dict], loader: dict | None = None) -> None:
+    """The rows so far (and the loader's rate, once measured) as JSON at ``path``, replaced in one rename."""
+    partial = Path(path + ".partial")
+    partial.write_text(json.dumps({"device": device_name, "peak_tflops": peak_tflops(device_name), "size": size_name,
+                                   "rows": rows, "loader": loader}, indent=2), encoding="utf-8")
+    partial.replace(path)
 
 
 if __name__ == "__main__":

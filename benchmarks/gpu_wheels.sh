@@ -13,7 +13,8 @@
 #
 # On the card's machine, from the project root:
 #
-#     source DIR/setup.sh    # installs the wheels into /tmp/site and puts it first on PYTHONPATH
+#     source DIR/setup.sh    # the wheels into /tmp/site, first on PYTHONPATH; checked: ends "card ready: ..." or
+#                            # "card set-up FAILED ..." (benchmarks/card_setup.sh, benchmarks/card_env.py)
 set -euo pipefail
 dir=${1:-.whl}
 present=${2:-}
@@ -70,13 +71,7 @@ for wheel in sorted(staging.glob("*.whl")):
     size += wheel.stat().st_size
 print(f"{kept} wheels ({size / 1e6:.1f} MB); {skipped} left out (already on the card's machine)")
 EOF
-cat > "$building/setup.sh" <<'EOF'
-# source this from the project root on the card's machine: the carried wheels into /tmp/site, first on the path
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$here"/*.whl \
-  && export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" \
-  && python3 -c "import TTS, transformers, torch; print('wheels ready: coqui-tts', TTS.__version__, '| transformers', transformers.__version__, '| torch', torch.__version__)"
-EOF
+cp benchmarks/card_setup.sh "$building/setup.sh"  # the wheels installed, then the environment checked (card_env.py)
 if ! mv -T "$building" "$dir" 2>/dev/null; then
   echo "gpu_wheels.sh: $dir appeared while the wheels were gathered (another run?); it is left as it is" >&2
   exit 2

@@ -77,8 +77,9 @@ def plans(codes: int, chunk: int, repeats: int, device: torch.device) -> bool:
     new, first = StreamingVocoder(HIFIGAN, g), ReferenceStreamingVocoder(HIFIGAN, g)
     sizes = [10] + [chunk] * ((codes - 10 + chunk - 1) // chunk)
     shown = {0, 1, 2, len(sizes) // 2, len(sizes) - 2, len(sizes) - 1}
-    print("| chunk | codes so far | aten ops: first way | now | time per plan: first way | now | ratio | same frames |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| chunk | codes so far | aten ops: first way | now | time per plan: first way | now | ratio | same frames |",
+    flush=True)
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     given, same, total_old, total_new = 0, True, 0.0, 0.0
     for i, size in enumerate(sizes):
         part = list(latents[given:given + size])
@@ -97,12 +98,14 @@ def plans(codes: int, chunk: int, repeats: int, device: torch.device) -> bool:
         total_old, total_new = total_old + t_old, total_new + t_new
         if i in shown:
             print(f"| {i + 1} | {given} | {aten_ops(plan_first)} | {aten_ops(plan_new)} | "
-                  f"{t_old * 1e6:.0f} us | {t_new * 1e6:.0f} us | {t_old / t_new:.2f}x | {'yes' if agree else 'NO (failure)'} |")
+                  f"{t_old * 1e6:.0f} us | {t_new * 1e6:.0f} us | {t_old / t_new:.2f}x | {'yes' if agree else 'NO (failure)'} |",
+                  flush=True)
         wav = torch.zeros(a.frames.shape[-1] * HIFIGAN.output_hop_length, device=device)  # stand-in audio
         new.finish(a, wav)
         first.finish(b, wav)
     print(f"whole utterance ({codes} codes, {len(sizes)} chunks): planning {total_old * 1e3:.2f} ms the first way, "
-          f"{total_new * 1e3:.2f} ms now, ratio {total_old / total_new:.2f}x; frames identical: {'yes' if same else 'NO'}")
+          f"{total_new * 1e3:.2f} ms now, ratio {total_old / total_new:.2f}x; frames identical: {'yes' if same else 'NO'}",
+          flush=True)
     return same
 
 
@@ -119,7 +122,7 @@ def voice_lookup(repeats: int) -> None:
         t_new = timed(lambda: library.latents(voice, lambda path: ("latents",)), repeats, device)
         size = voice.path.stat().st_size
         print(f"voice lookup ({size / 1024:.0f} KB clip): read and hashed {t_old * 1e6:.0f} us, now {t_new * 1e6:.0f} us, "
-              f"ratio {t_old / t_new:.2f}x")
+              f"ratio {t_old / t_new:.2f}x", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     torch.set_num_threads(1)  # one reader's thread
     print(f"device {device}; {args.codes} latents of {DIM}; chunks of 10, then {args.chunk} codes; "
-          f"{args.repeats} plans timed per chunk; one torch thread")
+          f"{args.repeats} plans timed per chunk; one torch thread", flush=True)
     with torch.inference_mode():
         same = plans(args.codes, args.chunk, args.repeats, device)
     voice_lookup(args.repeats)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         gpt.mel_head.bias[gpt.stop_audio_token] = -1e4
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"decode loop with readers, {args.size} random GPT, {name}; {args.codes} codes per stream, first chunk "
-          f"{args.first}, then every {args.every}; best of {args.rounds}")
+          f"{args.first}, then every {args.every}; best of {args.rounds}", flush=True)
     ways: dict[str, type[decode_loop.DecodeLoop]] = {"every code": EveryCodeLoop, "chunk ready": decode_loop.DecodeLoop}
     failures = 0
     for callers in args.callers:

@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     sampling = Sampling()
     failed = False
     print(f"device {device}; {VOCAB} codes; coqui's sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, "
-          f"top-p {sampling.top_p}); {args.repeats} steps per row count")
-    print("| rows | aten ops per step: row by row | draw | time per step: row by row | draw | ratio | same codes |")
-    print("|---|---|---|---|---|---|---|")
+          f"top-p {sampling.top_p}); {args.repeats} steps per row count", flush=True)
+    print("| rows | aten ops per step: row by row | draw | time per step: row by row | draw | ratio | same codes |", flush=True)
+    print("|---|---|---|---|---|---|---|", flush=True)
     for rows in args.batches:
         logits = torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(rows)).mul_(4).to(device)
         with torch.inference_mode():
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.equal(a, b) for a, b in zip(old_states, new_states))
         failed = failed or not same
         print(f"| {rows} | {ops_old} | {ops_new} | {old * 1e3:.3f} ms | {new * 1e3:.3f} ms | {old / new:.2f}x | "
-              f"{'yes' if same else 'NO (failure)'} |")
+              f"{'yes' if same else 'NO (failure)'} |", flush=True)
     return 1 if failed else 0
 
 

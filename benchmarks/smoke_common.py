@@ -89,7 +89,7 @@ def release_gpu(device: torch.device, before: str) -> None:
     torch.cuda.empty_cache()
     held, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
     print(f"before {before}: this process holds {held / 2**20:.0f} MiB allocated, {reserved / 2**20:.0f} MiB "
-          f"reserved on {device} (plus its CUDA context)")
+          f"reserved on {device} (plus its CUDA context)", flush=True)
     check(f"GPU memory released before {before}", held < 256 * 2**20, f"{held / 2**20:.0f} MiB still allocated")
 
 

@@ -66,7 +66,7 @@ def _half_precision_vocoder(engine, device: torch.device) -> None:
     from xtts_ft.serve.precision import EnginePrecision
 
     if device.type != "cuda":
-        print("HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here; half precision is off on the CPU)")
+        print("HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here; half precision is off on the CPU)", flush=True)
         return
     hifigan = engine.xtts.hifigan_decoder
     voice = engine.voices.get("demo_voice")
@@ -87,7 +87,8 @@ def _half_precision_vocoder(engine, device: torch.device) -> None:
     for name in ("fp16", "bf16"):
         out, seconds = outputs[name]
         print(f"HiFiGAN {name} vs fp32 on 200 codes (~9.3 s of audio): max |diff| {(out - ref).abs().max().item():.2e} "
-              f"(peak {ref.abs().max().item():.2f}), {seconds * 1000:.1f} ms against {outputs['fp32'][1] * 1000:.1f} ms")
+              f"(peak {ref.abs().max().item():.2f}), {seconds * 1000:.1f} ms against {outputs['fp32'][1] * 1000:.1f} ms",
+              flush=True)
     check("HiFiGAN output is finite in fp16 and bf16", all(bool(torch.isfinite(o).all()) for o, _ in outputs.values()))
 
 
@@ -112,7 +113,8 @@ def serving_section(args, device: torch.device, state: dict) -> None:
     try:
         voice = "demo_voice"
         print(f"engine on {device} in {time.perf_counter() - started:.1f} s ({engine.source.describe()}); voice {voice}; "
-              f"pieces capped at {max_codes} codes; first chunk after {engine.settings.stream_first_chunk_codes} codes")
+              f"pieces capped at {max_codes} codes; first chunk after {engine.settings.stream_first_chunk_codes} codes",
+              flush=True)
         list(engine.synthesize(text[:12], voice))  # warm-up: the voice's latents, first-call costs
         spoke = True
         for clients in counts:
@@ -125,7 +127,7 @@ def serving_section(args, device: torch.device, state: dict) -> None:
             print(f"{clients} stream(s): first audio p50 {np.percentile(firsts, 50) * 1000:.0f} ms, "
                   f"max {firsts.max() * 1000:.0f} ms; {r['audio_s']:.1f} s of audio in {r['wall_s']:.2f} s: "
                   f"{r['audio_s'] / r['wall_s']:.2f}x real time in aggregate (RTF {r['wall_s'] / max(r['audio_s'], 1e-9):.3f})"
-                  f"{memory}{'; errors: ' + '; '.join(r['errors']) if r['errors'] else ''}")
+                  f"{memory}{'; errors: ' + '; '.join(r['errors']) if r['errors'] else ''}", flush=True)
             spoke = spoke and r["every_stream_spoke"] and not r["errors"]
         check(f"the engine streamed audio to {' and '.join(map(str, counts))} concurrent callers", spoke)
         _half_precision_vocoder(engine, device)

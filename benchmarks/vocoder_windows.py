@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--frames: every window needs more than {LOOKAHEAD_FRAMES} frames")
     print(f"HiFiGAN (XTTS-v2 size, random weights) over streamed windows of {' and '.join(map(str, args.frames))} "
           f"frames, {name}, fp32" + (f"; TF32 convolutions {'on' if torch.backends.cudnn.allow_tf32 else 'off'}; "
-                                     f"kept audio checked to {_tolerance(device):.0e}" if device.type == "cuda" else ""))
+                                     f"kept audio checked to {_tolerance(device):.0e}" if device.type == "cuda" else ""),
+                                     flush=True)
     failures = 0 if compare_folded(device, args.frames[0], max(args.repeats, 3)) else 1
     hifigan = build_hifigan(device)
     fold_weight_norm(hifigan)  # as the engine vocodes

@@ -211,7 +211,7 @@ def test_engine_load_benchmark_prints_a_row_per_path_small(capsys, tmp_path):
 
 def test_a_profiler_that_fails_costs_the_profile_not_the_row(tmp_path, monkeypatch, capsys):
     """On a card a failing profiler must not take the row, and the larger clients counts after it, with it; and a
-    profile folder that holds files already is refused (the traces' names are fixed)."""
+    profile folder that holds traces already is refused (the traces' names are fixed)."""
     bench = load_benchmark("engine_load")
     rounds = []
 
@@ -225,7 +225,7 @@ def test_a_profiler_that_fails_costs_the_profile_not_the_row(tmp_path, monkeypat
     kept = tmp_path / "earlier"
     kept.mkdir()
     (kept / "trace-engine-x1.json.gz").write_bytes(b"an earlier trace")
-    with pytest.raises(SystemExit):  # a folder with files in it is refused before anything runs
+    with pytest.raises(SystemExit):  # a folder with traces in it is refused before anything runs
         bench.main(["--size", "tiny", "--profile", str(kept)])
     assert "--profile" in capsys.readouterr().err and (kept / "trace-engine-x1.json.gz").read_bytes() == b"an earlier trace"
     monkeypatch.setattr(bench, "_profiled_round", broken)
@@ -355,8 +355,9 @@ def test_decode_step_benchmark_times_the_decoders_and_checks_their_codes(capsys)
 
 def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(capsys, tmp_path):
     """benchmarks/serving_gpu.sh runs on a card only; here: bash reads it, it refuses a part whose results folder
-    exists (before running anything), and every flag it passes to a benchmark is one that benchmark's --help lists
-    (a renamed flag would otherwise be found on the next device session)."""
+    exists (before running anything), each part's time limits add up to at most 480 s (a part fits one 10-minute call
+    with the wheels' set-up), and every flag it, or card_quick.sh's card branch, passes to a benchmark is one that
+    benchmark's --help lists (a renamed flag would otherwise be found on the next device session)."""
     script = REPO_ROOT / "benchmarks" / "serving_gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     (tmp_path / "b").mkdir()
@@ -365,9 +366,21 @@ def test_the_serving_gpu_script_parses_and_names_only_flags_its_benchmarks_have(
     assert refused.returncode == 2 and "b already exists" in refused.stderr and refused.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
     assert (tmp_path / "b" / "07-engine-bf16-graphs.txt").read_text() == "earlier results"
-    commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", script.read_text(encoding="utf-8"))
+    text = script.read_text(encoding="utf-8")
+    parts = re.findall(r"^part_(\w)\(\) \{\n(.*?)^\}", text, re.M | re.S)
+    assert [name for name, _ in parts] == ["a", "b", "c"]
+    for name, body in parts:
+        assert 0 < sum(int(limit) for limit in re.findall(r"^\s*step \S+ (\d+) ", body, re.M)) <= 480, name
+    quick = (REPO_ROOT / "benchmarks" / "card_quick.sh").read_text(encoding="utf-8")
+    card = re.search(r'^  ""\)\n(.*?);;', quick, re.M | re.S)
+    assert card is not None
+    commands = re.findall(r"python benchmarks/(\w+)\.py((?:[^\n]|\\\n)*)", text)
+    for name, array in (("engine_load", "engine"), ("gpu_throughput", "train")):  # the card's arrays, then the command
+        given = re.search(rf"{array}=\(([^)]*)\)", card.group(1))
+        assert given is not None, array
+        commands.append((name, given.group(1) + re.search(rf"{name}\.py(.*\n.*)", quick).group(1)))
     assert {name for name, _ in commands} == {"decode_step", "vocoder_windows", "engine_load", "reader_wakeups",
-                                              "sampling_draw", "reader_host_work"}
+                                              "sampling_draw", "reader_host_work", "gpu_throughput"}
     for name, args in commands:
         with left_as_found(), pytest.raises(SystemExit):
             load_benchmark(name).main(["--help"])
@@ -386,6 +399,8 @@ def test_the_gpu_wheels_script_parses_refuses_an_existing_folder_and_finds_its_p
     refused = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, cwd=REPO_ROOT)
     assert refused.returncode == 2 and "already exists" in refused.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["old.whl"]
+    copied = re.search(r"^cp (\S+) \"\$building/setup.sh\"", script.read_text(encoding="utf-8"), re.M)
+    assert copied and (REPO_ROOT / copied.group(1)).is_file()  # the set-up it puts in DIR (tests/test_card_scripts.py)
     pinned = set(re.findall(r'"([\w-]+)==\$\(pin ([\w-]+)\)"', script.read_text(encoding="utf-8")))
     requirements = (REPO_ROOT / "requirements.txt").read_text(encoding="utf-8")
     assert {"coqui-tts", "transformers", "librosa"} <= {name for name, _ in pinned}

@@ -9,15 +9,19 @@ differs turns the graphs off without changing a code.
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 import torch
 
 from tests.evaluate.golden import TEMPERATURE, golden_model
-from tests.evaluate.recorders import refused
+from tests.evaluate.recorders import StandInCuda, refused, tf32_like
 from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
-from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
+from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling, prefill_forward
 from xtts_ft.evaluate.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
+from xtts_ft.evaluate.head_graph import FixedShapeHead
+from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+from xtts_ft.serve.engine import new_vocoder_stream
 
 
 @pytest.fixture(scope="module")
@@ -206,13 +210,18 @@ def test_the_cuda_recorder_warms_up_records_once_and_replays_without_running_the
             events.append("replay")
 
     class FakeStream:
+        def __init__(self, device=None, priority=0):
+            pass
+
         def wait_stream(self, other):
             events.append("wait")
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: FakeStream())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "stream", lambda _s: contextlib.nullcontext())
+    monkeypatch.setattr(decode_graph, "_capture_streams", {})
     output = torch.ones(2)
 
     def step():
@@ -224,6 +233,47 @@ def test_the_cuda_recorder_warms_up_records_once_and_replays_without_running_the
     events.clear()
     assert replay() is output and replay() is output
     assert events == ["replay", "replay"], "a replay launches the graph; the Python step does not run again"
+
+
+def test_no_recording_is_captured_on_the_vocoders_stream_however_many_are_made(monkeypatch):
+    """c10 hands out new CUDA streams in turn from a pool of 32 (stood in for here), and the engine's vocoder stream is
+    one of them: a new stream per recording was the vocoder's every 32nd time. 100 recordings, other streams drawn
+    before and between them (other libraries, a second engine): every one is captured on the one capture stream,
+    which is neither engine's vocoder stream."""
+    from xtts_ft.evaluate import decode_graph
+
+    cuda = StandInCuda(pool_size=32)
+    cuda.install(monkeypatch)
+    draws = random.Random(47)
+    for _ in range(draws.randrange(32)):
+        torch.cuda.Stream()
+    vocoder = new_vocoder_stream(torch.device("cuda"), "auto")  # what SpeechEngine makes at its start
+    for i in range(100):
+        decode_graph.cuda_graph(lambda: torch.ones(1))
+        for _ in range(draws.randrange(3)):
+            torch.cuda.Stream()
+        if i == 50:
+            second = new_vocoder_stream(torch.device("cuda"), "auto")  # a second engine in the same process
+    assert len(cuda.captured_on) == 100 and cuda.current == cuda.default, "each recording gives the stream back"
+    assert vocoder not in cuda.captured_on and second not in cuda.captured_on
+    assert len(set(cuda.captured_on)) == 1 and cuda.default not in cuda.captured_on, "one capture stream, made once"
+    assert new_vocoder_stream(torch.device("cuda"), "off") is None and new_vocoder_stream(torch.device("cpu"), "auto") is None
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["tf32-off", "tf32-on"])
+def test_the_recordings_verdict_is_the_same_whatever_tf32_says(golden, monkeypatch, tf32):
+    """A training run in the same process may have turned TF32 on (the GPU smoke test's section 2); on a card the
+    recorded step, head and prefill (other shapes than the eager ones) then round their products differently and
+    differ from the eager computation by more than fp32's tolerance. TF32 is off while each is recorded and checked,
+    so the graphs stay on either way, and the setting is given back after each recording."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    step, head = FixedShapeStep(record=tf32_like), FixedShapeHead(record=tf32_like)
+    prefill = FixedShapePrefill(prefill_forward, record=tf32_like)
+    decoder = BatchDecoder(golden[0].gpt, fixed_step=step, max_rows=8, fixed_head=head, fixed_prefill=prefill)
+    _run_schedule(decoder, golden, lambda i: COQUI, long_codes=20)
+    assert [part.disabled for part in (step, head, prefill)] == [None, None, None]
+    assert step.recordings and head.recordings and prefill.recordings and step.replays
+    assert torch.backends.cuda.matmul.allow_tf32 is tf32
 
 
 def test_the_mlp_is_hugging_faces_exactly_unless_fused_and_fused_is_one_gelu_kernel(golden):

@@ -8,7 +8,7 @@ import torch
 
 from tests.evaluate.evalhelpers import MAX_NEW_TOKENS, identity
 from xtts_ft.errors import DataError, TokenizerError
-from xtts_ft.evaluate.synthesis import gpt_ready_for_inference, speaker_names, synthesize_samples
+from xtts_ft.evaluate.synthesis import _conditioning, check_reference, gpt_ready_for_inference, speaker_names, synthesize_samples
 
 
 def _snapshot(model):
@@ -87,6 +87,36 @@ def test_language_without_token_is_a_user_error(tiny_base, trained, speaker_wav,
     plain = AmharicTokenizer(str(tiny_base.vocab_json), normalizer=identity, char_limit=200, fold_homophones=False)
     with pytest.raises(TokenizerError, match=r"\[am\]"):
         synthesize_samples(trained.xtts, plain, ["x"], [speaker_wav], tmp_path, language="am", temperature=0.7)
+
+
+def test_voice_latents_are_coquis_from_audio_read_without_torchaudio(trained, tmp_path, monkeypatch):
+    """From torchaudio 2.9 on ``torchaudio.load`` (what coqui's ``get_conditioning_latents`` reads with) needs torchcodec
+    and FFmpeg. The project reads the clip itself (soundfile) and runs coqui's steps on it: the same latents bit for
+    bit, here where coqui's own method still runs, for a mono FLAC at the model's rate, a stereo 44.1 kHz WAV
+    (channels averaged, resampled) and a float WAV past full scale (clipped), with and without coqui's level norm."""
+    xtts, cfg = trained.xtts, trained.xtts.config
+    rng = np.random.default_rng(0)
+    stereo, loud = tmp_path / "stereo.wav", tmp_path / "loud.wav"
+    sf.write(stereo, (0.3 * rng.standard_normal((2 * 44100, 2))).astype(np.float32), 44100, subtype="PCM_16")
+    sf.write(loud, (1.5 * np.sin(np.arange(2 * 24000) / 7.0)).astype(np.float32), 24000, subtype="FLOAT")
+    clips = [(Path(__file__).resolve().parents[2] / "datasets/amharic_demo/wavs/spk1_001.flac", False), (stereo, False),
+             (loud, False), (stereo, True)]
+    expected = []
+    for wav, norm in clips:
+        expected.append(xtts.get_conditioning_latents(str(wav), max_ref_length=cfg.max_ref_len, gpt_cond_len=cfg.gpt_cond_len,
+                                                      gpt_cond_chunk_len=cfg.gpt_cond_chunk_len, sound_norm_refs=norm))
+
+    def no_torchcodec(*args, **kwargs):
+        raise ImportError("TorchCodec is required for load_with_torchcodec")  # torchaudio >= 2.9 without it
+
+    import torchaudio
+
+    monkeypatch.setattr(torchaudio, "load", no_torchcodec)
+    for (wav, norm), theirs in zip(clips, expected):
+        monkeypatch.setattr(cfg, "sound_norm_refs", norm)
+        check_reference(wav)
+        ours = _conditioning(xtts, wav)
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), wav.name
 
 
 def test_missing_speaker_wav_is_a_user_error(trained, tokenizer, tmp_path):

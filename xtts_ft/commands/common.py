@@ -90,7 +90,8 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
         if type(h) is logging.StreamHandler:  # the one huggingface_hub adds (a file handler would stay)
             hub.removeHandler(h)
     quiet_transformers_logging()
-    # coqui reads reference clips through torchaudio, which warns about its 2.9 plans on every call.
+    # torchaudio 2.8 warns about its 2.9 plans at every deprecated call a library may still make (the project reads
+    # audio with soundfile, voice references included).
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchaudio\..*")
 
 

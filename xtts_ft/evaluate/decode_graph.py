@@ -21,9 +21,11 @@ a server.
 
 Each recording is checked before it is used: the step that records it is also run as the window step,
 and the graph's replay of the same step must give the same hidden states (within ``tolerance``: the
-masked extra columns and another attention kernel change float rounding). If recording fails or the
-replay differs, the decoder goes on without graphs and says why once (``disabled``); the window step's
-result is what that step returns either way.
+masked extra columns and another attention kernel change float rounding), with TF32 off for the products
+while it is made and checked (:func:`full_fp32_matmuls`: the verdict does not depend on what a training run in
+the same process set). If recording fails or the replay differs, the decoder goes on without graphs and says why
+once (``disabled``); the window step's result is what that step returns either way. Every recording is captured on
+one stream per device (:func:`capture_stream`), which the engine's vocoder stream never is (:func:`side_stream`).
 
 On the CPU there is nothing to gain (no launches to save) and the engine's exactness guarantees are
 tested there, so graphs are for CUDA only (``ServeConfig.decode_graphs``). The recording itself is a
@@ -35,7 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Callable, ContextManager, Optional, Protocol, TypeVar
+import threading
+from typing import Callable, ContextManager, Iterator, Optional, Protocol, TypeVar
 
 import torch
 import torch.nn as nn
@@ -139,6 +142,44 @@ class StaticSlotCache(SlotCache):
         return rows, self._columns_for(self.end)
 
 
+# The stream every recording is captured on, per device: made once (see capture_stream), and one recording at a time
+_capture_streams: dict[int, torch.cuda.Stream] = {}
+_making_streams = threading.Lock()
+_capturing = threading.Lock()
+
+
+def _device_index(device: Optional[torch.device | str | int]) -> int:
+    index = device if isinstance(device, int) else (None if device is None else torch.device(device).index)
+    return torch.cuda.current_device() if index is None else index
+
+
+def capture_stream(device: Optional[torch.device | str | int] = None) -> torch.cuda.Stream:
+    """The one stream every recording on ``device`` (default: the current one) is captured on, made at its first use.
+
+    A stream made with ``torch.cuda.Stream()`` comes from a pool of 32 per device and priority, handed out in turn
+    (c10's CUDAStream pool): a new stream per recording was, every 32nd time, the speech engine's vocoder stream, and
+    a recording captured on it while a reader vocoded there (HiFiGAN's kernels in a decode graph, or a capture broken
+    by a reader's copy and the graphs turned off for good). So the recordings share one stream, and the engine's
+    other streams come from :func:`side_stream`, which never hands out this one."""
+    index = _device_index(device)
+    with _making_streams:
+        if index not in _capture_streams:
+            _capture_streams[index] = torch.cuda.Stream(index)
+        return _capture_streams[index]
+
+
+def side_stream(device: Optional[torch.device | str | int] = None) -> torch.cuda.Stream:
+    """A new stream on ``device`` for work beside the decode loop (the engine's vocoder), never :func:`capture_stream`:
+    the pool hands the capture stream out again every 32nd time, and the next one in turn is another."""
+    capture = capture_stream(device)
+    stream = torch.cuda.Stream(_device_index(device))
+    if stream == capture:
+        stream = torch.cuda.Stream(_device_index(device))
+    if stream == capture:  # c10's pool holds 32 streams: two in a row are never the same one
+        raise RuntimeError("the CUDA stream pool gave the capture stream twice in a row")
+    return stream
+
+
 def cuda_graph(step: Callable[[], Out], pool: Optional[tuple[int, int]] = None) -> Callable[[], Out]:
     """Record ``step`` as a CUDA graph (after one warm-up run on the recording stream, as torch's docs ask, so lazy
     initialisations happen outside the recording) and return its replay. ``step`` must be safe to run twice:
@@ -147,25 +188,50 @@ def cuda_graph(step: Callable[[], Out], pool: Optional[tuple[int, int]] = None) 
     ``capture_begin``/``capture_end`` rather than the ``torch.cuda.graph`` context: that context also runs the
     garbage collector and empties the allocator's cache at every recording (tens of milliseconds with coqui
     and transformers loaded), which a request's first step would wait for. ``thread_local``: the speech
-    engine's other threads keep using the GPU (HiFiGAN) while this one records. ``pool``: a memory pool shared
-    with other recordings (``torch.cuda.graph_pool_handle()``); None: the graph's own."""
+    engine's other threads keep using the GPU (HiFiGAN) while this one records. The recording stream is
+    :func:`capture_stream`, one recording at a time (two decode loops in one process share it; everything sent to
+    a stream while it captures lands in the graph). ``pool``: a memory pool shared with other recordings
+    (``torch.cuda.graph_pool_handle()``); None: the graph's own."""
     graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with _no_autocast_cache(), torch.cuda.stream(side):
-        step()
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        try:
-            out = step()
-        finally:
-            graph.capture_end()
-    torch.cuda.current_stream().wait_stream(side)
+    side = capture_stream()
+    with _capturing:
+        side.wait_stream(torch.cuda.current_stream())
+        with _no_autocast_cache(), torch.cuda.stream(side):
+            step()
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                out = step()
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream().wait_stream(side)
 
     def replay() -> Out:
         graph.replay()
         return out
 
     return replay
+
+
+@contextlib.contextmanager
+def full_fp32_matmuls() -> Iterator[None]:
+    """TF32 off for fp32 matrix products while a recording is made and checked against the eager computation.
+
+    A training run in the same process may have turned TF32 on (``precision.tf32``, the GPU smoke test's section 2);
+    then the eager step and the recorded one, over different shapes, can pick different kernels with a 10-bit
+    mantissa each, differ by more than the fp32 tolerance, and the graphs would be turned off for good. With the
+    setting pinned, the check gives the same verdict whatever TF32 says, and the graphs always compute full fp32 (a
+    recording keeps the kernels it was made with). Only the matmul setting: the decode's products; convolutions
+    (HiFiGAN, on the readers' threads meanwhile) keep theirs. Nothing is written when TF32 is off already (serve's
+    case: torch's default)."""
+    flags = torch.backends.cuda.matmul
+    if not flags.allow_tf32:
+        yield
+        return
+    flags.allow_tf32 = False
+    try:
+        yield
+    finally:
+        flags.allow_tf32 = True
 
 
 def _no_autocast_cache() -> ContextManager[object]:
@@ -240,7 +306,8 @@ class FixedShapeStep(Recordings):
         n = cache.rows
         recorded = self._recorded.get(key)
         if recorded is None:
-            return self._record(cache, embeddings, key)
+            with full_fp32_matmuls():  # the eager step, the recording and their comparison: whatever TF32 says
+                return self._record(cache, embeddings, key)
         replay, inputs, column = recorded
         inputs[:n].copy_(embeddings)  # rows past n keep old inputs: finite, and nobody reads their output
         column.fill_(cache.end)

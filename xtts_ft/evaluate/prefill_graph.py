@@ -35,7 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xtts_ft.evaluate.decode_cache import indices, mlp
-from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph, relative_difference
+from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph, full_fp32_matmuls, relative_difference
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,8 @@ class FixedShapePrefill(Recordings):
         key = (shape, rows[0].dtype, torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
         recorded = self._recorded.get(key)
         if recorded is None:
-            return self._first(transformer, rows, key)
+            with full_fp32_matmuls():  # the eager prefill, the recording and their comparison: whatever TF32 says
+                return self._first(transformer, rows, key)
         replay, inputs = recorded
         for i, row in enumerate(rows):  # positions past a row's length keep old inputs: finite, attended by none
             inputs[i, :lengths[i]] = row[0]

@@ -28,6 +28,7 @@ import soundfile as sf
 import torch
 import torchaudio
 
+from xtts_ft.audio_io import DATASET_RATE, DecodeError, decode
 from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
@@ -148,31 +149,51 @@ def check_language(tokenizer, language: str) -> None:
         )
 
 
-def _conditioning(xtts, wav: Path):
+def reference_audio(wav: Path, rate: int = DATASET_RATE) -> torch.Tensor:
+    """A voice reference as coqui's ``load_audio`` gives it to ``Xtts.get_conditioning_latents``: (1, samples) float32
+    at ``rate``, the channels averaged, resampled as coqui resamples (``torchaudio.functional.resample``), clipped to
+    [-1, 1]. Read with soundfile (:func:`xtts_ft.audio_io.decode`, ffmpeg for what it cannot read) on every torch:
+    coqui reads with ``torchaudio.load``, which from torchaudio 2.9 on needs torchcodec and FFmpeg's libraries."""
+    data, file_rate, _ = decode(str(wav))
+    audio = torch.from_numpy(np.ascontiguousarray(data.T))  # (channels, samples)
+    if audio.shape[0] != 1:
+        audio = audio.mean(dim=0, keepdim=True)
+    if file_rate != rate:
+        audio = torchaudio.functional.resample(audio, file_rate, rate)
+    return audio.clip_(-1, 1)
+
+
+def _conditioning(xtts, wav: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Xtts.get_conditioning_latents`` of one clip with the model config's settings (the GPT's conditioning latent,
+    the speaker embedding), its steps on the audio :func:`reference_audio` reads: coqui's own method reads the file
+    with ``torchaudio.load``."""
     cfg = xtts.config
-    return xtts.get_conditioning_latents(
-        str(wav),
-        max_ref_length=cfg.max_ref_len,
-        gpt_cond_len=cfg.gpt_cond_len,
-        gpt_cond_chunk_len=cfg.gpt_cond_chunk_len,
-        sound_norm_refs=cfg.sound_norm_refs,
-    )
+    rate = DATASET_RATE  # get_conditioning_latents' load_sr
+    with torch.inference_mode():
+        audio = reference_audio(wav, rate)[:, : rate * cfg.max_ref_len].to(xtts.device)
+        if cfg.sound_norm_refs:
+            audio = (audio / torch.abs(audio).max()) * 0.75
+        speaker_embedding = xtts.get_speaker_embedding(audio, rate)
+        gpt_cond_latent = xtts.get_gpt_cond_latents(audio, rate, length=cfg.gpt_cond_len,
+                                                    chunk_length=cfg.gpt_cond_chunk_len)
+    return gpt_cond_latent, speaker_embedding
 
 
 def check_reference(wav: Path) -> None:
-    """A voice reference must exist and decode the way coqui reads it (torchaudio), or it is a one-line DataError."""
+    """A voice reference must exist and decode the way :func:`reference_audio` reads it, or it is a one-line
+    DataError."""
     if not wav.is_file():
         raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
     try:
-        audio, sr = torchaudio.load(str(wav))
-    except (RuntimeError, OSError, ValueError) as exc:
+        audio, sr, _ = decode(str(wav))
+    except DecodeError as exc:
         raise DataError(
             f"speaker wav '{wav}': cannot be decoded as audio ({first_line(exc)}); pass a WAV or FLAC recording of "
             f"the voice"
         ) from None
-    if audio.numel() == 0:
+    if audio.size == 0:
         raise DataError(f"speaker wav '{wav}': holds no samples; pass a 3-10 s recording of the voice")
-    seconds = audio.shape[-1] / sr
+    seconds = audio.shape[0] / sr
     if seconds < MIN_REFERENCE_S:  # coqui's conditioning fails deep inside below about 0.33 s
         raise DataError(f"speaker wav '{wav}': only {seconds:.2f} s of audio; a voice reference needs at least "
                         f"{MIN_REFERENCE_S} s (3-10 s recommended)")

@@ -48,6 +48,7 @@ from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
 from xtts_ft.evaluate.decode_cache import host_to_device
+from xtts_ft.evaluate.decode_graph import side_stream
 from xtts_ft.evaluate.synthesis import _conditioning, check_language
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
@@ -105,6 +106,12 @@ def new_decode_loop(gpt, device: torch.device, settings: ServeConfig, precision:
                       overlap=device.type == "cuda" and settings.decode_overlap == "auto")
 
 
+def new_vocoder_stream(device: torch.device, setting: str) -> Optional[torch.cuda.Stream]:
+    """The CUDA stream the readers vocode on (``ServeConfig.vocoder_stream`` auto, on CUDA; None: the decode steps'
+    stream): never the one the decode graphs are recorded on (:func:`.decode_graph.side_stream`)."""
+    return side_stream(device) if device.type == "cuda" and setting == "auto" else None
+
+
 class SpeechEngine:
     """A loaded model with its voices. Build with :meth:`open`."""
 
@@ -153,8 +160,7 @@ class SpeechEngine:
         # chunk. Reading the latents there needs no wait on the loop's stream: the loop has read each step's codes
         # back (a synchronisation) before a reader sees them, and a reader holds its latents until its audio is on
         # the host (another one).
-        self.vocoder_stream = (torch.cuda.Stream(device) if device.type == "cuda" and settings.vocoder_stream == "auto"
-                               else None)
+        self.vocoder_stream = new_vocoder_stream(device, settings.vocoder_stream)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,

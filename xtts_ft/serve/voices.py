@@ -93,7 +93,7 @@ def check_voice_name(name: str) -> str:
 
 
 def check_voice_clip(path: Path, shown_as: str) -> None:
-    """A clip a voice can be made from: it decodes as coqui reads it, is long enough and is not silent.
+    """A clip a voice can be made from: it decodes as the engine reads it, is long enough and is not silent.
 
     A ``VoiceError`` otherwise, naming the clip as ``shown_as`` (the user's own file name: an upload's
     temporary path means nothing to them) and saying what is wrong.
