@@ -155,12 +155,14 @@ def test_every_row_of_the_table_names_a_run_function_that_exists():
     assert len({run for name, run in runs.items() if name != "make-tiny-model"}) == len(runs) - 1
 
 
-def test_a_run_folder_that_cannot_be_made_is_one_line_before_torch_or_coqui_load():
-    """run.output_dir under /proc (or where this user may not write): one line naming the folder, not a traceback."""
-    printed, errors, code, loaded = run_probe("headless_train.py", "--config", "configs/demo.yaml",
-                                              "--set", "run.output_dir=/proc/xtts_ft_run")
+@pytest.mark.parametrize("setting, named", [("run.output_dir=/proc/xtts_ft_run", "/proc/xtts_ft_run"),
+                                             ("asr.model=./no/such/recogniser", "does not exist")])
+def test_a_run_that_cannot_work_is_one_line_before_torch_or_coqui_load(setting, named):
+    """A run folder under /proc (or where this user may not write): one line naming it, not a traceback. A recogniser
+    folder that does not exist: with the config's other checks, not after prepare and the tokenizer ran."""
+    printed, errors, code, loaded = run_probe("headless_train.py", "--config", "configs/demo.yaml", "--set", setting)
     assert code == 2 and loaded == [] and len(errors.splitlines()) == 1, errors
-    assert errors.startswith("error: ") and "/proc/xtts_ft_run" in errors and "run.output_dir" in errors
+    assert errors.startswith("error: ") and named in errors and setting.partition("=")[0] in errors
 
 
 def test_a_second_trainer_is_refused_before_torch_or_coqui_load(tmp_path):

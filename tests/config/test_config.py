@@ -86,6 +86,23 @@ def test_set_overrides_are_typed_and_validated(tmp_path, dataset_dir):
         parse_override("training.lr")
 
 
+def test_a_missing_recogniser_folder_is_found_with_the_other_checks_when_the_run_loads_it(tmp_path, dataset_dir):
+    """Not after prepare and the tokenizer ran (28 s in): a run's config check names it, with why the run needs it."""
+    path = write(tmp_path, {"dataset": {"path": str(dataset_dir)}, "asr": {"model": str(tmp_path / "no_asr")}})
+    with pytest.raises(ConfigError) as err:
+        load_config(path, run_checks=True)
+    assert str(err.value) == (f"{path}: asr.model: folder '{tmp_path / 'no_asr'}' does not exist; point it at a "
+                              f"transformers CTC model folder or a repo id such as "
+                              f"agkphysics/wav2vec2-large-xlsr-53-amharic (this run loads it for evaluation.recognize)")
+    with pytest.raises(ConfigError, match=r"^--set asr.model=./no_asr: folder './no_asr' does not exist; .*loads it "
+                                          r"for dataset.transcript_check\)$"):
+        load_config(path, ["evaluation.recognize=false", "dataset.transcript_check=0.5", "asr.model=./no_asr"],
+                    run_checks=True)
+    load_config(path, ["evaluation.recognize=false"], run_checks=True)  # a run that never loads it
+    load_config(path)  # prepare and transcribe --model read the config without a run's checks
+    load_config(path, ["asr.model=owner/some-ctc-model"], run_checks=True)  # a repo id: fetched when it is used
+
+
 def test_a_mistake_is_named_after_where_it_was_made_the_file_or_the_command_line(tmp_path, dataset_dir):
     """A --set value is not in the file: its problem names the option as typed; the file's own keep the file."""
     path = write(tmp_path, {"dataset": [{"path": str(dataset_dir)}, {"path": str(dataset_dir), "language": "en",

@@ -114,7 +114,7 @@ def read_config(args: argparse.Namespace) -> int:
     A mistake in it is printed as ``error:`` lines (exit 2) without loading torch or coqui; the run function then
     takes the config from ``args`` (``config_of``) instead of reading it again.
     """
-    args.loaded_config = load_config_from(args)
+    args.loaded_config = load_config_from(args, run_checks=True)  # a run: its recogniser folders are checked too
     return 0
 
 
@@ -147,11 +147,12 @@ def release_run_folder(args: argparse.Namespace) -> None:
 def config_of(args: argparse.Namespace) -> Config:
     """The config ``read_config`` read for this command, else (a run function called directly) read it now."""
     loaded = getattr(args, "loaded_config", None)
-    return loaded if isinstance(loaded, Config) else load_config_from(args)
+    return loaded if isinstance(loaded, Config) else load_config_from(args, run_checks=True)
 
 
-def load_config_from(args: argparse.Namespace) -> Config:
-    """The config a command's --config, --set (and --resume, --max-steps where it has them) make."""
+def load_config_from(args: argparse.Namespace, run_checks: bool = False) -> Config:
+    """The config a command's --config, --set (and --resume, --max-steps where it has them) make; ``run_checks``:
+    that of a training or evaluation run (``load_config``)."""
     problems = []  # options that cannot work, named before the config is even read
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
         problems.append(f"--max-steps {args.max_steps}: must be 1 or more (optimizer steps to train for)")
@@ -179,4 +180,4 @@ def load_config_from(args: argparse.Namespace) -> Config:
     if getattr(args, "max_steps", None) is not None:
         overrides.append(f"training.max_steps={args.max_steps}")
         given_as[overrides[-1]] = f"--max-steps {args.max_steps}"
-    return load_config(args.config, overrides, given_as)  # a mistake in an option is named after the option
+    return load_config(args.config, overrides, given_as, run_checks)  # a mistake in an option is named after it

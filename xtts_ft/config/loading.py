@@ -238,9 +238,22 @@ def _problem_key(override: str) -> str:
     return re.sub(r"^dataset\.(\d+)(?=\.|$)", r"dataset[\1]", ".".join(parse_override(override)[0]))
 
 
-def config_from_dict(raw: Any, source: str = "<config>", given: Sequence[tuple[str, str]] = ()) -> Config:
+def _recognisers_missing(cfg: Config) -> list[str]:
+    """asr.model (and asr.per_language.*) written as a folder that does not exist, in a run that loads it: said with
+    the other checks, not once prepare and the tokenizer have run."""
+    uses = [key for key, used in (("evaluation.recognize", cfg.evaluation.recognize),
+                                  ("dataset.transcript_check", any(d.transcript_check is not None for d in cfg.datasets)),
+                                  ("dataset.short_clips", any(isinstance(d.short_clips, float) for d in cfg.datasets)))
+            if used]
+    return cfg.asr.folder_problems(", ".join(uses), per_language=cfg.evaluation.recognize) if uses else []
+
+
+def config_from_dict(raw: Any, source: str = "<config>", given: Sequence[tuple[str, str]] = (),
+                     run_checks: bool = False) -> Config:
     """The config ``raw`` (YAML read from ``source``) describes; one ConfigError lists every problem, each named after
-    ``source`` or, for a key in ``given`` ((key, how it was set on the command line) pairs), the command line."""
+    ``source`` or, for a key in ``given`` ((key, how it was set on the command line) pairs), the command line.
+    ``run_checks``: also what a training or evaluation run needs (the recogniser folders it loads), for the commands
+    that run one; a command that reads only some sections (prepare, transcribe --model) skips them."""
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a YAML mapping with sections like 'run:' and 'dataset:'")
@@ -274,6 +287,8 @@ def config_from_dict(raw: Any, source: str = "<config>", given: Sequence[tuple[s
         problems.append("training.early_stopping: needs evaluations during training; set evaluation.every_steps "
                         "(e.g. 1000) or early_stopping.enabled: false")
     problems.extend(_unmet_needs(raw, cfg))
+    if run_checks:
+        problems.extend(_recognisers_missing(cfg))
     if problems:
         raise ConfigError("\n".join(_labelled(p, source, given) for p in problems))
     return cfg
@@ -332,11 +347,12 @@ def locate_config(path: str | os.PathLike, project_configs: Path = PROJECT_CONFI
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | None = None,
-                given_as: Mapping[str, str] | None = None) -> Config:
+                given_as: Mapping[str, str] | None = None, run_checks: bool = False) -> Config:
     """Read, override, type-check and validate a run config; one ConfigError lists every problem.
 
     A problem with a key an override set is named after the override (``--set KEY=VALUE``, or what ``given_as``
     says the user typed for it, e.g. ``--resume X``), not after the file: the file does not hold that value.
+    ``run_checks``: see :func:`config_from_dict`.
     """
     path = locate_config(path)
     try:
@@ -377,7 +393,7 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None,
     given = sorted(((_problem_key(item), (given_as or {}).get(item, f"--set {item}")) for item in overrides or []),
                    key=lambda pair: len(pair[0]), reverse=True)  # a key before the section it is in
     try:
-        cfg = config_from_dict(raw, source=str(path), given=given)
+        cfg = config_from_dict(raw, source=str(path), given=given, run_checks=run_checks)
     except ConfigError as exc:
         raise ConfigError("\n".join([*duplicates, str(exc)])) from None
     if duplicates:
