@@ -104,13 +104,15 @@ def test_a_deleted_lock_file_lets_no_second_trainer_in(holder):
     assert holder.files() == before  # no lock file, log line or checkpoint of its own
 
     # the holder trains on, writes its line again before its next checkpoint, and stays the folder's one writer
+    lock_file = RunLayout(holder.run).lock_file
     holder.proc.send_signal(signal.SIGCONT)
     try:
-        wait_for(lambda: f'"pid": {holder.proc.pid},' in RunLayout(holder.run).lock_file.read_text()
-                 if RunLayout(holder.run).lock_file.exists() else False, 60, "trainer.lock written again", holder.proc)
+        wait_for(lambda: lock_file.exists() and f'"pid": {holder.proc.pid},' in lock_file.read_text(), 60,
+                 "trainer.lock written again", holder.proc)
+        wait_for(lambda: len(holder.steps()) > len(steps), 60, "a step after it", holder.proc)
     finally:
         holder.proc.send_signal(signal.SIGSTOP)
     after = holder.steps()
-    assert after[:len(steps)] == steps and after == sorted(set(after)) and len(after) > len(steps)
+    assert after[:len(steps)] == steps and after == sorted(set(after))  # one writer: every step once, in order
     assert "was deleted while this trainer held the run folder; written again" in (holder.run / "train.log").read_text()
 
