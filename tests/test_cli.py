@@ -129,7 +129,7 @@ def test_light_commands_run_without_loading_torch_coqui_or_transformers(tmp_path
 def test_a_config_mistake_is_answered_before_torch_or_coqui_load(argv):
     """The commands that read a config read it before their module is imported: a mistake costs no heavy import."""
     printed, errors, code, loaded = run_probe(*argv)
-    assert errors == "error: configs/demo.yaml: training.lr: expected float, got 'fast'\n" and code == 2, errors
+    assert errors == "error: --set training.lr=fast: expected float, got 'fast'\n" and code == 2, errors
     assert loaded == []
 
 
@@ -155,6 +155,61 @@ def test_every_row_of_the_table_names_a_run_function_that_exists():
     assert len({run for name, run in runs.items() if name != "make-tiny-model"}) == len(runs) - 1
 
 
+@pytest.mark.parametrize("setting, named", [("run.output_dir=/proc/xtts_ft_run", "/proc/xtts_ft_run"),
+                                             ("asr.model=./no/such/recogniser", "does not exist")])
+def test_a_run_that_cannot_work_is_one_line_before_torch_or_coqui_load(setting, named):
+    """A run folder under /proc (or where this user may not write): one line naming it, not a traceback. A recogniser
+    folder that does not exist: with the config's other checks, not after prepare and the tokenizer ran."""
+    printed, errors, code, loaded = run_probe("headless_train.py", "--config", "configs/demo.yaml", "--set", setting)
+    assert code == 2 and loaded == [] and len(errors.splitlines()) == 1, errors
+    assert errors.startswith("error: ") and named in errors and setting.partition("=")[0] in errors
+
+
+def test_a_second_trainer_is_refused_before_torch_or_coqui_load(tmp_path):
+    """The command line locks the run folder right after reading the config: a folder another trainer holds is
+    refused in a fraction of a second (not after 28-42 s of imports), with nothing written there."""
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from xtts_ft.run_lock import RunLock; "
+                               "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)",
+                               str(run_dir)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = sorted(run_dir.iterdir())
+        for argv in (["headless_train.py"], ["xtts_ft", "train"]):
+            printed, errors, code, loaded = run_probe(*argv, "--config", "configs/demo.yaml",
+                                                      "--set", f"run.output_dir={run_dir}")
+            assert code == 2 and loaded == [] and len(errors.splitlines()) == 1, errors
+            assert f"another trainer is using this run folder (pid {holder.pid}," in errors
+        assert sorted(run_dir.iterdir()) == before  # no train.log, no config.yaml
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_evaluate_command_takes_a_checkpoint(tmp_path, monkeypatch, capsys):
+    """``python -m xtts_ft evaluate --checkpoint CKPT`` evaluates CKPT (the config checks knew no --evaluate)."""
+    from xtts_ft.cli import main
+    from xtts_ft.commands import training
+
+    asked = []
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(training, "evaluate_run", lambda cfg, checkpoint: asked.append((cfg.run_dir, checkpoint)))
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level  # the command sets up its own logging: put pytest's back
+    try:
+        code = main(["evaluate", "--config", "configs/demo.yaml", "--checkpoint", str(tmp_path / "step_000010"),
+                     "--set", f"run.output_dir={tmp_path / 'run'}"])
+    finally:
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+            if handler not in handlers:
+                handler.close()
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    assert code == 0 and asked == [(tmp_path / "run", tmp_path / "step_000010")], capsys.readouterr().err
+
+
 def test_headless_help():
     out = run("headless_train.py", "--help")
     assert out.returncode == 0 and "--config" in out.stdout and "--resume" in out.stdout
@@ -174,7 +229,8 @@ def test_bad_override_lists_every_problem(tmp_path):
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("error: configs/demo.yaml: ") for line in lines)
+    assert lines == ["error: --set training.lr=fast: expected float, got 'fast'",  # the values given, as typed
+                     "error: --set precision.mode=fp8: expected 'auto' | 'bf16' | 'fp16' | 'fp32', got 'fp8'"]
 
 
 @pytest.mark.parametrize("entry", ["headless", "train", "evaluate"])
@@ -189,7 +245,7 @@ def test_config_name_alone_finds_the_projects_configs_folder(entry, tmp_path, mo
         rc = headless_main(args) if entry == "headless" else main([entry, *args])
     err = capsys.readouterr().err
     assert rc == 2 and "config file not found" not in err
-    assert f"error: {PROJECT_CONFIGS / 'demo.yaml'}: training.lr: expected float" in err
+    assert "error: --set training.lr=fast: expected float" in err
     assert f"using {PROJECT_CONFIGS / 'demo.yaml'}" in caplog.text
 
 

@@ -1,5 +1,6 @@
 """One trainer per run folder (xtts_ft/run_lock.py), with real processes: a holder in a process of its own,
-refused in this one by pid and start; released by the kernel when the holder is killed with SIGKILL."""
+refused in this one by pid and start; released by the kernel when the holder is killed with SIGKILL; the folder
+itself locked, so that deleting trainer.lock frees nothing and a folder moved from under its holder stops it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from tests.fixtures.scripts import script_env
 from xtts_ft.errors import RunFolderError
 from xtts_ft.layout import RunLayout
-from xtts_ft.run_lock import STARTED_BY_ENV, RunLock, lock_holder
+from xtts_ft.run_lock import STARTED_BY_ENV, RunLock, lock_holder, refuse_if_held_elsewhere
 
 HOLDER = """
 import sys, time
@@ -154,3 +155,98 @@ time.sleep(600)
         os.kill(worker, signal.SIGKILL)
         holder.kill()
         holder.wait()
+
+
+CHECKING_HOLDER = """
+import sys
+from xtts_ft.errors import RunFolderError
+from xtts_ft.run_lock import RunLock, confirm_held
+RunLock(sys.argv[1]).acquire()
+print("held", flush=True)
+for _ in sys.stdin:  # a line: check the folder, as the trainer does before each checkpoint
+    try:
+        confirm_held(sys.argv[1])
+        print("ok", flush=True)
+    except RunFolderError as exc:
+        print(exc, flush=True)
+"""
+
+
+def start_checking_holder(run: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", CHECKING_HOLDER, str(run)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=script_env())
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def check(holder: subprocess.Popen) -> str:
+    holder.stdin.write("check\n")
+    holder.stdin.flush()
+    return holder.stdout.readline().strip()
+
+
+def test_a_deleted_lock_file_lets_no_one_in_and_the_holder_writes_it_again(tmp_path):
+    """The folder itself is locked: deleting trainer.lock frees nothing; the refusal names the holder from the
+    kernel's lock table, and the holder writes its line again at its next check (before its next checkpoint)."""
+    run = tmp_path / "run"
+    holder = start_checking_holder(run)
+    try:
+        line = RunLayout(run).lock_file.read_text()
+        RunLayout(run).lock_file.unlink()
+        started = time.monotonic()
+        with pytest.raises(RunFolderError, match=f"another trainer .*pid {holder.pid}, since .*, started from the "
+                                                 f"command line: {sys.executable} -c"):
+            RunLock(run).acquire()
+        assert time.monotonic() - started < 1.0  # no wait for a line that only the next checkpoint writes
+        assert not RunLayout(run).lock_file.exists()  # refused before creating anything
+        assert lock_holder(run).pid == holder.pid  # the web app's view too
+        assert check(holder) == "ok" and RunLayout(run).lock_file.read_text() == line
+        assert check(holder) == "ok"  # nothing to write the second time
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_folder_moved_from_under_its_holder_stops_it_and_the_new_folder_is_free(tmp_path):
+    run = tmp_path / "run"
+    holder = start_checking_holder(run)
+    try:
+        run.rename(tmp_path / "moved")
+        run.mkdir()  # a fresh folder at the path: another run may use it
+        assert check(holder) == (f"{run}: this run folder was moved, deleted or replaced while this trainer (pid "
+                                 f"{holder.pid}) used it, so it writes nothing more there; put the folder back and "
+                                 f"run the same command again to resume, or give a new run its own run.output_dir")
+        with RunLock(run) as lock:
+            assert lock.acquired
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_torchrun_rank_is_refused_by_another_trainer_not_by_its_own_rank_0(tmp_path):
+    """Ranks above 0 do not lock: they are refused at once by a holder that torchrun did not start with them
+    (same parent: the torchrun agent); here this test is the agent of both children."""
+    run = tmp_path / "run"
+    holder = start_holder(run)
+    probe = "import sys; from xtts_ft.run_lock import refuse_if_held_elsewhere as r; r(sys.argv[1]); print('free')"
+    try:
+        sibling = subprocess.run([sys.executable, "-c", probe, str(run)], capture_output=True, text=True,
+                                 env=script_env(), timeout=60)
+        assert sibling.stdout.strip() == "free", sibling.stderr
+        with pytest.raises(RunFolderError, match=f"another trainer .*pid {holder.pid},"):
+            refuse_if_held_elsewhere(run)  # its parent is not ours
+    finally:
+        holder.kill()
+        holder.wait()
+    refuse_if_held_elsewhere(run)  # nobody holds it now
+
+
+@pytest.mark.parametrize("where", ["/proc/xtts_ft_run", "file/run"])
+def test_a_run_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path, where):
+    (tmp_path / "file").write_text("not a folder")
+    run = Path(where) if where.startswith("/") else tmp_path / where
+    with pytest.raises(RunFolderError) as refused:
+        RunLock(run).acquire()
+    assert str(refused.value).startswith(f"{run}: cannot create the run folder (") and "\n" not in str(refused.value)
+    assert str(refused.value).endswith("set run.output_dir to a folder this user can create and write, e.g. --set "
+                                       "run.output_dir=runs/NAME")

@@ -6,7 +6,8 @@ from the options alone, so ``--help`` loads no torch, coqui, transformers, fasta
 command's module is imported after parsing (``load_run_function``: the one import made at run time, a
 named rule of utils/import_graph.py). Every other import sits at the top of its file (docs/DESIGN.md, "Layers").
 A command that ``reads_config`` (headless_train.py, train, evaluate) has its config read before that import
-(``run_command``), so a mistake in the config or a --set is answered without loading torch or coqui.
+(``run_command``), so a mistake in the config or a --set is answered without loading torch or coqui; a trainer
+locks its run folder there too (a second trainer is refused before those imports, with nothing written).
 
 What a run function does around its work (``UserError`` printed as ``error: ...`` lines, the long
 commands inside one ``StopSignals``) is in xtts_ft/commands/common.py.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from xtts_ft.commands import arguments
-from xtts_ft.commands.common import read_config
+from xtts_ft.commands.common import lock_run_folder, read_config, release_run_folder
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,18 @@ def load_run_function(command: Command) -> Callable[[argparse.Namespace], int]:
 
 def run_command(command: Command, args: argparse.Namespace) -> int:
     """Run the chosen command; one that ``reads_config`` reads it first (``args.loaded_config``), so a mistake in
-    the config or its --set options is answered in a fraction of a second, before torch and coqui load."""
-    if command.reads_config:
-        code = read_config(args)
-        if code != 0:
-            return code
-    return load_run_function(command)(args)
+    the config or its --set options is answered in a fraction of a second, before torch and coqui load. A trainer
+    then locks its run folder (``lock_run_folder``), also before those imports: a second trainer in the folder is
+    refused as fast, with nothing written."""
+    if not command.reads_config:
+        return load_run_function(command)(args)
+    code = read_config(args) or lock_run_folder(args)
+    if code != 0:
+        return code
+    try:
+        return load_run_function(command)(args)
+    finally:
+        release_run_folder(args)
 
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"

@@ -80,10 +80,46 @@ def test_set_overrides_are_typed_and_validated(tmp_path, dataset_dir):
     assert cfg.training.lr == 1e-5
     assert cfg.training.batch_size == "auto"
     assert cfg.run.language == "am"  # alias stored as one code
-    with pytest.raises(ConfigError, match="training.grad_clip: expected float"):
+    with pytest.raises(ConfigError, match="^--set training.grad_clip=high: expected float, got 'high'$"):
         load_config(path, ["training.grad_clip=high"])
     with pytest.raises(ConfigError, match="expected key.sub=value"):
         parse_override("training.lr")
+
+
+def test_a_missing_recogniser_folder_is_found_with_the_other_checks_when_the_run_loads_it(tmp_path, dataset_dir):
+    """Not after prepare and the tokenizer ran (28 s in): a run's config check names it, with why the run needs it."""
+    path = write(tmp_path, {"dataset": {"path": str(dataset_dir)}, "asr": {"model": str(tmp_path / "no_asr")}})
+    with pytest.raises(ConfigError) as err:
+        load_config(path, run_checks=True)
+    assert str(err.value) == (f"{path}: asr.model: folder '{tmp_path / 'no_asr'}' does not exist; point it at a "
+                              f"transformers CTC model folder or a repo id such as "
+                              f"agkphysics/wav2vec2-large-xlsr-53-amharic (this run loads it for evaluation.recognize)")
+    with pytest.raises(ConfigError, match=r"^--set asr.model=./no_asr: folder './no_asr' does not exist; .*loads it "
+                                          r"for dataset.transcript_check\)$"):
+        load_config(path, ["evaluation.recognize=false", "dataset.transcript_check=0.5", "asr.model=./no_asr"],
+                    run_checks=True)
+    load_config(path, ["evaluation.recognize=false"], run_checks=True)  # a run that never loads it
+    load_config(path)  # prepare and transcribe --model read the config without a run's checks
+    load_config(path, ["asr.model=owner/some-ctc-model"], run_checks=True)  # a repo id: fetched when it is used
+
+
+def test_a_mistake_is_named_after_where_it_was_made_the_file_or_the_command_line(tmp_path, dataset_dir):
+    """A --set value is not in the file: its problem names the option as typed; the file's own keep the file."""
+    path = write(tmp_path, {"dataset": [{"path": str(dataset_dir)}, {"path": str(dataset_dir), "language": "en",
+                                                                      "format": "coqui"}],
+                            "training": {"batch_size": 0}})
+    with pytest.raises(ConfigError) as err:
+        load_config(path, ["training.lr=fast", "evaluation={temperature: 0}", "dataset.1.path=/nowhere",
+                           "training.lrr=1", "checkpoint.resume=/tmp"], given_as={"checkpoint.resume=/tmp": "--resume /tmp"})
+    assert str(err.value).splitlines() == [
+        "--set dataset.1.path=/nowhere: folder '/nowhere' does not exist",
+        "--set training.lr=fast: expected float, got 'fast'",
+        "--set training.lrr=1: unknown key (did you mean 'lr'?)",
+        f"{path}: training.batch_size: must be >= 1 or 'auto'",
+        "--resume /tmp: '/tmp' is not a checkpoint folder (it has no meta.json); use auto, never, or a folder like "
+        "<run.output_dir>/checkpoints/step_001000",
+        "--set evaluation={temperature: 0}: evaluation.temperature: 0.0 must be in (0, 5]",
+    ]
 
 
 def test_bad_yaml_and_missing_file_are_one_line(tmp_path):
@@ -238,13 +274,23 @@ def test_a_bare_config_name_is_found_in_the_project_configs(tmp_path, monkeypatc
             locate_config(missing, shipped)
 
 
-def test_training_compile_reads_yaml_on_off_and_needs_the_fast_forward(tmp_path, dataset_dir):
-    """YAML 1.1 reads a bare on/off as true/false: both spellings are accepted; compiling coqui's forward is refused."""
+def test_training_compile_reads_yaml_on_off_and_needs_the_fast_forward(tmp_path, dataset_dir, caplog):
+    """YAML 1.1 reads a bare on/off as true/false: the config holds the setting's own word again (and the log says
+    ``off``, not ``False``); compiling coqui's forward is refused."""
+    import torch
+
+    from xtts_ft.train.session import block_runner
+
     base = {"dataset": {"path": str(dataset_dir)}}
     path = tmp_path / "run.yaml"
     path.write_text(f"dataset: {{path: {dataset_dir}}}\ntraining: {{compile: off}}\n", encoding="utf-8")
-    assert load_config(path).training.compile is False
-    assert load_config(write(tmp_path, base), ["training.compile=on"]).training.compile in ("on", True)
+    cfg = load_config(path)
+    assert cfg.training.compile == "off"
+    with caplog.at_level("INFO", logger="xtts_ft.train.session"):
+        assert block_runner(cfg.training, None, torch.device("cpu")) is None  # off: nothing compiled, no GPT needed
+    assert caplog.messages == ["training forward: fast, GPT blocks not compiled (training.compile: off)"]
+    assert load_config(write(tmp_path, base), ["training.compile=on"]).training.compile == "on"
+    assert load_config(write(tmp_path, base), ["training.compile=true"]).training.compile == "on"
     assert load_config(write(tmp_path, {**base, "training": {"compile": "auto"}})).training.compile == "auto"
     with pytest.raises(ConfigError, match="training.compile: on needs training.gpt_forward: fast"):
         load_config(write(tmp_path, {**base, "training": {"compile": "on", "gpt_forward": "coqui"}}))

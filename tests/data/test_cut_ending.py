@@ -15,7 +15,7 @@ import soundfile as sf
 
 from tests.data.datahelpers import make_cfg, read_tsv, standin_normalize, tone
 from xtts_ft.config import DatasetConfig
-from xtts_ft.data import prepare_dataset
+from xtts_ft.data import prepare_command, prepare_dataset
 from xtts_ft.data.levels import EndingRule, cut_word, ending_fall, ending_level
 from xtts_ft.errors import DataError
 
@@ -106,6 +106,18 @@ def test_too_many_cut_words_stop_prepare_naming_the_option(tmp_path: Path):
     report = prepare_dataset(make_cfg(root, format="coqui", cut_ending_max_share=0.4), tmp_path / "out",
                              normalizer=standin_normalize, progress=False)
     assert report.kept == 4 and report.rejected["cut_ending"] == 2
+
+
+def test_the_prepare_command_stops_with_advice_it_can_follow(tmp_path: Path):
+    """``prepare`` trains nothing and takes dataset.* only from a --config (a --set alone is refused): its stop says
+    so, instead of "before training on the rest" and an option it cannot set (``prepare_command`` is the command)."""
+    root, _ = _demo_subset(tmp_path, cut={1}, n=3)
+    with pytest.raises(DataError) as err:
+        prepare_command(root, tmp_path / "out", normalizer=standin_normalize, progress=False)
+    message = str(err.value)
+    assert "\n" not in message and "prepare stops here" in message and "training" not in message
+    assert message.endswith("raise dataset.cut_ending_max_share to keep the rest; prepare takes them from a run "
+                            "config: add --config RUN.yaml (then --set dataset.cut_ending_max_share=0.3 works too)")
 
 
 def test_a_dying_last_sound_falls_and_a_cut_one_does_not():

@@ -22,8 +22,8 @@ from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict, load_c
 from xtts_ft.data import prepare_dataset
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.checks import assign_names
-from xtts_ft.data.derived import pieces_wanted
-from xtts_ft.data.report import PIECES_FILE, SHORT_TEXT_CHARS
+from xtts_ft.data.derived import DerivedPiece, SourceClip, add_pieces, pieces_wanted
+from xtts_ft.data.report import PIECES_FILE, SHORT_TEXT_CHARS, PrepareReport
 from xtts_ft.errors import ConfigError, ModelError
 from xtts_ft.ingest.short_pieces import ShortPieceMaker, _Aligner, cut
 from xtts_ft.stop_signals import StopRequested, StopSignals
@@ -217,6 +217,47 @@ def test_a_stop_while_pieces_are_made_leaves_the_dataset_as_it_was(demo, tmp_pat
     assert {f: (out / f).read_bytes() for f in files} == before
     assert sorted(p.relative_to(out).as_posix() for p in (out / "wavs").rglob("*")) == wavs_before
     assert not list((out / ".cache").glob("short_pieces*"))  # nothing half-made is left behind
+
+
+def test_a_stop_while_a_clip_is_aligned_names_the_short_pieces_not_ingest(recognizer):
+    """A SIGTERM that lands in the alignment of a training run's short pieces says so, not "ingest"."""
+    row = DEMO.joinpath("metadata.csv").read_text(encoding="utf-8").splitlines()[1].split("|")
+    y, rate = load_audio(DEMO / row[0])
+    with StopSignals() as signals, pytest.raises(StopRequested) as stop:
+        signals.request()
+        _Aligner(recognizer, IngestConfig().window_s).word_spans(y, rate, NORMALIZE(row[1]).split(), 0.4)
+    assert str(stop.value) == "prepare (making short clips)"
+
+
+def test_the_log_and_the_report_count_made_pieces_and_tried_clips_alike(tmp_path, caplog):
+    """The maker's log line and the report said "27 of 27 wanted made from 36 clip(s)" and "from 27 training
+    clip(s)" for one run: both now say from how many clips the pieces came, and how many were tried. The real
+    maker's loop, with what the recogniser does replaced: every other clip gives one piece."""
+    class EveryOtherClip(ShortPieceMaker):
+        def _ready(self, auto):
+            pass
+
+        def _candidates(self, src, out):
+            return ["one piece"] if int(src.clip_id[-1]) % 2 == 0 else []
+
+        def _take_one(self, src, cands, settings, max_cer, folders, out):
+            if cands:
+                cands.clear()
+                out.pieces.append(DerivedPiece(f"{src.clip_id}__w1-1.wav", "ቃል", src.speaker, src.clip_id, 0, 1, 0.0,
+                                               0.5, 0.5, 0.0, "ቃል"))
+
+    sources = [SourceClip(f"clip{i}", "ሁለት ቃላት", "spk", tmp_path / f"clip{i}.wav") for i in range(10)]
+    cfg = DatasetConfig(path=str(tmp_path), short_clips=0.3)
+    with caplog.at_level("INFO", logger="xtts_ft.ingest.short_pieces"):
+        pieces, summary = add_pieces(cfg, tmp_path / "out", sources, kept=10, short=0, maker=EveryOtherClip(
+            IngestConfig(), lambda: None))
+    tried = summary["clips_tried"]  # in the maker's (hashed) order, the odd clips tried on the way gave none
+    assert len(pieces) == summary["from_clips"] == 5 < tried
+    assert caplog.messages == [f"short clips: 5 of 5 wanted, from 5 training clip(s) ({tried} tried)"]
+    report = PrepareReport(0, 0, 0, 0, {}, 0.0, {}, short_pieces=summary)
+    assert report.short_piece_lines() == ["Short clips made from long ones (dataset.short_clips 0.3): 5 of 5 wanted, "
+                                          f"from 5 training clip(s) ({tried} tried), in metadata_train.csv and "
+                                          "short_clips.tsv"]
 
 
 def test_how_many_pieces_each_setting_wants():

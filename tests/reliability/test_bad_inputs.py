@@ -116,11 +116,11 @@ CASES = [
      {"{id}.yaml": config(evaluation={"speaker_wavs": ["{ws}/voice.wav"]})}, 2,
      ["{ws}/{id}.yaml: evaluation.speaker_wavs: file '{ws}/voice.wav' does not exist"]),
     ("config-resume-missing", H, ["--config", "{ws}/good.yaml", "--resume", "{ws}/run/checkpoints/step_000100"], {}, 2,
-     ["{ws}/good.yaml: checkpoint.resume: '{ws}/run/checkpoints/step_000100' is not auto, never, or an existing "
-      "checkpoint path"]),
+     ["--resume {ws}/run/checkpoints/step_000100: '{ws}/run/checkpoints/step_000100' is not auto, never, or an "
+      "existing checkpoint path"]),
     ("config-resume-not-a-checkpoint", H, ["--config", "{ws}/good.yaml", "--resume", "{ws}/data"], {}, 2,
-     ["{ws}/good.yaml: checkpoint.resume: '{ws}/data' is not a checkpoint folder (it has no meta.json); use auto, "
-      "never, or a folder like <run.output_dir>/checkpoints/step_001000"]),
+     ["--resume {ws}/data: '{ws}/data' is not a checkpoint folder (it has no meta.json); use auto, never, or a "
+      "folder like <run.output_dir>/checkpoints/step_001000"]),
     ("config-invalid-yaml", H, ["--config", "{ws}/{id}.yaml"], {"{id}.yaml": "run:\n  seed: [1, 2\n"}, 2,
      ["{ws}/{id}.yaml: line 3 is not valid YAML (expected ',' or ']', but got '<stream end>')"]),
     ("config-not-utf8", H, ["--config", "{ws}/{id}.yaml"], {"{id}.yaml": b"run:\n  output_dir: caf\xe9\n"}, 2,
@@ -138,7 +138,7 @@ CASES = [
     ("config-set-without-equals", H, ["--config", "{ws}/good.yaml", "--set", "training.lr"], {}, 2,
      ["--set training.lr: expected key.sub=value, e.g. --set training.lr=1e-5"]),
     ("config-set-wrong-type", H, ["--config", "{ws}/good.yaml", "--set", "training.lr=fast"], {}, 2,
-     ["{ws}/good.yaml: training.lr: expected float, got 'fast'"]),
+     ["--set training.lr=fast: expected float, got 'fast'"]),
     ("config-section-not-mapping", H, ["--config", "{ws}/{id}.yaml"], {"{id}.yaml": config(training=5)}, 2,
      ["{ws}/{id}.yaml: training: expected a mapping of keys, got int"]),
     ("config-duplicate-key", H, ["--config", "{ws}/{id}.yaml"], {"{id}.yaml": DUPLICATE_KEY_YAML}, 2,

@@ -11,26 +11,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 from tests.fixtures.scripts import RUN_SMALL, script_command, script_env
-from tests.reliability.relhelpers import REPO, small_config
+from tests.reliability.relhelpers import REPO, small_config, wait_for
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import dump_config
 from xtts_ft.evaluate.export import export_from_checkpoint
 from xtts_ft.model_folder import is_export
 from xtts_ft.run_lock import RunLock, lock_holder
 from xtts_ft.serve.model_source import resolve_model
-
-
-def wait_for(check, timeout: float, what: str, proc: subprocess.Popen) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        assert proc.poll() is None, f"the first trainer ended (rc {proc.returncode}) before {what}"
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {timeout} s")
 
 
 def test_a_second_trainer_is_refused_and_readers_work_while_the_first_trains(script_args, tiny_base, dataset,

@@ -85,8 +85,5 @@ def resolve_asr_model(cfg: AsrConfig, fetcher: Optional[Fetcher] = None) -> Path
         return _check_folder(root, "download of")
     root = Path(cfg.model).expanduser()
     if not root.is_dir():
-        raise ModelError(
-            f"asr.model: folder '{root}' does not exist; point it at a transformers CTC model folder or a repo id "
-            f"such as {AsrConfig.model}"
-        )
+        raise ModelError(AsrConfig.missing_folder("asr.model", root))
     return _check_folder(root, "folder")

@@ -70,6 +70,7 @@ def train(p: Parser) -> None:
 def evaluate(p: Parser) -> None:
     add_config_arguments(p)
     p.add_argument("--checkpoint", help="Checkpoint folder (default: latest in the run dir).")
+    p.set_defaults(evaluate=True)  # what headless_train.py's --evaluate says: the config checks read it first
 
 
 # ---------------------------------------------------------------------------------------------

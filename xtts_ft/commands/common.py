@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from xtts_ft.config import Config, load_config
 from xtts_ft.errors import ConfigError, UserError
+from xtts_ft.run_lock import RunLock, make_run_folder, refuse_if_held_elsewhere
 from xtts_ft.stop_report import python_command, report_stop
 from xtts_ft.stop_signals import StopRequested, StopSignals
 
@@ -77,7 +78,7 @@ def setup_logging(run_dir: Optional[Path] = None, verbose: bool = False) -> None
     console.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
     root.addHandler(console)
     if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_run_folder(run_dir)  # one line naming the folder when it cannot be made (evaluate does not lock it)
         fh = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(fh)
@@ -114,18 +115,45 @@ def read_config(args: argparse.Namespace) -> int:
     A mistake in it is printed as ``error:`` lines (exit 2) without loading torch or coqui; the run function then
     takes the config from ``args`` (``config_of``) instead of reading it again.
     """
-    args.loaded_config = load_config_from(args)
+    args.loaded_config = load_config_from(args, run_checks=True)  # a run: its recogniser folders are checked too
     return 0
+
+
+@command()
+def lock_run_folder(args: argparse.Namespace) -> int:
+    """A trainer's lock on its run folder (xtts_ft/run_lock.py), taken right after ``read_config``: before torch and
+    coqui load and before anything is written (train.log included), so a second trainer is refused within a second
+    with nothing written in the first one's folder. Kept in ``args.run_lock`` (``release_run_folder`` ends it).
+
+    Under torchrun rank 0 takes it; every other rank is refused at once when a trainer outside its torchrun holds
+    the folder. ``--evaluate`` (and the evaluate command) only reads: no lock.
+    """
+    if getattr(args, "evaluate", False):
+        return 0
+    run_dir = config_of(args).run_dir
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        args.run_lock = RunLock(run_dir).acquire()
+    else:
+        refuse_if_held_elsewhere(run_dir)
+    return 0
+
+
+def release_run_folder(args: argparse.Namespace) -> None:
+    """The end of ``lock_run_folder``'s lock (the pipeline's own hold inside it was released already)."""
+    lock = getattr(args, "run_lock", None)
+    if isinstance(lock, RunLock):
+        lock.release()
 
 
 def config_of(args: argparse.Namespace) -> Config:
     """The config ``read_config`` read for this command, else (a run function called directly) read it now."""
     loaded = getattr(args, "loaded_config", None)
-    return loaded if isinstance(loaded, Config) else load_config_from(args)
+    return loaded if isinstance(loaded, Config) else load_config_from(args, run_checks=True)
 
 
-def load_config_from(args: argparse.Namespace) -> Config:
-    """The config a command's --config, --set (and --resume, --max-steps where it has them) make."""
+def load_config_from(args: argparse.Namespace, run_checks: bool = False) -> Config:
+    """The config a command's --config, --set (and --resume, --max-steps where it has them) make; ``run_checks``:
+    that of a training or evaluation run (``load_config``)."""
     problems = []  # options that cannot work, named before the config is even read
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
         problems.append(f"--max-steps {args.max_steps}: must be 1 or more (optimizer steps to train for)")
@@ -146,9 +174,11 @@ def load_config_from(args: argparse.Namespace) -> Config:
                             f"give it once")
     if problems:
         raise ConfigError("\n".join(problems))
-    overrides = list(args.set or [])
+    overrides, given_as = list(args.set or []), {}
     if getattr(args, "resume", None):
         overrides.append(f"checkpoint.resume={args.resume}")
+        given_as[overrides[-1]] = f"--resume {args.resume}"
     if getattr(args, "max_steps", None) is not None:
         overrides.append(f"training.max_steps={args.max_steps}")
-    return load_config(args.config, overrides)
+        given_as[overrides[-1]] = f"--max-steps {args.max_steps}"
+    return load_config(args.config, overrides, given_as, run_checks)  # a mistake in an option is named after it

@@ -65,14 +65,15 @@ def train(args: argparse.Namespace) -> int:
 
 @command(stoppable=True)
 def evaluate(args: argparse.Namespace) -> int:
-    return _headless(argparse.Namespace(**vars(args), evaluate=True))
+    return _headless(argparse.Namespace(**{**vars(args), "evaluate": True}))  # the parser sets it too
 
 
 def _headless(args: argparse.Namespace) -> int:
     cfg = config_of(args)
     # A trainer locks its run folder before it writes anything there, train.log included: a second one is refused
-    # with nothing written (xtts_ft/run_lock.py). Under torchrun rank 0 takes it in the pipeline, where a refusal
-    # reaches every rank; --evaluate only reads.
+    # with nothing written (xtts_ft/run_lock.py). The command line took it before this module loaded
+    # (cli.run_command); this re-entrant hold is for a caller of this function alone. Under torchrun rank 0 takes it
+    # (there, and in the pipeline, where a refusal reaches every rank); --evaluate only reads.
     lock = RunLock(cfg.run_dir)
     if not args.evaluate and int(os.environ.get("WORLD_SIZE", "1") or 1) == 1:
         lock.acquire()

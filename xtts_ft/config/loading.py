@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, Mapping, Sequence, Union
 
 import yaml
 
@@ -48,6 +48,9 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     """Return (ok, value) with value converted where YAML is looser than the schema (int -> float)."""
     origin = typing.get_origin(tp)
     if origin is Literal:
+        word = {True: "on", False: "off"}.get(value) if isinstance(value, bool) else None
+        if word in typing.get_args(tp):
+            return True, word  # YAML 1.1 reads a bare on/off (and yes/no) as true/false: the setting's own word
         return (value in typing.get_args(tp), value)
     if origin in (Union, types.UnionType):
         for arg in typing.get_args(tp):
@@ -219,7 +222,38 @@ def _unmet_needs(raw: dict, cfg: Config) -> list[str]:
     return out
 
 
-def config_from_dict(raw: Any, source: str = "<config>") -> Config:
+def _labelled(problem: str, source: str, given: Sequence[tuple[str, str]]) -> str:
+    """``problem`` ("training.lr: expected float ...") named after where its key was set: the command line's words
+    for a key set there (``--set training.lr=fast: expected float ...``), else the config file."""
+    for key, label in given:
+        if problem.startswith(f"{key}: "):
+            return f"{label}: {problem[len(key) + 2:]}"
+        if problem.startswith((f"{key}.", f"{key}[")):  # a key below the one given, e.g. --set training={...}
+            return f"{label}: {problem}"
+    return f"{source}: {problem}"
+
+
+def _problem_key(override: str) -> str:
+    """The key an override sets, spelt as problems name it (``dataset.1.path`` -> ``dataset[1].path``)."""
+    return re.sub(r"^dataset\.(\d+)(?=\.|$)", r"dataset[\1]", ".".join(parse_override(override)[0]))
+
+
+def _recognisers_missing(cfg: Config) -> list[str]:
+    """asr.model (and asr.per_language.*) written as a folder that does not exist, in a run that loads it: said with
+    the other checks, not once prepare and the tokenizer have run."""
+    uses = [key for key, used in (("evaluation.recognize", cfg.evaluation.recognize),
+                                  ("dataset.transcript_check", any(d.transcript_check is not None for d in cfg.datasets)),
+                                  ("dataset.short_clips", any(isinstance(d.short_clips, float) for d in cfg.datasets)))
+            if used]
+    return cfg.asr.folder_problems(", ".join(uses), per_language=cfg.evaluation.recognize) if uses else []
+
+
+def config_from_dict(raw: Any, source: str = "<config>", given: Sequence[tuple[str, str]] = (),
+                     run_checks: bool = False) -> Config:
+    """The config ``raw`` (YAML read from ``source``) describes; one ConfigError lists every problem, each named after
+    ``source`` or, for a key in ``given`` ((key, how it was set on the command line) pairs), the command line.
+    ``run_checks``: also what a training or evaluation run needs (the recogniser folders it loads), for the commands
+    that run one; a command that reads only some sections (prepare, transcribe --model) skips them."""
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a YAML mapping with sections like 'run:' and 'dataset:'")
@@ -253,8 +287,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> Config:
         problems.append("training.early_stopping: needs evaluations during training; set evaluation.every_steps "
                         "(e.g. 1000) or early_stopping.enabled: false")
     problems.extend(_unmet_needs(raw, cfg))
+    if run_checks:
+        problems.extend(_recognisers_missing(cfg))
     if problems:
-        raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
+        raise ConfigError("\n".join(_labelled(p, source, given) for p in problems))
     return cfg
 
 
@@ -310,8 +346,14 @@ def locate_config(path: str | os.PathLike, project_configs: Path = PROJECT_CONFI
     raise ConfigError(f"{given}: config file not found; pass --config with a YAML file (see configs/)")
 
 
-def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> Config:
-    """Read, override, type-check and validate a run config; one ConfigError lists every problem."""
+def load_config(path: str | os.PathLike, overrides: list[str] | None = None,
+                given_as: Mapping[str, str] | None = None, run_checks: bool = False) -> Config:
+    """Read, override, type-check and validate a run config; one ConfigError lists every problem.
+
+    A problem with a key an override set is named after the override (``--set KEY=VALUE``, or what ``given_as``
+    says the user typed for it, e.g. ``--resume X``), not after the file: the file does not hold that value.
+    ``run_checks``: see :func:`config_from_dict`.
+    """
     path = locate_config(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -348,8 +390,10 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
         if not isinstance(node, dict):
             raise ConfigError(f"--set {item}: '{keys[-2]}' is not a section")
         node[keys[-1]] = value
+    given = sorted(((_problem_key(item), (given_as or {}).get(item, f"--set {item}")) for item in overrides or []),
+                   key=lambda pair: len(pair[0]), reverse=True)  # a key before the section it is in
     try:
-        cfg = config_from_dict(raw, source=str(path))
+        cfg = config_from_dict(raw, source=str(path), given=given, run_checks=run_checks)
     except ConfigError as exc:
         raise ConfigError("\n".join([*duplicates, str(exc)])) from None
     if duplicates:

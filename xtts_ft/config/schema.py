@@ -653,6 +653,21 @@ class AsrConfig:
             if not entry.model:
                 problems.append(f"asr.per_language.{code}.model: must name a repo id or a local folder")
 
+    @staticmethod
+    def missing_folder(key: str, folder: object) -> str:
+        """The line for a recogniser folder that does not exist (the config's checks, xtts_ft/asr/model_files.py)."""
+        return (f"{key}: folder '{folder}' does not exist; point it at a transformers CTC model folder or a repo id "
+                f"such as {AsrConfig.model}")
+
+    def folder_problems(self, uses: str, per_language: bool) -> list[str]:
+        """The recognisers written as local folders that do not exist, for a run that loads them (``uses``: why);
+        ``per_language``: the run loads those of asr.per_language too."""
+        models = [("asr.model", self.model)]
+        if per_language:
+            models += [(f"asr.per_language.{code}.model", entry.model) for code, entry in self.per_language.items()]
+        return [f"{self.missing_folder(key, model)} (this run loads it for {uses})" for key, model in models
+                if model and is_local_source(model) and not Path(model).expanduser().is_dir()]
+
     def for_language(self, language: str) -> AsrConfig:
         """Settings of ``asr.per_language[language]`` (model, revision) with the shared ones of ``asr``."""
         entry = self.per_language[language]

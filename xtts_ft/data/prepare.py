@@ -56,6 +56,7 @@ def prepare_dataset(
     progress: bool = True,
     recognizer=None,
     piece_maker: Optional[PieceMaker] = None,
+    settings_from: Optional[str] = None,
 ) -> PrepareReport:
     """Prepare ``cfg.path`` into ``out_dir``; re-runs only process new or changed clips.
 
@@ -65,7 +66,8 @@ def prepare_dataset(
     ``recognizer``: an :class:`xtts_ft.asr.recognizer.Recognizer`, required when
     ``cfg.transcript_check`` is set (see :mod:`xtts_ft.data.transcript_check`). ``piece_maker``: makes
     short pieces of the training clips for ``cfg.short_clips`` (:mod:`xtts_ft.data.derived`); None: none
-    are made, and the report says why.
+    are made, and the report says why. ``settings_from``: how the command that prepares (not a training run) sets
+    dataset.* options, said in a stop's advice; None: a training run, whose config and --set do.
     Raises DataError when the dataset cannot be read, no clip is kept, or more than
     ``cfg.cut_ending_max_share`` of the clips were rejected as ``cut_ending`` (the reports are written first).
     """
@@ -168,7 +170,7 @@ def prepare_dataset(
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)
-    _check_cut_share(cfg, root, out_dir, report.rejected["cut_ending"], len(passed))
+    _check_cut_share(cfg, root, out_dir, report.rejected["cut_ending"], len(passed), settings_from)
     if report.kept == 0:
         top = ", ".join(f"{r} {c}" for r, c in report.top_reasons()) or "none"
         raise DataError(
@@ -178,20 +180,24 @@ def prepare_dataset(
     return report
 
 
-def _check_cut_share(cfg: DatasetConfig, root: Path, out_dir: Path, cut: int, checked: int) -> None:
+def _check_cut_share(cfg: DatasetConfig, root: Path, out_dir: Path, cut: int, checked: int,
+                     settings_from: Optional[str] = None) -> None:
     """Stop when more than ``dataset.cut_ending_max_share`` of the clips whose audio was read end in a cut word.
 
     So many cut words are more often a measure that does not fit these recordings than a segmenter
-    that cut them all: the user listens and decides, instead of a fine-tune on what is left.
+    that cut them all: the user listens and decides, instead of a fine-tune on what is left. The advice
+    speaks of training only in a training run (``settings_from`` None: its config and --set set the options).
     """
     if checked == 0 or cut <= cfg.cut_ending_max_share * checked:
         return
+    stop, keep = ("stopped before training on the rest", "to train on the rest") if settings_from is None else \
+        ("prepare stops here", "to keep the rest")
     raise DataError(
         f"dataset '{root}': {cut} of {checked} clips ({cut / checked:.0%}) end in speech and were rejected as "
-        f"cut_ending, more than dataset.cut_ending_max_share ({cfg.cut_ending_max_share:.0%}); stopped before "
-        f"training on the rest. Listen to a few (listed in {out_dir / 'rejected.tsv'}): re-cut the clips whose "
-        f"last word is cut off, set dataset.cut_ending_check: false if they end cleanly, or raise "
-        f"dataset.cut_ending_max_share to train on the rest"
+        f"cut_ending, more than dataset.cut_ending_max_share ({cfg.cut_ending_max_share:.0%}); {stop}. Listen to "
+        f"a few (listed in {out_dir / 'rejected.tsv'}): re-cut the clips whose last word is cut off, set "
+        f"dataset.cut_ending_check: false if they end cleanly, or raise dataset.cut_ending_max_share {keep}"
+        + (f"; {settings_from}" if settings_from else "")
     )
 
 
@@ -290,4 +296,7 @@ def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", *, normal
     base = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     raw = {**base, "path": str(input_dir), "format": fmt, **overrides}
     cfg = config_from_dict({"dataset": raw}, source="prepare").dataset
-    return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, **passthrough)
+    how = ("set them in the --config file or with --set, e.g. --set dataset.cut_ending_max_share=0.3" if config is not None else
+           "prepare takes them from a run config: add --config RUN.yaml (then --set "
+           "dataset.cut_ending_max_share=0.3 works too)")
+    return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, settings_from=how, **passthrough)

@@ -23,6 +23,13 @@ SHORT_TEXT_CHARS = 20
 PIECES_FILE = "short_clips.tsv"  # the short pieces made from training clips (data/derived.py), one per row
 
 
+def pieces_made(made: int, wanted: int, from_clips: int, tried: int) -> str:
+    """How many pieces were made, said alike in the log and the report: from how many clips (those that gave at
+    least one) and how many clips were tried (those that gave none among them)."""
+    return f"{made} of {wanted} wanted, from {from_clips} training clip(s) ({tried} tried)"
+
+
+
 @dataclass
 class PrepareReport:
     """Counts and statistics of one ``prepare_dataset`` run (every clip is kept or counted here)."""
@@ -130,8 +137,8 @@ class PrepareReport:
             return [f"{head} none ({s['why']})"]
         dropped = sum(s["dropped"].values())
         detail = ", ".join(f"{k} {v}" for k, v in s["dropped"].items())
-        line = (f"{head} {s['made']} of {s['wanted']} wanted, from {s['from_clips']} training clip(s), in "
-                f"metadata_train.csv and {PIECES_FILE}")
+        made = pieces_made(s["made"], s["wanted"], s["from_clips"], s.get("clips_tried", s["from_clips"]))
+        line = f"{head} {made}, in metadata_train.csv and {PIECES_FILE}"
         return [line + (f"; dropped {dropped} ({detail})" if dropped else "")]
 
     def short_clip_warning(self) -> Optional[str]:

@@ -94,8 +94,9 @@ def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
 
 
 def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s: float, min_score: float,
-                progress=None) -> list[AlignedUnit]:
-    """Every unit aligned (or marked missing), in text order."""
+                progress=None, stage: str = "ingest: aligning the text") -> list[AlignedUnit]:
+    """Every unit aligned (or marked missing), in text order; ``stage``: what a stop (SIGINT/SIGTERM) noticed here
+    says it interrupted (prepare's short pieces align too)."""
     result = [AlignedUnit(u) for u in units]
     todo = []
     for r in result:
@@ -109,7 +110,7 @@ def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s:
     rate = FIRST_FRAMES_PER_LETTER
     cursor, i, limit = 0, 0, None
     while i < len(todo):
-        raise_if_stopped("ingest: aligning the text")
+        raise_if_stopped(stage)
         group = [todo[i]]
         while (i + len(group) < len(todo) and (limit is None or len(group) < limit)
                and sum(len(g.unit.targets) for g in group) * rate < window / 2):

@@ -39,7 +39,7 @@ from xtts_ft.config import DatasetConfig, IngestConfig
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.derived import DerivedPiece, PieceOutcome, PiecesUnavailable, SourceClip
 from xtts_ft.data.levels import EndingRule
-from xtts_ft.data.report import SHORT_TEXT_CHARS
+from xtts_ft.data.report import SHORT_TEXT_CHARS, pieces_made
 from xtts_ft.data.split import hash_fraction
 from xtts_ft.errors import ModelError
 from xtts_ft.ingest.align import align_units
@@ -57,6 +57,7 @@ PER_CLIP = 2  # most pieces taken from one clip
 TRIES_PER_CLIP = 4  # candidates of one clip tried per round before the next clip's turn
 MIN_GAP_S = 0.04  # shortest stretch between two words' letters that may hold a cut (one recogniser frame)
 QUIET_WINDOW_S = 0.02
+STAGE = "prepare (making short clips)"  # what a stop while pieces are made says it interrupted
 REASON_UNCERTAIN = "uncertain_alignment"
 REASON_MISMATCH = "transcript_mismatch"
 
@@ -114,14 +115,15 @@ class ShortPieceMaker:
                 for src in order:
                     if len(out.pieces) >= wanted:
                         return out
-                    raise_if_stopped("prepare (making short clips)")
+                    raise_if_stopped(STAGE)
                     if src.clip_id not in candidates:
                         out.clips_tried += 1
                         candidates[src.clip_id] = self._candidates(src, out)
                     self._take_one(src, candidates[src.clip_id], settings, max_cer, (raw, folder), out)
         finally:
             shutil.rmtree(raw, ignore_errors=True)
-            log.info("short clips: %d of %d wanted made from %d clip(s)", len(out.pieces), wanted, out.clips_tried)
+            log.info("short clips: %s", pieces_made(len(out.pieces), wanted, len({p.source for p in out.pieces}),
+                                                   out.clips_tried))
         return out
 
     def _candidates(self, src: SourceClip, out: PieceOutcome) -> list[Candidate]:
@@ -258,7 +260,7 @@ class _Aligner:
             return None
         log_probs = fold_columns(log_probs_of(self.rec, resample(y, rate, RATE)), self.fold)
         analysis = Analysis(self.frame_s, log_probs, [0], [])
-        aligned = align_units([unit], analysis, self.rec.blank_id, self.window_s, min_score)[0]
+        aligned = align_units([unit], analysis, self.rec.blank_id, self.window_s, min_score, stage=STAGE)[0]
         if not aligned.found or aligned.score < min_score or not aligned.word_spans:
             return None
         spans: list[Optional[tuple[float, float]]] = [None] * len(words)

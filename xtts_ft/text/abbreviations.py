@@ -60,8 +60,14 @@ ABBREVIATIONS: tuple[tuple[str, str, str], ...] = (
     ("ቤ/ክ", "ቤተ ክርስቲያን", CLOSED),
     ("አ.አ", "አዲስ አበባ", CLOSED),
     ("ኃ/የተ/የግ/ማ", "ኃላፊነቱ የተወሰነ የግል ማኅበር", CLOSED),  # before the ኃ/ name prefix
-    # units, references
+    # units, references. Spoken forms as Amharic text writes them: ኪሎ ግራም
+    # (https://officeessence.net/am/massconversions/imperial-to-metrics), ሚሊ ሜትር (Amharic Wikipedia, ሜትር:
+    # https://am.wikipedia.org/wiki/ሜትር), ሴ.ሜ for ሴንቲሜትር ("ለምሳሌ 3 ሴ.ሜ",
+    # https://am.answers-science.com/14048879-what-are-all-the-metric-units-of-length); two words, as ኪሎ ሜትር
     ("ኪ.ሜ", "ኪሎ ሜትር", CLOSED),
+    ("ኪ.ግ", "ኪሎ ግራም", CLOSED),
+    ("ሚ.ሜ", "ሚሊ ሜትር", CLOSED),
+    ("ሴ.ሜ", "ሴንቲ ሜትር", CLOSED),
     ("ወ.ዘ.ተ", "ወዘተ", CLOSED),
     ("ቁ.", "ቁጥር", NUMBER),
     ("ተ/ቁ", "ተራ ቁጥር", CLOSED),  # before the ተ/ name prefix

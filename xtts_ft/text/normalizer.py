@@ -19,8 +19,9 @@ Mapping (done in this order):
    quote, dash, percent and full-width punctuation variants unified; ``…`` -> ``.``.
 2. Latin lower case (other scripts are counted as given); every kind of whitespace (NBSP,
    thin space, tabs, newlines) -> one space.
-3. Abbreviations expanded (:mod:`.abbreviations`), then Ge'ez numerals and digit strings read
-   as Amharic words (:mod:`.numbers`).
+3. Abbreviations expanded (:mod:`.abbreviations`), then Ge'ez numerals, fractions and times of day
+   (:mod:`.quantities`: ``1/2`` ግማሽ, ``8:30`` ስምንት ሰዓት ከግማሽ) and digit strings read as Amharic
+   words (:mod:`.numbers`).
 4. Ethiopic punctuation: ። -> ``.``, ፣ -> ``,``, ፤ -> ``;``, ፥ -> ``:`` (its name is
    "Ethiopic colon"), ፦ -> ``:``, ፧ -> ``?``, ፨ -> ``.``, ፡ (wordspace) -> space, but ``፡፡``
    and ASCII ``::`` (both written as a full stop) -> ``.``. Round and square brackets -> ``,``
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 
 from .abbreviations import expand_abbreviations
 from .numbers import ETHIOPIC_NUMERAL_RE, HAS_DIGIT_RE, expand_numbers, replace_ethiopic_numerals
+from .quantities import expand_fractions_and_times
 from .script import ETHIOPIC_LETTER_CLASS, HOMOPHONE_TABLE
 
 
@@ -64,7 +66,8 @@ class NormalizedText:
 #: and tokenizer stages hash it, so an existing run re-normalises its transcripts and retrains its
 #: vocabulary instead of reusing text made by an older front-end.
 #: 2: homophone folding also folds the 4th order of the h and glottal-stop rows (ሃ -> ሀ, ኣ/ዓ -> አ).
-NORMALIZER_VERSION = 2
+#: 3: fractions (1/2 ግማሽ, 3/4 ሶስት አራተኛ), times of day (8:30) and the units ኪ.ግ, ሚ.ሜ, ሴ.ሜ read as words.
+NORMALIZER_VERSION = 3
 
 PUNCTUATION = ".,;:?!"
 #: Strongest first: a run of marks collapses to the first of these it contains.
@@ -253,7 +256,7 @@ def normalize_text(text: str, *, fold_homophones: bool) -> NormalizedText:
     if ETHIOPIC_NUMERAL_RE.search(text):
         text = replace_ethiopic_numerals(text)
     if HAS_DIGIT_RE.search(text):
-        text = expand_numbers(text)
+        text = expand_numbers(expand_fractions_and_times(text))  # 1/2 and 8:30 first: one quantity each
 
     m = _LEADING_MARKS_RE.match(text)
     if m:

@@ -29,9 +29,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.config import Config, dump_config
-from xtts_ft.errors import TrainingStopped
+from xtts_ft.errors import RunFolderError, TrainingStopped
 from xtts_ft.layout import step_of
 from xtts_ft.model import model_limits
+from xtts_ft.run_lock import confirm_held
 from xtts_ft.stop_signals import StopRequested, StopSignals
 from xtts_ft.train import session
 from xtts_ft.train.branch import keep_foreign_aside
@@ -368,6 +369,7 @@ class FineTuneRecipe:
         stops with an error: nothing is left to continue, and exiting 0 would hide the steps since the last save."""
         p, s, run, inputs = self.progress, self.session, self.handles.run, self.inputs
         stability = s.stability
+        self._confirm_run_folder()
         rngs = self.dist.all_gather_object(capture_rng(s.device))
         error = None
         if self.is_main:
@@ -408,6 +410,19 @@ class FineTuneRecipe:
             log.error("%s; training continues (checkpoint.on_save_error: continue)", msg)
             return
         p.saved_step = p.step
+
+    def _confirm_run_folder(self) -> None:
+        """Before a save: the run folder is still the one rank 0 locked (xtts_ft/run_lock.py ``confirm_held``); a
+        folder moved or replaced under the trainer stops every rank with rank 0's line, nothing written there."""
+        problem = None
+        if self.is_main:
+            try:
+                confirm_held(self.run_dir)
+            except RunFolderError as exc:
+                problem = str(exc)
+        if not self.dist.all_true(problem is None):
+            raise RunFolderError(problem or f"{self.run_dir}: rank 0 found that the run folder was moved or replaced "
+                                            f"under it (its line says what to do); stopped without saving")
 
     def _store(self) -> CheckpointStore:
         """This run's checkpoints (xtts_ft/checkpoint_store.py)."""

@@ -91,9 +91,12 @@ def overrides_from_form(values: dict[str, Any], config: Path, fields: Sequence[F
 
 
 def check_form(config: Path, run_dir: Path, overrides: Sequence[str]) -> Optional[str]:
-    """The loader's message for this config + form (None: it loads); nothing is written."""
+    """The loader's message for this config + form (None: it loads); nothing is written. A problem with a form
+    field is named after the field's key (the page shows no --set), one of the file after the file."""
+    overrides = [f"run.output_dir={run_dir}", *overrides]
     try:
-        load_config(config, [f"run.output_dir={run_dir}", *overrides])
+        load_config(config, overrides, given_as={item: item.partition("=")[0].strip() for item in overrides},
+                    run_checks=True)  # what Start's headless_train.py checks before it loads anything
     except ConfigError as exc:
         return str(exc)
     return None
