@@ -72,8 +72,7 @@ COMMANDS: dict[str, Command] = {
 
 def load_run_function(command: Command) -> Callable[[argparse.Namespace], int]:
     """The chosen command's run function: its module is imported here, after parsing, and only this one."""
-    module, _, function = command.run.partition(":")
-    return getattr(importlib.import_module(module), function)
+    return _imported(command.run)
 
 
 def run_command(command: Command, args: argparse.Namespace) -> int:
@@ -82,8 +81,20 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     if command.reads_config:
         code = read_config(args)
         if code != 0:
+            if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # one rank of a torchrun job: the ranks of other
+                # machines (whose config may be fine) wait for this one; they stop with its line (xtts_ft/peers.py)
+                _imported(TELL_OTHER_RANKS)(getattr(args, "error_line", "a config error"))
             return code
     return load_run_function(command)(args)
+
+
+#: Tells the other ranks of a torchrun job that this one failed before joining them (it loads torch).
+TELL_OTHER_RANKS = "xtts_ft.peers:post_failure"
+
+
+def _imported(target: str) -> Callable:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"

@@ -51,8 +51,10 @@ def _run(handler: RunFunction, args: argparse.Namespace, *, stoppable: bool = Fa
         report_rerun(str(stop), signals.signal_name, getattr(args, "command_line", None))
         return 0
     except UserError as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        for line in lines:
             print(f"error: {line}", file=sys.stderr)
+        args.error_line = lines[0]  # what cli.py tells the other ranks of a torchrun job
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

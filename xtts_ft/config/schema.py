@@ -553,7 +553,9 @@ class CheckpointConfig:
             problems.append("checkpoint.every_steps and checkpoint.keep_last: must be >= 1")
         if self.disk_budget_gb is not None and self.disk_budget_gb <= 0:
             problems.append("checkpoint.disk_budget_gb: must be > 0 GB, or null to use the free space")
-        if self.resume not in ("auto", "never"):
+        # a torchrun worker other than rank 0 leaves the path to rank 0, which alone reads it (its machine's disk
+        # may be the only one that holds it; a refusal on rank 0 stops every rank)
+        if self.resume not in ("auto", "never") and int(os.environ.get("RANK", "0") or 0) == 0:
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
             elif not is_checkpoint(Path(self.resume)):  # caught here, before data prep and model loading
