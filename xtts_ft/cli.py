@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from xtts_ft.commands import arguments
-from xtts_ft.commands.common import read_config
+from xtts_ft.commands.common import LAUNCH_ARGS_ENV, read_config
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ COMMANDS: dict[str, Command] = {
                          arguments.normalize, "xtts_ft.commands.text:normalize"),
     "train": Command("Run the pipeline for a config (same as headless_train.py).",
                      arguments.train, "xtts_ft.commands.training:train", reads_config=True),
+    "launch": Command("Train on this machine's GPUs as one machine of several (torchrun, set up from the "
+                      "environment); run it on every machine.", arguments.launch, "xtts_ft.commands.launch:launch"),
     "evaluate": Command("Synthesise samples and write the report for a checkpoint.",
                         arguments.evaluate, "xtts_ft.commands.training:evaluate", reads_config=True),
     "synthesize": Command("Speak a text with an exported model or a checkpoint.",
@@ -117,6 +120,9 @@ def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("headless_train.py") else "headless_train.py"
     args.command_line = ([script], list(sys.argv[1:] if argv is None else argv))  # for the resume command
+    launched = os.environ.get(LAUNCH_ARGS_ENV)
+    if launched:  # a worker of `python -m xtts_ft launch ...`: that is the command to run again
+        args.command_line = (["-m", "xtts_ft", "launch"], json.loads(launched))
     default_allocator_settings()
     return run_command(HEADLESS, args)
 
@@ -126,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
-        if name not in ("train", "evaluate"):  # theirs comes with the config options
+        if name not in ("train", "evaluate", "launch"):  # theirs comes with the config options
             p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
         command.add_arguments(p)
     return parser

@@ -67,6 +67,19 @@ def train(p: Parser) -> None:
     add_config_arguments(p)
 
 
+def launch(p: Parser) -> None:
+    add_config_arguments(p)
+    where = p.add_argument_group("where this machine stands (default: from the environment; see README)")
+    where.add_argument("--nnodes", type=int, help="Machines in the job (default: NUM_NODES, SLURM_NNODES, else 1).")
+    where.add_argument("--node-rank", type=int, help="This machine's rank (default: NODE_RANK, SLURM_NODEID, else 0).")
+    where.add_argument("--master-addr", help="The main machine's address (default: MASTER_ADDR, else the first "
+                                             "host of SLURM_JOB_NODELIST).")
+    where.add_argument("--master-port", type=int, help="Its port (default: MASTER_PORT, else 29500).")
+    where.add_argument("--nproc-per-node", type=int,
+                       help="Training processes on this machine (default: one per GPU; 1 without a GPU).")
+    where.add_argument("--dry-run", action="store_true", help="Print the torchrun command and stop.")
+
+
 def evaluate(p: Parser) -> None:
     add_config_arguments(p)
     p.add_argument("--checkpoint", help="Checkpoint folder (default: latest in the run dir).")

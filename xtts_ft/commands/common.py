@@ -27,6 +27,8 @@ from xtts_ft.stop_report import python_command, report_stop
 from xtts_ft.stop_signals import StopRequested, StopSignals
 
 RunFunction = Callable[[argparse.Namespace], int]
+#: Set by `launch` for the workers it starts: its own arguments (JSON), so a stopped run prints the launch command.
+LAUNCH_ARGS_ENV = "XTTS_FT_LAUNCH_ARGS"
 
 _NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx", "httpx2")
 
