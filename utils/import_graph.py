@@ -38,7 +38,7 @@ PACKAGE = "xtts_ft"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
                     "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures",
-                    "lora_weights", "run_lock", "json_types", "run_history", "stop_report", "peers")),
+                    "lora_weights", "run_lock", "json_types", "run_history", "stop_report", "speech_device", "peers")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),

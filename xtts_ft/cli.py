@@ -114,6 +114,18 @@ def default_allocator_settings(environ=os.environ) -> None:
         environ[ALLOC_CONF] = "expandable_segments:True"
 
 
+MPS_FALLBACK = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+
+def mps_fallback(args: argparse.Namespace, environ=os.environ) -> None:
+    """``--device mps`` (serve, synthesize, ui): operators Apple's GPU lacks run on the CPU instead of failing.
+
+    torch reads the variable once, when it loads: so it is set here, before the command's module is imported,
+    unless the user set it (to 0, say) themselves (xtts_ft/speech_device.py)."""
+    if str(getattr(args, "device", None) or "").strip().lower() == "mps":
+        environ.setdefault(MPS_FALLBACK, "1")
+
+
 def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="headless_train.py", description=HEADLESS.help)
     HEADLESS.add_arguments(parser)
@@ -142,4 +154,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = (["-m", "xtts_ft"], list(sys.argv[1:] if argv is None else argv))
     default_allocator_settings()
+    mps_fallback(args)
     return run_command(COMMANDS[args.command], args)

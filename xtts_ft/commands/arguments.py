@@ -154,6 +154,14 @@ def synthesize(p: Parser) -> None:
     p.add_argument("--speaker-wav", required=True, help="Reference clip of the voice (3-10 s).")
     p.add_argument("--out", required=True, help="Output WAV path.")
     p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
+    add_device_argument(p)
+
+
+def add_device_argument(p: Parser, what: str = "") -> None:
+    """--device of the commands that speak (serve, synthesize, ui): xtts_ft/speech_device.py."""
+    p.add_argument("--device", help=f"Where the model speaks{what}: auto (default: cuda when available, else cpu, "
+                                    "also on a Mac), cpu, cuda, cuda:N, or mps (Apple's GPU, fp32; operators it "
+                                    "lacks run on the CPU).")
 
 
 def export(p: Parser) -> None:
@@ -181,6 +189,7 @@ def ui(p: Parser) -> None:
     p.add_argument("--root-path", help="The URL path the app is served under behind a proxy, e.g. /proxy/7860 "
                                        "(default: Gradio's GRADIO_ROOT_PATH, else none).")
     p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
+    add_device_argument(p, " in the Speak tab")
 
 
 STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes", "vocoder_batch")  # ServeConfig
@@ -196,7 +205,7 @@ def serve(p: Parser) -> None:
     p.add_argument("--api-key", help="Require 'Authorization: Bearer KEY' on /v1/ (default: $XTTS_FT_API_KEY; none).")
     p.add_argument("--voices", help="Folder of reference clips (WAV/FLAC/MP3), one voice per file named after it; "
                                     "uploads are saved there too. The run's own speakers are offered as well.")
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available).")
+    add_device_argument(p)
     p.add_argument("--wyoming", metavar="tcp://HOST:PORT", help="Also speak the Wyoming protocol (Home Assistant).")
     p.add_argument("--base-model", help="Base model folder or repo id (checkpoint or run folder; default: the one "
                                         "its checkpoint record names).")
