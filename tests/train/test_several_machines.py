@@ -33,12 +33,13 @@ from xtts_ft.layout import METRICS_FILE, RunLayout
 pytestmark = pytest.mark.slow  # two agents (launcher, torchrun, worker each) per run
 
 STEPS = 4
+CLIPS_PER_SPEAKER = 8  # of the demo dataset's 22: every machine prepares its own copy
 # the demo on the tiny model, made short: no code cache, no recogniser, no samples, a checkpoint every 2 steps
 SHORT = ["--config", "configs/demo.yaml", "--max-steps", str(STEPS), "--set", "evaluation.every_steps=0",
          "--set", "evaluation.sentences=[]", "--set", "evaluation.mcd_clips=0", "--set", "evaluation.eval_at_start=false",
          "--set", "evaluation.cer_floor_clips=0", "--set", "evaluation.recognize=false", "--set", "dataset.short_clips=off",
          "--set", "training.warmup_steps=0", "--set", "training.log_every=1", "--set", "checkpoint.every_steps=2",
-         "--set", "training.num_workers=0", "--set", "training.cache_dvae_codes=false"]
+         "--set", "training.num_workers=0", "--set", "training.cache_dvae_codes=false", "--set", "dataset.num_workers=1"]
 
 
 def free_port() -> int:
@@ -58,14 +59,20 @@ class Machine:
         return [line for line in self.stderr.splitlines() if line.strip()][-1]
 
 
-def launch_two(run_dirs: list[Path], base_dir: Path, timeout: float = 400) -> list[Machine]:
+@dataclass(frozen=True)
+class Inputs:
+    base_dir: Path  # the tiny model
+    dataset: Path  # a part of the demo dataset, the same for every machine (each reads it at this path)
+
+
+def launch_two(run_dirs: list[Path], inputs: Inputs, timeout: float = 400) -> list[Machine]:
     """Both machines' launchers, started together with Lightning-style variables; each writes to its own folder."""
     port, procs = free_port(), []
     for rank, run_dir in enumerate(run_dirs):
         env = script_env(OMP_NUM_THREADS="1", NUM_NODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                          MASTER_PORT=str(port), WORLD_SIZE="2")
         cmd = [sys.executable, "-m", "xtts_ft", "launch", *SHORT, "--set", f"run.output_dir={run_dir}",
-               "--set", f"base_model.source={base_dir}"]
+               "--set", f"base_model.source={inputs.base_dir}", "--set", f"dataset.path={inputs.dataset}"]
         procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True, start_new_session=True))
     machines: list[Machine] = [Machine(run_dir, -1, "", 0.0) for run_dir in run_dirs]
@@ -99,9 +106,21 @@ def checkpoints(run_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, tiny_base_dir) -> list[Machine]:
+def inputs(tmp_path_factory, tiny_base_dir) -> Inputs:
+    demo, part = REPO_ROOT / "datasets" / "amharic_demo", tmp_path_factory.mktemp("dataset")
+    header, *rows = (demo / "metadata.csv").read_text(encoding="utf-8").splitlines()
+    kept = [row for row in rows if int(row.split("|")[0].rsplit("_", 1)[1].split(".")[0]) <= CLIPS_PER_SPEAKER]
+    (part / "wavs").mkdir()
+    for row in kept:
+        shutil.copy(demo / row.split("|")[0], part / row.split("|")[0])
+    (part / "metadata.csv").write_text("\n".join([header, *kept]) + "\n", encoding="utf-8")
+    return Inputs(tiny_base_dir, part)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, inputs) -> list[Machine]:
     root = tmp_path_factory.mktemp("two_machines")
-    return launch_two([root / "machine0" / "run", root / "machine1" / "run"], tiny_base_dir)
+    return launch_two([root / "machine0" / "run", root / "machine1" / "run"], inputs)
 
 
 def test_launch_reads_lightning_variables_and_both_machines_train_in_their_own_folders(reference):
@@ -121,13 +140,12 @@ def test_launch_reads_lightning_variables_and_both_machines_train_in_their_own_f
     assert "done." in reference[0].stderr and "done." not in reference[1].stderr  # rank 0's summary, once
 
 
-def test_a_resume_on_node_local_folders_continues_at_the_saved_step_with_the_same_losses(reference, tmp_path,
-                                                                                        tiny_base_dir):
+def test_a_resume_on_node_local_folders_continues_at_the_saved_step_with_the_same_losses(reference, tmp_path, inputs):
     assert [m.code for m in reference] == [0, 0]
     machine0, machine1 = tmp_path / "machine0" / "run", tmp_path / "new_machine1" / "run"
     shutil.copytree(reference[0].run_dir, machine0)
     shutil.rmtree(machine0 / "checkpoints" / "step_000004")  # preempted while step 4 was being saved
-    resumed = launch_two([machine0, machine1], tiny_base_dir)
+    resumed = launch_two([machine0, machine1], inputs)
     for machine in resumed:
         assert machine.code == 0, machine.stderr[-3000:]
     assert "resuming from" in resumed[1].stderr and "at step 2" in resumed[1].stderr
@@ -138,14 +156,14 @@ def test_a_resume_on_node_local_folders_continues_at_the_saved_step_with_the_sam
     assert checkpoints(machine0) == ["step_000002", "step_000004"]
 
 
-def test_a_folder_held_on_one_machine_stops_both_machines_in_one_line(tmp_path, tiny_base_dir):
+def test_a_folder_held_on_one_machine_stops_both_machines_in_one_line(tmp_path, inputs):
     machine0, machine1 = tmp_path / "machine0" / "run", tmp_path / "machine1" / "run"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from xtts_ft.run_lock import RunLock; "
                                "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)",
                                str(machine1)], cwd=REPO_ROOT, env=script_env(), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        refused = launch_two([machine0, machine1], tiny_base_dir)
+        refused = launch_two([machine0, machine1], inputs)
     finally:
         holder.kill()
         holder.wait()
