@@ -60,7 +60,8 @@ def test_the_commands_imported_after_parsing_are_checked_like_any_import(tmp_pat
     later = {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.deferred}
     assert later == {"xtts_ft.commands.data", "xtts_ft.commands.text", "xtts_ft.commands.vocab",
                      "xtts_ft.commands.recordings", "xtts_ft.commands.training", "xtts_ft.commands.models",
-                     "xtts_ft.commands.apps"}
+                     "xtts_ft.commands.apps", "xtts_ft.commands.launch",
+                     "xtts_ft.peers"}  # peers: a config error on one rank of a torchrun job is told to the others
     assert {imp.target for imp in graph.own if imp.source == "xtts_ft.cli" and imp.at_top} == {
         "xtts_ft.commands", "xtts_ft.commands.arguments", "xtts_ft.commands.common"}  # common: read_config
     assert import_graph.heavy_at_parse(graph, "xtts_ft.cli") == []

@@ -38,7 +38,7 @@ PACKAGE = "xtts_ft"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
                     "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures",
-                    "lora_weights", "run_lock", "json_types", "run_history", "stop_report")),
+                    "lora_weights", "run_lock", "json_types", "run_history", "stop_report", "speech_device", "peers")),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),
@@ -88,7 +88,8 @@ ADAPTERS: dict[str, str] = {
 # strings (its command table); each becomes an import of the graph, checked like any other. What it imports at
 # the top (and all that reaches, at the top) may not import these packages: --help loads nothing heavy.
 DEFERRED: dict[str, str] = {
-    "xtts_ft.cli": "imports the chosen command's module after parsing, so --help loads only the options",
+    "xtts_ft.cli": "imports the chosen command's module after parsing, so --help loads only the options (and, when "
+                   "a config error ends one rank of a torchrun job, the function that tells the other ranks)",
 }
 # Checkpoint folders have one owner (docs/DESIGN.md "Checkpoint folder and record"): only these modules build or
 # list checkpoint folder paths; every other module asks the CheckpointStore (xtts_ft/checkpoint_store.py).

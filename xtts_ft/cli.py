@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from xtts_ft.commands import arguments
-from xtts_ft.commands.common import lock_run_folder, read_config, release_run_folder
+from xtts_ft.commands.common import LAUNCH_ARGS_ENV, lock_run_folder, read_config, release_run_folder
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ COMMANDS: dict[str, Command] = {
                          arguments.normalize, "xtts_ft.commands.text:normalize"),
     "train": Command("Run the pipeline for a config (same as headless_train.py).",
                      arguments.train, "xtts_ft.commands.training:train", reads_config=True),
+    "launch": Command("Train on this machine's GPUs as one machine of several (torchrun, set up from the "
+                      "environment); run it on every machine.", arguments.launch, "xtts_ft.commands.launch:launch"),
     "evaluate": Command("Synthesise samples and write the report for a checkpoint.",
                         arguments.evaluate, "xtts_ft.commands.training:evaluate", reads_config=True),
     "synthesize": Command("Speak a text with an exported model or a checkpoint.",
@@ -73,24 +76,35 @@ COMMANDS: dict[str, Command] = {
 
 def load_run_function(command: Command) -> Callable[[argparse.Namespace], int]:
     """The chosen command's run function: its module is imported here, after parsing, and only this one."""
-    module, _, function = command.run.partition(":")
-    return getattr(importlib.import_module(module), function)
+    return _imported(command.run)
 
 
 def run_command(command: Command, args: argparse.Namespace) -> int:
     """Run the chosen command; one that ``reads_config`` reads it first (``args.loaded_config``), so a mistake in
     the config or its --set options is answered in a fraction of a second, before torch and coqui load. A trainer
     then locks its run folder (``lock_run_folder``), also before those imports: a second trainer in the folder is
-    refused as fast, with nothing written."""
+    refused as fast, with nothing written. Under torchrun a rank that stops here tells the others (the ranks of
+    other machines, whose config may be fine, would wait for it; they stop with its line: xtts_ft/peers.py)."""
     if not command.reads_config:
         return load_run_function(command)(args)
     code = read_config(args) or lock_run_folder(args)
     if code != 0:
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            _imported(TELL_OTHER_RANKS)(getattr(args, "error_line", "a config error"))
         return code
     try:
         return load_run_function(command)(args)
     finally:
         release_run_folder(args)
+
+
+#: Tells the other ranks of a torchrun job that this one failed before joining them (it loads torch).
+TELL_OTHER_RANKS = "xtts_ft.peers:post_failure"
+
+
+def _imported(target: str) -> Callable:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
@@ -107,12 +121,27 @@ def default_allocator_settings(environ=os.environ) -> None:
         environ[ALLOC_CONF] = "expandable_segments:True"
 
 
+MPS_FALLBACK = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+
+def mps_fallback(args: argparse.Namespace, environ=os.environ) -> None:
+    """``--device mps`` (serve, synthesize, ui): operators Apple's GPU lacks run on the CPU instead of failing.
+
+    torch reads the variable once, when it loads: so it is set here, before the command's module is imported,
+    unless the user set it (to 0, say) themselves (xtts_ft/speech_device.py)."""
+    if str(getattr(args, "device", None) or "").strip().lower() == "mps":
+        environ.setdefault(MPS_FALLBACK, "1")
+
+
 def headless_main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="headless_train.py", description=HEADLESS.help)
     HEADLESS.add_arguments(parser)
     args = parser.parse_args(argv)
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("headless_train.py") else "headless_train.py"
     args.command_line = ([script], list(sys.argv[1:] if argv is None else argv))  # for the resume command
+    launched = os.environ.get(LAUNCH_ARGS_ENV)
+    if launched:  # a worker of `python -m xtts_ft launch ...`: that is the command to run again
+        args.command_line = (["-m", "xtts_ft", "launch"], json.loads(launched))
     default_allocator_settings()
     return run_command(HEADLESS, args)
 
@@ -122,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
-        if name not in ("train", "evaluate"):  # theirs comes with the config options
+        if name not in ("train", "evaluate", "launch"):  # theirs comes with the config options
             p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
         command.add_arguments(p)
     return parser
@@ -132,4 +161,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = (["-m", "xtts_ft"], list(sys.argv[1:] if argv is None else argv))
     default_allocator_settings()
+    mps_fallback(args)
     return run_command(COMMANDS[args.command], args)

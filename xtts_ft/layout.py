@@ -37,6 +37,8 @@ STEP_DIR_PATTERN = re.compile(r"^step_(\d+)$")
 # --- a run directory -------------------------------------------------------------------------
 RUN_FILE = "run.json"
 LOCK_FILE = "trainer.lock"  # the running trainer's OS lock on the folder, and who it is (xtts_ft/run_lock.py)
+# rank 0's token for this command: a machine that reads it sees rank 0's run folder (xtts_ft/train/machine_folders.py)
+MACHINE_TOKEN = "machine_token"
 OLD_RUNS = "old_runs"
 BRANCHES_DIR = "branches"  # branches/<date>_after_step_NNNNNN/: later steps set aside by a resume from an older one
 DATA_DIR = "data"
@@ -136,6 +138,7 @@ class RunLayout(_Folder):
 
     run_file = property(lambda self: self.root / RUN_FILE)
     lock_file = property(lambda self: self.root / LOCK_FILE)
+    machine_token = property(lambda self: self.root / MACHINE_TOKEN)
     old_runs = property(lambda self: self.root / OLD_RUNS)
     branches = property(lambda self: self.root / BRANCHES_DIR)
     config = property(lambda self: self.root / CONFIG_FILE)

@@ -50,8 +50,9 @@ from xtts_ft.tokenizer import build_extended_vocab, vocab_fingerprint
 from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer, make_tokenizer
 from xtts_ft.train import TrainResult, train
-from xtts_ft.train.distributed import DistContext, MainFirst, cleanup_distributed, setup_distributed
+from xtts_ft.train.distributed import DistContext, MainFirst, cleanup_distributed, peer_failures, setup_distributed
 from xtts_ft.train.dvae_stage import dvae_stage
+from xtts_ft.train.machine_folders import check_same_inputs, claim_machine_folders, dvae_for_every_machine, write_token
 from xtts_ft.train.resume import check_vocab
 from xtts_ft.train.session import RunHandles, TrainInputs
 from xtts_ft.train.stopping import continue_command
@@ -209,9 +210,12 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
     """
 
     ctx = setup_distributed(cfg.run.device)
-    lock = RunLock(cfg.run_dir)  # rank 0 takes it before the claim, and holds it until the run ends
+    # rank 0 takes it before the claim, and holds it until the run ends; so does the local rank 0 of a machine
+    # whose run folder is its own (train/machine_folders.py)
+    lock = RunLock(cfg.run_dir)
     try:
-        with StopSignals.shared() as signals:
+        # under torchrun: another rank's failure ends this one in one line; this one's is told to the others
+        with peer_failures(ctx), StopSignals.shared() as signals:
             try:
                 return _run_stages(cfg, MainFirst(ctx), lock, train_model=train_model,
                                    archive_old_run=archive_old_run, command_line=command_line, new_data=new_data)
@@ -239,20 +243,27 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
                 new_data: bool = False) -> PipelineResult:
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
-    resume_from = _named_checkpoint(cfg)
+    # rank 0's: a named checkpoint lies on rank 0's disk, which other machines may not see
+    resume_from = main_first.share("checkpoint.resume", lambda: _named_checkpoint(cfg))
     fingerprint, record = run_fingerprint(cfg), None
+    token = ""
     if is_main:
         # only rank 0 locks and claims (and may archive); a refusal there stops every rank (MainFirst)
         def lock_and_claim():
             lock.acquire()  # before anything is written (the claim may archive an old run)
-            return claim_run_folder(run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume,
-                                    archive=archive_old_run, new_data=new_data)
+            claimed = claim_run_folder(run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume,
+                                       archive=archive_old_run, new_data=new_data)
+            return claimed, write_token(run_dir) if main_first.ctx.enabled else ""
 
-        record = main_first.run("run folder", lock_and_claim)
+        record, token = main_first.run("run folder", lock_and_claim)
         dump_config(cfg, RunLayout(run_dir).config)
     else:
         main_first.run("run folder", lambda: None)
-    record = main_first.ctx.broadcast_object(record)  # whose checkpoints are this run's
+    # whose checkpoints are this run's, and rank 0's token: the machines that read it share its folder
+    record, token = main_first.ctx.broadcast_object((record, token))
+    folders = claim_machine_folders(main_first, run_dir, token, lock) if main_first.ctx.enabled else None
+    if folders is not None:  # a machine with a folder of its own runs each stage alongside rank 0, not after it
+        main_first.own_folder = not folders.shared[main_first.ctx.rank]
     raise_if_stopped("the run folder check")
     base = main_first.run("base model", lambda: resolve_or_create_base_model(cfg.base_model))
     raise_if_stopped("the base model check")
@@ -260,7 +271,12 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
     raise_if_stopped("prepare")  # its work is kept: the next run reuses every finished clip
     vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir, keep_existing=new_data))
     raise_if_stopped("the tokenizer")
-    handles = training_handles(cfg, main_first.ctx, vocab_path, record) if train_model else None
+    handles = training_handles(cfg, main_first.ctx, vocab_path, record,
+                               own_folder=main_first.own_folder) if train_model else None
+    if folders is not None:  # machines with a folder of their own made their data and vocabulary themselves
+        check_same_inputs(main_first, folders, data_dir,
+                          handles.vocab_fingerprint if handles is not None else vocab_fingerprint(vocab_path),
+                          str(cfg.dataset.path))
     if resume_from is not None:  # before the recogniser, model and data load: a named checkpoint of another
 
         fingerprint_now = handles.vocab_fingerprint if handles is not None else vocab_fingerprint(vocab_path)
@@ -268,7 +284,13 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
     if not train_model:
         return result
-    dvae = main_first.run("dvae", lambda: dvae_stage(cfg, base, data_dir))  # None unless dvae.finetune
+    def run_dvae_stage():
+        return dvae_stage(cfg, base, data_dir)  # None unless dvae.finetune
+
+    if folders is not None and not folders.all_shared and cfg.dvae.finetune:  # rank 0's DVAE on every machine
+        dvae = dvae_for_every_machine(main_first, folders, run_dir, run_dvae_stage)
+    else:
+        dvae = main_first.run("dvae", run_dvae_stage)
     if dvae is not None:  # the GPT stage, its code cache, checkpoints and export use the fine-tuned DVAE
         base = dataclasses.replace(base, dvae_pth=dvae.dvae_pth)
         result.dvae = dvae.to_dict()
@@ -322,12 +344,14 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
 
 
 def training_handles(cfg: Config, dist: DistContext, vocab_path: Path, record: RunRecord,
-                     tokenizer: Optional[AmharicTokenizer] = None) -> RunHandles:
+                     tokenizer: Optional[AmharicTokenizer] = None, own_folder: bool = False) -> RunHandles:
     """What the recipe gets from the command: the distributed handle, the run folder's record, the tokenizer
-    (built here once, unless a test gives a ready one) and the vocabulary's fingerprint."""
+    (built here once, unless a test gives a ready one), the vocabulary's fingerprint, and whether this rank's
+    machine keeps a run folder of its own."""
 
     tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
-    return RunHandles(dist=dist, run=record, tokenizer=tokenizer, vocab_fingerprint=vocab_fingerprint(vocab_path))
+    return RunHandles(dist=dist, run=record, tokenizer=tokenizer, vocab_fingerprint=vocab_fingerprint(vocab_path),
+                      own_folder=own_folder)
 
 
 def run_training(cfg: Config, inputs: TrainInputs, *, tokenizer: Optional[AmharicTokenizer] = None) -> TrainResult:
@@ -337,12 +361,13 @@ def run_training(cfg: Config, inputs: TrainInputs, *, tokenizer: Optional[Amhari
     ctx = setup_distributed(cfg.run.device)
     lock = RunLock(inputs.run_dir)
     try:
-        record = None
-        if ctx.is_main:
-            lock.acquire()
-            record = claim_run_folder(Path(inputs.run_dir), fingerprint=None, resume=cfg.checkpoint.resume)
-        handles = training_handles(cfg, ctx, inputs.vocab_path, ctx.broadcast_object(record), tokenizer)
-        return train(cfg, inputs, handles=handles)
+        with peer_failures(ctx):  # as run_pipeline
+            record = None
+            if ctx.is_main:
+                lock.acquire()
+                record = claim_run_folder(Path(inputs.run_dir), fingerprint=None, resume=cfg.checkpoint.resume)
+            handles = training_handles(cfg, ctx, inputs.vocab_path, ctx.broadcast_object(record), tokenizer)
+            return train(cfg, inputs, handles=handles)
     finally:
         lock.release()
         cleanup_distributed(ctx)

@@ -57,6 +57,17 @@ def assert_numbers_add_up(message: str) -> None:
     assert float(total) == about, message
 
 
+def test_a_machine_with_a_run_folder_of_its_own_needs_room_for_its_caches_only(built_model, tmp_path):
+    """Under torchrun with node-local disks rank 0 alone writes checkpoints, samples and exports."""
+    cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
+    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    own = estimate.caches_only()
+    assert own.total == estimate.caches < estimate.total
+    check_disk_budget(cfg, own, tmp_path, free_bytes=estimate.caches)  # what rank 0 would be refused with
+    with pytest.raises(DiskSpaceError):
+        check_disk_budget(cfg, estimate, tmp_path, free_bytes=estimate.caches)
+
+
 def test_a_given_budget_is_what_the_refusal_offers_to_raise(built_model, tmp_path):
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 2, "disk_budget_gb": 0.01})
     estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")

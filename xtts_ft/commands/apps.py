@@ -10,6 +10,7 @@ from pathlib import Path
 
 from xtts_ft.commands.common import command, setup_logging
 from xtts_ft.serve.command import ServeOptions, serve_command
+from xtts_ft.speech_device import speech_device
 from xtts_ft.webapp.app import serve as serve_web_app
 
 
@@ -17,7 +18,8 @@ from xtts_ft.webapp.app import serve as serve_web_app
 def ui(args: argparse.Namespace) -> int:
     setup_logging(None, args.verbose)
     serve_web_app(Path(args.run), host=args.host, port=args.port, auth=args.auth, root_path=args.root_path,
-                  config=Path(args.config) if args.config else None)
+                  config=Path(args.config) if args.config else None,
+                  speech_device=speech_device(args.device) if args.device else None)
     return 0
 
 

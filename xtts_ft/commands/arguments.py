@@ -67,6 +67,19 @@ def train(p: Parser) -> None:
     add_config_arguments(p)
 
 
+def launch(p: Parser) -> None:
+    add_config_arguments(p)
+    where = p.add_argument_group("where this machine stands (default: from the environment; see README)")
+    where.add_argument("--nnodes", type=int, help="Machines in the job (default: NUM_NODES, SLURM_NNODES, else 1).")
+    where.add_argument("--node-rank", type=int, help="This machine's rank (default: NODE_RANK, SLURM_NODEID, else 0).")
+    where.add_argument("--master-addr", help="The main machine's address (default: MASTER_ADDR, else the first "
+                                             "host of SLURM_JOB_NODELIST).")
+    where.add_argument("--master-port", type=int, help="Its port (default: MASTER_PORT, else 29500).")
+    where.add_argument("--nproc-per-node", type=int,
+                       help="Training processes on this machine (default: one per GPU; 1 without a GPU).")
+    where.add_argument("--dry-run", action="store_true", help="Print the torchrun command and stop.")
+
+
 def evaluate(p: Parser) -> None:
     add_config_arguments(p)
     p.add_argument("--checkpoint", help="Checkpoint folder (default: latest in the run dir).")
@@ -142,6 +155,14 @@ def synthesize(p: Parser) -> None:
     p.add_argument("--speaker-wav", required=True, help="Reference clip of the voice (3-10 s).")
     p.add_argument("--out", required=True, help="Output WAV path.")
     p.add_argument("--base-model", help="Base model folder or repo id (only for a checkpoint folder).")
+    add_device_argument(p)
+
+
+def add_device_argument(p: Parser, what: str = "") -> None:
+    """--device of the commands that speak (serve, synthesize, ui): xtts_ft/speech_device.py."""
+    p.add_argument("--device", help=f"Where the model speaks{what}: auto (default: cuda when available, else cpu, "
+                                    "also on a Mac), cpu, cuda, cuda:N, or mps (Apple's GPU, fp32; operators it "
+                                    "lacks run on the CPU).")
 
 
 def export(p: Parser) -> None:
@@ -169,6 +190,7 @@ def ui(p: Parser) -> None:
     p.add_argument("--root-path", help="The URL path the app is served under behind a proxy, e.g. /proxy/7860 "
                                        "(default: Gradio's GRADIO_ROOT_PATH, else none).")
     p.add_argument("--config", help="Config the Train tab starts from (default: the run's own, else configs/*.yaml).")
+    add_device_argument(p, " in the Speak tab")
 
 
 STREAM_SETTINGS = ("max_active_streams", "stream_first_chunk_codes", "stream_chunk_codes", "vocoder_batch")  # ServeConfig
@@ -184,7 +206,7 @@ def serve(p: Parser) -> None:
     p.add_argument("--api-key", help="Require 'Authorization: Bearer KEY' on /v1/ (default: $XTTS_FT_API_KEY; none).")
     p.add_argument("--voices", help="Folder of reference clips (WAV/FLAC/MP3), one voice per file named after it; "
                                     "uploads are saved there too. The run's own speakers are offered as well.")
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available).")
+    add_device_argument(p)
     p.add_argument("--wyoming", metavar="tcp://HOST:PORT", help="Also speak the Wyoming protocol (Home Assistant).")
     p.add_argument("--base-model", help="Base model folder or repo id (checkpoint or run folder; default: the one "
                                         "its checkpoint record names).")

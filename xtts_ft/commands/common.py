@@ -28,6 +28,8 @@ from xtts_ft.stop_report import python_command, report_stop
 from xtts_ft.stop_signals import StopRequested, StopSignals
 
 RunFunction = Callable[[argparse.Namespace], int]
+#: Set by `launch` for the workers it starts: its own arguments (JSON), so a stopped run prints the launch command.
+LAUNCH_ARGS_ENV = "XTTS_FT_LAUNCH_ARGS"
 
 _NOISY_LOGGERS = ("transformers", "TTS", "trainer", "matplotlib", "numba", "fsspec", "urllib3", "httpx", "httpx2")
 
@@ -52,8 +54,10 @@ def _run(handler: RunFunction, args: argparse.Namespace, *, stoppable: bool = Fa
         report_rerun(str(stop), signals.signal_name, getattr(args, "command_line", None))
         return 0
     except UserError as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        for line in lines:
             print(f"error: {line}", file=sys.stderr)
+        args.error_line = lines[0]  # what cli.py tells the other ranks of a torchrun job
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

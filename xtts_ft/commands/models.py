@@ -19,6 +19,7 @@ from xtts_ft.model_folder import EXPORT_META
 from xtts_ft.output_folder import check_output, staged_output
 from xtts_ft.publish.hub import publish as publish_model
 from xtts_ft.random_model import write_random_model
+from xtts_ft.speech_device import speech_device
 
 
 @command()
@@ -28,7 +29,7 @@ def synthesize(args: argparse.Namespace) -> int:
     if args.base_model:
         base = resolve_base_model(BaseModelConfig(source=args.base_model))
     out = synthesize_command(Path(args.model), args.text, Path(args.speaker_wav), Path(args.out), base=base,
-                             temperature=EvaluationConfig.temperature)
+                             temperature=EvaluationConfig.temperature, device=speech_device(args.device))
     print(f"wrote {out}")
     return 0
 

@@ -101,6 +101,8 @@ def _headless_run(args: argparse.Namespace, cfg) -> int:
     command_line = ([python_command(), *started_as[0]], started_as[1]) if started_as else None
     result = run_pipeline(cfg, archive_old_run=args.archive_old_run, command_line=command_line,
                           new_data=args.continue_with_new_data)
+    if _rank()[0] != 0:  # the closing summary names rank 0's files: rank 0 prints it
+        return 0
     log.info("stopped." if result.stopped_by_signal else "done.")
     trained = result.training  # None: stopped before training
     last = trained.last_checkpoint if trained is not None else None

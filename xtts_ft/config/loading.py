@@ -111,6 +111,10 @@ def _build_section(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
             values[key] = _build_section_map(typing.get_args(hints[key])[1], value, f"{where}.{key}", problems)
             continue
         ok, coerced = _coerce(value, hints[key])
+        refused = getattr(cls, "REFUSED", {}).get((key, str(value).strip().lower()))
+        if refused:  # a value people try, refused with why and what to do instead
+            problems.append(f"{where}.{key}: {value}: {refused}")
+            continue
         if not ok:
             problems.append(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
             continue

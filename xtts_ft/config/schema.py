@@ -68,6 +68,16 @@ class RunConfig:
     language: str = opt(AMHARIC, "Language code of the new language; 'am' or 'amh' (stored as 'am').")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "Where to train: auto picks cuda when available.")
 
+    #: Values a key does not take, and why, said in place of "expected ...": Apple's GPU is for listening only.
+    REFUSED: typing.ClassVar[dict[tuple[str, str], str]] = {
+        ("device", "mps"): (
+            "training on Apple's GPU is not supported: torch has no NCCL there for several processes, and this "
+            "project's mixed precision (fp16 with a loss scaler, bf16) and stability checks are built and tested "
+            "for CUDA and the CPU only (coqui's XTTS also fails on MPS in places); train on a CUDA machine (e.g. "
+            "Lightning AI) or with run.device: cpu (slow), then listen on the Mac: serve, synthesize or ui with "
+            "--device mps"),
+    }
+
     def check(self, problems: list[str]) -> None:
         out = Path(self.output_dir)
         existing = next((p for p in (out, *out.parents) if p.exists()), None)
@@ -553,7 +563,9 @@ class CheckpointConfig:
             problems.append("checkpoint.every_steps and checkpoint.keep_last: must be >= 1")
         if self.disk_budget_gb is not None and self.disk_budget_gb <= 0:
             problems.append("checkpoint.disk_budget_gb: must be > 0 GB, or null to use the free space")
-        if self.resume not in ("auto", "never"):
+        # a torchrun worker other than rank 0 leaves the path to rank 0, which alone reads it (its machine's disk
+        # may be the only one that holds it; a refusal on rank 0 stops every rank)
+        if self.resume not in ("auto", "never") and int(os.environ.get("RANK", "0") or 0) == 0:
             if not Path(self.resume).exists():
                 problems.append(f"checkpoint.resume: '{self.resume}' is not auto, never, or an existing checkpoint path")
             elif not is_checkpoint(Path(self.resume)):  # caught here, before data prep and model loading

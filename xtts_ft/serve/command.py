@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
-import torch
-
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import UserError
 from xtts_ft.serve import warm_up
@@ -27,6 +25,7 @@ from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.http_app import create_app, uploads_note
 from xtts_ft.serve.model_source import resolve_model
 from xtts_ft.serve.wyoming_server import run_wyoming
+from xtts_ft.speech_device import speech_device
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +83,8 @@ def check_wyoming_uri(uri: str) -> str:
 
 
 def pick_device(device: Optional[str]) -> str:
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ServeError(f"--device {device}: no CUDA device is visible here; use --device cpu")
-    return device
+    """``--device``: auto (CUDA when visible, else the CPU, also on a Mac), cpu, cuda[:N] or mps (xtts_ft/speech_device.py)."""
+    return speech_device(device)
 
 
 def open_engine(opts: ServeOptions) -> SpeechEngine:

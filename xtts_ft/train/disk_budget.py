@@ -44,6 +44,10 @@ class DiskEstimate:
     def total(self) -> int:
         return self.checkpoints + self.samples + self.export + self.caches
 
+    def caches_only(self) -> DiskEstimate:
+        """What a machine with a run folder of its own adds there (rank 0's folder gets checkpoints and samples)."""
+        return DiskEstimate(self.full_checkpoint, self.weights_checkpoint, 0, 0, 0, self.caches)
+
 
 def _tensor_bytes(module: nn.Module) -> tuple[int, int]:
     """(bytes of every parameter and buffer, bytes of the trainable parameters)."""

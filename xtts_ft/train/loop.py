@@ -143,12 +143,14 @@ class FineTuneRecipe:
         # what trains (training.trainable): before the optimizer (it takes what requires gradients) and the resume
         trainable = apply_trainable(model.xtts.gpt, cfg.training, inputs.base_vocab_size, seed=cfg.run.seed)
         limits = Limits(**model_limits(model.xtts))
-        # every rank checks (same disk, same answer), before the data, the code cache and the first step
-        check_disk_budget(cfg, estimate_run_disk(cfg, model.gpt, run_dir=self.run_dir,
-                                                 base_model_pth=inputs.base.model_pth), self.run_dir)
+        # every rank checks its disk, before the data, the code cache and the first step; a machine with a run folder
+        # of its own keeps only the caches there (rank 0 writes checkpoints, samples and exports)
+        estimate = estimate_run_disk(cfg, model.gpt, run_dir=self.run_dir, base_model_pth=inputs.base.model_pth)
+        own_caches_only = self.handles.own_folder and not self.is_main
+        check_disk_budget(cfg, estimate.caches_only() if own_caches_only else estimate, self.run_dir)
         data = session.load_data(cfg, inputs.train_csv, inputs.eval_csv, self.handles.tokenizer, limits,
                                  model=model, runtime=runtime, run_dir=self.run_dir,
-                                 should_stop=lambda: self.stop.requested)
+                                 should_stop=lambda: self.stop.requested, own_folder=self.handles.own_folder)
         if self.stop.agreed():  # a cache cut short: the pre-flight would miss codes
             raise StopRequested("the DVAE code cache")
         offloaded = tuple(offload_plan(cfg.training.offload_frozen, cfg.training.cache_dvae_codes))

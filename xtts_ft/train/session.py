@@ -92,6 +92,7 @@ class RunHandles:
     run: RunOwner  # the run folder's record: ``run_id`` and ``owns(meta)``, whose checkpoints are this run's
     tokenizer: AmharicTokenizer  # the run's tokenizer (text_settings.make_tokenizer of vocab.json)
     vocab_fingerprint: str  # of vocab.json: checkpoints record it, a resume must match it
+    own_folder: bool = False  # this rank's machine keeps a run folder of its own (train/machine_folders.py)
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,9 @@ def block_runner(tcfg: TrainingConfig, gpt: torch.nn.Module, device: torch.devic
 
 def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer: AmharicTokenizer, limits: Limits, *,
               model: XttsTrainingModel, runtime: Runtime,
-              run_dir: Path, should_stop: Callable[[], bool]) -> TrainingData:
-    """Every clip checked up front; with ``training.cache_dvae_codes`` the DVAE codes of every clip on disk."""
+              run_dir: Path, should_stop: Callable[[], bool], own_folder: bool = False) -> TrainingData:
+    """Every clip checked up front; with ``training.cache_dvae_codes`` the DVAE codes of every clip on disk
+    (``own_folder``: this machine's run folder is its own, so it builds its cache alongside rank 0)."""
     lang, show = cfg.run.language, runtime.is_main
     train_clips, train_report = load_clips(train_csv, tokenizer, lang, limits, progress=show)
     eval_clips, eval_report = load_clips(eval_csv, tokenizer, lang, limits, progress=show)
@@ -240,7 +242,7 @@ def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer: AmharicTo
 
         # rank 0 first; the others wait on MainFirst's long-timeout gloo group, not on the default (NCCL)
         # group, whose watchdog would abort them after COLLECTIVE_TIMEOUT on a large dataset or slow disk
-        paths = MainFirst(runtime.dist).run("the DVAE code cache", build)
+        paths = MainFirst(runtime.dist, own_folder).run("the DVAE code cache", build)
     n = len(train_clips)
     def dataset(clips: list[Clip], train: bool, code_paths: Optional[list[Path]]) -> ClipDataset:
         return ClipDataset(clips, train=train, code_paths=code_paths, sample_rate=limits.sample_rate,
@@ -255,11 +257,16 @@ def load_data(cfg: Config, train_csv: Path, eval_csv: Path, tokenizer: AmharicTo
 
 
 def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> ResumeSource:
-    """The checkpoint to continue from, loaded (the recipe's one checkpoint read; rank 0 chooses, all load)."""
+    """The checkpoint to continue from, loaded (the recipe's one checkpoint read). Rank 0 alone chooses and reads
+    it; the other ranks get its state through the process group, so their machines need not see rank 0's disk."""
     dist, run = handles.dist, handles.run
-    chosen = choose_checkpoint(cfg.checkpoint.resume, run_dir, run.owns) if dist.is_main else None
-    path = dist.broadcast_object(chosen)
-    state = CheckpointStore.load_state(path) if path is not None else None
+
+    def read() -> tuple[Optional[Path], Optional[dict]]:
+        path = choose_checkpoint(cfg.checkpoint.resume, run_dir, run.owns)
+        return path, CheckpointStore.load_state(path).to_dict() if path is not None else None
+
+    path, saved = MainFirst(dist).share("the checkpoint to resume from", read)
+    state = TrainingState.from_dict(saved, str(path)) if path is not None and saved is not None else None
     branch = None
     if state is not None and dist.is_main and cfg.checkpoint.resume not in ("auto", "never"):
         # resume from a named (older) checkpoint: this run's later steps are kept, never overwritten (branch.py)

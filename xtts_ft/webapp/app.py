@@ -72,12 +72,14 @@ def parse_auth(text: Optional[str]) -> Optional[tuple[str, str]]:
 
 
 def serve(run_dir: Path, *, host: str, port: int, auth: Optional[str], root_path: Optional[str],
-          config: Optional[Path], cwd: Optional[Path] = None) -> None:
-    """Build the app and serve it until interrupted (training processes it started keep going)."""
+          config: Optional[Path], cwd: Optional[Path] = None, speech_device: Optional[str] = None) -> None:
+    """Build the app and serve it until interrupted (training processes it started keep going).
+    ``speech_device``: where the Speak tab's model runs (None: CUDA when visible, else the CPU)."""
     cwd = Path(cwd or Path.cwd())
     if config is not None and not Path(config).is_file():
         raise ConfigError(f"--config {config}: config file not found; pass a YAML file (see configs/)")
-    ctx = AppContext(run_dir=Path(run_dir), cwd=cwd, configs_dir=cwd / "configs", config=config)
+    ctx = AppContext(run_dir=Path(run_dir), cwd=cwd, configs_dir=cwd / "configs", config=config,
+                     speech_device=speech_device)
     app = build_app(ctx)
     # the page plays files of the run folder (samples, dataset clips) and of folders beside it
     allowed = {str(Path(run_dir).resolve().parent), str(cwd.resolve())}

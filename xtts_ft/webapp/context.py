@@ -15,6 +15,7 @@ class AppContext:
     cwd: Path  # where relative paths in configs are read from, and where training processes start
     configs_dir: Path  # configs/ offered in the Train tab
     config: Optional[Path] = None  # a config named at launch (--config)
+    speech_device: Optional[str] = None  # where the Speak tab's model runs (ui --device); None: CUDA if visible, else CPU
     on_load: list[tuple[Callable, object, object]] = field(default_factory=list)  # (fn, inputs, outputs) at page load
     _controllers: dict[str, RunController] = field(default_factory=dict)
 

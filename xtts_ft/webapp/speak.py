@@ -117,7 +117,8 @@ SPEAK_ENGINE = ServeConfig(max_active_streams=2)
 class EngineHolder:
     """One open :class:`SpeechEngine`, for one (model, settings) at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: Optional[str] = None) -> None:
+        self.device = device  # as ui --device resolved it (xtts_ft/speech_device.py); None: CUDA if visible, else CPU
         self._lock = threading.Lock()
         self._key: Optional[tuple] = None
         self._engine = None
@@ -129,7 +130,7 @@ class EngineHolder:
                 if self._engine is not None:  # the old model goes before the new one loads: its decode thread
                     self._engine.close()  # holds it, so dropping the engine alone kept its memory
                 self._engine, self._key = None, None
-                device = "cuda" if torch_cuda_available() else "cpu"
+                device = self.device or ("cuda" if torch_cuda_available() else "cpu")
                 self._engine = SpeechEngine.open(resolve_model(model), device, temperature=settings.temperature,
                                                  max_codes=settings.max_codes, settings=SPEAK_ENGINE)
                 self._key = key

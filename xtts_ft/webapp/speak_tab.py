@@ -30,7 +30,7 @@ def _error(exc: UserError) -> str:
 def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
     gr = gradio_adapter.gradio()
     out_dir = Path(tempfile.mkdtemp(prefix="xtts_ft_speak_"))  # what the page plays; never inside the run folder
-    holder = EngineHolder()
+    holder = EngineHolder(ctx.speech_device)
     refresh_btn = gr.Button("Refresh", elem_id="speak-refresh")
     model_box = gr.Dropdown([], label="model (checkpoint or export)", elem_id="speak-model")
     text_box = gr.Textbox("ሰላም።", label="text", lines=2, elem_id="speak-text",
