@@ -118,7 +118,7 @@ def test_a_config_mistake_before_the_group_starts_reaches_the_other_ranks(store,
         monkeypatch.setenv(name, value)
     code = cli.main(["train", "--config", "configs/demo.yaml", "--set", "dataset.path=/no/such/dataset"])
     assert code == 2
-    line = "configs/demo.yaml: dataset.path: folder '/no/such/dataset' does not exist"
+    line = "--set dataset.path=/no/such/dataset: folder '/no/such/dataset' does not exist"  # named where it was given
     assert capsys.readouterr().err.strip() == f"error: {line}"
     assert board(store, 0).notice() == Notice(1, line)
 

@@ -122,5 +122,5 @@ def test_a_named_checkpoint_is_checked_by_rank_0_whose_disk_holds_it(monkeypatch
     monkeypatch.setenv("RANK", "1")  # another machine's rank: the path need not exist there
     assert load_config("configs/demo.yaml", ["checkpoint.resume=/machine0/run/checkpoints/step_000002"])
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(ConfigError, match="checkpoint.resume: '/machine0/run/checkpoints/step_000002' is not auto"):
+    with pytest.raises(ConfigError, match="checkpoint.resume=/machine0/run/checkpoints/step_000002: '/machine0/run/checkpoints/step_000002' is not auto"):
         load_config("configs/demo.yaml", ["checkpoint.resume=/machine0/run/checkpoints/step_000002"])
