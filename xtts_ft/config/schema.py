@@ -145,6 +145,12 @@ class DatasetConfig:
     max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
     num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
     silence_peak_db: float = opt(-60.0, "Reject a clip as silent when its peak is below this level, in dBFS.")
+    min_snr_db: Optional[float] = opt(
+        15.0,
+        "Reject a clip as noisy when its SNR estimate (silero-vad's speech windows against the noise floor of its "
+        "pauses, before trimming) is below this, in dB; null: off. 15 keeps every clean demo clip and rejects its "
+        "copies with white noise at 10 dB SNR or worse (docs/DESIGN.md, \"Quality predictor\").",
+    )
     short_clip_min_share: float = opt(
         0.05,
         "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
