@@ -118,6 +118,14 @@ def transcribe(p: Parser) -> None:
                                             "in each folder, by name).")
 
 
+def assess(p: Parser) -> None:
+    p.add_argument("--config", required=True, help="Run config (YAML): asr.model hears the texts (with --texts).")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
+    p.add_argument("--texts", help="path<TAB>text lines (as transcribe prints): each file's text, for tail_s and cer.")
+    p.add_argument("audio", nargs="+", help="Audio files to score, or folders of them (the audio files directly in "
+                                            "each folder, by name).")
+
+
 def ingest(p: Parser) -> None:
     p.add_argument("audio", nargs="+", help="Long recordings, in reading order.")
     p.add_argument("--text", help="The text the recordings read (UTF-8): sentences are force-aligned to the audio.")

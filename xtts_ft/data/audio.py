@@ -3,8 +3,9 @@ SNR estimate of the clip as recorded (before trimming: its pauses and lead-in sh
 
 :func:`process_audio` runs in worker processes, so this module imports only numpy, soundfile, soxr, the
 project's audio reader and :mod:`xtts_ft.quality.voice_activity` (silero-vad through onnxruntime, no torch),
-and everything it receives and returns is a small picklable dataclass. Decoding is :func:`xtts_ft.audio_io.decode` (soundfile, then ffmpeg),
-the one way the project reads audio files; the rate clips are written at is ``DATASET_RATE``.
+and everything it receives and returns is a small picklable dataclass. Decoding is
+:func:`xtts_ft.audio_io.decode` (soundfile, then ffmpeg), the one way the project reads audio files; the rate
+clips are written at is ``DATASET_RATE``.
 """
 
 from __future__ import annotations
