@@ -65,8 +65,10 @@ def row(path: str, heard: Optional[Heard], error: str = "") -> str:
 
 
 def assess_command(cfg: Config, audio: Sequence[str], texts_file: Optional[Path] = None,
-                   out: TextIO = sys.stdout) -> int:
-    """Print the header and a row per file; 0 when every file was scored, 1 when any row holds an error."""
+                   out: Optional[TextIO] = None) -> int:
+    """Print the header and a row per file (to ``out``, default stdout); 0 when every file was scored, 1 when any
+    row holds an error."""
+    out = out or sys.stdout
     texts = read_texts(texts_file) if texts_file is not None else {}
     files = _files(audio)
     recognizer = Recognizer.from_config(cfg.asr) if texts else None

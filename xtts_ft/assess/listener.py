@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 
 from xtts_ft.audio_io import DecodeError, decode, resample, to_mono
-from xtts_ft.config import IngestConfig
+from xtts_ft.config import Config, IngestConfig
 from xtts_ft.ingest.short_pieces import WordAligner
 from xtts_ft.quality.predictor import MIN_AUDIO_S, predict_quality
 from xtts_ft.quality.voice_activity import RATE, snr_db, speech_after, speech_mask, speech_probabilities
@@ -87,3 +87,9 @@ class Listener:
     def listen_file(self, path: Path, text: Optional[str] = None) -> Heard:
         """Scores of an audio file; UnreadableAudio when it holds nothing to listen to."""
         return self.listen(read_clip(Path(path)), text)
+
+
+def sample_listener(cfg: Config, recognizer) -> Optional[Listener]:
+    """The listener an evaluation hands its samples to (``evaluation.quality``; None when it is off); with the
+    evaluation's recogniser (None when ``evaluation.recognize`` is off: no tail) it also measures ``tail_s``."""
+    return Listener(recognizer, cfg.ingest.window_s) if cfg.evaluation.quality else None

@@ -24,6 +24,8 @@ from xtts_ft.quality.onnx_models import dnsmos
 RATE = RECOGNIZER_RATE  # DNSMOS reads 16 kHz
 WINDOW_S = 9.01  # DNSMOS's input length (speechmos INPUT_LENGTH)
 MIN_AUDIO_S = 0.1  # less than this holds nothing to rate
+# What the scores are: stored beside cached scores (a run's reference quality), so another predictor measures again
+PREDICTOR_NAME = "DNSMOS P.835 OVRL (speechmos 0.0.1.1), one 9.01 s window"
 
 
 @dataclass(frozen=True)
