@@ -65,12 +65,14 @@ def read_clip(path: Path) -> np.ndarray:
 
 
 class Listener:
-    """Scores clips; ``recognizer`` (an :class:`xtts_ft.asr.recognizer.Recognizer`) adds ``tail_s`` and ``cer``
-    for clips that come with a text. The models load on first use, once per process."""
+    """Scores clips; ``recognizer`` (an :class:`xtts_ft.asr.recognizer.Recognizer`) adds ``tail_s`` and, with
+    ``cer``, the CER for clips that come with a text (an evaluation has its samples' CER already: it asks for
+    none, and saves a pass of the recogniser). The models load on first use, once per process."""
 
-    def __init__(self, recognizer=None, window_s: float = IngestConfig.window_s) -> None:
+    def __init__(self, recognizer=None, window_s: float = IngestConfig.window_s, cer: bool = True) -> None:
         self.recognizer = recognizer
         self._aligner = WordAligner(recognizer, window_s) if recognizer is not None else None
+        self._cer = cer
 
     def listen(self, audio: np.ndarray, text: Optional[str] = None) -> Heard:
         """Scores of a mono 16 kHz clip (at least MIN_AUDIO_S long); ``text``: what it should say."""
@@ -81,6 +83,8 @@ class Listener:
         spans = self._aligner.word_spans(audio, RATE, text.split(), 0.0)  # no score floor: a tail even when unsure
         ends = [span[1] for span in spans or () if span is not None]
         tail = speech_after(mask, max(ends)) if ends else None
+        if not self._cer:
+            return Heard(mos, snr, tail)
         heard = self.recognizer.transcribe([audio])[0]
         return Heard(mos, snr, tail, round(error_rates(text, heard).cer, 4), heard)
 
@@ -92,4 +96,4 @@ class Listener:
 def sample_listener(cfg: Config, recognizer) -> Optional[Listener]:
     """The listener an evaluation hands its samples to (``evaluation.quality``; None when it is off); with the
     evaluation's recogniser (None when ``evaluation.recognize`` is off: no tail) it also measures ``tail_s``."""
-    return Listener(recognizer, cfg.ingest.window_s) if cfg.evaluation.quality else None
+    return Listener(recognizer, cfg.ingest.window_s, cer=False) if cfg.evaluation.quality else None

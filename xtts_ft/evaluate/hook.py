@@ -113,10 +113,11 @@ def evaluate_step(
         score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
         # the recogniser on the real recordings: measured at the first evaluation, read back after that
         measure_cer_floor(run_dir, recognizer, _recognizer_name(cfg), eval_clips, ev.cer_floor_clips)
-        reference = None
+        reference, listening = None, time.perf_counter()
         if listener is not None:  # predicted quality and speech after the text; the recordings' quality once per run
             listen_to_samples(samples, listener)
             reference = reference_quality(run_dir, listener, eval_clips, ev.quality_clips)
+        listening = time.perf_counter() - listening
         language_metrics, language_samples = evaluate_languages(  # the run's other languages: sample_cer_<code>
             xtts, tokenizer, languages, out_dir, temperature=ev.temperature, seed=cfg.run.seed,
             max_new_tokens=ev.max_new_tokens)
@@ -148,8 +149,8 @@ def evaluate_step(
         for code, found in language_samples.items():
             _log_audio(writer, step, found, f"samples_{code}")
     log.info(
-        "step %d: %d samples, %d MCD clips in %.1f s: %s", step, len(samples), len(mcd_samples),
-        record.eval_seconds, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
+        "step %d: %d samples, %d MCD clips in %.1f s (%.1f s of it listening): %s", step, len(samples),
+        len(mcd_samples), record.eval_seconds, listening, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
     )
     return metrics
 
