@@ -135,14 +135,16 @@ def main(argv: list[str] | None = None) -> None:
                         cost["Distill-MOS"].append(timed(distill_mos, distill, y)[1])
                 rows[name].append((quality.overall, quality.signal, quality.background, score,
                                    np.nan if snr is None else snr))
-    print(f"{len(picked)} demo clip(s), mean of each score (SNR: median of the estimates)")
-    print(f"{'condition':<13}{'OVRL':>7}{'SIG':>7}{'BAK':>7}{'DistillMOS':>12}{'SNR est dB':>12}")
+    print(f"{len(picked)} demo clip(s), mean of each score (SNR estimate: median, and lowest-highest)")
+    print(f"{'condition':<13}{'OVRL':>7}{'SIG':>7}{'BAK':>7}{'DistillMOS':>12}{'SNR est dB':>12}  range")
     clean_row = None
     for name, values in rows.items():
         a = np.asarray(values, dtype=np.float64)
         means = [np.nanmean(a[:, k]) if np.isfinite(a[:, k]).any() else np.nan for k in range(4)]
-        snr = np.nanmedian(a[:, 4]) if np.isfinite(a[:, 4]).any() else np.nan
-        print(f"{name:<13}{means[0]:>7.2f}{means[1]:>7.2f}{means[2]:>7.2f}{means[3]:>12.2f}{snr:>12.1f}")
+        finite = a[:, 4][np.isfinite(a[:, 4])]
+        snr, low, high = (np.median(finite), finite.min(), finite.max()) if finite.size else (np.nan,) * 3
+        print(f"{name:<13}{means[0]:>7.2f}{means[1]:>7.2f}{means[2]:>7.2f}{means[3]:>12.2f}{snr:>12.1f}  "
+              f"{low:.1f} to {high:.1f}" + (f" ({len(a) - finite.size} without)" if finite.size < len(a) else ""))
         if name == "clean":
             clean_row = means
         elif clean_row is not None:

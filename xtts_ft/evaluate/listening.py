@@ -26,12 +26,11 @@ import math
 from pathlib import Path
 from typing import Optional, Protocol, Sequence
 
-from xtts_ft.evaluate.cer_floor import floor_key
+from xtts_ft.evaluate.cer_floor import floor_key, write_measurement
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, finite_mean, length_bucket
 from xtts_ft.layout import RunLayout
 from xtts_ft.quality.predictor import PREDICTOR_NAME
 from xtts_ft.stop_signals import raise_if_stopped
-from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +89,9 @@ def reference_quality(run_dir: Path, listener: SampleListener, clips: Sequence[t
         heard = listener.listen_file(wav)
         per_clip.append({"wav": wav.name, "mos": heard.mos, "snr_db": heard.snr_db})
     value = round(sum(p["mos"] for p in per_clip) / len(per_clip), 3)
-    record = {"reference_quality_mos": value, "clips": len(per_clip), "predictor": PREDICTOR_NAME, "key": key,
-              "per_clip": per_clip}
-    path = RunLayout(run_dir).reference_quality
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+    write_measurement(RunLayout(run_dir).reference_quality, {"reference_quality_mos": value, "clips": len(per_clip),
+                                                             "predictor": PREDICTOR_NAME, "key": key,
+                                                             "per_clip": per_clip})
     log.info("evaluation: predicted quality of %d real eval recordings (what samples are compared with): %.2f",
              len(per_clip), value)
     return value
