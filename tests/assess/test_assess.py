@@ -35,24 +35,24 @@ def test_assess_hears_noise_a_tail_and_a_file_that_is_not_audio(tmp_path, capsys
     from xtts_ft.cli import main
 
     monkeypatch.chdir(REPO_ROOT)  # configs/demo.yaml names the small recogniser by a path relative to the repository
-    texts = []
     for name in CLEAN:
-        y, text = demo_clip(name, RATE)
+        y, _ = demo_clip(name, RATE)
         sf.write(tmp_path / f"{name}.wav", y, RATE)
         sf.write(tmp_path / f"{name}_noisy.wav", with_noise(y, 5.0), RATE, subtype="FLOAT")
-        texts += [(f"{name}.wav", text), (f"{name}_noisy.wav", text)]
     y, text = demo_clip("spk1_001", RATE)
     sf.write(tmp_path / "kept_talking.wav", with_tail(y, demo_clip("spk2_004", RATE)[0], RATE), RATE)
-    texts.append(("kept_talking.wav", text))
+    texts = [("spk1_001.wav", text), ("kept_talking.wav", text)]  # a text only where tail_s and cer are asserted
     (tmp_path / "not_audio.wav").write_bytes(b"RIFF....WAVE but nothing of it is audio" * 8)
     (tmp_path / "texts.tsv").write_text("".join(f"{tmp_path / f}\t{t}\n" for f, t in texts), encoding="utf-8")
-    files = [str(tmp_path / f) for f, _ in texts] + [str(tmp_path / "not_audio.wav")]
+    names = [f"{n}{end}.wav" for n in CLEAN for end in ("", "_noisy")] + ["kept_talking.wav", "not_audio.wav"]
+    files = [str(tmp_path / f) for f in names]
 
     code = main(["assess", "--config", "configs/demo.yaml", "--texts", str(tmp_path / "texts.tsv"), *files])
     rows = _rows(capsys.readouterr().out)
 
     assert code == 1  # one file failed
-    assert set(rows) == {f for f, _ in texts} | {"not_audio.wav"}
+    assert set(rows) == set(names)
+    assert rows["spk3_002.wav"]["tail_s"] == rows["spk3_002.wav"]["cer"] == ""  # no text for it
     for name in CLEAN:
         clean, noisy = rows[f"{name}.wav"], rows[f"{name}_noisy.wav"]
         assert float(noisy["snr_db"]) < 15.0 < float(clean["snr_db"]), (name, clean, noisy)
@@ -89,3 +89,14 @@ def test_the_vad_is_silero_s_own_sequence_model_and_a_tone_has_no_snr():
     np.testing.assert_array_equal(ours, theirs)
     tone = 0.5 * np.sin(2 * np.pi * 220 * np.arange(32000) / 16000).astype(np.float32)
     assert snr_db(tone, speech_mask(speech_probabilities(tone))) is None  # no speech in it: no estimate
+
+
+def test_the_quality_predictors_benchmark_runs_in_its_smallest_form(capsys):
+    """benchmarks/quality_predictors.py must not rot (numbers not asserted, only that each is measured)."""
+    from tests.fixtures.benchmarks import left_as_found, load_benchmark
+
+    with left_as_found():
+        load_benchmark("quality_predictors").main(["--clips", "1", "--conditions", "clean,noise_5db", "--no-distill"])
+    out = capsys.readouterr().out
+    assert "noise_5db" in out and "against clean: OVRL" in out
+    assert "DNSMOS (one window) / audio stage" in out and "largest OVRL difference" in out
