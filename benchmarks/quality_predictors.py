@@ -7,7 +7,8 @@
 The demo's clips (espeak-ng Amharic, datasets/amharic_demo) are spoiled the ways recordings are spoiled:
 white noise at 20, 10, 5 and 0 dB SNR (against each clip's own mean power), a reverberant copy (an
 exponentially decaying noise impulse response, RT60 0.6 s, mixed with the dry signal) and hard clipping
-(gain x4, cut at full scale). Each copy is scored by
+(gain x4, cut at full scale); a clean copy trimmed tightly (no pause left at its ends) shows that a tight cut
+is not taken for noise. Each copy is scored by
 
 - DNSMOS P.835 (``speechmos``, ONNX): overall (OVRL), signal (SIG) and background (BAK), as
   ``xtts_ft.quality.predictor`` runs it (one 9.01 s window);
@@ -31,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import librosa
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +72,8 @@ CONDITIONS = {
     "noise_0db": lambda y, rng: add_noise(y, 0, rng),
     "reverb_0.6s": reverberate,
     "clipped_x4": lambda y, rng: np.clip(CLIP_GAIN * y, -1.0, 1.0),
+    # clean, but trimmed as tightly as librosa.effects.trim(top_db=20) does: no pause left at either end
+    "trimmed_tight": lambda y, rng: librosa.effects.trim(y, top_db=20)[0],
 }
 
 

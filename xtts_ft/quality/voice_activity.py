@@ -8,11 +8,11 @@ pauses with silero's hysteresis (speech starts at ``threshold`` and ends below `
 
 :func:`snr_db` is the SNR estimate of prepare, ``assess`` and the evaluation: the mean power of the speech
 windows against the noise floor, a low percentile of the power of the pause windows at least one window
-away from speech (so a word's onset or decay in a window marked as pause does not count as noise); a clip
-cut so tightly that silero finds no pause in it (noise keeps silero's speech on through short gaps) has
-the quietest of all its windows, the gaps between sounds, stand in for the pauses. Digital silence
-counts as NOISE_FLOOR_DB, so a clean synthetic clip has a large finite SNR, not infinity. A clip with too
-little speech or no pause gives no estimate (None): there is nothing to compare.
+away from speech, or of all windows (the clip's quietest moments) where that is lower: silero's mistakes
+(the first windows of a clip, a word's onset or decay marked as pause) only ever raise the pauses' floor, and
+a clip cut tightly has no pause at all. Digital silence counts as NOISE_FLOOR_DB, so a clean synthetic clip
+has a large finite SNR, not infinity. A clip with too little speech (silero hears none in a tone) gives no
+estimate (None).
 """
 
 from __future__ import annotations
@@ -35,10 +35,14 @@ HYSTERESIS = 0.15
 NOISE_FLOOR_DB = -100.0  # a pause of digital zeros counts as this level
 MIN_SPEECH_WINDOWS = 3  # about 0.1 s of speech
 MIN_PAUSE_WINDOWS = 3  # about 0.1 s of pause
-# The noise floor: this percentile of the pause windows' power. Not their median: silero calls a few windows
-# of a word's start or end a pause, and in a clip with few pauses those would lift a median towards speech.
+# The noise floor: this percentile of the pause windows' power (not their median: silero calls a few windows of a
+# word's start or end a pause, and its first window or two of a clip, before it has heard anything, are often
+# called pauses whatever they hold) ...
 PAUSE_PERCENTILE = 20
-QUIET_PERCENTILE = 5  # without pauses: this percentile of all windows' power is the noise floor
+# ... or this percentile of all windows' power, the quietest of the clip, when that is lower: the floor cannot lie
+# above the clip's quietest moments, and a clip cut tightly has no pause at all (noise keeps silero's speech on
+# through short gaps, too)
+QUIET_PERCENTILE = 2
 
 
 def speech_probabilities(audio: np.ndarray) -> np.ndarray:
@@ -94,10 +98,9 @@ def snr_db(audio: np.ndarray, mask: np.ndarray) -> Optional[float]:
     power = window_power(np.asarray(audio, np.float64).reshape(-1), len(mask))
     near_speech = mask | np.concatenate(([False], mask[:-1])) | np.concatenate((mask[1:], [False]))
     pause = ~near_speech if (~near_speech).sum() >= MIN_PAUSE_WINDOWS else ~mask
+    floor = float(np.percentile(power, QUIET_PERCENTILE))
     if pause.sum() >= MIN_PAUSE_WINDOWS:
-        floor = float(np.percentile(power[pause], PAUSE_PERCENTILE))
-    else:  # no pause to speak of (a tightly cut clip): the quietest windows, the gaps between sounds, stand in
-        floor = float(np.percentile(power, QUIET_PERCENTILE))
+        floor = min(floor, float(np.percentile(power[pause], PAUSE_PERCENTILE)))
     noise = max(floor, 10.0 ** (NOISE_FLOOR_DB / 10.0))
     speech = float(power[mask].mean())
     return round(10.0 * np.log10(max(speech - noise, noise * 1e-3) / noise), 2)
