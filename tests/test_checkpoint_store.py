@@ -96,6 +96,8 @@ def test_best_follows_each_metric_and_nan_or_missing_is_never_best(scored_run):
     assert scored_run.best("cer_similarity").name == "step_000300"
     assert score_of("eval_loss", {"eval_loss": math.nan}) is None and score_of("cer", {"eval_loss": 1.0}) is None
     assert score_of("cer_similarity", {"sample_cer": 0.2, "sample_speaker_similarity": 0.6}) == pytest.approx(0.4)
+    assert score_of("tail_rate", {"sample_tail_rate": 0.25, "sample_cer": 0.1}) == 0.25  # fewer that kept talking
+    assert is_better("tail_rate", {"sample_tail_rate": 0.0}, {"sample_tail_rate": 0.5})
     # the trainer's in-memory best uses the same rule
     assert is_better("eval_loss", 1.0, None) and is_better("eval_loss", 1.0, 2.0) and not is_better("eval_loss", 2.0, 1.0)
     assert not is_better("eval_loss", math.nan, None) and not is_better("cer", None, 0.5)

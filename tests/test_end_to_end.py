@@ -45,9 +45,19 @@ def test_smoke_run_writes_every_output(demo_run):
     last_eval = [m for m in metrics(run_dir) if m.get("split") == "eval"][-1]
     assert 0.0 <= last_eval["sample_cer"] and -1.0 <= last_eval["sample_speaker_similarity"] <= 1.0
     assert "sample_stop_rate_short" in last_eval and "sample_cer_short" in last_eval
+    # listened to (evaluation.quality): predicted quality against the recordings', and the tail rate
+    assert 1.0 <= last_eval["sample_quality_mos"] <= 5.0 and 1.0 <= last_eval["reference_quality_mos"] <= 5.0
+    assert last_eval["quality_mos_difference"] == pytest.approx(
+        last_eval["sample_quality_mos"] - last_eval["reference_quality_mos"])
+    assert "Predicted quality is DNSMOS" in html and "short-text tail rate" in html
+    assert report["snr"]["measured"] == report["kept"] and report["snr"]["min"] > report["snr"]["min_snr_db"]
     assert "heard:" in html and "Character error rate" in html and "Speaker similarity" in html
     index = [json.loads(line) for line in (run_dir / "samples" / "index.jsonl").read_text().splitlines()]
     sample = index[-1]["samples"][0]
+    # a tail where the sample is long enough to hold its text (the random model's first one is; at step 60 it may stop
+    # before: no alignment, no tail)
+    assert 0.0 <= index[0]["metrics"]["sample_tail_rate"] <= 1.0 and "sample_tail_rate_short" in index[0]["metrics"]
+    assert all(s["tail_s"] is not None or s["duration_s"] < 0.5 for r in index for s in r["samples"])
     assert isinstance(sample["recognized_text"], str) and sample["cer"] is not None
     assert "report.html" in demo_run.stderr  # the closing summary names the outputs
     summary = json.loads((run_dir / "summary.json").read_text())  # the end names the best checkpoint and its step

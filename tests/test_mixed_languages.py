@@ -50,7 +50,7 @@ def test_mixed_language_run_trains_and_reports_both(tmp_path: Path, tiny_base_di
                      "lr": 1e-3, "min_conditioning_s": 0.5, "max_conditioning_s": 1.5, "cpu_threads": 1,
                      "cache_dvae_codes": False},
         "precision": {"mode": "fp32"},
-        "evaluation": {"every_steps": 0, "eval_at_start": False, "recognize": False, "mcd_clips": 0,
+        "evaluation": {"every_steps": 0, "eval_at_start": False, "recognize": False, "quality": False, "mcd_clips": 0,
                        "max_new_tokens": 10, "sentences": ["ሰላም።"], "max_speakers": 1},
         "checkpoint": {"best_metric": "eval_loss"},
     }

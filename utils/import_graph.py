@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "tempfiles", "safe_load", "stop_signals", "layout", "model_folder", "config",
                     "output_folder", "stages", "audio_io", "input_hash", "languages", "training_state", "figures",
                     "lora_weights", "run_lock", "json_types", "run_history", "stop_report", "speech_device", "peers")),
+    ("quality", ("quality",)),
     ("text", ("text", "text_settings")),
     ("tokenizer", ("tokenizer",)),
     ("models", ("base_model", "random_model", "model", "gpt_targets", "gpt_forward", "gpt_compile")),
@@ -49,6 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("run folder", ("run_folder",)),
     ("evaluate", ("evaluate",)),
     ("ingest", ("ingest",)),
+    ("assess", ("assess",)),
     ("pipeline", ("pipeline",)),
     ("serve", ("serve",)),
     ("publish", ("publish",)),
@@ -81,6 +83,8 @@ ADAPTERS: dict[str, str] = {
     "datasets": "xtts_ft.data.hf_source",
     "silero_vad": "xtts_ft.ingest.vad",
     "peft": "xtts_ft.train.trainable",
+    "onnxruntime": "xtts_ft.quality.onnx_models",  # silero-vad's whole-clip model and DNSMOS (prepare's workers too)
+    "speechmos": "xtts_ft.quality.onnx_models",
     "matplotlib": "xtts_ft.figures",  # at the bottom: the dataset report (data) draws too, not only evaluate
 }
 

@@ -25,7 +25,7 @@ from xtts_ft.training_state import FORMAT
 
 # --- "better by metric" (checkpoint.best_metric) --------------------------------------------------
 
-BEST_METRICS = ("eval_loss", "cer", "cer_similarity")
+BEST_METRICS = ("eval_loss", "cer", "cer_similarity", "tail_rate")
 SIMILARITY_WEIGHT = 0.5  # cer_similarity: 5 points of CER make up for 0.1 of speaker similarity
 
 
@@ -33,7 +33,8 @@ def score_of(metric: str, evals: Optional[JsonMapping]) -> Optional[float]:
     """One evaluation's score under ``metric`` (lower is better); None when it lacks the metric or is not finite.
 
     ``eval_loss``: the teacher-forced eval loss; ``cer``: ``sample_cer``, the samples' character error rate
-    as the recogniser hears them; ``cer_similarity``: ``sample_cer + 0.5 * (1 - sample_speaker_similarity)``.
+    as the recogniser hears them; ``cer_similarity``: ``sample_cer + 0.5 * (1 - sample_speaker_similarity)``;
+    ``tail_rate``: ``sample_tail_rate``, the share of samples that kept talking after their text.
     """
     if metric not in BEST_METRICS:
         raise ValueError(f"unknown best metric {metric!r}; expected one of {BEST_METRICS}")
@@ -43,6 +44,8 @@ def score_of(metric: str, evals: Optional[JsonMapping]) -> Optional[float]:
         value = evals.get("eval_loss")
     elif metric == "cer":
         value = evals.get("sample_cer")
+    elif metric == "tail_rate":
+        value = evals.get("sample_tail_rate")
     else:
         cer, sim = evals.get("sample_cer"), evals.get("sample_speaker_similarity")
         value = None if cer is None or sim is None else float(cer) + SIMILARITY_WEIGHT * (1.0 - float(sim))

@@ -57,6 +57,8 @@ COMMANDS: dict[str, Command] = {
                       arguments.export, "xtts_ft.commands.models:export"),
     "transcribe": Command("Print path<TAB>recognised text for each audio file (asr.model).",
                           arguments.transcribe, "xtts_ft.commands.recordings:transcribe"),
+    "assess": Command("Print path, predicted quality (mos), SNR, speech after the text (tail_s) and CER per audio file.",
+                      arguments.assess, "xtts_ft.commands.recordings:assess"),
     "score": Command("Say the evaluation sentences; print CER, speaker similarity and stop rate.",
                      arguments.score, "xtts_ft.commands.models:score"),
     "ingest": Command("Cut long recordings into a dataset (metadata.csv, wavs/, segments.tsv, report).",

@@ -60,6 +60,7 @@ CHECKPOINTS_DIR = "checkpoints"
 SAMPLES_DIR = "samples"
 INDEX_FILE = "index.jsonl"  # samples/index.jsonl: one record per evaluation
 CER_FLOOR_FILE = "cer_floor.json"  # samples/cer_floor.json: the recogniser's CER on the real eval recordings
+REFERENCE_QUALITY_FILE = "reference_quality.json"  # samples/: the predicted quality of the real eval recordings
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -157,6 +158,7 @@ class RunLayout(_Folder):
     samples = property(lambda self: self.root / SAMPLES_DIR)
     samples_index = property(lambda self: self.samples / INDEX_FILE)
     cer_floor = property(lambda self: self.samples / CER_FLOOR_FILE)
+    reference_quality = property(lambda self: self.samples / REFERENCE_QUALITY_FILE)
     # the history files (samples_index above, metrics, events): only xtts_ft/run_history.py opens them
     metrics = property(lambda self: self.root / METRICS_FILE)
     events = property(lambda self: self.root / EVENTS_FILE)

@@ -24,6 +24,7 @@ from typing import Optional, Union
 
 from xtts_ft import stages
 from xtts_ft.asr.recognizer import Recognizer
+from xtts_ft.assess.listener import sample_listener
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config, dump_config
@@ -337,9 +338,11 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
 
     tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
     refs = pick_references(cfg.evaluation, data_dir, cfg.run.language)
+    recognizer = load_eval_recognizer(cfg)
     return make_eval_hook(
         cfg, run_dir, tokenizer, refs.speaker_wavs, refs.eval_clips, refs.seconds_per_char_range,
-        recognizer=load_eval_recognizer(cfg), languages=language_evals(cfg, data_dir),  # CER per language
+        recognizer=recognizer, languages=language_evals(cfg, data_dir),  # CER per language
+        listener=sample_listener(cfg, recognizer),  # predicted quality, speech after the text
     )
 
 

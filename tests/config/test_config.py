@@ -246,12 +246,20 @@ def test_hf_path_may_be_a_hub_id_or_a_file(tmp_path):
         config_from_dict({"dataset": {"path": "./missing.parquet", "format": "hf"}})
 
 
-def test_a_cer_best_metric_needs_the_recogniser():
+def test_a_cer_best_metric_needs_the_recogniser(tmp_path):
     """checkpoint.best_metric cer is scored by the recogniser: without evaluation.recognize the run is refused."""
     with pytest.raises(ConfigError, match="checkpoint.best_metric"):
         config_from_dict({"checkpoint": {"best_metric": "cer"}, "evaluation": {"recognize": False}})
     with pytest.raises(ConfigError, match="best_metric"):
         config_from_dict({"checkpoint": {"best_metric": "wer"}})
+    # tail_rate: the samples must be listened to (and heard: the text is aligned by the recogniser)
+    tail = {"checkpoint": {"best_metric": "tail_rate"}, "dataset": {"path": str(tmp_path)}}
+    assert config_from_dict(tail).checkpoint.best_metric == "tail_rate"
+    with pytest.raises(ConfigError, match="'tail_rate' needs the samples listened to"):
+        config_from_dict({"checkpoint": {"best_metric": "tail_rate"}, "evaluation": {"quality": False}})
+    with pytest.raises(ConfigError, match="early_stopping.metric: 'tail_rate' needs the samples listened to"):
+        config_from_dict({"training": {"early_stopping": {"enabled": True, "metric": "tail_rate"}},
+                          "evaluation": {"quality": False, "every_steps": 10}})
 
 
 def test_a_bare_config_name_is_found_in_the_project_configs(tmp_path, monkeypatch, caplog):

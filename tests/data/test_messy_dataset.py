@@ -13,6 +13,7 @@ import numpy as np
 import soundfile as sf
 
 from tests.data.datahelpers import SENTENCES, ethiopic_only, make_cfg, read_tsv, standin_normalize, tone, write_audio
+from tests.fixtures.spoiled_audio import demo_clip, with_noise
 from xtts_ft.data import REASONS, prepare_dataset, read_metadata
 
 S = SENTENCES
@@ -49,6 +50,10 @@ def _build(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
     write_audio(w / "zz_dup_text.wav", 2.0, freq=370)
     write_audio(w / "eval_ok.wav", 2.0, freq=390)
     write_audio(w / "eval_extra.wav", 2.0, freq=410)
+    for name in ("spk1_001", "spk2_001"):  # real speech (silero hears none in a tone): clean, and at 5 dB SNR
+        speech, _ = demo_clip(name)
+        sf.write(str(w / f"{name}_clean.wav"), speech, 22050)
+        sf.write(str(w / f"{name}_noisy.wav"), with_noise(speech, 5.0), 22050, subtype="FLOAT")
 
     # metadata_train.csv: BOM, CRLF, header in another column order with an extra column.
     train = [  # (speaker, audio_file, text, expected)
@@ -79,6 +84,10 @@ def _build(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
         ("ann", "wavs/cps.wav", "ሀሁ", "chars_per_second"),
         ("ann", "wavs/zz_dup_audio.wav", S[8], "duplicate_audio"),
         ("ann", "wavs/zz_dup_text.wav", S[1], "duplicate_text"),
+        ("cat", "wavs/spk1_001_clean.wav", S[11], "keep"),
+        ("cat", "wavs/spk2_001_clean.wav", S[12], "keep"),
+        ("cat", "wavs/spk1_001_noisy.wav", S[13], "noisy"),
+        ("cat", "wavs/spk2_001_noisy.wav", S[14], "noisy"),
     ]
     if HAVE_FFMPEG:  # only this clip depends on the ffmpeg binary (to write an MP3)
         src = write_audio(tmp_path / "m_src.wav", 2.0, sr=44100, freq=250)
@@ -120,13 +129,18 @@ def test_every_clip_is_kept_or_rejected_with_its_reason(tmp_path: Path):
     assert report.kept == len(kept_texts) == len(rows) == report.kept_train + report.kept_eval
     assert Counter(r["text"] for r in rows) == Counter(kept_texts)  # nothing valid was lost
     assert report.total == len(expected)
-    assert report.speakers == {"ann": len(kept_texts) - 3, "bob": 3}
+    assert report.speakers == {"ann": len(kept_texts) - 5, "bob": 3, "cat": 2}
     assert sorted(os.listdir(out / "wavs")) == sorted(Path(r["audio_file"]).name for r in rows)
 
     data = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert data["rejected"] == report.rejected and data["kept"] == report.kept
     assert data["examples"]["outside_root"][0]["where"].startswith("metadata_train.csv:")
     assert data["hours"] > 0 and data["duration_stats"]["count"] == report.kept
+    # the SNR estimate: only the demo copies hold speech (a tone gives no estimate); the noisy ones were measured too
+    assert data["snr"]["measured"] == 4 and data["snr"]["noisy"] == 2 and data["snr"]["min_snr_db"] == 15.0
+    assert data["snr"]["min"] < 15.0 < data["snr"]["median"]
+    assert "snr_values" not in data
     text = (out / "report.txt").read_text(encoding="utf-8")
-    assert "duplicate_text" in text and "Kept" in text
+    assert "duplicate_text" in text and "Kept" in text and "SNR estimate of 4 clip(s)" in text
+    assert "Warning: 2 of 4 clips (50%) are noisy" in text  # more than a tenth of the measured clips
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

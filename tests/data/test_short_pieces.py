@@ -25,7 +25,7 @@ from xtts_ft.data.checks import assign_names
 from xtts_ft.data.derived import DerivedPiece, SourceClip, add_pieces, pieces_wanted
 from xtts_ft.data.report import PIECES_FILE, SHORT_TEXT_CHARS, PrepareReport
 from xtts_ft.errors import ConfigError, ModelError
-from xtts_ft.ingest.short_pieces import ShortPieceMaker, _Aligner, cut
+from xtts_ft.ingest.short_pieces import ShortPieceMaker, WordAligner, cut
 from xtts_ft.stop_signals import StopRequested, StopSignals
 from xtts_ft.text.error_rates import error_rates
 from xtts_ft.text_settings import make_normalizer
@@ -128,7 +128,7 @@ def test_no_piece_fails_the_cut_ending_check_and_a_cut_word_would(demo, recogniz
     texts = {r[0]: r[1] for r in _csv_rows(out / "metadata_train.csv")}
     settings = AudioSettings.from_config(_demo_cfg())
     assert settings.cut_ending is not None
-    aligner = _Aligner(recognizer, IngestConfig().window_s)
+    aligner = WordAligner(recognizer, IngestConfig().window_s)
     cut_words = 0
     for i, row in enumerate(_tsv(out)):
         wav = out / "wavs" / names[row["source"]]
@@ -225,7 +225,7 @@ def test_a_stop_while_a_clip_is_aligned_names_the_short_pieces_not_ingest(recogn
     y, rate = load_audio(DEMO / row[0])
     with StopSignals() as signals, pytest.raises(StopRequested) as stop:
         signals.request()
-        _Aligner(recognizer, IngestConfig().window_s).word_spans(y, rate, NORMALIZE(row[1]).split(), 0.4)
+        WordAligner(recognizer, IngestConfig().window_s).word_spans(y, rate, NORMALIZE(row[1]).split(), 0.4)
     assert str(stop.value) == "prepare (making short clips)"
 
 

@@ -1,13 +1,16 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 import soundfile as sf
 
 from tests.evaluate.evalhelpers import MAX_NEW_TOKENS, SR, train_steps, voice_like
+from xtts_ft.assess.listener import Heard
 from xtts_ft.config import config_from_dict
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.hook import make_eval_hook
+from xtts_ft.evaluate.listening import reference_quality
 from xtts_ft.evaluate.report import write_report
 
 
@@ -25,6 +28,18 @@ class HearsPeterPiper:
         return ["peter piper" for _ in paths]
 
 
+class FixedListener:
+    """A stand-in for xtts_ft.assess.listener.Listener: samples rate 2.0 and run on for 0.5 s, recordings rate 3.0."""
+
+    def __init__(self):
+        self.heard = []
+
+    def listen_file(self, path, text=None):
+        self.heard.append(Path(path).name)
+        sample = Path(path).parent.name.startswith("step_")
+        return Heard(2.0 if sample else 3.0, 20.0, 0.5 if sample and text else None)
+
+
 def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(trained, tokenizer, speaker_wav, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
@@ -37,8 +52,9 @@ def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(train
         sf.write(str(wavs / f"clip_{i}.wav"), voice_like(2.0, seed=10 + i), SR)
         clips.append((wavs / f"clip_{i}.wav", "peter piper"))
     writer = SummaryWriter(str(run_dir / "tensorboard"))
+    listener = FixedListener()
     hook = make_eval_hook(_cfg(tmp_path, run_dir), run_dir, tokenizer, [speaker_wav], clips, (0.01, 10.0), writer=writer,
-                          recognizer=HearsPeterPiper())
+                          recognizer=HearsPeterPiper(), listener=listener)
 
     trained.train()
     keys = set(trained.state_dict())
@@ -74,7 +90,15 @@ def test_eval_hook_writes_samples_index_tensorboard_and_restores_the_model(train
     assert floor["clips"] == 2 and floor["cer_floor"] == 0.0  # the real clips say exactly their text
     assert metrics["sample_cer"] > 0  # the samples were asked for "the quick fox"
 
+    # listened to: the samples (not the MCD clips) and the real clips once; the tail rate short texts first
+    assert listener.heard == ["voice_a_0.wav", "clip_0.wav", "clip_1.wav"]
+    assert metrics["sample_quality_mos"] == 2.0 and metrics["reference_quality_mos"] == 3.0
+    assert metrics["quality_mos_difference"] == -1.0
+    assert metrics["sample_tail_rate"] == metrics["sample_tail_rate_short"] == 1.0  # 0.5 s > evaluation.max_tail_s
+    assert record["samples"][0]["tail_s"] == 0.5 and record["samples"][0]["quality_mos"] == 2.0
+
     html = write_report(run_dir).read_text(encoding="utf-8")
+    assert "2 / 3 (-1.00)" in html and "trained on English listeners" in html and "Tail rate is the share" in html
     assert "against a floor of 0</td>" in html
     assert html.count("<audio") == 3  # the sample, the MCD sample and its recording
     assert 'src="samples/step_000005/voice_a_0.wav"' in html and 'src="data/wavs/clip_0.wav"' in html
@@ -91,3 +115,17 @@ def test_eval_hook_refuses_missing_references_at_construction(tokenizer, speaker
     # clips beyond evaluation.mcd_clips are never read, so they are not checked
     make_eval_hook(_cfg(tmp_path, tmp_path / "run", mcd_clips=0), tmp_path / "run", tokenizer, [speaker_wav],
                    [(tmp_path / "gone.wav", "x")], None)
+
+
+def test_the_recordings_quality_is_measured_once_per_run_and_again_for_other_clips(tmp_path):
+    clips = []
+    for i in range(3):
+        sf.write(str(tmp_path / f"clip_{i}.wav"), voice_like(1.0, seed=i), SR)
+        clips.append((tmp_path / f"clip_{i}.wav", "text"))
+    listener = FixedListener()
+    assert reference_quality(tmp_path / "run", listener, clips, 2) == 3.0
+    assert reference_quality(tmp_path / "run", listener, clips, 2) == 3.0  # read back: not listened to again
+    assert listener.heard == ["clip_0.wav", "clip_1.wav"]
+    assert reference_quality(tmp_path / "run", listener, clips, 3) == 3.0  # another set of clips: measured again
+    assert len(listener.heard) == 5
+    assert reference_quality(tmp_path / "run", listener, clips, 0) is None

@@ -11,7 +11,8 @@ from huggingface_hub import metadata_load
 
 from xtts_ft.publish.card import CardFacts, render_card
 
-METRICS = {"sample_cer": 0.4, "sample_speaker_similarity": 0.977, "sample_stop_rate": 1.0}
+METRICS = {"sample_cer": 0.4, "sample_speaker_similarity": 0.977, "sample_stop_rate": 1.0, "sample_tail_rate": 0.25,
+           "sample_quality_mos": 2.1, "reference_quality_mos": 2.9}
 
 
 def _card(base_model: str, tmp_path) -> tuple[dict, str]:
@@ -40,6 +41,10 @@ def test_an_xtts_v2_base_is_named_in_the_metadata_and_the_text(tmp_path, base):
     assert meta["base_model"] == "coqui/XTTS-v2" and "xtts-v2" in meta["tags"]
     assert "the speaker encoder and HiFi-GAN decoder are XTTS-v2's" in card
     assert "| 0.977 |" in card and "meaningless" not in card
+    # the listening figures, each with what it cannot say
+    assert "| tail rate (samples that kept talking after their text) | 0.25 |" in card
+    assert "| predicted quality of the samples (DNSMOS, 1-5) | 2.1 |" in card and "| 2.9 |" in card
+    assert "trained on English listeners' ratings" in card and "never alone" in card
 
 
 def test_how_to_use_serves_with_a_voice_and_asks_for_it(tmp_path):

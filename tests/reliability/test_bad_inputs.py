@@ -67,7 +67,7 @@ GOOD = {
                  "min_conditioning_s": 0.5, "max_conditioning_s": 1.5},
     "precision": {"mode": "fp32"},
     "evaluation": {"every_steps": 0, "eval_at_start": False, "sentences": ["ሰላም"], "max_new_tokens": 4,
-                   "mcd_clips": 0, "max_speakers": 1},
+                   "mcd_clips": 0, "max_speakers": 1, "quality": False},
 }
 
 

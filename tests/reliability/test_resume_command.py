@@ -53,7 +53,7 @@ def test_the_printed_resume_command_continues_the_same_run(tmp_path, tiny_base):
                      "min_conditioning_s": 0.5, "max_conditioning_s": 1.5},
         "precision": {"mode": "fp32"},
         "evaluation": {"every_steps": 0, "eval_at_start": False, "sentences": ["ሰላም"], "max_new_tokens": 4,
-                       "mcd_clips": 0, "max_speakers": 1, "recognize": False},
+                       "mcd_clips": 0, "max_speakers": 1, "recognize": False, "quality": False},
         "asr": {"model": str(REPO / "xtts_ft" / "asr" / "small_model")},  # the committed recogniser: no download
     }
     (ws / "c.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")

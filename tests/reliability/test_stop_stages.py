@@ -49,7 +49,7 @@ def write_config(ws, tiny_base):
         "checkpoint": {"every_steps": 100},
         "precision": {"mode": "fp32"},
         "evaluation": {"every_steps": 0, "eval_at_start": False, "sentences": ["ሰላም"], "max_new_tokens": 2,
-                       "mcd_clips": 0, "max_speakers": 1, "recognize": False},
+                       "mcd_clips": 0, "max_speakers": 1, "recognize": False, "quality": False},
         "asr": {"model": str(REPO / "xtts_ft" / "asr" / "small_model")},  # the committed recogniser: no download
     }
     path = ws / "c.yaml"

@@ -28,6 +28,7 @@ def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
     cmd = torchrun_command(HEADLESS_RANKS, out, "--config", "configs/demo.yaml", "--max-steps", "2",
                            "--set", f"run.output_dir={run}", "--set", f"base_model.source={tmp_path / 'tiny_base'}",
                            "--set", "evaluation.every_steps=0", "--set", "evaluation.mcd_clips=0",
+                           "--set", "evaluation.quality=false",
                            # the end-of-run evaluation as the demo fixture makes it (tests/fixtures/demo_run.py):
                            # one short sample instead of eight of 100 tokens (a random model never stops)
                            "--set", f"evaluation.sentences=['{DEMO_SENTENCE}']", "--set", "evaluation.max_new_tokens=20",

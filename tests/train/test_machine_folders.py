@@ -119,8 +119,9 @@ def test_a_machine_with_its_own_folder_gets_rank0s_fine_tuned_dvae(tmp_path):
 
 
 def test_a_named_checkpoint_is_checked_by_rank_0_whose_disk_holds_it(monkeypatch):
+    given = "checkpoint.resume=/machine0/run/checkpoints/step_000002"
     monkeypatch.setenv("RANK", "1")  # another machine's rank: the path need not exist there
-    assert load_config("configs/demo.yaml", ["checkpoint.resume=/machine0/run/checkpoints/step_000002"])
+    assert load_config("configs/demo.yaml", [given])
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(ConfigError, match="checkpoint.resume=/machine0/run/checkpoints/step_000002: '/machine0/run/checkpoints/step_000002' is not auto"):
-        load_config("configs/demo.yaml", ["checkpoint.resume=/machine0/run/checkpoints/step_000002"])
+    with pytest.raises(ConfigError, match=f"{given}: '/machine0/run/checkpoints/step_000002' is not auto"):
+        load_config("configs/demo.yaml", [given])

@@ -66,7 +66,7 @@ def demo_config(tmp_path_factory, tiny_base_dir) -> Path:
     raw["training"].update(max_steps=100_000, batch_size=2, warmup_steps=2, log_every=2, num_workers=0)
     raw["checkpoint"].update(every_steps=100)  # saved at the stop and at the end
     raw["evaluation"].update(every_steps=0, eval_at_start=True, sentences=["ሰላም ለዓለም።"], max_new_tokens=20,
-                              mcd_clips=0)
+                              mcd_clips=0, quality=False)  # listening: the demo run's tests (tests/test_end_to_end.py)
     path = tmp_path_factory.mktemp("webapp_config") / "demo_short.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
     return path

@@ -20,7 +20,9 @@ def test_the_listen_pieces_show_the_latest_evaluation_of_each_step(tmp_path: Pat
     index.parent.mkdir(parents=True)
     lines = [{"step": 2, "metrics": {"sample_cer": 0.5}, "samples": [_sample(2, 0.5)]},
              {"step": 4, "metrics": {"sample_cer": 0.75}, "samples": [_sample(4, 0.75)]},
-             {"step": 4, "metrics": {"sample_cer": 0.25}, "samples": [_sample(4, 0.25)]}]  # step 4 evaluated again
+             {"step": 4, "metrics": {"sample_cer": 0.25, "sample_quality_mos": 1.5, "reference_quality_mos": 2.5,
+                                     "sample_tail_rate": 0.5, "sample_tail_rate_short": 1.0},
+              "samples": [_sample(4, 0.25)]}]  # step 4 evaluated again
     index.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines) + '{"step": 6, "sam',
                      encoding="utf-8")  # the last line cut short by a kill
 
@@ -28,6 +30,9 @@ def test_the_listen_pieces_show_the_latest_evaluation_of_each_step(tmp_path: Pat
     table = run_view.samples_table(tmp_path, 4)
     assert "mean CER 0.250" in table and "ሰላም ነው" in table and "1 samples" in table and "step_000004" in table
     assert run_view.samples_table(tmp_path, 6) == "<p>No samples for this step.</p>"
+    # the listening figures with what they mean; an evaluation without them shows neither
+    assert "predicted quality 1.50 against 2.50 for your recordings (-1.00), tail rate 0.50 (short texts 1.00)" in table
+    assert "trained on English" in table and "trained on English" not in run_view.samples_table(tmp_path, 2)
     assert run_view.sample_names(tmp_path, 2) == [("0: ሰላም ነው (spk)", "s0_spk")]
     assert run_view.sample_names(tmp_path, 6) == []
     player = run_view.sample_player(tmp_path, 4, "s0_spk", best=4)

@@ -124,12 +124,22 @@ def normalize(p: Parser) -> None:
     add_fold_argument(p)
 
 
-def transcribe(p: Parser) -> None:
-    p.add_argument("--config", required=True, help="Run config (YAML) whose asr section names the recogniser.")
+def _audio_files_with_config(p: Parser, config_help: str, verb: str) -> None:
+    """--config (its asr section names the recogniser), --set, and the audio files or folders to ``verb``."""
+    p.add_argument("--config", required=True, help=config_help)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override a config value.")
+    p.add_argument("audio", nargs="+", help=f"Audio files to {verb}, or folders of them (the audio files directly in "
+                                            f"each folder, by name).")
+
+
+def transcribe(p: Parser) -> None:
+    _audio_files_with_config(p, "Run config (YAML) whose asr section names the recogniser.", "recognise")
     p.add_argument("--model", help="Recogniser repo id or folder instead of the config's asr.model.")
-    p.add_argument("audio", nargs="+", help="Audio files to recognise, or folders of them (the audio files directly "
-                                            "in each folder, by name).")
+
+
+def assess(p: Parser) -> None:
+    _audio_files_with_config(p, "Run config (YAML): asr.model hears the texts (with --texts).", "score")
+    p.add_argument("--texts", help="path<TAB>text lines (as transcribe prints): each file's text, for tail_s and cer.")
 
 
 def ingest(p: Parser) -> None:

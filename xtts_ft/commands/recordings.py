@@ -1,4 +1,5 @@
-"""``python -m xtts_ft transcribe`` and ``ingest``: their run functions (both load the recogniser's packages).
+"""``python -m xtts_ft transcribe``, ``assess`` and ``ingest``: their run functions (they load the recogniser's
+packages).
 
 Their options are in commands/arguments.py; cli.py imports this module only once one of them was chosen.
 """
@@ -10,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from xtts_ft.asr.command import transcribe_command
+from xtts_ft.assess.command import assess_command
 from xtts_ft.commands.common import command, load_config_from, setup_logging
 from xtts_ft.config import Config
 from xtts_ft.errors import ConfigError
@@ -22,6 +24,12 @@ from xtts_ft.stop_signals import StopRequested
 def transcribe(args: argparse.Namespace) -> int:
     setup_logging(None, args.verbose)
     return transcribe_command(load_config_from(args), args.audio, args.model)
+
+
+@command()
+def assess(args: argparse.Namespace) -> int:
+    setup_logging(None, args.verbose)
+    return assess_command(load_config_from(args), args.audio, Path(args.texts) if args.texts else None)
 
 
 @command()

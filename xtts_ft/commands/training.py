@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from xtts_ft.assess.listener import sample_listener
 from xtts_ft.commands.common import command, config_of, report_rerun, setup_logging
 from xtts_ft.config.loading import locate_config
 from xtts_ft.evaluate.standalone import evaluate_run
@@ -89,7 +90,7 @@ def _headless_run(args: argparse.Namespace, cfg) -> int:
     print_header(cfg, locate_config(args.config))
     if args.evaluate:
         try:
-            report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None)
+            report = evaluate_run(cfg, Path(args.checkpoint) if args.checkpoint else None, sample_listener)
         except StopRequested as stop:  # the half-done samples are gone; the run folder records the stop
             signals = active_signals()
             report_rerun(str(stop), signals.signal_name if signals else None, getattr(args, "command_line", None),

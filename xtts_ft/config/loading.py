@@ -282,11 +282,17 @@ def config_from_dict(raw: Any, source: str = "<config>", given: Sequence[tuple[s
     if cfg.checkpoint.best_metric != "eval_loss" and not cfg.evaluation.recognize:
         problems.append(f"checkpoint.best_metric: '{cfg.checkpoint.best_metric}' needs the sample CER; "
                         f"set evaluation.recognize: true or best_metric: eval_loss")
+    if cfg.checkpoint.best_metric == "tail_rate" and not cfg.evaluation.quality:
+        problems.append("checkpoint.best_metric: 'tail_rate' needs the samples listened to; set evaluation.quality: "
+                        "true or another best_metric")
     stopping = cfg.training.early_stopping
     metric = cfg.checkpoint.best_metric if stopping.metric == "best_metric" else stopping.metric
     if stopping.enabled and metric != "eval_loss" and not cfg.evaluation.recognize:
         problems.append(f"training.early_stopping.metric: '{metric}' needs the sample CER; set evaluation.recognize: "
                         f"true or early_stopping.metric: eval_loss")
+    if stopping.enabled and stopping.metric == "tail_rate" and not cfg.evaluation.quality:
+        problems.append("training.early_stopping.metric: 'tail_rate' needs the samples listened to; set "
+                        "evaluation.quality: true or another early_stopping.metric")
     if stopping.enabled and cfg.evaluation.every_steps == 0:
         problems.append("training.early_stopping: needs evaluations during training; set evaluation.every_steps "
                         "(e.g. 1000) or early_stopping.enabled: false")

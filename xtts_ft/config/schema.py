@@ -155,6 +155,12 @@ class DatasetConfig:
     max_clipped_fraction: float = opt(0.01, "Reject clips with more than this share of samples at full scale.")
     num_workers: int = opt(0, "Processes for data preparation; 0 uses every CPU core.")
     silence_peak_db: float = opt(-60.0, "Reject a clip as silent when its peak is below this level, in dBFS.")
+    min_snr_db: Optional[float] = opt(
+        15.0,
+        "Reject a clip as noisy when its SNR estimate (silero-vad's speech windows against the noise floor of its "
+        "pauses, before trimming) is below this, in dB; null: off. 15 keeps every clean demo clip and rejects its "
+        "copies with white noise at 10 dB SNR or worse (docs/DESIGN.md, \"Quality predictor\").",
+    )
     short_clip_min_share: float = opt(
         0.05,
         "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
@@ -309,10 +315,11 @@ class TokenizerConfig:
 @dataclass
 class EarlyStoppingConfig:
     enabled: bool = opt(False, "Stop training when the metric has not improved for `patience` evaluations in a row.")
-    metric: Literal["best_metric", "eval_loss", "cer", "cer_similarity"] = opt(
+    metric: Literal["best_metric", "eval_loss", "cer", "cer_similarity", "tail_rate"] = opt(
         "best_metric",
         "What must keep improving: best_metric (the same as checkpoint.best_metric, so the step it names is the "
-        "checkpoint kept as best), eval_loss, cer or cer_similarity (xtts_ft/checkpoint_store.py score_of).",
+        "checkpoint kept as best), eval_loss, cer, cer_similarity or tail_rate (xtts_ft/checkpoint_store.py "
+        "score_of).",
     )
     patience: int = opt(3, "Evaluations in a row without an improvement before the run stops.")
     min_improvement: float = opt(
@@ -541,10 +548,12 @@ class CheckpointConfig:
     every_steps: int = opt(1000, "Save every this many optimizer steps (and always at the end).")
     keep_last: int = opt(3, "How many recent checkpoints to keep.")
     keep_best: bool = opt(True, "Also keep the best checkpoint by checkpoint.best_metric.")
-    best_metric: Literal["eval_loss", "cer", "cer_similarity"] = opt(
+    best_metric: Literal["eval_loss", "cer", "cer_similarity", "tail_rate"] = opt(
         "eval_loss",
         "What 'best' means: eval_loss; cer (mean CER of the evaluation samples, needs evaluation.recognize); "
-        "cer_similarity (CER + 0.5 x (1 - speaker similarity)). See xtts_ft/checkpoint_store.py (score_of).",
+        "cer_similarity (CER + 0.5 x (1 - speaker similarity)); tail_rate (sample_tail_rate, the share of samples "
+        "that kept talking after their text; needs evaluation.recognize and evaluation.quality). See "
+        "xtts_ft/checkpoint_store.py (score_of).",
     )
     resume: str = opt("auto", "auto (latest in the run dir), never, or a checkpoint path.")
     on_save_error: Literal["continue", "stop"] = opt(
@@ -601,6 +610,20 @@ class EvaluationConfig:
         "The CER floor: eval clips whose real recordings asr.model transcribes once per run; the report shows "
         "each checkpoint's CER against this floor (a sample is not heard better than the real voice); 0: off.",
     )
+    quality: bool = opt(
+        True,
+        "Listen to every sample: DNSMOS's predicted quality (sample_quality_mos, beside reference_quality_mos of the "
+        "real eval clips scored the same way) and, with recognize, the speech after the text's last word "
+        "(sample_tail_rate). DNSMOS was trained on English ratings: read the difference, not the number.",
+    )
+    quality_clips: int = opt(
+        20, "Real eval clips DNSMOS scores once per run for reference_quality_mos (the recordings' own score); 0: none."
+    )
+    max_tail_s: float = opt(
+        0.3,
+        "A sample 'kept talking' when more than this many seconds of speech follow its text's last word; "
+        "sample_tail_rate is the share of samples that did.",
+    )
     language_clips: int = opt(
         4,
         "Eval clips per other language of the run (one with a recogniser in asr.per_language) re-synthesised in "
@@ -620,6 +643,10 @@ class EvaluationConfig:
             problems.append("evaluation.mcd_clips: must be >= 0 (0 = no MCD)")
         if self.cer_floor_clips < 0:
             problems.append("evaluation.cer_floor_clips: must be >= 0 (0 = no CER floor)")
+        if self.quality_clips < 0:
+            problems.append("evaluation.quality_clips: must be >= 0 (0 = no reference quality)")
+        if self.max_tail_s <= 0:
+            problems.append(f"evaluation.max_tail_s: {self.max_tail_s} must be > 0 seconds, e.g. 0.3")
         if self.language_clips < 0:
             problems.append("evaluation.language_clips: must be >= 0 (0 = no CER for the run's other languages)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

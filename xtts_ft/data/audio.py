@@ -1,9 +1,11 @@
-"""The audio stage of one clip: decode, check, mono, resample, trim, normalise, write 16-bit WAV.
+"""The audio stage of one clip: decode, check, mono, resample, trim, normalise, write 16-bit WAV, and the
+SNR estimate of the clip as recorded (before trimming: its pauses and lead-in show the noise floor).
 
-:func:`process_audio` runs in worker processes, so this module imports only numpy,
-soundfile, soxr and the project's audio reader, and everything it receives and returns is a
-small picklable dataclass. Decoding is :func:`xtts_ft.audio_io.decode` (soundfile, then ffmpeg),
-the one way the project reads audio files; the rate clips are written at is ``DATASET_RATE``.
+:func:`process_audio` runs in worker processes, so this module imports only numpy, soundfile, soxr, the
+project's audio reader and :mod:`xtts_ft.quality.voice_activity` (silero-vad through onnxruntime, no torch),
+and everything it receives and returns is a small picklable dataclass. Decoding is
+:func:`xtts_ft.audio_io.decode` (soundfile, then ffmpeg), the one way the project reads audio files; the rate
+clips are written at is ``DATASET_RATE``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from xtts_ft.audio_io import (
     DecodeError,
     TooLongToDecode,
     decode,
+    resample,
     to_mono,
 )
 from xtts_ft.data.levels import EndingRule, cut_word
+from xtts_ft.quality.voice_activity import RATE as VAD_RATE
+from xtts_ft.quality.voice_activity import snr_db, speech_mask, speech_probabilities
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
@@ -87,6 +92,7 @@ class AudioResult:
     detail: str = ""
     duration_s: float = 0.0  # after trimming
     pcm_sha1: str = ""  # of the written 16-bit samples
+    snr_db: Optional[float] = None  # the SNR estimate of a clip that passed (None: no speech or pause to measure)
 
 
 def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
@@ -154,6 +160,7 @@ def process_audio(job: AudioJob) -> AudioResult:
         return reject("clipped", f"{clipped:.2%} of samples at full scale (limit {s.max_clipped_fraction:.2%})")
     y = soxr.resample(mono, rate, s.sample_rate, quality=s.quality) if rate != s.sample_rate else mono
     cut = cut_word(y, s.sample_rate, s.cut_ending) if s.cut_ending is not None else None
+    untrimmed = y
     y = trim_silence(y, s.trim_silence_db)
     duration = len(y) / s.sample_rate
     if duration < s.min_duration_s:
@@ -165,4 +172,11 @@ def process_audio(job: AudioJob) -> AudioResult:
     gain = s.peak_level / max(_peak(y), 1e-9) if s.loudness == "peak" else 1.0
     pcm = to_pcm16(y, gain)
     atomic_write(Path(job.dst), lambda f: sf.write(f, pcm, s.sample_rate, subtype="PCM_16", format="WAV"))
-    return AudioResult(job.clip_id, None, "", duration, hashlib.sha1(pcm.tobytes()).hexdigest())
+    return AudioResult(job.clip_id, None, "", duration, hashlib.sha1(pcm.tobytes()).hexdigest(),
+                       clip_snr(untrimmed, s.sample_rate))
+
+
+def clip_snr(y: np.ndarray, rate: int) -> Optional[float]:
+    """The SNR estimate (:func:`xtts_ft.quality.voice_activity.snr_db`) of a mono clip at ``rate``."""
+    audio = resample(y, rate, VAD_RATE)
+    return snr_db(audio, speech_mask(speech_probabilities(audio)))

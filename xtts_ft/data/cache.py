@@ -26,7 +26,7 @@ from xtts_ft.tempfiles import atomic_write, remove_stray_parts
 
 log = logging.getLogger(__name__)
 
-PIPELINE_VERSION = 1  # bump when the audio processing changes: every clip is processed again
+PIPELINE_VERSION = 2  # bump when the audio processing changes: every clip is processed again (2: the SNR estimate)
 CACHE_DIR = ".cache"
 WAVS_DIR = "wavs"
 
@@ -37,7 +37,7 @@ def clip_key(rel_src: str, size: int, mtime_ns: int, settings: AudioSettings, na
 
 
 class Manifest:
-    """Cache entries by clip id: {"key", "name", "reason", "detail", "duration_s", "pcm_sha1"}."""
+    """Cache entries by clip id: {"key", "name", "reason", "detail", "duration_s", "pcm_sha1", "snr_db"}."""
 
     def __init__(self, out_dir: Path, root: Path):
         self.out_dir = out_dir
@@ -83,7 +83,8 @@ class Manifest:
             return None
         if e["reason"] is None and not self._has_wav(e["name"]):
             return None
-        return AudioResult(clip_id, e["reason"], e.get("detail", ""), e.get("duration_s", 0.0), e.get("pcm_sha1", ""))
+        return AudioResult(clip_id, e["reason"], e.get("detail", ""), e.get("duration_s", 0.0), e.get("pcm_sha1", ""),
+                           e.get("snr_db"))
 
     def store(self, key: str, name: str, result: AudioResult) -> None:
         old = self.entries.get(result.clip_id)
@@ -98,6 +99,7 @@ class Manifest:
             "detail": result.detail,
             "duration_s": round(result.duration_s, 4),
             "pcm_sha1": result.pcm_sha1,
+            "snr_db": result.snr_db,
         }
 
     def _delete_wav(self, name: Optional[str]) -> None:

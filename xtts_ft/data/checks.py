@@ -89,14 +89,18 @@ def _short_hash(text: str) -> str:
 
 
 class PostChecks:
-    """chars_per_second, duplicate_audio and duplicate_text; feed clips in id order."""
+    """noisy, chars_per_second, duplicate_audio and duplicate_text; feed clips in id order."""
 
-    def __init__(self, min_cps: float, max_cps: float):
+    def __init__(self, min_cps: float, max_cps: float, min_snr_db: Optional[float] = None):
         self.min_cps, self.max_cps = min_cps, max_cps
+        self.min_snr_db = min_snr_db
         self.audio_seen: dict[str, str] = {}
         self.text_seen: dict[tuple[str, str], str] = {}
 
     def check(self, clip_id: str, text: str, speaker: str, audio: AudioResult) -> Optional[tuple[str, str]]:
+        if self.min_snr_db is not None and audio.snr_db is not None and audio.snr_db < self.min_snr_db:
+            return "noisy", (f"SNR estimate {audio.snr_db:.1f} dB, below dataset.min_snr_db "
+                             f"({self.min_snr_db:g} dB)")
         cps = len(text) / audio.duration_s
         if not self.min_cps <= cps <= self.max_cps:
             return "chars_per_second", (

@@ -29,6 +29,7 @@ from xtts_ft.data.report import (
     MAX_EXAMPLES,
     PrepareReport,
     combine_short_clips,
+    snr_summary,
     stats,
     write_rejections,
     write_reports,
@@ -127,6 +128,12 @@ def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> Pr
         seconds=round(sum(r.seconds for _, _, r in reports), 2),
         datasets=per_dataset,
         short_clips=combine_short_clips([r.short_clips for _, _, r in reports]),
+        snr=snr_summary([v for _, _, r in reports for v in r.snr_values],
+                        sum(r.snr.get("unmeasured", 0) for _, _, r in reports),
+                        min((r.snr.get("min_snr_db") for _, _, r in reports if r.snr.get("min_snr_db") is not None),
+                            default=None),
+                        rejected["noisy"]),
+        snr_values=[v for _, _, r in reports for v in r.snr_values],
     )
 
 

@@ -32,6 +32,7 @@ from xtts_ft.data.report import (
     SHORT_TEXT_CHARS,
     PrepareReport,
     short_clip_share,
+    snr_summary,
     stats,
     write_rejections,
     write_reports,
@@ -119,7 +120,7 @@ def prepare_dataset(
         manifest.save()
 
     passed.sort(key=lambda e: e.clip_id)
-    post = PostChecks(cfg.min_chars_per_second, cfg.max_chars_per_second)
+    post = PostChecks(cfg.min_chars_per_second, cfg.max_chars_per_second, cfg.min_snr_db)
     kept: list[SourceEntry] = []
     plot_rejected: tuple[list[float], list[float]] = ([], [])
     for e in passed:
@@ -167,6 +168,12 @@ def prepare_dataset(
                                           [len(texts[e.clip_id]) for e in kept] + [len(p.text) for p in pieces],
                                           cfg.short_clip_min_share)
     report.short_pieces = piece_summary
+    measured = [results[e.clip_id].snr_db for e in passed if results[e.clip_id].reason is None]
+    report.snr_values = [v for v in measured if v is not None]
+    report.snr = snr_summary(report.snr_values, len(measured) - len(report.snr_values), cfg.min_snr_db,
+                             report.rejected["noisy"])
+    if report.noisy_warning():
+        log.warning("dataset '%s': %s", root, report.noisy_warning())
     write_reports(report, out_dir, (durations, cps), plot_rejected, bounds)
     write_rejections(out_dir / "rejected.tsv", rejections)
     log.info("prepared %d of %d clips into %s (%.1f s)", report.kept, report.total, out_dir, report.seconds)

@@ -26,6 +26,8 @@ REASONS: dict[str, str] = {
     "too_long": "split the clip (longer than dataset.max_duration_s after trimming silence)",
     "cut_ending": "the audio ends in speech (a word cut off): re-cut the clip after the last word, or raise "
     "dataset.cut_ending_margin_db",
+    "noisy": "the SNR estimate (speech against the pauses' noise floor) is below dataset.min_snr_db: listen to it; "
+    "re-record or denoise it, or lower dataset.min_snr_db (null: off) to keep it",
     "chars_per_second": "transcript and audio probably do not match; check both",
     "duplicate_audio": "the same audio appears more than once; the first clip (by id) is kept",
     "duplicate_text": "the same speaker says the same normalised text more than once; the first clip is kept",

@@ -21,6 +21,9 @@ MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
 SHORT_CLIP_S = 2.0
 SHORT_TEXT_CHARS = 20
 PIECES_FILE = "short_clips.tsv"  # the short pieces made from training clips (data/derived.py), one per row
+# Warn when more than this share of the clips whose SNR was estimated were rejected as noisy: a judgement (a few
+# noisy clips are normal in found data; a tenth means the recordings themselves are the problem).
+NOISY_WARN_SHARE = 0.1
 
 
 def pieces_made(made: int, wanted: int, from_clips: int, tried: int) -> str:
@@ -56,6 +59,9 @@ class PrepareReport:
     # pieces made from training clips (dataset.short_clips, data/derived.py): setting, wanted, made, from_clips,
     # clips_tried, dropped {reason: count}, pieces [{file, source, text}], why; counted in short_clips above
     short_pieces: dict = field(default_factory=dict)
+    # the SNR estimates of the clips that passed the audio stage (kept and noisy alike): see snr_summary
+    snr: dict = field(default_factory=dict)
+    snr_values: list = field(default_factory=list, repr=False)  # those estimates; not in report.json (multi.py)
     seconds: float = 0.0  # wall-clock time of the run
     # several datasets in one run (data/multi.py): one dict each, {name, path, layout, language, total, kept,
     # kept_train, kept_eval, hours, rejected_total, rejected, folder}; empty for a single dataset
@@ -67,6 +73,7 @@ class PrepareReport:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        d.pop("snr_values")
         d["rejected_total"] = self.rejected_total
         return d
 
@@ -88,6 +95,7 @@ class PrepareReport:
                     f"{name}: min {stats['min']:g}{unit}, median {stats['median']:g}{unit}, "
                     f"mean {stats['mean']:g}{unit}, max {stats['max']:g}{unit}"
                 )
+        lines.extend(self.snr_lines())
         lines.extend(self.short_clip_lines())
         lines.extend(self.short_piece_lines())
         for d in self.datasets:
@@ -112,6 +120,31 @@ class PrepareReport:
                 "dataset.eval_max_clips: " + ", ".join(self.speakers_without_eval[:5])
             )
         return lines
+
+    def snr_lines(self) -> list[str]:
+        """The SNR estimates' median and worst tenth, the noisy clips, and a warning when there are many."""
+        s = self.snr
+        if not s.get("measured"):
+            return [f"SNR estimate: none ({s['unmeasured']} clip(s) without speech and pause to measure)"] \
+                if s.get("unmeasured") else []
+        check = (f"{s['noisy']} rejected as noisy (below dataset.min_snr_db {s['min_snr_db']:g} dB)"
+                 if s["min_snr_db"] is not None else "the noisy check is off (dataset.min_snr_db: null)")
+        lines = [f"SNR estimate of {s['measured']} clip(s): median {s['median']:g} dB, worst tenth below "
+                 f"{s['worst_tenth']:g} dB, lowest {s['min']:g} dB; {check}"
+                 + (f"; {s['unmeasured']} without an estimate (no speech or pause found)" if s["unmeasured"] else "")]
+        warning = self.noisy_warning()
+        if warning:
+            lines.append(f"Warning: {warning}")
+        return lines
+
+    def noisy_warning(self) -> Optional[str]:
+        """None unless more than NOISY_WARN_SHARE of the measured clips were rejected as noisy."""
+        s = self.snr
+        if not s.get("measured") or s["noisy"] <= NOISY_WARN_SHARE * s["measured"]:
+            return None
+        return (f"{s['noisy']} of {s['measured']} clips ({s['noisy'] / s['measured']:.0%}) are noisy (SNR estimate "
+                f"below {s['min_snr_db']:g} dB): a fine-tune reproduces the hiss, hum or room of its recordings. "
+                f"Listen to a few (rejected.tsv), denoise or re-record them, or lower dataset.min_snr_db to keep them")
 
     def short_clip_lines(self) -> list[str]:
         """The share of short clips, and a warning with the numbers when there are too few of them."""
@@ -180,6 +213,17 @@ def stats(values: list[float]) -> dict[str, float]:
         "max": round(float(a.max()), 2),
         "total": round(float(a.sum()), 2),
     }
+
+
+def snr_summary(values: list[float], unmeasured: int, min_snr_db: Optional[float], noisy: int) -> dict:
+    """The report's ``snr``: how many clips were measured (and how many gave no estimate), the median, the worst
+    tenth (10th percentile), the lowest, the threshold and the clips rejected as noisy."""
+    out: dict = {"measured": len(values), "unmeasured": unmeasured, "min_snr_db": min_snr_db, "noisy": noisy}
+    if values:
+        a = np.asarray(values, dtype=np.float64)
+        out.update(median=round(float(np.median(a)), 1), worst_tenth=round(float(np.percentile(a, 10)), 1),
+                   min=round(float(a.min()), 1))
+    return out
 
 
 def short_clip_share(durations: list[float], text_chars: list[int], min_share: float) -> dict:

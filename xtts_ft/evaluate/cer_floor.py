@@ -34,6 +34,12 @@ def floor_key(recognizer_name: str, clips: Sequence[tuple[Path, str]]) -> str:
     return h.hexdigest()
 
 
+def write_measurement(path: Path, record: dict) -> None:
+    """A once-per-run measurement of the real eval recordings (this floor, their predicted quality), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+
+
 def read_cer_floor(run_dir: Path) -> Optional[dict]:
     """The stored floor record ({cer_floor, clips, recognizer, key, per_clip}), or None when there is none."""
     path = RunLayout(run_dir).cer_floor
@@ -63,11 +69,8 @@ def measure_cer_floor(run_dir: Path, recognizer, recognizer_name: str, clips: Se
     per_clip = [{"wav": w.name, "text": t, "heard": h, "cer": round(error_rates(t, h).cer, 4)}
                 for (w, t), h in zip(clips, heard)]
     floor = sum(p["cer"] for p in per_clip) / len(per_clip)
-    record = {"cer_floor": round(floor, 4), "clips": len(per_clip), "recognizer": recognizer_name, "key": key,
-              "per_clip": per_clip}
-    path = RunLayout(run_dir).cer_floor
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+    write_measurement(RunLayout(run_dir).cer_floor, {"cer_floor": round(floor, 4), "clips": len(per_clip),
+                                                     "recognizer": recognizer_name, "key": key, "per_clip": per_clip})
     log.info("evaluation: the recogniser's CER on %d real eval recordings (the floor of sample CER): %.3f",
              len(per_clip), floor)
     return round(floor, 4)

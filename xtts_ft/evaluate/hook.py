@@ -13,21 +13,20 @@ sample folder removed.
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
 from xtts_ft.audio_io import DATASET_RATE, load_audio
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.cer_floor import measure_cer_floor
-from xtts_ft.evaluate.intelligibility import intelligibility_metrics, score_samples
+from xtts_ft.evaluate.intelligibility import finite_mean, intelligibility_metrics, score_samples
 from xtts_ft.evaluate.languages import LanguageEval, evaluate_languages, say_why_no_cer
+from xtts_ft.evaluate.listening import SampleListener, listen_to_samples, quality_metrics, reference_quality
 from xtts_ft.evaluate.metrics import mcd_files
 from xtts_ft.evaluate.synthesis import SampleResult, check_language, sample_requests, synthesize_requests
 from xtts_ft.layout import RunLayout
@@ -41,27 +40,22 @@ MCD_SAMPLE_RATE = DATASET_RATE  # both the recording and the synthesis are resam
 
 
 
-def _mean(values: Sequence[float]) -> Optional[float]:
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    return float(np.mean(finite)) if finite else None
-
-
 def summarize(samples: Sequence[SampleResult], mcd_samples: Sequence[SampleResult]) -> dict[str, float]:
     """Averaged scalars over one evaluation; keys absent when there is nothing to average."""
     out: dict[str, Optional[float]] = {}
     if samples:
-        out["sample_stop_rate"] = _mean([float(s.ended_with_stop) for s in samples])
-        out["sample_silence_ratio"] = _mean([s.silence_ratio for s in samples])
-        out["sample_rtf"] = _mean([s.rtf for s in samples])
-        out["sample_duration_s"] = _mean([s.duration_s for s in samples])
-        out["sample_seconds_per_char"] = _mean([s.seconds_per_char for s in samples])
+        out["sample_stop_rate"] = finite_mean([float(s.ended_with_stop) for s in samples])
+        out["sample_silence_ratio"] = finite_mean([s.silence_ratio for s in samples])
+        out["sample_rtf"] = finite_mean([s.rtf for s in samples])
+        out["sample_duration_s"] = finite_mean([s.duration_s for s in samples])
+        out["sample_seconds_per_char"] = finite_mean([s.seconds_per_char for s in samples])
         checked = [s.seconds_per_char_in_range for s in samples if s.seconds_per_char_in_range is not None]
         if checked:
-            out["sample_rate_in_range"] = _mean([float(c) for c in checked])
+            out["sample_rate_in_range"] = finite_mean([float(c) for c in checked])
         out.update(intelligibility_metrics(samples))
     if mcd_samples:
-        out["mcd"] = _mean([s.mcd for s in mcd_samples])
-        out["mcd_stop_rate"] = _mean([float(s.ended_with_stop) for s in mcd_samples])
+        out["mcd"] = finite_mean([s.mcd for s in mcd_samples])
+        out["mcd_stop_rate"] = finite_mean([float(s.ended_with_stop) for s in mcd_samples])
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -88,6 +82,7 @@ def evaluate_step(
     writer=None,
     recognizer=None,
     languages: Sequence[LanguageEval] = (),
+    listener: Optional[SampleListener] = None,
 ) -> dict[str, float]:
     """One evaluation of ``model`` (an XttsTrainingModel, possibly DDP-wrapped, or a bare Xtts) at ``step``."""
     model = getattr(model, "module", model)  # DistributedDataParallel wraps the training model
@@ -118,6 +113,11 @@ def evaluate_step(
         score_samples(samples, xtts, recognizer)  # CER and speaker similarity of each sample
         # the recogniser on the real recordings: measured at the first evaluation, read back after that
         measure_cer_floor(run_dir, recognizer, _recognizer_name(cfg), eval_clips, ev.cer_floor_clips)
+        reference, listening = None, time.perf_counter()
+        if listener is not None:  # predicted quality and speech after the text; the recordings' quality once per run
+            listen_to_samples(samples, listener)
+            reference = reference_quality(run_dir, listener, eval_clips, ev.quality_clips)
+        listening = time.perf_counter() - listening
         language_metrics, language_samples = evaluate_languages(  # the run's other languages: sample_cer_<code>
             xtts, tokenizer, languages, out_dir, temperature=ev.temperature, seed=cfg.run.seed,
             max_new_tokens=ev.max_new_tokens)
@@ -128,6 +128,8 @@ def evaluate_step(
         for module, mode in modes:
             module.training = mode
     metrics = {**summarize(samples, mcd_samples), **language_metrics}
+    if listener is not None:
+        metrics.update(quality_metrics(samples, reference, ev.max_tail_s))
     record = EvalRecord(
         step=int(step),
         time=time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -147,8 +149,8 @@ def evaluate_step(
         for code, found in language_samples.items():
             _log_audio(writer, step, found, f"samples_{code}")
     log.info(
-        "step %d: %d samples, %d MCD clips in %.1f s: %s", step, len(samples), len(mcd_samples),
-        record.eval_seconds, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
+        "step %d: %d samples, %d MCD clips in %.1f s (%.1f s of it listening): %s", step, len(samples),
+        len(mcd_samples), record.eval_seconds, listening, ", ".join(f"{k}={v:.3g}" for k, v in metrics.items()),
     )
     return metrics
 
@@ -164,6 +166,7 @@ def make_eval_hook(
     writer=None,
     recognizer=None,
     languages: Sequence[LanguageEval] = (),
+    listener: Optional[SampleListener] = None,
 ) -> EvalHook:
     """``hook(step, model) -> dict[str, float]`` for the trainer.
 
@@ -173,6 +176,8 @@ def make_eval_hook(
     :func:`xtts_ft.evaluate.intelligibility.load_eval_recognizer`) transcribes every sample for CER;
     None: no CER (speaker similarity is always measured). ``languages`` are the run's other languages
     (:func:`xtts_ft.evaluate.languages.language_evals`): CER per language where each has a recogniser.
+    ``listener`` (:class:`xtts_ft.assess.listener.Listener`, made above this package when ``evaluation.quality``
+    is on) listens to every sample: :mod:`xtts_ft.evaluate.listening`; None: no quality keys.
     Bad inputs (missing reference wavs, a vocabulary without the language token) fail here, at
     construction, not hours into training.
     """
@@ -180,7 +185,8 @@ def make_eval_hook(
     eval_clips = [(Path(w), str(t)) for w, t in eval_clips]
     if not speaker_wavs and cfg.evaluation.sentences:
         raise DataError("evaluation: no reference voice; set evaluation.speaker_wavs or keep eval clips in the data")
-    measured = max(cfg.evaluation.mcd_clips, cfg.evaluation.cer_floor_clips if recognizer is not None else 0)
+    measured = max(cfg.evaluation.mcd_clips, cfg.evaluation.cer_floor_clips if recognizer is not None else 0,
+                   cfg.evaluation.quality_clips if listener is not None else 0)
     for wav in speaker_wavs + [w for w, _ in eval_clips[:measured]]:
         if not wav.is_file():
             raise DataError(f"evaluation: reference wav '{wav}' does not exist")
@@ -200,7 +206,7 @@ def make_eval_hook(
         return evaluate_step(
             step, model, cfg=cfg, run_dir=Path(run_dir), tokenizer=tokenizer, speaker_wavs=speaker_wavs,
             eval_clips=eval_clips, duration_range=duration_range, writer=writer, recognizer=recognizer,
-            languages=languages,
+            languages=languages, listener=listener,
         )
 
     return eval_hook

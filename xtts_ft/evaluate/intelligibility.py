@@ -78,7 +78,8 @@ def score_samples(samples: Sequence, xtts, recognizer=None) -> None:
         s.cer = error_rates(s.text, text).cer
 
 
-def _mean(values) -> Optional[float]:
+def finite_mean(values) -> Optional[float]:
+    """The mean of the finite values (None: there are none)."""
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return float(np.mean(finite)) if finite else None
 
@@ -86,14 +87,14 @@ def _mean(values) -> Optional[float]:
 def intelligibility_metrics(samples: Sequence) -> dict[str, float]:
     """``sample_cer``, ``sample_speaker_similarity`` and per-bucket stop rate and CER (absent: nothing to average)."""
     out: dict[str, Optional[float]] = {
-        "sample_cer": _mean([s.cer for s in samples]),
-        "sample_speaker_similarity": _mean([s.speaker_similarity for s in samples]),
+        "sample_cer": finite_mean([s.cer for s in samples]),
+        "sample_speaker_similarity": finite_mean([s.speaker_similarity for s in samples]),
     }
     for name, _ in LENGTH_BUCKETS:
         group = [s for s in samples if length_bucket(s.normalized_text) == name]
         if group:
-            out[f"sample_stop_rate_{name}"] = _mean([float(s.ended_with_stop) for s in group])
-            out[f"sample_cer_{name}"] = _mean([s.cer for s in group])
+            out[f"sample_stop_rate_{name}"] = finite_mean([float(s.ended_with_stop) for s in group])
+            out[f"sample_cer_{name}"] = finite_mean([s.cer for s in group])
     return {k: v for k, v in out.items() if v is not None}
 
 

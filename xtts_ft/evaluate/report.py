@@ -20,6 +20,7 @@ from urllib.parse import quote
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.evaluate.cer_floor import read_cer_floor
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
+from xtts_ft.evaluate.listening import LISTENING_NOTE
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
 from xtts_ft.layout import RunLayout
 from xtts_ft.run_history import EvalRecord, MetricsRow, latest_by_step, read_evaluations, read_events, read_metrics
@@ -114,6 +115,14 @@ def _sample_plots(index: list[EvalRecord]) -> list[str]:
         PlotSpec("Speaker similarity to the reference (higher is better)", "cosine", [
             clean_series("samples", _points(rows, "sample_speaker_similarity"), "points"),
         ]),
+        PlotSpec("Samples that kept talking after their text (lower is better)", "share", [
+            clean_series("short texts", _points(rows, "sample_tail_rate_short"), "points"),
+            clean_series("all sentences", _points(rows, "sample_tail_rate"), "points"),
+        ]),
+        PlotSpec("Predicted quality (DNSMOS): samples against the recordings", "MOS", [
+            clean_series("samples", _points(rows, "sample_quality_mos"), "points"),
+            clean_series("real eval clips", _points(rows, "reference_quality_mos"), "points"),
+        ]),
         PlotSpec("MCD against the recordings (lower is better)", "dB", [clean_series("MCD", _points(rows, "mcd"), "points")]),
         PlotSpec("Silence ratio (frames below -40 dBFS)", "share", [
             clean_series("silence", _points(rows, "sample_silence_ratio"), "points"),
@@ -146,6 +155,16 @@ def _cer_cell(cer, floor: Optional[dict]) -> str:
     return f"{_fmt(cer, 2)} against a floor of {_fmt(floor['cer_floor'], 2)}"
 
 
+def _quality_cell(m: Mapping[str, Any]) -> str:
+    """The samples' predicted quality against the recordings' (and the difference), as far as measured."""
+    sample, reference = m.get("sample_quality_mos"), m.get("reference_quality_mos")
+    if sample is None:
+        return _fmt(None)
+    if reference is None:
+        return _fmt(sample, 2)
+    return f"{_fmt(sample, 2)} / {_fmt(reference, 2)} ({sample - reference:+.2f})"
+
+
 def _checkpoint_table(run_dir: Path, evals: list[MetricsRow], index: list[EvalRecord]) -> str:
     eval_loss = {r.step: r.number("eval_loss") for r in evals}
     sample_metrics = {r.step: r.metrics for r in index}
@@ -162,8 +181,12 @@ def _checkpoint_table(run_dir: Path, evals: list[MetricsRow], index: list[EvalRe
         out.append(f'<p>CER floor {_fmt(floor["cer_floor"], 2)}: the recogniser\'s own CER on '
                    f'{floor.get("clips", "?")} real eval recordings. A sample is not heard better than the real '
                    f"voice, so a CER near the floor is as good as this recogniser can tell.</p>")
-    out.append("<table><tr><th>step</th><th>short-text CER</th><th>short-text stop rate</th><th>CER</th>"
-               "<th>stop rate</th><th>eval loss</th><th>MCD (dB)</th><th>silence ratio</th><th>checkpoint</th></tr>")
+    if any("sample_quality_mos" in m or "sample_tail_rate" in m for m in sample_metrics.values()):
+        out.append(f"<p>{html.escape(LISTENING_NOTE)}</p>")
+    out.append("<table><tr><th>step</th><th>short-text CER</th><th>short-text stop rate</th>"
+               "<th>short-text tail rate</th><th>CER</th><th>stop rate</th><th>tail rate</th>"
+               "<th>predicted quality (samples / recordings)</th><th>eval loss</th><th>MCD (dB)</th>"
+               "<th>silence ratio</th><th>checkpoint</th></tr>")
     for s in steps:
         m = sample_metrics.get(s, {})
         cls = ' class="best"' if s in (best_loss, best_mcd) else ""
@@ -172,7 +195,9 @@ def _checkpoint_table(run_dir: Path, evals: list[MetricsRow], index: list[EvalRe
         out.append(
             f"<tr{cls}><td>{s}{(' (' + marks + ')') if marks else ''}</td>"
             f"<td>{_fmt(m.get('sample_cer_short'))}</td><td>{_fmt(m.get('sample_stop_rate_short'))}</td>"
+            f"<td>{_fmt(m.get('sample_tail_rate_short'))}</td>"
             f"<td>{_cer_cell(m.get('sample_cer'), floor)}</td><td>{_fmt(m.get('sample_stop_rate'))}</td>"
+            f"<td>{_fmt(m.get('sample_tail_rate'))}</td><td>{_quality_cell(m)}</td>"
             f"<td>{_fmt(eval_loss.get(s), 4)}</td><td>{_fmt(mcd.get(s))}</td>"
             f"<td>{_fmt(m.get('sample_silence_ratio'))}</td><td>{ck}</td></tr>"
         )
@@ -204,7 +229,7 @@ def _heard(sample: dict) -> str:
 def _sample_rows(run_dir: Path, samples: Sequence[dict[str, Any]], with_reference: bool) -> str:
     head = "<tr><th>voice</th><th>text</th><th>sample</th>"
     head += "<th>recording</th><th>MCD</th>" if with_reference else ""
-    head += "<th>CER</th><th>similarity</th>" if not with_reference else ""
+    head += "<th>CER</th><th>similarity</th><th>tail (s)</th><th>quality</th>" if not with_reference else ""
     head += "<th>duration (s)</th><th>ended</th><th>s/char</th><th>silence</th><th>RTF</th></tr>"
     rows = [head]
     for s in samples:
@@ -219,7 +244,8 @@ def _sample_rows(run_dir: Path, samples: Sequence[dict[str, Any]], with_referenc
         if with_reference:
             row += f"<td>{_audio(run_dir, s.get('reference_wav'))}</td><td>{_fmt(s.get('mcd'))}</td>"
         else:
-            row += f"<td>{_fmt(s.get('cer'))}</td><td>{_fmt(s.get('speaker_similarity'))}</td>"
+            row += (f"<td>{_fmt(s.get('cer'))}</td><td>{_fmt(s.get('speaker_similarity'))}</td>"
+                    f"<td>{_fmt(s.get('tail_s'))}</td><td>{_fmt(s.get('quality_mos'))}</td>")
         row += (f"<td>{_fmt(s.get('duration_s'))}</td><td>{ended}</td><td>{spc}</td>"
                 f"<td>{_fmt(s.get('silence_ratio'))}</td><td>{_fmt(s.get('rtf'))}</td></tr>")
         rows.append(row)

@@ -69,6 +69,9 @@ class SampleResult:
     recognized_text: Optional[str] = None  # what the speech recogniser heard (evaluation.recognize)
     cer: Optional[float] = None  # of recognized_text against text (xtts_ft.text.error_rates)
     speaker_similarity: Optional[float] = None  # cosine of XTTS speaker embeddings, sample vs reference
+    quality_mos: Optional[float] = None  # DNSMOS's predicted overall quality, 1-5 (evaluation.quality)
+    snr_db: Optional[float] = None  # the SNR estimate (evaluation.quality)
+    tail_s: Optional[float] = None  # seconds of speech after the text's last word (evaluation.quality + recognize)
 
     def to_json(self, relative_to: Optional[Path] = None) -> dict:
         """A JSON-ready dict; paths relative to ``relative_to`` when inside it, else absolute."""

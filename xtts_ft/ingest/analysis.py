@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from xtts_ft.ingest.source_audio import RATE, SourceFile, read_blocks
+from xtts_ft.quality.voice_activity import WINDOW as VAD_WINDOW
 from xtts_ft.text import fold_homophones
 
 CHUNK_S = 30.0
 CONTEXT_S = 2.0
-VAD_WINDOW = 512  # samples at 16 kHz: silero's window, 32 ms
 VAD_CONTEXT = 32 * VAD_WINDOW  # about one second re-read before each call
 
 

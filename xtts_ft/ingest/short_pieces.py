@@ -82,7 +82,7 @@ class ShortPieceMaker:
         self._load = load_recognizer
         self._not_for_auto = not_for_auto
         self._recognizer = None
-        self._aligner: Optional[_Aligner] = None
+        self._aligner: Optional[WordAligner] = None
 
     def _ready(self, auto: bool) -> None:
         if self._recognizer is not None:
@@ -96,7 +96,7 @@ class ShortPieceMaker:
                 raise
             log.warning("short clips: none made, the recogniser could not be loaded: %s", exc)
             raise PiecesUnavailable(f"the recogniser could not be loaded ({exc})") from None
-        self._aligner = _Aligner(self._recognizer, self.ingest.window_s)
+        self._aligner = WordAligner(self._recognizer, self.ingest.window_s)
 
     def make(self, cfg: DatasetConfig, sources: list[SourceClip], wanted: int, folder: Path) -> PieceOutcome:
         """Up to ``wanted`` pieces of ``sources`` written into ``folder`` (file names as the pieces say)."""
@@ -222,7 +222,7 @@ def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], 
     return out
 
 
-class _Aligner:
+class WordAligner:
     """A clip's words located in its audio by CTC forced alignment (ingest's :func:`align_units`)."""
 
     def __init__(self, recognizer, window_s: float) -> None:

@@ -1,7 +1,8 @@
 """Speech and pauses from silero-vad probabilities; machine transcripts from the recogniser's frames.
 
 ``speech_regions`` turns the per-window speech probabilities of one file into stretches of speech
-(hysteresis: speech starts at ``threshold`` and ends below ``threshold - 0.15``, silero's own rule)
+(:func:`xtts_ft.quality.voice_activity.speech_mask`: speech starts at ``threshold`` and ends below
+``threshold - 0.15``, silero's own rule)
 and joins two stretches whose pause is shorter than ``min_pause_s``; the quieter stretches inside a
 region are kept as places to split it. ``snap_to_pause`` moves a cut into the nearest pause.
 ``transcribe_frames`` reads a stretch of the recogniser's log-probabilities greedily (best letter
@@ -15,29 +16,14 @@ import numpy as np
 from xtts_ft.asr.recognizer import greedy_ctc_decode
 from xtts_ft.ingest.analysis import RATE, VAD_WINDOW, Analysis
 from xtts_ft.ingest.clips import Piece
+from xtts_ft.quality.voice_activity import runs, speech_mask
 
 WINDOW_S = VAD_WINDOW / RATE
-HYSTERESIS = 0.15
-
-
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
-    """[start, end) of each run of True."""
-    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
-    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
-
-
-def speech_mask(probs: np.ndarray, threshold: float) -> np.ndarray:
-    mask = np.zeros(len(probs), bool)
-    on = False
-    for k, p in enumerate(probs):
-        on = p >= threshold if not on else p >= threshold - HYSTERESIS
-        mask[k] = on
-    return mask
 
 
 def pauses(probs: np.ndarray, threshold: float) -> list[tuple[float, float]]:
     """(start, end) seconds of every non-speech stretch of one file."""
-    return [(a * WINDOW_S, b * WINDOW_S) for a, b in _runs(~speech_mask(probs, threshold))]
+    return [(a * WINDOW_S, b * WINDOW_S) for a, b in runs(~speech_mask(probs, threshold))]
 
 
 def speech_regions(probs: np.ndarray, threshold: float, min_pause_s: float, file: int) -> list[Piece]:
@@ -45,7 +31,7 @@ def speech_regions(probs: np.ndarray, threshold: float, min_pause_s: float, file
     regions: list[list[int]] = []
     gaps: list[list[tuple[int, int]]] = []
     min_gap = int(round(min_pause_s / WINDOW_S))
-    for a, b in _runs(speech_mask(probs, threshold)):
+    for a, b in runs(speech_mask(probs, threshold)):
         if regions and a - regions[-1][1] < min_gap:
             gaps[-1].append((regions[-1][1], a))
             regions[-1][1] = b

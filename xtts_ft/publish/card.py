@@ -30,6 +30,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from xtts_ft.config import RunConfig, ServeConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
+from xtts_ft.evaluate.listening import QUALITY_NOTE, TAIL_NOTE
 from xtts_ft.evaluate.readme import tokenizer_lines
 from xtts_ft.layout import CheckpointLayout, RunLayout
 from xtts_ft.run_history import EvalRecord, read_evaluations
@@ -72,7 +73,8 @@ class CardFacts:
         return {"repo_id": self.repo_id, "language": self.language, "step": self.step, "metrics": self.metrics,
                 "metrics_source": self.metrics_source, "recognizer": self.recognizer, "data": self.data,
                 "samples": [{k: s.get(k) for k in ("file", "text", "cer", "recognized_text", "ended_with_stop",
-                                                   "speaker_similarity", "duration_s")} for s in self.samples]}
+                                                   "speaker_similarity", "duration_s", "tail_s", "quality_mos")}
+                            for s in self.samples]}
 
 
 def is_xtts_v2(export_meta: dict) -> bool:
@@ -210,6 +212,10 @@ def _quality_section(f: CardFacts) -> str:
              else f"{_num(similarity)} (meaningless here, see below)"),
             ("stop rate (samples that ended by themselves)", _num(m.get("sample_stop_rate"))),
             ("stop rate, short texts", _num(m.get("sample_stop_rate_short"))),
+            ("tail rate (samples that kept talking after their text)", _num(m.get("sample_tail_rate"))),
+            ("tail rate, short texts", _num(m.get("sample_tail_rate_short"))),
+            ("predicted quality of the samples (DNSMOS, 1-5)", _num(m.get("sample_quality_mos"))),
+            ("predicted quality of the training recordings, scored the same way", _num(m.get("reference_quality_mos"))),
             ("eval loss (teacher-forced, held-out clips)", _num(m.get("eval_loss")))]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     caveat = "" if f.base_is_xtts_v2 or similarity is None else (
@@ -229,6 +235,7 @@ CER is scored after the project's normaliser on both sides (numbers read out, ho
 punctuation dropped). It includes the recogniser's own error, so it is a ceiling on the model's error,
 and it is comparable only between models scored by the same recogniser. A stop rate below 1 means
 some samples ran to the length limit instead of ending (babbling).
+{QUALITY_NOTE} {TAIL_NOTE}
 {caveat}"""
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import UserError
+from xtts_ft.evaluate.listening import LISTENING_NOTE
 from xtts_ft.figures import new_figure
 from xtts_ft.layout import RunLayout, step_of
 from xtts_ft.model_folder import is_export
@@ -156,13 +157,32 @@ def samples_table(run_dir: Path, step: int) -> str:
             f"<tr><td>{html.escape(str(s.get('speaker')))}</td><td>{html.escape(str(s.get('text')))}</td>"
             f"<td>{html.escape(str(s.get('recognized_text') or '-'))}</td><td>{_fmt(s.get('cer'))}</td>"
             f"<td>{_fmt(s.get('speaker_similarity'))}</td><td>{'yes' if s.get('ended_with_stop') else 'no'}</td>"
+            f"<td>{_fmt(s.get('tail_s'), 2)}</td><td>{_fmt(s.get('quality_mos'), 2)}</td>"
             f"<td><audio controls preload=\"auto\" src=\"{file_url(audio)}\"></audio></td></tr>"
         )
     metrics = record.metrics
     head = (f"<p>step {step}: mean CER {_fmt(metrics.get('sample_cer'))}, speaker similarity "
-            f"{_fmt(metrics.get('sample_speaker_similarity'))}, {len(rows)} samples</p>")
+            f"{_fmt(metrics.get('sample_speaker_similarity'))}, {len(rows)} samples</p>") + _listening_line(metrics)
     return (head + "<table class='samples'><tr><th>voice</th><th>text</th><th>heard</th><th>CER</th>"
-            "<th>similarity</th><th>stopped</th><th>audio</th></tr>" + "".join(rows) + "</table>")
+            "<th>similarity</th><th>stopped</th><th>tail (s)</th><th>quality</th><th>audio</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _listening_line(metrics: dict) -> str:
+    """The evaluation's predicted quality against the recordings' and its tail rate, with what they mean."""
+    sample, reference, tail = (metrics.get(k) for k in ("sample_quality_mos", "reference_quality_mos",
+                                                         "sample_tail_rate"))
+    if sample is None and tail is None:
+        return ""
+    parts = []
+    if sample is not None:
+        against = (f" against {_fmt(reference, 2)} for your recordings ({sample - reference:+.2f})"
+                   if reference is not None else "")
+        parts.append(f"predicted quality {_fmt(sample, 2)}{against}")
+    if tail is not None:
+        parts.append(f"tail rate {_fmt(tail, 2)} (short texts {_fmt(metrics.get('sample_tail_rate_short'), 2)})")
+    return (f"<p class='listening'>{html.escape(', '.join(parts))}.</p>"
+            f"<p class='listening-note'>{html.escape(LISTENING_NOTE)}</p>")
 
 
 def sample_names(run_dir: Path, step: int) -> list[tuple[str, str]]:
