@@ -126,3 +126,17 @@ def test_a_config_mistake_before_the_group_starts_reaches_the_other_ranks(store,
 def test_outside_torchrun_there_is_no_board():
     assert PeerBoard.from_env({}) is None
     assert PeerBoard.from_env({"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}) is None  # no agent store
+
+
+def test_two_ranks_refused_before_the_group_starts_end_at_once_instead_of_waiting_for_each_other(store):
+    """Both ranks of a torchrun job meet the same held lock: the second reads the first's line, so neither waits."""
+    env = {"TORCHELASTIC_USE_AGENT_STORE": "True", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(store.port)}
+    first = threading.Thread(target=peers.post_failure, args=("the run folder is held", {**env, "RANK": "0"}))
+    started = time.monotonic()
+    first.start()
+    while board(store, 1).notice() is None:  # rank 0's line is posted; it now waits for rank 1's read
+        time.sleep(0.02)
+    peers.post_failure("the run folder is held", {**env, "RANK": "1"})
+    first.join(peers.ACK_WAIT_S + 1)
+    assert not first.is_alive() and time.monotonic() - started < peers.ACK_WAIT_S / 2

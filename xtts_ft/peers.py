@@ -234,11 +234,15 @@ class PeerWatch:
 
 def post_failure(line: str, environ: Mapping[str, str] = os.environ) -> None:
     """Post a failure found before the process group started (a config mistake on this machine), so that the
-    ranks waiting for this one stop too; nothing outside torchrun."""
+    ranks waiting for this one stop too; nothing outside torchrun. When another rank posted first (both refused by
+    the same held lock, say), this one reads its notice instead of waiting for reads that nobody would make."""
     try:
         board = PeerBoard.from_env(environ)
-        if board is not None:
-            board.post(line)
+        if board is None:
+            return
+        if board.post(line).rank != board.rank:
+            board.acknowledge()
+        else:
             board.wait_for_acks()
     except dist.DistError as exc:  # the job's store is unreachable: the others learn it from their agents
         log.debug("could not post the failure for the other ranks: %s", exc)
