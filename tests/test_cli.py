@@ -193,7 +193,7 @@ def test_the_evaluate_command_takes_a_checkpoint(tmp_path, monkeypatch, capsys):
 
     asked = []
     monkeypatch.chdir(REPO_ROOT)
-    monkeypatch.setattr(training, "evaluate_run", lambda cfg, checkpoint: asked.append((cfg.run_dir, checkpoint)))
+    monkeypatch.setattr(training, "evaluate_run", lambda cfg, checkpoint, *_: asked.append((cfg.run_dir, checkpoint)))
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level  # the command sets up its own logging: put pytest's back
     try:

@@ -86,5 +86,5 @@ def test_training_on_mps_is_refused_in_one_line_saying_why_and_what_to_do():
         load_config("configs/demo.yaml", ["run.device=mps"])
     lines = str(refused.value).splitlines()
     assert len(lines) == 1
-    assert "run.device: mps: training on Apple's GPU is not supported: torch has no NCCL there" in lines[0]
+    assert "run.device=mps: mps: training on Apple's GPU is not supported: torch has no NCCL there" in lines[0]
     assert "train on a CUDA machine" in lines[0] and "--device mps" in lines[0]

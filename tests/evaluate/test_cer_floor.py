@@ -75,7 +75,7 @@ def test_report_puts_short_text_cer_and_stop_rate_first_and_the_cer_against_its_
     headers = table.split("<tr>")[1]
     order = [headers.index(h) for h in ("short-text CER", "short-text stop rate", "<th>CER", "<th>stop rate", "eval loss")]
     assert order == sorted(order)
-    assert "<td>0.31</td><td>0.5</td><td>0.123</td>" in table
+    assert "<td>0.31</td><td>0.5</td><td>—</td><td>0.123</td>" in table  # no tail rate measured: a dash
 
     floor = {"cer_floor": 0.0912, "clips": 7, "recognizer": "small", "key": "k", "per_clip": []}
     (run_dir / "samples" / "cer_floor.json").write_text(json.dumps(floor), encoding="utf-8")

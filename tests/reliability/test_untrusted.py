@@ -154,7 +154,7 @@ def test_dataset_entries_outside_the_dataset_folder_are_rejected(tmp_path):
     (root / "metadata.csv").write_text("audio_file|text|speaker_name\n" + "\n".join(rows) + "\n", encoding="utf-8")
 
     report = prepare_command(root, tmp_path / "prepared", "coqui", num_workers=1, eval_fraction=0.0,
-                             min_chars_per_second=0.0, progress=False,
+                             min_chars_per_second=0.0, min_snr_db=None, progress=False,  # tones: not speech
                              normalizer=make_normalizer(fold_homophones=False))
     assert report.rejected["outside_root"] == 3 and report.kept == 3
     details = sorted(e["detail"] for e in report.examples["outside_root"])
