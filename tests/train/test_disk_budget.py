@@ -6,7 +6,13 @@ import pytest
 
 from tests.train.trainhelpers import small_config
 from xtts_ft.errors import DiskSpaceError
+from xtts_ft.model import model_limits
+from xtts_ft.train.data import Limits
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
+
+
+def _limits(model) -> Limits:
+    return Limits(**model_limits(model.xtts))
 
 
 def _gpt_bytes(gpt):
@@ -18,18 +24,18 @@ def _gpt_bytes(gpt):
 def test_estimate_counts_every_kept_checkpoint_with_its_optimizer_state(built_model, tmp_path):
     weights, trainable = _gpt_bytes(built_model.gpt)
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
-    full = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    full = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     assert full.full_checkpoint == weights + 2 * trainable and full.weights_checkpoint == weights
     assert full.checkpoints == 5 * full.full_checkpoint  # 3 kept + best + the one being written
     cfg.checkpoint.optimizer_state = "latest"
-    slim = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    slim = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     assert slim.checkpoints == 2 * full.full_checkpoint + 4 * weights < full.checkpoints
     assert full.total == full.checkpoints + full.samples + full.export + full.caches
 
 
 def test_a_budget_smaller_than_the_estimate_is_refused_in_one_line(built_model, tmp_path):
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
-    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    estimate = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     check_disk_budget(cfg, estimate, tmp_path, free_bytes=estimate.total)  # exactly enough: fine
     with pytest.raises(DiskSpaceError) as info:
         check_disk_budget(cfg, estimate, tmp_path, free_bytes=estimate.total - 1)
@@ -60,7 +66,7 @@ def assert_numbers_add_up(message: str) -> None:
 def test_a_machine_with_a_run_folder_of_its_own_needs_room_for_its_caches_only(built_model, tmp_path):
     """Under torchrun with node-local disks rank 0 alone writes checkpoints, samples and exports."""
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
-    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    estimate = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     own = estimate.caches_only()
     assert own.total == estimate.caches < estimate.total
     check_disk_budget(cfg, own, tmp_path, free_bytes=estimate.caches)  # what rank 0 would be refused with
@@ -70,7 +76,7 @@ def test_a_machine_with_a_run_folder_of_its_own_needs_room_for_its_caches_only(b
 
 def test_a_given_budget_is_what_the_refusal_offers_to_raise(built_model, tmp_path):
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 2, "disk_budget_gb": 0.01})
-    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    estimate = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     with pytest.raises(DiskSpaceError) as info:
         check_disk_budget(cfg, estimate, tmp_path)
     message = str(info.value)

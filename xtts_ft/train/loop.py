@@ -145,7 +145,7 @@ class FineTuneRecipe:
         limits = Limits(**model_limits(model.xtts))
         # every rank checks its disk, before the data, the code cache and the first step; a machine with a run folder
         # of its own keeps only the caches there (rank 0 writes checkpoints, samples and exports)
-        estimate = estimate_run_disk(cfg, model.gpt, run_dir=self.run_dir, base_model_pth=inputs.base.model_pth)
+        estimate = estimate_run_disk(cfg, model.gpt, limits, run_dir=self.run_dir, base_model_pth=inputs.base.model_pth)
         own_caches_only = self.handles.own_folder and not self.is_main
         check_disk_budget(cfg, estimate.caches_only() if own_caches_only else estimate, self.run_dir)
         data = session.load_data(cfg, inputs.train_csv, inputs.eval_csv, self.handles.tokenizer, limits,
