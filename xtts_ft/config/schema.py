@@ -45,6 +45,19 @@ def is_hub_id(source: str) -> bool:
 DatasetFormat = Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 
+#: A short text is one of fewer than this many characters (of normalised text): where XTTS most often babbles past
+#: the stop token. The one rule (:func:`is_short_text`) behind the dataset report's share of short clips, the short
+#: pieces prepare makes, the evaluation's ``short`` bucket and the server's retry of short pieces
+#: (``ServeConfig.short_text_chars``). 20 is the shortest segment a Wyoming wrapper of XTTS lets through
+#: (lmoe/wyoming-xtts).
+SHORT_TEXT_CHARS = 20
+
+
+def is_short_text(text: str) -> bool:
+    """Whether ``text`` counts as short: under :data:`SHORT_TEXT_CHARS` characters."""
+    return len(text) < SHORT_TEXT_CHARS
+
+
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
     "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ጥንታዊ ሀገር ናት።",
@@ -163,20 +176,23 @@ class DatasetConfig:
     )
     short_clip_min_share: float = opt(
         0.05,
-        "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
-        "characters: with too few short clips, short inputs babble (a judgement, not a measured threshold).",
+        "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under "
+        f"{SHORT_TEXT_CHARS} characters: with too few short clips, short inputs babble (a judgement, not a measured "
+        "threshold).",
     )
     short_clips: Union[float, Literal["auto", "off", False]] = opt(
         "auto",
         "Short clips made from the training clips' own words (cut at pauses found by aligning each clip's text to "
         "its audio with asr.model; each piece checked like any clip and heard back by the recogniser). auto: when "
-        "fewer than short_clip_min_share of the kept clips are under 20 characters, pieces are added up to "
+        f"fewer than short_clip_min_share of the kept clips are under {SHORT_TEXT_CHARS} characters, pieces are "
+        "added up to "
         "short_clips_target_share, with asr.model when the run loads it anyway (evaluation.recognize or "
         "transcript_check; if it cannot be loaded, none are made and the report says why); a share (e.g. 0.15): "
         "pieces up to that share whenever below it; off: none.",
     )
     short_clips_target_share: float = opt(
-        0.1, "short_clips auto: the share of kept clips under 20 characters that pieces are added up to."
+        0.1, f"short_clips auto: the share of kept clips under {SHORT_TEXT_CHARS} characters that pieces are added "
+        "up to."
     )
     short_clips_max_cer: float = opt(
         0.3,
@@ -760,7 +776,11 @@ class ServeConfig:
         "(plus min_piece_s), which cuts babbling on short texts (about 0.08 s per character is typical).",
     )
     min_piece_s: float = opt(1.0, "Seconds of speech every piece may take on top of max_seconds_per_char.")
-    short_text_chars: int = opt(20, "A piece of at most this many characters counts as short (the evaluation's bucket).")
+    short_text_chars: int = opt(
+        SHORT_TEXT_CHARS - 1, f"A piece of at most this many characters counts as short; the default is the "
+        f"project's short text (under {SHORT_TEXT_CHARS} characters, as the dataset report and the evaluation count "
+        f"it).",
+    )
     short_text_retries: int = opt(
         2, "A short piece that reaches its cap without the stop token is generated again with the next seed, at "
         "most this many times; the first that stops is kept.",
