@@ -18,12 +18,11 @@ import soundfile as sf
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.audio_io import load_audio
-from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict, load_config
+from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict, is_short_text, load_config
 from xtts_ft.data import prepare_dataset
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.checks import assign_names
 from xtts_ft.data.derived import DerivedPiece, SourceClip, add_pieces, pieces_wanted
-from xtts_ft.config import is_short_text
 from xtts_ft.data.report import PIECES_FILE, PrepareReport
 from xtts_ft.errors import ConfigError, ModelError
 from xtts_ft.ingest.short_pieces import ShortPieceMaker, WordAligner, cut

@@ -101,21 +101,22 @@ def test_a_resumed_run_keeps_its_best_score(trainer, tmp_path):
 
 
 def test_progress_state_round_trips_and_older_checkpoints_have_no_best():
-    progress = Progress(step=5, data_position=(1, 3), lr_factor=0.5)
-    assert progress.record_evaluation(2.0, {"sample_cer": 0.4}, "cer")
-    assert not progress.record_evaluation(1.0, {"sample_cer": 0.4}, "cer")  # a tie is no improvement
+    start = Progress(step=5, data_position=(1, 3), lr_factor=0.5)
+    progress, better = start.with_evaluation(2.0, {"sample_cer": 0.4}, "cer")
+    assert better and start.best_score is None  # a new Progress; the old one stays as it was
+    progress, better = progress.with_evaluation(1.0, {"sample_cer": 0.4}, "cer")
+    assert not better  # a tie is no improvement
+    assert (progress.first_eval_loss, progress.last_eval_loss, progress.best_eval_loss) == (2.0, 1.0, 1.0)
     state = TrainingState(**progress.state_dict(), gpt={"w": torch.ones(1)}, sampler={}, rng=[{}], stability={},
                           precision="fp32", training_config={}, vocab_fingerprint="v", base_vocab_size=1)
-    loaded = Progress()
-    loaded.load_state_dict(TrainingState.from_dict(state.to_dict(), "x"), metric="cer", position=(1, 3))
-    assert (loaded.step, loaded.data_position, loaded.lr_factor) == (5, (1, 3), 0.5)
+    loaded = Progress.from_checkpoint(TrainingState.from_dict(state.to_dict(), "x"), metric="cer", position=(1, 3))
+    assert (loaded.step, loaded.saved_step, loaded.data_position, loaded.lr_factor) == (5, 5, (1, 3), 0.5)
     assert (loaded.best_score, loaded.best_step, loaded.best_eval_loss) == (0.4, 5, 1.0)
 
     old = {k: v for k, v in state.to_dict().items() if k not in ("best_score", "best_step")}
     old["format"] = 1
     for metric, best in ("cer", None), ("eval_loss", 1.0):  # eval_loss: format 1 always carried best_eval_loss
-        loaded = Progress()
-        loaded.load_state_dict(TrainingState.from_dict(old, "x"), metric=metric, position=(0, 0))
+        loaded = Progress.from_checkpoint(TrainingState.from_dict(old, "x"), metric=metric, position=(0, 0))
         assert loaded.best_score == best
 
 

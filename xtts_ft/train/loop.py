@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -51,8 +51,8 @@ from xtts_ft.train.rng_state import capture_rng
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
 from xtts_ft.train.session import BatchPlan, RunHandles, Session, TrainInputs  # noqa: F401 - BatchPlan: interface
 from xtts_ft.train.stability import StabilityGuard, StepStats, gpt_state_dict, to_cpu
-from xtts_ft.train.stability_control import StabilityController
-from xtts_ft.train.step import Batch, ModelInputs, StepRunner, model_inputs
+from xtts_ft.train.stability_control import RolledBack, StabilityController
+from xtts_ft.train.step import Batch, ModelInputs, StepAbandoned, StepRunner, model_inputs
 from xtts_ft.train.stopping import StopCoordinator
 from xtts_ft.train.trainable import apply_trainable, check_resume_trainable
 from xtts_ft.training_state import TrainingState
@@ -190,7 +190,7 @@ class FineTuneRecipe:
 
         sampler, loader = session.build_loader(cfg, runtime, data, plan, self.progress.data_position,
                                                self.progress.step)
-        self.progress.data_position = sampler.position
+        self.progress = replace(self.progress, data_position=sampler.position)
         session.preflight(model, opt.optimizer, runtime, data, plan, offloaded, inputs.base_vocab_size, stability,
                           batch_inputs, trainable.kept)
         if dist.enabled:
@@ -232,58 +232,66 @@ class FineTuneRecipe:
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
-        p, every, s = self.progress, self.cfg.evaluation.every_steps, self.session
+        """Steps until ``session.max_steps`` or a stop. ``self.progress`` is replaced, never changed in place: after a
+        step (``StepResult``), after the stability controller's verdict (a rollback), an evaluation and a save."""
+        every, s = self.cfg.evaluation.every_steps, self.session
         if self.stop.agreed():  # stopped while caching codes: nothing trained yet
             self.stop.where = "setup"
             return self.finish_stop()
-        if p.redo_eval and not self._redo_cut_short_evaluation():
+        if self.progress.redo_eval and not self._redo_cut_short_evaluation():
             return self.finish_stop()
-        if p.step >= s.max_steps:
-            log.info("step %d already reaches training.max_steps=%d: nothing to train", p.step, s.max_steps)
+        if self.progress.step >= s.max_steps:
+            log.info("step %d already reaches training.max_steps=%d: nothing to train", self.progress.step,
+                     s.max_steps)
             return self._result(stopped=False)
         if self.judges.stopper is not None and self.judges.stopper.should_stop:  # the same command run again
             self.stopped_early = True
             log.info("early stopping ended this run at step %d (best step %s); to train on, raise "
-                     "training.early_stopping.patience or set training.early_stopping.enabled: false", p.step,
-                     self.judges.stopper.best_step)
+                     "training.early_stopping.patience or set training.early_stopping.enabled: false",
+                     self.progress.step, self.judges.stopper.best_step)
             return self._result(stopped=False)
         redirect = contextlib.nullcontext()
         if self.is_main:
-
             redirect = logging_redirect_tqdm()
         with redirect:
             stopped = False
-            if p.saved_step < 0 and self.cfg.evaluation.eval_at_start:  # a new run (nothing loaded or saved)
+            if self.progress.saved_step < 0 and self.cfg.evaluation.eval_at_start:  # a new run (nothing loaded/saved)
                 self.evaluate()
                 stopped = self.stop.agreed()
-            while not stopped and p.step < s.max_steps:
+            while not stopped and self.progress.step < s.max_steps:
                 started = time.perf_counter()
-                stats = self.stepper.run(p)
-                if stats is None:  # a stop between micro-batches: the step was abandoned, nothing changed
+                result = self.stepper.run(self.progress)
+                if isinstance(result, StepAbandoned):  # a stop between micro-batches: no update, nothing to count
+                    self.progress = replace(self.progress, data_position=result.data_position)
                     stopped = True
                     break
-                p.step += 1
+                self.progress = replace(self.progress, step=self.progress.step + 1,
+                                        data_position=result.data_position)
                 self.last_step_seconds = time.perf_counter() - started
-                s.stability.after_step(stats, p, s.metrics, self._log_step(stats), self._failing_files)
-                if stats.stop_requested:
-                    self.stop.note(f"step {p.step}")
+                outcome = s.stability.after_step(result.stats, self.progress.step, self.progress.lr_factor,
+                                                 s.metrics, self._log_step(result.stats), self._failing_files)
+                if isinstance(outcome, RolledBack):  # weights and optimizer are back at an earlier step
+                    self.progress = replace(self.progress, step=outcome.to_step, lr_factor=outcome.lr_factor)
+                step = self.progress.step
+                if result.stats.stop_requested:
+                    self.stop.note(f"step {step}")
                     stopped = True
                     break
                 new_best = False
-                if every and p.step % every == 0 and p.step < s.max_steps:
+                if every and step % every == 0 and step < s.max_steps:
                     new_best = self.evaluate() and self.cfg.checkpoint.keep_best
-                    new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == p.step)
+                    new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == step)
                     stopped = self.stop.agreed()
-                if (p.step % self.cfg.checkpoint.every_steps == 0 and p.step < s.max_steps) or new_best \
+                if (step % self.cfg.checkpoint.every_steps == 0 and step < s.max_steps) or new_best \
                         or stopped or self.early_stop:
                     self.save_checkpoint(final=stopped or self.early_stop)
                 if self.early_stop and not stopped:
                     self._stop_early()
                     break
-            if not stopped and p.last_eval_step != p.step:
+            if not stopped and self.progress.last_eval_step != self.progress.step:
                 self.evaluate()
                 stopped = self.stop.agreed()
-            if p.saved_step != p.step and p.step > 0:  # step 0 of a new run: nothing trained to save
+            if self.progress.saved_step != self.progress.step and self.progress.step > 0:  # step 0: nothing trained
                 self.save_checkpoint(final=True)
         return self.finish_stop() if stopped else self._result(stopped=False)
 
@@ -306,7 +314,7 @@ class FineTuneRecipe:
         step = self.progress.step
         log.info("resume: the evaluation at step %d was cut short by a stop; running it now", step)
         self.session.metrics.event(step, "eval_redone")
-        self.progress.redo_eval = False
+        self.progress = replace(self.progress, redo_eval=False)
         new_best = self.evaluate()
         if self.stop.agreed():
             return False  # the checkpoint still says eval_pending: the next resume tries again
@@ -329,7 +337,7 @@ class FineTuneRecipe:
     def evaluate(self) -> bool:
         """Eval losses, then the eval hook (model in eval mode), on rank 0; True when it is a new best under
         ``checkpoint.best_metric`` (every rank gets rank 0's results, so every rank answers the same)."""
-        p, s = self.progress, self.session
+        s, step = self.session, self.progress.step
         policy, data = s.stability.policy, s.data
         results, abandoned = None, False
         if self.is_main and data.eval_clips:
@@ -337,26 +345,28 @@ class FineTuneRecipe:
             per_language = language_eval_batches(data.eval_clips, s.sampler.batch_size,
                                                  self.cfg.evaluation.max_eval_batches)
             results = evaluate_on_main(s.model, data.eval_set, batches, policy.autocast, self.model_inputs,
-                                       hook=self.inputs.eval_hook, step=p.step, offloaded=s.offloaded,
+                                       hook=self.inputs.eval_hook, step=step, offloaded=s.offloaded,
                                        device=s.device, metrics=s.metrics, language_batches=per_language)
             if results is None:  # saved as eval_pending with this step's checkpoint, redone on resume
-                abandoned, p.eval_cut_short, self.stop.where = True, p.step, f"the evaluation at step {p.step}"
+                abandoned, self.stop.where = True, f"the evaluation at step {step}"
+                self.progress = replace(self.progress, eval_cut_short=step)
         results, abandoned = self.dist.broadcast_object((results, abandoned))
         if abandoned:
             return False
-        p.last_eval_step = p.step
+        self.progress = replace(self.progress, last_eval_step=step)
         if results is None:
             return False
-        p.last_eval_metrics = results
         if not math.isfinite(results["eval_loss"]):
-            p.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
-            report_nonfinite_eval(results["eval_loss"], p.step, policy.name, s.metrics, self.is_main)
+            # this step's checkpoint must not carry an older eval loss as its own
+            self.progress = replace(self.progress, last_eval_metrics=results, last_eval_loss=None)
+            report_nonfinite_eval(results["eval_loss"], step, policy.name, s.metrics, self.is_main)
             return False
-        is_best = p.record_evaluation(results["eval_loss"], results, self.cfg.checkpoint.best_metric)
+        self.progress, is_best = self.progress.with_evaluation(results["eval_loss"], results,
+                                                              self.cfg.checkpoint.best_metric)
         # early stopping and the overfit detector judge every evaluation (every rank has rank 0's results)
-        self.early_stop, finding = self.judges.after_eval(p.step, results)
+        self.early_stop, finding = self.judges.after_eval(step, results)
         if finding is not None and self.is_main:
-            self.judges.warn_overfitting(finding, p.step, s.metrics)
+            self.judges.warn_overfitting(finding, step, s.metrics)
         return is_best
 
     def _stop_early(self) -> None:
@@ -411,7 +421,7 @@ class FineTuneRecipe:
                 raise TrainingStopped(msg + "; free disk space, then rerun the same command to resume")
             log.error("%s; training continues (checkpoint.on_save_error: continue)", msg)
             return
-        p.saved_step = p.step
+        self.progress = replace(self.progress, saved_step=p.step)
 
     def _confirm_run_folder(self) -> None:
         """Before a save: the run folder is still the one rank 0 locked (xtts_ft/run_lock.py ``confirm_held``); a

@@ -1,5 +1,9 @@
 """One optimizer step of the recipe (``StepRunner.run``), and the model inputs of a batch.
 
+The step reads the run's :class:`~xtts_ft.train.progress.Progress` and changes none of it: it returns what
+happened (:class:`StepTaken` with the step's stats, or :class:`StepAbandoned`) with the data position the
+next step starts from, and the recipe applies that.
+
 1. ``lr = get_lr(step) * lr_factor`` on every param group (a pure function of the step);
 2. ``grad_accum_steps`` micro-batches: ``forward_losses`` through the (DDP) wrapper under the precision
    policy's autocast, ``scaler.scale(loss / accum).backward()`` (DDP all-reduces on the last one);
@@ -20,7 +24,8 @@ the metrics line and its ETA.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator, Optional
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Union
 
 import torch
 
@@ -37,6 +42,26 @@ from xtts_ft.train.stopping import StopCoordinator
 Batch = dict[str, torch.Tensor]
 #: XttsTrainingModel.forward's keyword arguments (``cond_idxs`` / ``cond_lens`` may be None).
 ModelInputs = dict[str, Optional[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class StepTaken:
+    """A step that ran all its micro-batches: the optimizer stepped, or the stability controller skipped the update
+    (``stats.good`` says which)."""
+
+    stats: StepStats
+    data_position: tuple[int, int]  # the sampler position the next step starts from
+
+
+@dataclass(frozen=True)
+class StepAbandoned:
+    """A stop between micro-batches abandoned the step: no update; its batches are drawn again on resume."""
+
+    data_position: tuple[int, int]  # where the abandoned step started
+
+
+#: What one call of :meth:`StepRunner.run` did.
+StepResult = Union[StepTaken, StepAbandoned]
 
 
 def model_inputs(model: XttsTrainingModel, device: torch.device, batch: Batch, *, train: bool) -> ModelInputs:
@@ -100,8 +125,8 @@ class StepRunner:
             raise RuntimeError("StepRunner.close() has run")
         return next(self.batches)
 
-    def run(self, progress: Progress) -> Optional[StepStats]:
-        """One step from ``progress`` (its data position moves on); None when a stop abandoned it."""
+    def run(self, progress: Progress) -> StepResult:
+        """One step from ``progress`` (read only): what happened and where the data continues."""
         s = self.session
         accum, step, opt, stability, device = s.plan.grad_accum_steps, progress.step, s.opt, s.stability, s.device
         lr = get_lr(step, s.training) * progress.lr_factor
@@ -123,15 +148,15 @@ class StepRunner:
             stability.scaler.scale(loss).backward()
 
         self.runner.begin()  # an out-of-memory micro-batch is split or skipped (oom.py)
-        start = self.stop.step_start(progress.data_position, device)
+        position = progress.data_position
+        start = self.stop.step_start(position, device)
         for micro in range(accum):
             restored = self.stop.abandon_step(start, step, micro, accum, device)
             if restored is not None:
                 opt.optimizer.zero_grad(set_to_none=True)
-                progress.data_position = restored
-                return None
+                return StepAbandoned(data_position=restored)
             batch = self.next_batch()
-            progress.data_position = s.sampler.next_position(*batch["position"])
+            position = s.sampler.next_position(*batch["position"])
             last = micro == accum - 1
             sync = s.ddp_model.no_sync() if (s.dist.enabled and not last) else contextlib.nullcontext()
             with sync:
@@ -146,9 +171,9 @@ class StepRunner:
         if not self.runner.finish([p.grad for p in opt.trainable]):  # every clip ran out of memory: no update
             opt.optimizer.zero_grad(set_to_none=True)
             nan = float("nan")
-            return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
-                             grad_norm=0.0, loss_scale=float(stability.scaler.get_scale()),
-                             stop_requested=self.stop.requested)
+            return StepTaken(StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
+                                       grad_norm=0.0, loss_scale=float(stability.scaler.get_scale()),
+                                       stop_requested=self.stop.requested), position)
         norm = unscale_and_clip(stability.scaler, opt.optimizer, opt.trainable, s.training.grad_clip)
         stop_flag = torch.full((1,), float(self.stop.requested), device=device)
         stats = fetch_step_stats(rows, norm, stability.scale_tensor(), stop_flag,
@@ -156,4 +181,4 @@ class StepRunner:
                                  world_size=s.dist.world_size)
         stability.apply_step(stats, lambda: optimizer_step(opt), kept_inputs, kept_clips)
         opt.optimizer.zero_grad(set_to_none=True)
-        return stats
+        return StepTaken(stats, position)
