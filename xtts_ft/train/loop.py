@@ -404,7 +404,7 @@ class FineTuneRecipe:
                     write_config=lambda out: dump_config(self.effective_config(), out),
                     run_id=run.run_id, base_model=str(inputs.base.root),
                     eval_loss=p.last_eval_loss if evaluated else None,
-                    eval_metrics=p.last_eval_metrics if evaluated else None,
+                    eval_metrics=dict(p.last_eval_metrics) if evaluated else None,
                     dvae_pth=fine_tuned_dvae(self.run_dir, inputs.base))
                 s.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 self._store().apply_retention(RetentionPolicy.from_config(self.cfg.checkpoint), latest=path)
