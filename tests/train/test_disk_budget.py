@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.train.trainhelpers import small_config
+from xtts_ft.config import with_changes
 from xtts_ft.errors import DiskSpaceError
 from xtts_ft.model import model_limits
 from xtts_ft.train.data import Limits
@@ -27,7 +30,7 @@ def test_estimate_counts_every_kept_checkpoint_with_its_optimizer_state(built_mo
     full = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     assert full.full_checkpoint == weights + 2 * trainable and full.weights_checkpoint == weights
     assert full.checkpoints == 5 * full.full_checkpoint  # 3 kept + best + the one being written
-    cfg.checkpoint.optimizer_state = "latest"
+    cfg = with_changes(cfg, checkpoint={"optimizer_state": "latest"})
     slim = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     assert slim.checkpoints == 2 * full.full_checkpoint + 4 * weights < full.checkpoints
     assert full.total == full.checkpoints + full.samples + full.export + full.caches
@@ -92,3 +95,15 @@ def test_training_stops_before_the_first_step_when_the_budget_is_too_small(train
                                              r"checkpoint.keep_last"):
         trainer(cfg)
     assert not (run / "checkpoints").exists() and not (run / "metrics.jsonl").exists()
+
+
+def test_the_samples_are_sized_by_the_models_own_limits(built_model, tmp_path):
+    """The longest sample is what this model can say (its codes x stride / rate), not XTTS-v2's 605 codes."""
+    cfg = small_config(tmp_path / "run")
+    limits = _limits(built_model)
+    args = built_model.xtts.args
+    assert limits.longest_audio_s == args.gpt_max_audio_tokens * args.gpt_code_stride_len / limits.sample_rate
+    one = estimate_run_disk(cfg, built_model.gpt, limits, run_dir=tmp_path / "run")
+    longer = dataclasses.replace(limits, max_audio_tokens=2 * limits.max_audio_tokens)
+    two = estimate_run_disk(cfg, built_model.gpt, longer, run_dir=tmp_path / "run")
+    assert one.samples > 0 and abs(two.samples - 2 * one.samples) <= 1

@@ -41,6 +41,7 @@ from xtts_ft.config.schema import (
     is_local_source,
     is_short_text,
     opt,
+    with_changes,
 )
 from xtts_ft.errors import ConfigError
 
@@ -50,5 +51,5 @@ __all__ = [
     "EvaluationConfig", "IngestConfig", "LanguageAsrConfig", "PrecisionConfig", "RunConfig", "ServeConfig",
     "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
     "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_choices", "field_help", "is_hub_id",
-    "is_local_source", "is_short_text", "load_config", "opt", "parse_override",
+    "is_local_source", "is_short_text", "load_config", "opt", "parse_override", "with_changes",
 ]
