@@ -92,16 +92,16 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
 
 def unchecked_step(r) -> None:
     """The same optimizer step with no defence: no finite flags, no fetch, no skip logic."""
-    s, stepper = r.session, r.stepper
-    accum, scaler = s.plan.grad_accum_steps, s.stability.scaler
+    s, parts, stepper = r.session, r.parts, r.stepper
+    accum, scaler = s.plan.grad_accum_steps, parts.stability.scaler
     for _ in range(accum):
         batch = stepper.next_batch()
         inputs = r.model_inputs(batch, train=True)
-        with s.stability.policy.autocast():
-            out = s.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
+        with parts.stability.policy.autocast():
+            out = parts.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
         scaler.scale(out["loss"] / accum).backward()
     scaler.unscale_(r.optimizer)
-    torch.nn.utils.clip_grad_norm_(s.opt.trainable, s.training.grad_clip)
+    torch.nn.utils.clip_grad_norm_(parts.opt.trainable, s.training.grad_clip)
     scaler.step(r.optimizer)
     scaler.update()
     r.optimizer.zero_grad(set_to_none=True)
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             uncached.cleanup()
     overhead = checked_s / unchecked_s - 1.0
     speedup = nocache_s / cache_s
-    precision = cached.session.stability.policy.name
+    precision = cached.parts.stability.policy.name
     print(f"tiny XTTS on {device} ({precision}), batch {args.batch_size}, median of {args.steps} steps per variant")
     print(f"stability checks: {1e3 * checked_s:8.1f} ms/step with, {1e3 * unchecked_s:8.1f} ms/step without "
           f"-> overhead {100 * overhead:+.2f}% (target < 1%)")

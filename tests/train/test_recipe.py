@@ -1,5 +1,5 @@
-"""The recipe's shape: attributes declared up front, setup returns one frozen session (batch plan, max_steps from
-epochs), the config it was given stays;
+"""The recipe's shape: attributes declared up front, setup returns a frozen session of values (batch plan, max_steps
+from epochs) and the moving parts training changes, the config it was given stays;
 and its progress (the best score included) survives a stop and a resume."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def _recipe(cfg, run: Path, tiny_base, vocab, tokenizer, dataset) -> FineTuneRec
     return FineTuneRecipe(cfg, inputs, handles=handles)
 
 
-def test_setup_returns_a_frozen_session_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset, model_factory,
-                                                            codes_cache, tmp_path):
+def test_setup_returns_a_frozen_session_and_the_moving_parts_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset,
+                                                                                 model_factory, codes_cache, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
     # 12 clips x 2 epochs at 8 clips per step = 3 steps, before max_steps 50: the epochs end the run
@@ -41,18 +41,24 @@ def test_setup_returns_a_frozen_session_and_keeps_the_config(tiny_base, vocab, t
     declared = set(vars(recipe))
     try:
         with patched_recipe(model_factory):
-            session = recipe.setup()
+            session, parts = recipe.setup()
         assert set(vars(recipe)) == declared  # every attribute setup fills was declared in __init__
-        assert recipe.session is session
+        assert recipe.session is session and recipe.parts is parts
         assert recipe.cfg is cfg and cfg.training.max_steps == 50 and cfg.training.grad_accum_steps == 1  # as given
         assert session.plan == BatchPlan(batch_size=2, grad_accum_steps=4, world_size=1)
         assert session.plan.samples_per_step == 8
         assert session.max_steps == 3 and session.training.grad_accum_steps == 4  # what checkpoints record
         assert recipe.effective_config().training is session.training
-        assert session.metrics.max_steps == 3
-        assert recipe.optimizer is session.opt.optimizer and len(session.data.train_clips) == 12
+        assert parts.metrics.max_steps == 3
+        assert recipe.optimizer is parts.opt.optimizer and len(session.data.train_clips) == 12
         with pytest.raises(dataclasses.FrozenInstanceError):
             session.plan = None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            session.data.train_clips = []
+        # the session holds values only: what training changes in place is in the moving parts
+        kinds = {type(getattr(session, f.name)) for f in dataclasses.fields(session)}
+        assert not kinds & {type(getattr(parts, f.name)) for f in dataclasses.fields(parts)}
+        assert not any(issubclass(kind, (torch.nn.Module, torch.optim.Optimizer)) for kind in kinds)
     finally:
         recipe.cleanup()
 

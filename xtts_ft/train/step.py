@@ -34,7 +34,7 @@ from xtts_ft.train.codes_cache import codes_for_batch
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.schedule import get_lr, set_lr
-from xtts_ft.train.session import Optimisation, Session
+from xtts_ft.train.session import MovingParts, Optimisation, Session
 from xtts_ft.train.stability import StepStats, fetch_step_stats
 from xtts_ft.train.stopping import StopCoordinator
 
@@ -105,13 +105,14 @@ def optimizer_step(opt: Optimisation) -> None:
 
 
 class StepRunner:
-    """One optimizer step over the session's parts; ``stop``: the recipe's stop coordinator, ``runner``: the
+    """One optimizer step with what setup built (``session``: the plan, the settings; ``parts``: the model, the
+    optimizer and the stability controller it changes); ``stop``: the recipe's stop coordinator, ``runner``: the
     out-of-memory splitting of micro-batches, ``batches``: the training loader's iterator (its workers run
     until :meth:`close`)."""
 
-    def __init__(self, session: Session, *, stop: StopCoordinator, runner: MicroBatchRunner,
+    def __init__(self, session: Session, parts: MovingParts, *, stop: StopCoordinator, runner: MicroBatchRunner,
                  batches: Iterator[Batch]) -> None:
-        self.session, self.stop, self.runner = session, stop, runner
+        self.session, self.parts, self.stop, self.runner = session, parts, stop, runner
         self.batches: Optional[Iterator[Batch]] = batches
         self.lr = 0.0  # of the newest step, for its metrics line
         self.compile_times: dict[str, float] = {}  # of the newest step: MetricsLogger.train_step's compile_*
@@ -127,18 +128,18 @@ class StepRunner:
 
     def run(self, progress: Progress) -> StepResult:
         """One step from ``progress`` (read only): what happened and where the data continues."""
-        s = self.session
-        accum, step, opt, stability, device = s.plan.grad_accum_steps, progress.step, s.opt, s.stability, s.device
+        s, parts = self.session, self.parts
+        accum, step, opt, stability, device = s.plan.grad_accum_steps, progress.step, parts.opt, parts.stability, s.device
         lr = get_lr(step, s.training) * progress.lr_factor
         set_lr(opt.optimizer, lr)
         rows: list[torch.Tensor] = []
         kept_inputs: list[ModelInputs] = []
         kept_clips: list[int] = []
-        compiled_before = s.model.compile_seconds
+        compiled_before = parts.model.compile_seconds
 
         def forward(piece: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            inputs = model_inputs(s.model, device, piece, train=True)
-            out = forward_losses(s.ddp_model, inputs, stability.policy.autocast)
+            inputs = model_inputs(parts.model, device, piece, train=True)
+            out = forward_losses(parts.ddp_model, inputs, stability.policy.autocast)
             loss = out["loss"]
             kept_inputs.append(inputs)
             kept_clips.extend(piece["clips"].tolist())
@@ -158,16 +159,16 @@ class StepRunner:
             batch = self.next_batch()
             position = s.sampler.next_position(*batch["position"])
             last = micro == accum - 1
-            sync = s.ddp_model.no_sync() if (s.dist.enabled and not last) else contextlib.nullcontext()
+            sync = parts.ddp_model.no_sync() if (s.dist.enabled and not last) else contextlib.nullcontext()
             with sync:
                 row = self.runner.run(batch, 1.0 / (len(batch["clips"]) * accum), forward, backward, step=step)
             if row is not None:
                 rows.append(row)
         for event in self.runner.events:
-            s.metrics.event(step + 1, **event)
+            parts.metrics.event(step + 1, **event)
         self.lr = lr
-        self.compile_times = {"compile_s": s.model.compile_seconds - compiled_before,
-                              "compile_pending_s": s.model.pending_compile_seconds()}
+        self.compile_times = {"compile_s": parts.model.compile_seconds - compiled_before,
+                              "compile_pending_s": parts.model.pending_compile_seconds()}
         if not self.runner.finish([p.grad for p in opt.trainable]):  # every clip ran out of memory: no update
             opt.optimizer.zero_grad(set_to_none=True)
             nan = float("nan")
