@@ -59,6 +59,7 @@ def test_short_text_is_one_rule_everywhere():
     assert short == list(range(SHORT_TEXT_CHARS))  # under SHORT_TEXT_CHARS characters
     assert [n for n in lengths if length_bucket("ሀ" * n) == "short"] == short  # the evaluation's bucket
     assert [n for n in lengths if n <= ServeConfig().short_text_chars] == short  # the server compares with <=
+    assert [n for n in lengths if n < ServeConfig().min_piece_chars] == short  # ... and joins pieces shorter than
     help_texts = " ".join(field.metadata.get("help", "") for field in dataclasses.fields(DatasetConfig))
     assert f"under {SHORT_TEXT_CHARS} characters" in help_texts and "at most 20 characters" not in help_texts
 

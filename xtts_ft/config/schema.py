@@ -56,9 +56,9 @@ DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 
 #: A short text is one of fewer than this many characters (of normalised text): where XTTS most often babbles past
 #: the stop token. The one rule (:func:`is_short_text`) behind the dataset report's share of short clips, the short
-#: pieces prepare makes, the evaluation's ``short`` bucket and the server's retry of short pieces
-#: (``ServeConfig.short_text_chars``). 20 is the shortest segment a Wyoming wrapper of XTTS lets through
-#: (lmoe/wyoming-xtts).
+#: pieces prepare makes, the evaluation's ``short`` bucket and the server's defaults (its retry of short pieces,
+#: ``ServeConfig.short_text_chars``, and its joining of them, ``min_piece_chars``). 20 is the shortest segment a
+#: Wyoming wrapper of XTTS lets through (lmoe/wyoming-xtts).
 SHORT_TEXT_CHARS = 20
 
 
@@ -795,7 +795,10 @@ class ServeConfig:
         2, "A short piece that reaches its cap without the stop token is generated again with the next seed, at "
         "most this many times; the first that stops is kept.",
     )
-    min_piece_chars: int = opt(20, "When long text is split, a piece shorter than this is joined to its neighbour.")
+    min_piece_chars: int = opt(
+        SHORT_TEXT_CHARS, "When long text is split, a piece shorter than this is joined to its neighbour (the default: "
+        "a short text, as short_text_chars counts it).",
+    )
     max_input_chars: int = opt(4096, "Longest input accepted per request (OpenAI's limit).")
     max_upload_mb: float = opt(10.0, "Largest voice clip accepted as an upload, in MB.")
     queue_size: int = opt(
