@@ -80,6 +80,7 @@ from smoke_serving import serving_section  # noqa: E402
 
 from xtts_ft.checkpoint_store import CheckpointStore  # noqa: E402
 from xtts_ft.cli import default_allocator_settings  # noqa: E402
+from xtts_ft.config import with_changes  # noqa: E402
 from xtts_ft.layout import EVAL_CSV, RunLayout  # noqa: E402
 from xtts_ft.run_history import read_events, read_metrics  # noqa: E402
 
@@ -307,11 +308,11 @@ def memory_options_section(args, device, state):
                                          str(steps), "checkpoint.every_steps": str(steps),
                                          "training.offload_frozen": "true", "training.gradient_checkpointing": "true"})
     if args.quick:  # the paths, not the samples, are under test here: one short sample is enough
-        cfg.evaluation.sentences, cfg.evaluation.max_new_tokens = cfg.evaluation.sentences[:1], 10
+        cfg = with_changes(cfg, evaluation={"sentences": cfg.evaluation.sentences[:1], "max_new_tokens": 10})
     prep, at = state["prep"], {"step": None, "injected": 0}
     fp16 = resolve_precision(args.precision, device).name == "fp16"
     if fp16:  # one overflow in step 1 then drops the scale below min_scale: the fp16 fallback fires
-        cfg.precision.min_scale = cfg.precision.init_scale
+        cfg = with_changes(cfg, precision={"min_scale": cfg.precision.init_scale})
 
     def note_step(step: int):
         at["step"] = step

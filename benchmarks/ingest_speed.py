@@ -71,11 +71,10 @@ def child(modes: str, wav: str, txt: str, folder: str, threads: int) -> int:
 
     torch.set_num_threads(threads)
     from xtts_ft.asr import SMALL_MODEL_DIR
-    from xtts_ft.config import Config
+    from xtts_ft.config import Config, with_changes
     from xtts_ft.ingest.command import ingest
 
-    cfg = Config()
-    cfg.asr.model, cfg.asr.device = str(SMALL_MODEL_DIR), "cpu"
+    cfg = with_changes(Config(), asr={"model": str(SMALL_MODEL_DIR), "device": "cpu"})
     for mode in modes.split(","):
         started = time.monotonic()
         report = ingest(cfg, [wav], Path(folder) / f"out_{mode}", text=Path(txt) if mode == "text" else None)

@@ -90,7 +90,7 @@ def train_compare(steps: int, base: str, keep: str | None) -> None:
         train_rows = len(layout.train_csv.read_text(encoding="utf-8").splitlines()) - 1
         merged = {k: v for m in last for k, v in m.items() if k in COMPARED}  # the latest value of each
         rows[setting] = {"pieces": report.get("short_pieces", {}).get("made", 0), "train rows": train_rows,
-                         "under 20 chars": report["short_clips"]["under_20_chars_share"], **merged,
+                         "under 20 chars": report["short_clips"]["short_text_share"], **merged,
                          "wall s": round(time.perf_counter() - start)}
     keys = list(dict.fromkeys(k for r in rows.values() for k in r))
     print(f"demo, {steps} steps, base {base}; short_clips off vs auto")

@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xtts_ft.base_model import BaseModelFiles  # noqa: E402
-from xtts_ft.config import Config  # noqa: E402
+from xtts_ft.config import Config, with_changes  # noqa: E402
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV, VOCAB_FILE  # noqa: E402
 
 SR = 22050
@@ -74,13 +74,10 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
     from xtts_ft.train.distributed import setup_distributed
     from xtts_ft.train.loop import FineTuneRecipe, TrainInputs
 
-    cfg = Config()
-    cfg.run.output_dir, cfg.run.device = str(run_dir), device
-    cfg.precision.mode = "auto"
-    t = cfg.training
-    t.max_steps, t.batch_size, t.lr, t.warmup_steps, t.num_workers = 10_000, batch_size, 1e-4, 0, 0
-    t.cache_dvae_codes = cache
-    t.min_conditioning_s, t.max_conditioning_s = 0.5, 1.0
+    cfg = with_changes(Config(), run={"output_dir": str(run_dir), "device": device}, precision={"mode": "auto"},
+                       training={"max_steps": 10_000, "batch_size": batch_size, "lr": 1e-4, "warmup_steps": 0,
+                                 "num_workers": 0, "cache_dvae_codes": cache, "min_conditioning_s": 0.5,
+                                 "max_conditioning_s": 1.0})
     tokenizer = AmharicTokenizer(str(fx["vocab"]), normalizer=lambda s: s, char_limit=200, fold_homophones=False)
     record = claim_run_folder(run_dir, fingerprint=None, resume=cfg.checkpoint.resume)
     inputs = TrainInputs(base=fx["base"], vocab_path=fx["vocab"], base_vocab_size=fx["base_vocab_size"],
@@ -95,16 +92,16 @@ def make_recipe(fx: dict, run_dir: Path, device: str, cache: bool, batch_size: i
 
 def unchecked_step(r) -> None:
     """The same optimizer step with no defence: no finite flags, no fetch, no skip logic."""
-    s, stepper = r.session, r.stepper
-    accum, scaler = s.plan.grad_accum_steps, s.stability.scaler
+    s, parts, stepper = r.session, r.parts, r.stepper
+    accum, scaler = s.plan.grad_accum_steps, parts.stability.scaler
     for _ in range(accum):
         batch = stepper.next_batch()
         inputs = r.model_inputs(batch, train=True)
-        with s.stability.policy.autocast():
-            out = s.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
+        with parts.stability.policy.autocast():
+            out = parts.ddp_model(**{**inputs, "cond_idxs": inputs["cond_idxs"].clone()})
         scaler.scale(out["loss"] / accum).backward()
     scaler.unscale_(r.optimizer)
-    torch.nn.utils.clip_grad_norm_(s.opt.trainable, s.training.grad_clip)
+    torch.nn.utils.clip_grad_norm_(parts.opt.trainable, s.training.grad_clip)
     scaler.step(r.optimizer)
     scaler.update()
     r.optimizer.zero_grad(set_to_none=True)
@@ -179,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             uncached.cleanup()
     overhead = checked_s / unchecked_s - 1.0
     speedup = nocache_s / cache_s
-    precision = cached.session.stability.policy.name
+    precision = cached.parts.stability.policy.name
     print(f"tiny XTTS on {device} ({precision}), batch {args.batch_size}, median of {args.steps} steps per variant")
     print(f"stability checks: {1e3 * checked_s:8.1f} ms/step with, {1e3 * unchecked_s:8.1f} ms/step without "
           f"-> overhead {100 * overhead:+.2f}% (target < 1%)")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from xtts_ft.checkpoint_store import CheckpointRecord
-from xtts_ft.config import Config
+from xtts_ft.config import Config, with_changes
 from xtts_ft.errors import RunFolderError
 from xtts_ft.run_folder import OLD_RUNS, claim_run_folder, describe_differences, read_record, run_fingerprint
 
@@ -28,12 +28,8 @@ def make_dataset(root: Path) -> Path:
 
 
 def make_cfg(tmp_path: Path, dataset: Path, **tokenizer) -> Config:
-    cfg = Config()
-    cfg.run.output_dir = str(tmp_path / "run")
-    cfg.dataset.path = str(dataset)
-    for key, value in tokenizer.items():
-        setattr(cfg.tokenizer, key, value)
-    return cfg
+    return with_changes(Config(), run={"output_dir": str(tmp_path / "run")}, dataset={"path": str(dataset)},
+                        tokenizer=tokenizer)
 
 
 def fake_checkpoint(run_dir: Path, step: int, run_id) -> Path:
@@ -83,8 +79,7 @@ def test_changed_transcripts_are_refused_before_anything_is_touched(setup):
 
 def test_other_settings_are_named(setup, tmp_path):
     cfg, dataset, _ = setup
-    other = make_cfg(tmp_path, dataset, new_tokens=600)
-    other.text.fold_homophones = False
+    other = with_changes(make_cfg(tmp_path, dataset, new_tokens=600), text={"fold_homophones": False})
     before = run_fingerprint(cfg)
     (dataset / "wavs" / "a9.wav").write_bytes(b"RIFF")  # a clip's audio only once the metadata names it
     assert describe_differences(before, run_fingerprint(cfg)) == []
@@ -160,12 +155,12 @@ def test_fingerprint_covers_every_dataset_of_a_list(tmp_path):
     cfg = make_cfg(tmp_path, first)
     single = run_fingerprint(cfg)
     assert "more_datasets" not in single  # a one-dataset run keeps the fingerprint it always had
-    cfg.more_datasets = [DatasetConfig(path=str(second), language="en")]
+    cfg = dataclasses.replace(cfg, more_datasets=[DatasetConfig(path=str(second), language="en")])
     mixed = run_fingerprint(cfg)
     assert any("datasets after the first" in d and "1 -> 2 datasets" in d for d in describe_differences(single, mixed))
     (second / "metadata.csv").write_text("audio_file|text|speaker_name\nwavs/a0.wav|hello|s\n", encoding="utf-8")
     assert any("datasets after the first" in d for d in describe_differences(mixed, run_fingerprint(cfg)))
-    cfg.more_datasets[0].language = "fr"
+    cfg = dataclasses.replace(cfg, more_datasets=[dataclasses.replace(cfg.more_datasets[0], language="fr")])
     assert run_fingerprint(cfg)["more_datasets"][0]["language"] == "fr"
 
 
@@ -275,7 +270,7 @@ def test_recorded_fingerprints_and_stage_hashes_keep_their_meaning(setup, tmp_pa
     cfg, dataset, _ = setup
     text = tmp_path / "extra.txt"
     text.write_text("ሰላም ለዓለም\n", encoding="utf-8")
-    cfg.tokenizer.extra_text_files = [str(text)]
+    cfg = with_changes(cfg, tokenizer={"extra_text_files": [str(text)]})
     fingerprint = run_fingerprint(cfg)
     old_sha = lambda data: hashlib.sha256(data).hexdigest()[:16]  # noqa: E731 - the scheme run.json was written with
     assert fingerprint["dataset"]["transcripts"] == {"metadata.csv": old_sha((dataset / "metadata.csv").read_bytes())}

@@ -33,7 +33,7 @@ import torch.nn as nn
 from torch._dynamo.exc import TorchDynamoException
 from torch._inductor.exc import InductorError
 
-from xtts_ft.gpt_forward import EAGER, BlockFn, any_hooks, block_forward, run_blocks
+from xtts_ft.gpt_forward import EAGER, BlockFn, any_hooks, block_forward, conditioning_length, run_blocks
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ def compile_enabled(setting: Union[str, bool], device: torch.device) -> bool:
 
 def longest_row(gpt: nn.Module) -> int:
     """The most positions one row of the GPT's training forward can have (conditioning + text + audio)."""
-    cond = gpt.conditioning_perceiver.latents.shape[0] if gpt.use_perceiver_resampler else gpt.max_prompt_tokens
-    return int(cond + gpt.max_text_tokens + gpt.max_mel_tokens)  # coqui's maxima include start/stop positions
+    # coqui's maxima include the start/stop positions
+    return conditioning_length(gpt) + int(gpt.max_text_tokens) + int(gpt.max_mel_tokens)
 
 
 def bucket_width(longest: int) -> int:

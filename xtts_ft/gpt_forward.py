@@ -154,10 +154,15 @@ def check_supported(gpt: nn.Module) -> Optional[str]:
     return None
 
 
+def conditioning_length(gpt: nn.Module) -> int:
+    """Positions the voice prompt takes at the start of every row: the perceiver's latents, or coqui's prompt tokens
+    without the perceiver."""
+    return int(gpt.conditioning_perceiver.latents.shape[0] if gpt.use_perceiver_resampler else gpt.max_prompt_tokens)
+
+
 def row_length(gpt: nn.Module, text_tokens: int, audio_samples: int) -> int:
     """Positions of one clip's row: conditioning + [start, text..] + [start, codes.., stop x 3]."""
-    cond = gpt.conditioning_perceiver.latents.shape[0] if gpt.use_perceiver_resampler else gpt.max_prompt_tokens
-    return int(cond + text_tokens + 1 + math.ceil(audio_samples / gpt.code_stride_len) + 3 + 1)
+    return conditioning_length(gpt) + text_tokens + 1 + math.ceil(audio_samples / gpt.code_stride_len) + 3 + 1
 
 
 def _layout(cond: int, text_real: torch.Tensor, mel_real: torch.Tensor, text_width: int, length: int

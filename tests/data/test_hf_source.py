@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -85,7 +86,7 @@ def test_hub_id_offline_says_what_to_do(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     cfg = make_cfg(tmp_path, format="hf", hf_cache_dir=str(tmp_path / "empty_cache"))
-    cfg.path = "someone/amharic-speech"
+    cfg = dataclasses.replace(cfg, path="someone/amharic-speech")
     with pytest.raises(DataError) as err:
         prepare_dataset(cfg, tmp_path / "out", normalizer=standin_normalize, progress=False)
     message = str(err.value)
@@ -158,7 +159,7 @@ def test_a_downloaded_repo_folder_reads_the_named_split(tmp_path: Path):
     cfg = make_cfg(repo, format="hf", hf_split="test", text_column="transcription", hf_cache_dir=str(tmp_path / "c"))
     report = prepare_dataset(cfg, tmp_path / "out", normalizer=standin_normalize, progress=False)
     assert report.total == 2 and report.kept == 2  # the test split only, not every parquet file in the folder
-    cfg.hf_split = "validation"
+    cfg = dataclasses.replace(cfg, hf_split="validation")
     with pytest.raises(DataError, match=r"Unknown split \"validation\". Should be one of .*set dataset.hf_split"):
         prepare_dataset(cfg, tmp_path / "out2", normalizer=standin_normalize, progress=False)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.data.datahelpers import SENTENCES, read_tsv, standin_normalize, write_audio
-from xtts_ft.config import config_from_dict
+from xtts_ft.config import config_from_dict, is_short_text
 from xtts_ft.data import read_metadata
 from xtts_ft.data.multi import prepare_datasets
 
@@ -59,7 +59,7 @@ def test_two_languages_prepare_into_one_training_set(tmp_path: Path):
 
     rows = read_metadata(out / "metadata_train.csv")
     short = report.short_clips  # both datasets' counts together
-    assert short["clips"] == len(rows) == 8 and short["under_20_chars"] == sum(len(r["text"]) < 20 for r in rows)
+    assert short["clips"] == len(rows) == 8 and short["short_text"] == sum(is_short_text(r["text"]) for r in rows)
     assert {r["language"] for r in rows} == {"am", "en"}
     english = [r for r in rows if r["language"] == "en"]
     assert [r["text"] for r in english] == ENGLISH[:3]  # stored as written: coqui's English cleaners run at encode

@@ -18,12 +18,12 @@ import soundfile as sf
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.audio_io import load_audio
-from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict, load_config
+from xtts_ft.config import DatasetConfig, IngestConfig, config_from_dict, is_short_text, load_config
 from xtts_ft.data import prepare_dataset
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.checks import assign_names
 from xtts_ft.data.derived import DerivedPiece, SourceClip, add_pieces, pieces_wanted
-from xtts_ft.data.report import PIECES_FILE, SHORT_TEXT_CHARS, PrepareReport
+from xtts_ft.data.report import PIECES_FILE, PrepareReport
 from xtts_ft.errors import ConfigError, ModelError
 from xtts_ft.ingest.short_pieces import ShortPieceMaker, WordAligner, cut
 from xtts_ft.stop_signals import StopRequested, StopSignals
@@ -80,16 +80,16 @@ def demo(tmp_path_factory, recognizer):
 def test_demo_short_share_reaches_the_minimum_with_default_settings(demo):
     out, before, after, _ = demo
     minimum = DatasetConfig().short_clip_min_share
-    assert before.short_clips["under_20_chars_share"] < minimum  # the demo's sentences: (almost) none short
+    assert before.short_clips["short_text_share"] < minimum  # the demo's sentences: (almost) none short
     assert before.short_pieces["made"] == 0 and "off" in before.short_pieces["why"]
-    assert after.short_clips["under_20_chars_share"] >= minimum
+    assert after.short_clips["short_text_share"] >= minimum
     s = after.short_pieces
     assert s["setting"] == "auto" and s["made"] == s["wanted"] >= 1
     # the pieces are in the training metadata, marked as derived by their folder, and listed with their source
     train = _csv_rows(out / "metadata_train.csv")
     derived = [r for r in train if r[0].startswith("wavs/short/")]
     assert len(derived) == s["made"] == len(_tsv(out))
-    assert all((out / r[0]).is_file() and len(r[1]) < SHORT_TEXT_CHARS for r in derived)
+    assert all((out / r[0]).is_file() and is_short_text(r[1]) for r in derived)
     assert len(train) == after.kept_train + s["made"]
     saved = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert saved["short_pieces"]["pieces"] == s["pieces"] and saved["short_clips"] == after.short_clips

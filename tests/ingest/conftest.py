@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xtts_ft.asr import SMALL_MODEL_DIR
-from xtts_ft.config import Config
+from xtts_ft.config import Config, with_changes
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +17,4 @@ def small_recognizer():
 
 @pytest.fixture
 def ingest_cfg() -> Config:
-    cfg = Config()
-    cfg.asr.model = str(SMALL_MODEL_DIR)
-    cfg.asr.device = "cpu"
-    return cfg
+    return with_changes(Config(), asr={"model": str(SMALL_MODEL_DIR), "device": "cpu"})

@@ -20,6 +20,7 @@ import pytest
 
 from tests.ingest.ingesthelpers import REPO_ROOT, build_recording, demo_sentences, read_metadata, read_segments
 from xtts_ft.asr import SMALL_MODEL_DIR
+from xtts_ft.config import with_changes
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.source_audio import IngestError
 from xtts_ft.layout import EARLIER_INGESTS
@@ -53,11 +54,9 @@ def _clips_say_their_rows(folder, recognizer) -> None:
 def first_session(tmp_path_factory, small_recognizer):
     """A dataset made by one ingest (4 sentences), and a second recording (3 other sentences) with its text."""
     from xtts_ft.asr import SMALL_MODEL_DIR as model
-    from xtts_ft.config import Config
+    from xtts_ft.config import Config, with_changes
 
-    cfg = Config()
-    cfg.asr.model, cfg.asr.device = str(model), "cpu"
-    cfg.dataset.min_duration_s = 1.0
+    cfg = with_changes(Config(), asr={"model": str(model), "device": "cpu"}, dataset={"min_duration_s": 1.0})
     root = tmp_path_factory.mktemp("sessions")
     one = build_recording(root / "one.wav", 4, pause_s=0.6)
     two = build_recording(root / "two.wav", 3, pause_s=0.6, start=6)
@@ -117,7 +116,7 @@ def test_no_clip_made_is_an_error_that_says_why_and_writes_nothing(tmp_path, ing
     recording = build_recording(tmp_path / "a.wav", 2)
     wrong = tmp_path / "wrong.txt"
     wrong.write_text("\n".join(t for _, t in demo_sentences()[10:12]), encoding="utf-8")  # not what it says
-    ingest_cfg.ingest.min_score = 0.95
+    ingest_cfg = with_changes(ingest_cfg, ingest={"min_score": 0.95})
     with pytest.raises(IngestError, match=r"no clips made \(.*\); nothing was written to"):
         ingest(ingest_cfg, [recording.path], tmp_path / "ds", text=wrong, recognizer=small_recognizer)
     assert not (tmp_path / "ds").exists()
@@ -139,7 +138,7 @@ def test_sigterm_at_a_random_moment_of_a_long_ingest_leaves_the_old_dataset_or_t
     config.write_text(f"dataset:\n  path: .\n  min_duration_s: 1.0\nasr:\n  model: {SMALL_MODEL_DIR}\n  device: cpu\n",
                       encoding="utf-8")
     ds = tmp_path / "ds"
-    ingest_cfg.dataset.min_duration_s = 1.0
+    ingest_cfg = with_changes(ingest_cfg, dataset={"min_duration_s": 1.0})
     ingest(ingest_cfg, [old.path], ds, text=_text(tmp_path, old, "old.txt"), recognizer=small_recognizer)
     before = _tree(ds)
     command = [sys.executable, "-m", "xtts_ft", "ingest", str(new.path), "--text", str(_text(tmp_path, new, "new.txt")),

@@ -7,6 +7,7 @@ import pytest
 import soundfile as sf
 import soxr
 
+from xtts_ft.config import with_changes
 from xtts_ft.ingest import source_audio
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.source_audio import IngestError, open_sources, read_blocks, read_range
@@ -51,7 +52,7 @@ def test_ingest_never_reads_more_than_a_block_or_a_clip(tmp_path, frames_per_rea
     from tests.ingest.ingesthelpers import build_recording
 
     recording = build_recording(tmp_path / "talk.wav", 6, pause_s=0.8, channels=2)
-    ingest_cfg.ingest.block_s = 2.0
+    ingest_cfg = with_changes(ingest_cfg, ingest={"block_s": 2.0})
     report = ingest(ingest_cfg, [recording.path], tmp_path / "out", recognizer=small_recognizer)
     assert report.clips >= 5 and report.blocks_read >= 10
     longest_clip = ingest_cfg.dataset.max_duration_s * recording.rate

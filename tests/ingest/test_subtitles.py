@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.ingest.ingesthelpers import build_recording, near, read_metadata, read_segments
+from xtts_ft.config import with_changes
 from xtts_ft.ingest.command import ingest
 from xtts_ft.ingest.source_audio import IngestError
 from xtts_ft.ingest.subtitles import fit_offset, read_cues
@@ -68,7 +69,7 @@ def test_an_offset_beyond_the_limit_is_reported_and_its_clips_rejected(tmp_path,
     recording = build_recording(tmp_path / "video.wav", 6, pause_s=0.8)
     srt = tmp_path / "video.srt"
     write_srt(srt, recording, 1.5)
-    ingest_cfg.ingest.max_subtitle_offset_s = 1.0
+    ingest_cfg = with_changes(ingest_cfg, ingest={"max_subtitle_offset_s": 1.0})
     with pytest.raises(IngestError) as no_clips:  # every clip rejected: an error that says why, nothing written
         ingest(ingest_cfg, [recording.path], tmp_path / "out", subtitles=srt, recognizer=small_recognizer)
     message = str(no_clips.value)

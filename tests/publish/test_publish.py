@@ -75,7 +75,7 @@ def test_dry_run_writes_the_folder_with_the_card_of_the_best_checkpoint(dry_run,
     card = (out / "README.md").read_text(encoding="utf-8")
     # step 2's evaluation record: CER mean of 2.5, 0.4, 0.3; short text CER 2.5 and stop rate 0 (it babbled)
     assert "| CER (character error rate, all samples) | 1.07 |" in card
-    assert "| CER, short texts (≤ 20 characters) | 2.5 |" in card and "| stop rate, short texts | 0 |" in card
+    assert "| CER, short texts (under 20 characters) | 2.5 |" in card and "| stop rate, short texts | 0 |" in card
     assert "`agkphysics/wav2vec2-large-xlsr-53-amharic`" in card  # the recogniser that heard them (run config)
     assert "1.25 hours" in card and "120 clips" in card and "2 speaker(s)" in card  # data/report.json
     assert "| 3 |" not in card  # nothing of step 4's evaluation
@@ -124,7 +124,7 @@ def test_upload_to_the_hub_then_the_card_loads_from_it(export_folder, run_folder
         assert f'src="{url}/{REPO}/resolve/main/{first}"' in card.text  # the player's link resolves on the hub
         audio, sr = sf.read(hf_hub_download(REPO, first, endpoint=url, cache_dir=str(tmp_path / "cache")))
         assert sr == 24000 and len(audio) == 12000
-    assert "| CER, short texts (≤ 20 characters) | 2.5 |" in card.text  # found the run through the export's record
+    assert "| CER, short texts (under 20 characters) | 2.5 |" in card.text  # found the run through the export's record
     assert (export / "xtts_ft_meta.json").read_text(encoding="utf-8") == export_meta  # the export is untouched
     assert (tmp_path / "up" / "model.pth").stat().st_ino == (export / "model.pth").stat().st_ino  # linked, not copied
 
@@ -141,7 +141,7 @@ def test_an_export_away_from_its_run_says_what_is_missing(export_folder, tmp_pat
     assert rc == 0, err
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "a speech recogniser that the records found here do not name" in card  # not guessed
-    assert "read from the checkpoint's meta.json" in card and "| CER, short texts (≤ 20 characters) | 2.5 |" in card
+    assert "read from the checkpoint's meta.json" in card and "| CER, short texts (under 20 characters) | 2.5 |" in card
     assert "Not recorded here (the run's data/report.json was not found)" in card and "## Samples" not in card
     assert not (tmp_path / "out" / "samples").exists()
 

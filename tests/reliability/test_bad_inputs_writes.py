@@ -21,7 +21,7 @@ import soundfile as sf
 from tests.reliability.relhelpers import REPO
 from xtts_ft.asr import SMALL_MODEL_DIR
 from xtts_ft.cli import main
-from xtts_ft.config import Config
+from xtts_ft.config import Config, with_changes
 from xtts_ft.errors import DiskSpaceError
 from xtts_ft.ingest.subtitles import read_cues
 from xtts_ft.train.disk_budget import DiskEstimate, check_disk_budget
@@ -194,8 +194,7 @@ def test_a_key_given_twice_is_refused(tmp_path, capsys):
 
 
 def test_the_disk_budget_refusal_adds_up_and_offers_the_budget_it_was_given(tmp_path):
-    cfg = Config()
-    cfg.checkpoint.disk_budget_gb, cfg.checkpoint.keep_last, cfg.checkpoint.optimizer_state = 12.0, 3, "latest"
+    cfg = with_changes(Config(), checkpoint={"disk_budget_gb": 12.0, "keep_last": 3, "optimizer_state": "latest"})
     gb = 10**9
     estimate = DiskEstimate(full_checkpoint=int(5.3 * gb), weights_checkpoint=int(1.8 * gb),
                             checkpoints=2 * int(5.3 * gb) + 3 * int(1.8 * gb), samples=int(0.2 * gb),

@@ -55,8 +55,8 @@ def holder(tiny_base_dir, dataset, tmp_path_factory) -> Iterator[Holder]:
     root = tmp_path_factory.mktemp("held")
     run = root / "run"
     cfg = small_config(run, training={"max_steps": 100000}, checkpoint={"every_steps": 2, "keep_last": 2},
-                       evaluation={"recognize": False}, dataset={"path": str(dataset[0].parent), "short_clips": "off"})
-    cfg.base_model.source = str(tiny_base_dir)
+                       evaluation={"recognize": False}, dataset={"path": str(dataset[0].parent), "short_clips": "off"},
+                       base_model={"source": str(tiny_base_dir)})
     config = root / "held.yaml"
     dump_config(cfg, config)
     args = ["--config", str(config)]

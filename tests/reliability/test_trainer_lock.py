@@ -36,8 +36,7 @@ def test_a_second_trainer_is_refused_and_readers_work_while_the_first_trains(scr
         first.send_signal(signal.SIGSTOP)  # paused mid-run, lock held: its retention cannot delete what is read below
 
         config = tmp_path / "same_run.yaml"
-        cfg = small_config(run)
-        cfg.dataset.path = str(dataset[0].parent)
+        cfg = small_config(run, dataset={"path": str(dataset[0].parent)})
         dump_config(cfg, config)
         second = subprocess.run([sys.executable, str(REPO / "headless_train.py"), "--config", str(config)],
                                 cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=300)

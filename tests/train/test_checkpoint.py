@@ -135,11 +135,9 @@ def test_a_vocabulary_mismatch_names_the_tokenizer_settings_that_changed(tmp_pat
 
     folder = tmp_path / "step_000200"
     folder.mkdir()
-    old = small_config(tmp_path / "run")
-    old.text.fold_homophones, old.tokenizer.extra_text_files = True, ["more.txt"]
+    old = small_config(tmp_path / "run", text={"fold_homophones": True}, tokenizer={"extra_text_files": ["more.txt"]})
     dump_config(old, folder / "config.yaml")
-    now = small_config(tmp_path / "run")
-    now.text.fold_homophones, now.tokenizer.extra_text_files = False, []
+    now = small_config(tmp_path / "run", text={"fold_homophones": False}, tokenizer={"extra_text_files": []})
     with pytest.raises(CheckpointError) as err:
         check_vocab("aaaa", folder, "bbbb", now)
     message = str(err.value)

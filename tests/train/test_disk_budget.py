@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.train.trainhelpers import small_config
+from xtts_ft.config import with_changes
 from xtts_ft.errors import DiskSpaceError
+from xtts_ft.model import model_limits
+from xtts_ft.train.data import Limits
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
+
+
+def _limits(model) -> Limits:
+    return Limits(**model_limits(model.xtts))
 
 
 def _gpt_bytes(gpt):
@@ -18,18 +27,18 @@ def _gpt_bytes(gpt):
 def test_estimate_counts_every_kept_checkpoint_with_its_optimizer_state(built_model, tmp_path):
     weights, trainable = _gpt_bytes(built_model.gpt)
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
-    full = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    full = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     assert full.full_checkpoint == weights + 2 * trainable and full.weights_checkpoint == weights
     assert full.checkpoints == 5 * full.full_checkpoint  # 3 kept + best + the one being written
-    cfg.checkpoint.optimizer_state = "latest"
-    slim = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    cfg = with_changes(cfg, checkpoint={"optimizer_state": "latest"})
+    slim = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     assert slim.checkpoints == 2 * full.full_checkpoint + 4 * weights < full.checkpoints
     assert full.total == full.checkpoints + full.samples + full.export + full.caches
 
 
 def test_a_budget_smaller_than_the_estimate_is_refused_in_one_line(built_model, tmp_path):
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
-    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    estimate = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     check_disk_budget(cfg, estimate, tmp_path, free_bytes=estimate.total)  # exactly enough: fine
     with pytest.raises(DiskSpaceError) as info:
         check_disk_budget(cfg, estimate, tmp_path, free_bytes=estimate.total - 1)
@@ -60,7 +69,7 @@ def assert_numbers_add_up(message: str) -> None:
 def test_a_machine_with_a_run_folder_of_its_own_needs_room_for_its_caches_only(built_model, tmp_path):
     """Under torchrun with node-local disks rank 0 alone writes checkpoints, samples and exports."""
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 3, "keep_best": True})
-    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    estimate = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     own = estimate.caches_only()
     assert own.total == estimate.caches < estimate.total
     check_disk_budget(cfg, own, tmp_path, free_bytes=estimate.caches)  # what rank 0 would be refused with
@@ -70,7 +79,7 @@ def test_a_machine_with_a_run_folder_of_its_own_needs_room_for_its_caches_only(b
 
 def test_a_given_budget_is_what_the_refusal_offers_to_raise(built_model, tmp_path):
     cfg = small_config(tmp_path / "run", checkpoint={"keep_last": 2, "disk_budget_gb": 0.01})
-    estimate = estimate_run_disk(cfg, built_model.gpt, run_dir=tmp_path / "run")
+    estimate = estimate_run_disk(cfg, built_model.gpt, _limits(built_model), run_dir=tmp_path / "run")
     with pytest.raises(DiskSpaceError) as info:
         check_disk_budget(cfg, estimate, tmp_path)
     message = str(info.value)
@@ -86,3 +95,15 @@ def test_training_stops_before_the_first_step_when_the_budget_is_too_small(train
                                              r"checkpoint.keep_last"):
         trainer(cfg)
     assert not (run / "checkpoints").exists() and not (run / "metrics.jsonl").exists()
+
+
+def test_the_samples_are_sized_by_the_models_own_limits(built_model, tmp_path):
+    """The longest sample is what this model can say (its codes x stride / rate), not XTTS-v2's 605 codes."""
+    cfg = small_config(tmp_path / "run")
+    limits = _limits(built_model)
+    args = built_model.xtts.args
+    assert limits.longest_audio_s == args.gpt_max_audio_tokens * args.gpt_code_stride_len / limits.sample_rate
+    one = estimate_run_disk(cfg, built_model.gpt, limits, run_dir=tmp_path / "run")
+    longer = dataclasses.replace(limits, max_audio_tokens=2 * limits.max_audio_tokens)
+    two = estimate_run_disk(cfg, built_model.gpt, longer, run_dir=tmp_path / "run")
+    assert one.samples > 0 and abs(two.samples - 2 * one.samples) <= 1

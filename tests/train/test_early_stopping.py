@@ -34,9 +34,9 @@ def test_early_stopping_names_the_checkpoint_kept_as_best(trainer, tmp_path, cap
     caplog.set_level(logging.WARNING, logger="xtts_ft")
     cers = {2: 0.50, 4: 0.497, 6: 0.495, 8: 0.60}
     run = tmp_path / "run"
-    cfg = small_config(run, training={"max_steps": 20}, evaluation={"every_steps": 2},
+    stopping = EarlyStoppingConfig(enabled=True, patience=2, min_improvement=0.01)
+    cfg = small_config(run, training={"max_steps": 20, "early_stopping": stopping}, evaluation={"every_steps": 2},
                        checkpoint={"every_steps": 1000, "keep_last": 1, "best_metric": "cer"})
-    cfg.training.early_stopping = EarlyStoppingConfig(enabled=True, patience=2, min_improvement=0.01)
     result = trainer(cfg, eval_hook=lambda step, model: {"sample_cer": cers.get(step, 0.9)})
 
     assert result.stopped_early and result.step == 6  # 4 and 6: two evaluations less than 0.01 better
@@ -136,9 +136,9 @@ def test_a_run_driven_to_overfit_stops_at_the_patience_and_keeps_the_best(run_on
     run = tmp_path / "run"
     patience = 3
     cfg = small_config(run, training={"max_steps": 60, "lr": 1e-2, "warmup_steps": 0, "log_every": 2,
-                                      "overfit_warning_evals": 2},
+                                      "overfit_warning_evals": 2,
+                                      "early_stopping": EarlyStoppingConfig(enabled=True, patience=patience)},
                        evaluation={"every_steps": 2}, checkpoint={"every_steps": 1000, "keep_last": 1})
-    cfg.training.early_stopping = EarlyStoppingConfig(enabled=True, patience=patience)
     result = run_on(cfg, train_csv, dataset[1])
 
     assert result.stopped_early and result.step < 60

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -11,7 +12,7 @@ import pytest
 
 from tests.train.trainhelpers import read_metrics, small_config
 from xtts_ft.asr import SMALL_MODEL_DIR
-from xtts_ft.config import ConfigError, DatasetConfig, LanguageAsrConfig, config_from_dict
+from xtts_ft.config import ConfigError, DatasetConfig, LanguageAsrConfig, config_from_dict, with_changes
 from xtts_ft.data import read_metadata
 from xtts_ft.layout import EVAL_CSV, TRAIN_CSV
 
@@ -92,10 +93,9 @@ def test_a_two_language_run_logs_cer_per_language_and_says_once_why_one_has_none
     run = tmp_path / "run"
     cfg = small_config(run, training={"max_steps": 2},
                        evaluation={"every_steps": 1, "sentences": ["peter piper"], "mcd_clips": 0, "max_speakers": 1,
-                                   "max_new_tokens": 8, "language_clips": 1})
-    cfg.more_datasets = [DatasetConfig(language="en"), DatasetConfig(language="fr")]
-    cfg.asr.per_language = {"en": LanguageAsrConfig(model=str(SMALL_MODEL_DIR))}
-    cfg.asr.device = "cpu"
+                                   "max_new_tokens": 8, "language_clips": 1},
+                       asr={"per_language": {"en": LanguageAsrConfig(model=str(SMALL_MODEL_DIR))}, "device": "cpu"})
+    cfg = dataclasses.replace(cfg, more_datasets=[DatasetConfig(language="en"), DatasetConfig(language="fr")])
 
     am_heard, en_heard = Heard(small_recognizer), Heard(small_recognizer)  # one small model serves both
     asked = []
@@ -145,11 +145,10 @@ def test_a_missing_per_language_recogniser_is_named_by_its_key(dataset, tmp_path
         r["language"] = language
     _write_csv(tmp_path / EVAL_CSV, rows)
     _write_csv(tmp_path / TRAIN_CSV, rows)
-    cfg = Config()
-    cfg.more_datasets = [DatasetConfig(language="en")]
-    cfg.asr.per_language = {"en": LanguageAsrConfig(model=str(tmp_path / "no_such_model"))}
+    cfg = with_changes(Config(more_datasets=[DatasetConfig(language="en")]),
+                       asr={"per_language": {"en": LanguageAsrConfig(model=str(tmp_path / "no_such_model"))}})
     with pytest.raises(UserError, match=r"^asr\.per_language\.en\.model: folder '.*no_such_model' does not exist"):
         language_evals(cfg, tmp_path)
-    cfg.evaluation.recognize = False  # nothing is loaded: English keeps its eval loss and is told why
+    cfg = with_changes(cfg, evaluation={"recognize": False})  # nothing is loaded: English keeps its eval loss, told why
     assert [(lang.language, lang.recognizer, lang.why_no_cer) for lang in language_evals(cfg, tmp_path)] == [
         ("en", None, "evaluation.recognize is off")]

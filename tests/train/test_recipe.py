@@ -1,5 +1,5 @@
-"""The recipe's shape: attributes declared up front, setup returns one frozen session (batch plan, max_steps from
-epochs), the config it was given stays;
+"""The recipe's shape: attributes declared up front, setup returns a frozen session of values (batch plan, max_steps
+from epochs) and the moving parts training changes, the config it was given stays;
 and its progress (the best score included) survives a stop and a resume."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def _recipe(cfg, run: Path, tiny_base, vocab, tokenizer, dataset) -> FineTuneRec
     return FineTuneRecipe(cfg, inputs, handles=handles)
 
 
-def test_setup_returns_a_frozen_session_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset, model_factory,
-                                                            codes_cache, tmp_path):
+def test_setup_returns_a_frozen_session_and_the_moving_parts_and_keeps_the_config(tiny_base, vocab, tokenizer, dataset,
+                                                                                 model_factory, codes_cache, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(codes_cache, run / "cache" / "dvae_codes")
     # 12 clips x 2 epochs at 8 clips per step = 3 steps, before max_steps 50: the epochs end the run
@@ -41,18 +41,24 @@ def test_setup_returns_a_frozen_session_and_keeps_the_config(tiny_base, vocab, t
     declared = set(vars(recipe))
     try:
         with patched_recipe(model_factory):
-            session = recipe.setup()
+            session, parts = recipe.setup()
         assert set(vars(recipe)) == declared  # every attribute setup fills was declared in __init__
-        assert recipe.session is session
+        assert recipe.session is session and recipe.parts is parts
         assert recipe.cfg is cfg and cfg.training.max_steps == 50 and cfg.training.grad_accum_steps == 1  # as given
         assert session.plan == BatchPlan(batch_size=2, grad_accum_steps=4, world_size=1)
         assert session.plan.samples_per_step == 8
         assert session.max_steps == 3 and session.training.grad_accum_steps == 4  # what checkpoints record
         assert recipe.effective_config().training is session.training
-        assert session.metrics.max_steps == 3
-        assert recipe.optimizer is session.opt.optimizer and len(session.data.train_clips) == 12
+        assert parts.metrics.max_steps == 3
+        assert recipe.optimizer is parts.opt.optimizer and len(session.data.train_clips) == 12
         with pytest.raises(dataclasses.FrozenInstanceError):
             session.plan = None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            session.data.train_clips = []
+        # the session holds values only: what training changes in place is in the moving parts
+        kinds = {type(getattr(session, f.name)) for f in dataclasses.fields(session)}
+        assert not kinds & {type(getattr(parts, f.name)) for f in dataclasses.fields(parts)}
+        assert not any(issubclass(kind, (torch.nn.Module, torch.optim.Optimizer)) for kind in kinds)
     finally:
         recipe.cleanup()
 
@@ -101,21 +107,22 @@ def test_a_resumed_run_keeps_its_best_score(trainer, tmp_path):
 
 
 def test_progress_state_round_trips_and_older_checkpoints_have_no_best():
-    progress = Progress(step=5, data_position=(1, 3), lr_factor=0.5)
-    assert progress.record_evaluation(2.0, {"sample_cer": 0.4}, "cer")
-    assert not progress.record_evaluation(1.0, {"sample_cer": 0.4}, "cer")  # a tie is no improvement
+    start = Progress(step=5, data_position=(1, 3), lr_factor=0.5)
+    progress, better = start.with_evaluation(2.0, {"sample_cer": 0.4}, "cer")
+    assert better and start.best_score is None  # a new Progress; the old one stays as it was
+    progress, better = progress.with_evaluation(1.0, {"sample_cer": 0.4}, "cer")
+    assert not better  # a tie is no improvement
+    assert (progress.first_eval_loss, progress.last_eval_loss, progress.best_eval_loss) == (2.0, 1.0, 1.0)
     state = TrainingState(**progress.state_dict(), gpt={"w": torch.ones(1)}, sampler={}, rng=[{}], stability={},
                           precision="fp32", training_config={}, vocab_fingerprint="v", base_vocab_size=1)
-    loaded = Progress()
-    loaded.load_state_dict(TrainingState.from_dict(state.to_dict(), "x"), metric="cer", position=(1, 3))
-    assert (loaded.step, loaded.data_position, loaded.lr_factor) == (5, (1, 3), 0.5)
+    loaded = Progress.from_checkpoint(TrainingState.from_dict(state.to_dict(), "x"), metric="cer", position=(1, 3))
+    assert (loaded.step, loaded.saved_step, loaded.data_position, loaded.lr_factor) == (5, 5, (1, 3), 0.5)
     assert (loaded.best_score, loaded.best_step, loaded.best_eval_loss) == (0.4, 5, 1.0)
 
     old = {k: v for k, v in state.to_dict().items() if k not in ("best_score", "best_step")}
     old["format"] = 1
     for metric, best in ("cer", None), ("eval_loss", 1.0):  # eval_loss: format 1 always carried best_eval_loss
-        loaded = Progress()
-        loaded.load_state_dict(TrainingState.from_dict(old, "x"), metric=metric, position=(0, 0))
+        loaded = Progress.from_checkpoint(TrainingState.from_dict(old, "x"), metric=metric, position=(0, 0))
         assert loaded.best_score == best
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -142,7 +143,7 @@ def test_collapsing_fp16_scale_switches_precision_with_the_default_settings(trai
 
     run = tmp_path / "run"
     cfg = small_config(run, training={"max_steps": 12})  # skipped steps count: 10 to the rollback, 12 after it
-    cfg.precision, cfg.stability = PrecisionConfig(mode="fp16"), StabilityConfig()
+    cfg = dataclasses.replace(cfg, precision=PrecisionConfig(mode="fp16"), stability=StabilityConfig())
     calls = []
 
     def overflow_until_switched(step):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from xtts_ft.config import Config
+from xtts_ft.config import Config, with_changes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,20 +45,18 @@ def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
 
 def small_config(run_dir: Path, **sections) -> Config:
     """A config for seconds-long CPU runs; ``sections={"training": {"max_steps": 4}}`` overrides fields."""
-    cfg = Config()
-    cfg.run.output_dir = str(run_dir)
-    cfg.run.device = "cpu"
-    cfg.precision.mode = "fp32"
-    t = cfg.training
-    t.max_steps, t.batch_size, t.lr, t.warmup_steps, t.num_workers, t.log_every = 6, 2, 1e-3, 2, 0, 1
-    t.min_conditioning_s, t.max_conditioning_s = 0.4, 0.8
-    cfg.evaluation.every_steps, cfg.evaluation.max_eval_batches, cfg.evaluation.eval_at_start = 0, 1, False
-    cfg.checkpoint.every_steps, cfg.checkpoint.keep_last = 3, 2
-    cfg.stability.max_consecutive_bad_steps, cfg.stability.max_rollbacks, cfg.stability.snapshot_every = 3, 1, 2
+    small: dict[str, dict] = {
+        "run": {"output_dir": str(run_dir), "device": "cpu"},
+        "precision": {"mode": "fp32"},
+        "training": {"max_steps": 6, "batch_size": 2, "lr": 1e-3, "warmup_steps": 2, "num_workers": 0, "log_every": 1,
+                     "min_conditioning_s": 0.4, "max_conditioning_s": 0.8},
+        "evaluation": {"every_steps": 0, "max_eval_batches": 1, "eval_at_start": False},
+        "checkpoint": {"every_steps": 3, "keep_last": 2},
+        "stability": {"max_consecutive_bad_steps": 3, "max_rollbacks": 1, "snapshot_every": 2},
+    }
     for section, values in sections.items():
-        for key, value in values.items():
-            setattr(getattr(cfg, section), key, value)
-    return cfg
+        small[section] = {**small.get(section, {}), **values}
+    return with_changes(Config(), **small)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -17,6 +17,7 @@ from xtts_ft.config.schema import (
     BASE_LANGUAGES,
     DEFAULT_TEST_SENTENCES,
     LANGUAGE_ALIASES,
+    SHORT_TEXT_CHARS,
     AsrConfig,
     BaseModelConfig,
     CheckpointConfig,
@@ -38,15 +39,17 @@ from xtts_ft.config.schema import (
     field_help,
     is_hub_id,
     is_local_source,
+    is_short_text,
     opt,
+    with_changes,
 )
 from xtts_ft.errors import ConfigError
 
 __all__ = [
-    "BASE_LANGUAGES", "DEFAULT_TEST_SENTENCES", "LANGUAGE_ALIASES", "AsrConfig", "BaseModelConfig",
+    "BASE_LANGUAGES", "DEFAULT_TEST_SENTENCES", "LANGUAGE_ALIASES", "SHORT_TEXT_CHARS", "AsrConfig", "BaseModelConfig",
     "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "DvaeConfig", "EarlyStoppingConfig",
     "EvaluationConfig", "IngestConfig", "LanguageAsrConfig", "PrecisionConfig", "RunConfig", "ServeConfig",
     "StabilityConfig", "TextConfig", "TokenizerConfig", "TrainingConfig",
     "config_from_dict", "config_to_dict", "dump_config", "duplicate_keys", "field_choices", "field_help", "is_hub_id",
-    "is_local_source", "load_config", "opt", "parse_override",
+    "is_local_source", "is_short_text", "load_config", "opt", "parse_override", "with_changes",
 ]

@@ -3,6 +3,9 @@
 Each field's default and ``help`` text is the one place a default lives (argparse, YAML and
 code all read it from here). Each section checks its own values (``check``); checks across
 sections and the YAML reading are in :mod:`xtts_ft.config.loading`.
+
+Every section is frozen: a config, once built, says the same thing everywhere it is passed. A change
+makes a new one (``dataclasses.replace``, or :func:`with_changes` for keys of several sections).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, TypeVar, Union
+from typing import Literal, Mapping, Optional, TypeVar, Union
 
 from xtts_ft.languages import AMHARIC, BASE_LANGUAGES, LANGUAGE_ALIASES
 from xtts_ft.layout import META_FILE, is_checkpoint
@@ -28,6 +31,12 @@ def opt(default: _T, help: str) -> _T:  # noqa: A002 - mirrors argparse
     if isinstance(default, (list, dict)):
         return field(default_factory=functools.partial(copy.copy, default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
+
+
+def _normalise(section: object, name: str, value: object) -> None:
+    """While a (frozen) section is built, its one spelling of a value (``amh`` -> ``am``): ``__post_init__`` only,
+    the documented way for a frozen dataclass; after that a change makes a new section (``dataclasses.replace``)."""
+    object.__setattr__(section, name, value)
 
 
 def is_local_source(source: str) -> bool:
@@ -45,6 +54,19 @@ def is_hub_id(source: str) -> bool:
 DatasetFormat = Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 
+#: A short text is one of fewer than this many characters (of normalised text): where XTTS most often babbles past
+#: the stop token. The one rule (:func:`is_short_text`) behind the dataset report's share of short clips, the short
+#: pieces prepare makes, the evaluation's ``short`` bucket and the server's defaults (its retry of short pieces,
+#: ``ServeConfig.short_text_chars``, and its joining of them, ``min_piece_chars``). 20 is the shortest segment a
+#: Wyoming wrapper of XTTS lets through (lmoe/wyoming-xtts).
+SHORT_TEXT_CHARS = 20
+
+
+def is_short_text(text: str) -> bool:
+    """Whether ``text`` counts as short: under :data:`SHORT_TEXT_CHARS` characters."""
+    return len(text) < SHORT_TEXT_CHARS
+
+
 DEFAULT_TEST_SENTENCES = [
     "ሰላም፣ እንዴት ነህ? ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው።",
     "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ጥንታዊ ሀገር ናት።",
@@ -61,7 +83,7 @@ DEFAULT_TEST_SENTENCES = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     output_dir: str = opt("runs/amharic", "Run directory: config, data, tokenizer, checkpoints, samples, logs.")
     seed: int = opt(1234, "Seed for every random generator (data split is hash-based and does not use it).")
@@ -89,11 +111,12 @@ class RunConfig:
             problems.append(f"run.output_dir: '{out}' cannot be created: no write permission in '{existing}'")
         if self.language not in LANGUAGE_ALIASES:
             problems.append(f"run.language: '{self.language}' is not supported; use 'am' (or 'amh')")
-        else:
-            self.language = LANGUAGE_ALIASES[self.language]
+
+    def __post_init__(self) -> None:
+        _normalise(self, "language", LANGUAGE_ALIASES.get(self.language, self.language))  # 'amh' is stored as 'am'
 
 
-@dataclass
+@dataclass(frozen=True)
 class BaseModelConfig:
     source: str = opt(
         "coqui/XTTS-v2",
@@ -108,7 +131,7 @@ class BaseModelConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class DatasetConfig:
     path: str = opt(
         "",
@@ -163,20 +186,23 @@ class DatasetConfig:
     )
     short_clip_min_share: float = opt(
         0.05,
-        "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under 20 "
-        "characters: with too few short clips, short inputs babble (a judgement, not a measured threshold).",
+        "Warn in the dataset report when fewer than this share of kept clips are under 2 s, or under "
+        f"{SHORT_TEXT_CHARS} characters: with too few short clips, short inputs babble (a judgement, not a measured "
+        "threshold).",
     )
     short_clips: Union[float, Literal["auto", "off", False]] = opt(
         "auto",
         "Short clips made from the training clips' own words (cut at pauses found by aligning each clip's text to "
         "its audio with asr.model; each piece checked like any clip and heard back by the recogniser). auto: when "
-        "fewer than short_clip_min_share of the kept clips are under 20 characters, pieces are added up to "
+        f"fewer than short_clip_min_share of the kept clips are under {SHORT_TEXT_CHARS} characters, pieces are "
+        "added up to "
         "short_clips_target_share, with asr.model when the run loads it anyway (evaluation.recognize or "
         "transcript_check; if it cannot be loaded, none are made and the report says why); a share (e.g. 0.15): "
         "pieces up to that share whenever below it; off: none.",
     )
     short_clips_target_share: float = opt(
-        0.1, "short_clips auto: the share of kept clips under 20 characters that pieces are added up to."
+        0.1, f"short_clips auto: the share of kept clips under {SHORT_TEXT_CHARS} characters that pieces are added "
+        "up to."
     )
     short_clips_max_cer: float = opt(
         0.3,
@@ -213,6 +239,12 @@ class DatasetConfig:
         "names (metadata.csv, metadata_train.csv, metadata_eval.csv).",
     )
 
+    def __post_init__(self) -> None:
+        if self.language is not None:  # 'amh' is stored as 'am'
+            _normalise(self, "language", LANGUAGE_ALIASES.get(self.language, self.language))
+        if self.short_clips is False:  # YAML 1.1 reads a bare off as false
+            _normalise(self, "short_clips", "off")
+
     def check(self, problems: list[str]) -> None:
         if not self.path:
             problems.append("dataset.path: missing; set it to your dataset folder")
@@ -222,13 +254,9 @@ class DatasetConfig:
                                 f"Hugging Face dataset id (owner/name)")
         elif not Path(self.path).is_dir():
             problems.append(f"dataset.path: folder '{self.path}' does not exist")
-        if self.language is not None:
-            code = LANGUAGE_ALIASES.get(self.language, self.language)
-            if code not in LANGUAGE_ALIASES and code not in BASE_LANGUAGES:
-                problems.append(f"dataset.language: '{self.language}' is neither am nor an XTTS-v2 language "
-                                f"({', '.join(BASE_LANGUAGES)}); use one of those, or null for run.language")
-            else:
-                self.language = code
+        if self.language is not None and self.language not in LANGUAGE_ALIASES and self.language not in BASE_LANGUAGES:
+            problems.append(f"dataset.language: '{self.language}' is neither am nor an XTTS-v2 language "
+                            f"({', '.join(BASE_LANGUAGES)}); use one of those, or null for run.language")
         if self.format == "hf" and (not self.audio_column or not self.text_column):
             problems.append("dataset.audio_column/text_column: must name the dataset's columns")
         if not 0.0 <= self.eval_fraction < 1.0:
@@ -253,8 +281,6 @@ class DatasetConfig:
             problems.append(f"dataset.max_clipped_fraction: {self.max_clipped_fraction} must be in [0, 1]")
         if not 0.0 <= self.short_clip_min_share <= 1.0:
             problems.append(f"dataset.short_clip_min_share: {self.short_clip_min_share} must be in [0, 1]")
-        if self.short_clips is False:  # YAML 1.1 reads a bare off as false
-            self.short_clips = "off"
         if isinstance(self.short_clips, float) and not 0.0 < self.short_clips < 1.0:
             problems.append(f"dataset.short_clips: {self.short_clips} must be auto, off or a share in (0, 1)")
         if not 0.0 < self.short_clips_target_share < 1.0:
@@ -282,7 +308,7 @@ class DatasetConfig:
                 problems.append(f"dataset.metadata_files: '{name}' not found in '{self.path}'")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TextConfig:
     fold_homophones: bool = opt(
         True,
@@ -292,7 +318,7 @@ class TextConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenizerConfig:
     new_tokens: int = opt(2000, "How many tokens to add to the base vocabulary (Ethiopic characters included).")
     extra_text_files: list[str] = opt(
@@ -312,7 +338,7 @@ class TokenizerConfig:
                 problems.append(f"tokenizer.extra_text_files: file '{f}' does not exist")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EarlyStoppingConfig:
     enabled: bool = opt(False, "Stop training when the metric has not improved for `patience` evaluations in a row.")
     metric: Literal["best_metric", "eval_loss", "cer", "cer_similarity", "tail_rate"] = opt(
@@ -333,7 +359,7 @@ class EarlyStoppingConfig:
             problems.append("training.early_stopping.min_improvement: must be >= 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingConfig:
     max_steps: int = opt(10000, "Optimizer steps to train for (see also max_epochs: whichever comes first).")
     max_epochs: Optional[float] = opt(
@@ -464,7 +490,7 @@ class TrainingConfig:
             problems.append("training.min_conditioning_s/max_conditioning_s: need 0 < min <= max (seconds)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrecisionConfig:
     mode: Literal["auto", "bf16", "fp16", "fp32"] = opt(
         "auto", "auto: bf16 where the GPU supports it, fp16 + GradScaler on older GPUs (T4, V100), fp32 on CPU."
@@ -487,7 +513,7 @@ class PrecisionConfig:
             problems.append(f"precision.backoff_factor: {self.backoff_factor} must be in (0, 1)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StabilityConfig:
     max_consecutive_bad_steps: int = opt(
         10,
@@ -513,7 +539,7 @@ class StabilityConfig:
             problems.append(f"stability.rollback_lr_factor: {self.rollback_lr_factor} must be in (0, 1]")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DvaeConfig:
     """The optional DVAE stage (xtts_ft/train/dvae_stage.py): runs before the GPT stage when finetune is set."""
 
@@ -543,7 +569,7 @@ class DvaeConfig:
             problems.append("dvae.warmup_steps: must be >= 0 and dvae.max_bad_steps >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointConfig:
     every_steps: int = opt(1000, "Save every this many optimizer steps (and always at the end).")
     keep_last: int = opt(3, "How many recent checkpoints to keep.")
@@ -584,7 +610,7 @@ class CheckpointConfig:
                 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvaluationConfig:
     every_steps: int = opt(1000, "Eval losses and samples every this many optimizer steps (and at the end); 0: end only.")
     max_eval_batches: int = opt(50, "Upper bound on eval batches per evaluation.")
@@ -655,7 +681,7 @@ class EvaluationConfig:
             problems.append(f"evaluation.temperature: {self.temperature} must be in (0, 5]")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LanguageAsrConfig:
     """``asr.per_language.<code>``: the recogniser for one more language (batch size, device, cache: as ``asr``)."""
 
@@ -663,7 +689,7 @@ class LanguageAsrConfig:
     revision: Optional[str] = opt(None, "Hugging Face revision of this model when it is a repo id; null: main.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AsrConfig:
     model: str = opt(
         "agkphysics/wav2vec2-large-xlsr-53-amharic",
@@ -713,7 +739,7 @@ class AsrConfig:
         return dataclasses.replace(self, model=entry.model, revision=entry.revision, per_language={})
 
 
-@dataclass
+@dataclass(frozen=True)
 class IngestConfig:
     """``python -m xtts_ft ingest``: long recordings to clips (duration bounds come from dataset.*)."""
 
@@ -747,7 +773,7 @@ class IngestConfig:
             problems.append("ingest.max_subtitle_offset_s: must be >= 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServeConfig:
     """``python -m xtts_ft serve`` and the synthesis engine (``xtts_ft/serve/``); command-line flags, not a
     section of the run config."""
@@ -760,12 +786,19 @@ class ServeConfig:
         "(plus min_piece_s), which cuts babbling on short texts (about 0.08 s per character is typical).",
     )
     min_piece_s: float = opt(1.0, "Seconds of speech every piece may take on top of max_seconds_per_char.")
-    short_text_chars: int = opt(20, "A piece of at most this many characters counts as short (the evaluation's bucket).")
+    short_text_chars: int = opt(
+        SHORT_TEXT_CHARS - 1, f"A piece of at most this many characters counts as short; the default is the "
+        f"project's short text (under {SHORT_TEXT_CHARS} characters, as the dataset report and the evaluation count "
+        f"it).",
+    )
     short_text_retries: int = opt(
         2, "A short piece that reaches its cap without the stop token is generated again with the next seed, at "
         "most this many times; the first that stops is kept.",
     )
-    min_piece_chars: int = opt(20, "When long text is split, a piece shorter than this is joined to its neighbour.")
+    min_piece_chars: int = opt(
+        SHORT_TEXT_CHARS, "When long text is split, a piece shorter than this is joined to its neighbour (the default: "
+        "a short text, as short_text_chars counts it).",
+    )
     max_input_chars: int = opt(4096, "Longest input accepted per request (OpenAI's limit).")
     max_upload_mb: float = opt(10.0, "Largest voice clip accepted as an upload, in MB.")
     queue_size: int = opt(
@@ -827,7 +860,7 @@ class ServeConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     base_model: BaseModelConfig = field(default_factory=BaseModelConfig)
@@ -864,6 +897,13 @@ class Config:
         if LANGUAGE_ALIASES.get(language, language) == run:
             return self.asr
         return self.asr.for_language(language) if language in self.asr.per_language else None
+
+
+def with_changes(cfg: Config, **sections: Mapping[str, object]) -> Config:
+    """A new config: ``cfg`` with keys of its sections replaced, e.g. ``with_changes(cfg, run={"device": "cpu"},
+    training={"max_steps": 5})``; ``cfg`` stays as it was. The values are taken as given (not checked)."""
+    return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **values)
+                                       for name, values in sections.items()})
 
 
 def field_choices(section: type, name: str) -> tuple[str, ...]:

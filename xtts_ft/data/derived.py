@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
+from xtts_ft.config import SHORT_TEXT_CHARS
 from xtts_ft.data.cache import CACHE_DIR, WAVS_DIR
-from xtts_ft.data.report import PIECES_FILE, SHORT_TEXT_CHARS
+from xtts_ft.data.report import PIECES_FILE
 from xtts_ft.tempfiles import atomic_write
 
 SHORT_DIR = "short"  # wavs/short/: the derived pieces; prepare owns the folder and replaces it whole

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Optional
 
-from xtts_ft.config import DatasetConfig, config_from_dict
+from xtts_ft.config import DatasetConfig, config_from_dict, is_short_text
 from xtts_ft.data.audio import AudioJob, AudioResult, AudioSettings
 from xtts_ft.data.cache import WAVS_DIR, Manifest, clip_key
 from xtts_ft.data.checks import Normalizer, PostChecks, as_text_function, assign_names, check_text
@@ -29,7 +29,6 @@ from xtts_ft.data.readers import read_entries
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.data.report import (
     MAX_EXAMPLES,
-    SHORT_TEXT_CHARS,
     PrepareReport,
     short_clip_share,
     snr_summary,
@@ -141,7 +140,7 @@ def prepare_dataset(
     split = split_clips([(e.clip_id, e.speaker) for e in kept], cfg.eval_fraction, cfg.eval_max_clips, cfg.split_by_speaker)
     train = [SourceClip(e.clip_id, texts[e.clip_id], e.speaker, out_dir / WAVS_DIR / names[e.clip_id])
              for e in kept if e.clip_id not in split.eval_ids]  # eval clips never give training pieces
-    short = sum(1 for e in kept if len(texts[e.clip_id]) < SHORT_TEXT_CHARS)
+    short = sum(1 for e in kept if is_short_text(texts[e.clip_id]))
     pieces, piece_summary = add_pieces(cfg, out_dir, train, len(kept), short, piece_maker)
     install_pieces(out_dir, pieces)  # after every stoppable step: a stop above leaves the dataset as it was
     for file_name, in_eval in ((TRAIN_CSV, False), (EVAL_CSV, True)):
@@ -165,7 +164,7 @@ def prepare_dataset(
     }
     report.transcript_cer_stats = stats(cer_values) if cfg.transcript_check is not None else {}
     report.short_clips = short_clip_share(durations + [p.duration_s for p in pieces],
-                                          [len(texts[e.clip_id]) for e in kept] + [len(p.text) for p in pieces],
+                                          [texts[e.clip_id] for e in kept] + [p.text for p in pieces],
                                           cfg.short_clip_min_share)
     report.short_pieces = piece_summary
     measured = [results[e.clip_id].snr_db for e in passed if results[e.clip_id].reason is None]

@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from xtts_ft.config import SHORT_TEXT_CHARS, is_short_text
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.figures import new_figure
 from xtts_ft.layout import DATA_REPORT_PLOT, DATA_REPORT_TEXT, STAGE_REPORT
@@ -17,9 +18,8 @@ from xtts_ft.tempfiles import atomic_write
 
 MAX_EXAMPLES = 5  # per rejection reason, in report.json / report.txt
 # What counts as a short clip (issue 24): XTTS fine-tunes babble on one-word inputs when their data holds
-# too few utterances this short, in time or in text.
+# too few utterances this short, in time or in text (a short text: xtts_ft.config.is_short_text).
 SHORT_CLIP_S = 2.0
-SHORT_TEXT_CHARS = 20
 PIECES_FILE = "short_clips.tsv"  # the short pieces made from training clips (data/derived.py), one per row
 # Warn when more than this share of the clips whose SNR was estimated were rejected as noisy: a judgement (a few
 # noisy clips are normal in found data; a tenth means the recordings themselves are the problem).
@@ -55,7 +55,7 @@ class PrepareReport:
     duration_stats: dict[str, float] = field(default_factory=dict)  # seconds, kept clips
     chars_per_second_stats: dict[str, float] = field(default_factory=dict)  # kept clips
     transcript_cer_stats: dict[str, float] = field(default_factory=dict)  # every clip dataset.transcript_check heard
-    short_clips: dict = field(default_factory=dict)  # kept clips under 2 s / 20 characters: see short_clip_share
+    short_clips: dict = field(default_factory=dict)  # kept clips under 2 s / with short texts: see short_clip_share
     # pieces made from training clips (dataset.short_clips, data/derived.py): setting, wanted, made, from_clips,
     # clips_tried, dropped {reason: count}, pieces [{file, source, text}], why; counted in short_clips above
     short_pieces: dict = field(default_factory=dict)
@@ -153,7 +153,7 @@ class PrepareReport:
             return []
         lines = [
             f"Short clips: {s['under_2s']} of {s['clips']} under {SHORT_CLIP_S:g} s ({s['under_2s_share']:.1%}), "
-            f"{s['under_20_chars']} under {SHORT_TEXT_CHARS} characters ({s['under_20_chars_share']:.1%})"
+            f"{s['short_text']} under {SHORT_TEXT_CHARS} characters ({s['short_text_share']:.1%})"
         ]
         warning = self.short_clip_warning()
         if warning:
@@ -180,7 +180,7 @@ class PrepareReport:
         if not s.get("clips"):
             return None
         low = [f"{s[key + '_share']:.1%} of clips are under {what}" for key, what in
-               (("under_2s", f"{SHORT_CLIP_S:g} s"), ("under_20_chars", f"{SHORT_TEXT_CHARS} characters"))
+               (("under_2s", f"{SHORT_CLIP_S:g} s"), ("short_text", f"{SHORT_TEXT_CHARS} characters"))
                if s[key + "_share"] < s["min_share"]]
         if not low:
             return None
@@ -226,17 +226,17 @@ def snr_summary(values: list[float], unmeasured: int, min_snr_db: Optional[float
     return out
 
 
-def short_clip_share(durations: list[float], text_chars: list[int], min_share: float) -> dict:
-    """Counts and shares of kept clips under SHORT_CLIP_S seconds and under SHORT_TEXT_CHARS characters."""
+def short_clip_share(durations: list[float], texts: list[str], min_share: float) -> dict:
+    """Counts and shares of kept clips under SHORT_CLIP_S seconds and with a short text (``is_short_text``)."""
     n = len(durations)
     short_s = sum(1 for d in durations if d < SHORT_CLIP_S)
-    short_c = sum(1 for c in text_chars if c < SHORT_TEXT_CHARS)
+    short_c = sum(1 for t in texts if is_short_text(t))
     return {
         "clips": n,
         "under_2s": short_s,
         "under_2s_share": round(short_s / n, 4) if n else 0.0,
-        "under_20_chars": short_c,
-        "under_20_chars_share": round(short_c / n, 4) if n else 0.0,
+        "short_text": short_c,
+        "short_text_share": round(short_c / n, 4) if n else 0.0,
         "min_share": min_share,
     }
 
@@ -248,11 +248,11 @@ def combine_short_clips(parts: list[dict]) -> dict:
         return {}
     n = sum(p["clips"] for p in parts)
     out = {"clips": n}
-    for key in ("under_2s", "under_20_chars"):
+    for key in ("under_2s", "short_text"):
         out[key] = sum(p[key] for p in parts)
         out[key + "_share"] = round(out[key] / n, 4)
     out["min_share"] = max(p["min_share"] for p in parts)
-    return {k: out[k] for k in ("clips", "under_2s", "under_2s_share", "under_20_chars", "under_20_chars_share",
+    return {k: out[k] for k in ("clips", "under_2s", "under_2s_share", "short_text", "short_text_share",
                                 "min_share")}
 
 

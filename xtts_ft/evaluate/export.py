@@ -231,8 +231,6 @@ def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, 
     gpt_state = load_checkpoint_gpt_state(ckpt_dir)
     if CheckpointLayout(ckpt_dir).dvae.is_file():  # a run with the DVAE stage: its fine-tuned DVAE goes along
         base = dataclasses.replace(base, dvae_pth=CheckpointLayout(ckpt_dir).dvae)
-    if CheckpointLayout(ckpt_dir).dvae.is_file():  # a run with the DVAE stage: its fine-tuned DVAE goes along
-        base = dataclasses.replace(base, dvae_pth=CheckpointLayout(ckpt_dir).dvae)
     extra = {
         "source_checkpoint": str(ckpt_dir.resolve()),
         "step": settings["step"],

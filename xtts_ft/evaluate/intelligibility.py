@@ -8,9 +8,9 @@
   encoder (the one in its HiFi-GAN decoder, which conditions every synthesis) gives the sample
   and its reference clip. No extra model is downloaded; 1 is identical, unrelated voices of a
   trained encoder typically score well below the same voice's clips.
-* Length buckets (``short``/``medium``/``long`` by characters of normalised text): short texts
-  are where XTTS most often babbles and misses the stop token, so stop rate and CER are also
-  reported per bucket.
+* Length buckets (``short``/``medium``/``long`` by characters of normalised text; short is the
+  project's one rule, ``xtts_ft.config.is_short_text``): short texts are where XTTS most often
+  babbles and misses the stop token, so stop rate and CER are also reported per bucket.
 """
 
 from __future__ import annotations
@@ -26,17 +26,20 @@ import torch
 
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.audio_io import load_audio
+from xtts_ft.config import is_short_text
 from xtts_ft.text.error_rates import error_rates
 
 log = logging.getLogger(__name__)
 
-#: (name, most characters) of normalised text; the last bucket takes the rest.
-LENGTH_BUCKETS = (("short", 20), ("medium", 150), ("long", math.inf))
+#: The buckets of normalised text length, shortest first.
+LENGTH_BUCKETS = ("short", "medium", "long")
+MEDIUM_TEXT_CHARS = 150  # the most characters of a medium text; a longer one is long
 
 
 def length_bucket(normalized_text: str) -> str:
-    n = len(normalized_text)
-    return next(name for name, most in LENGTH_BUCKETS if n <= most)
+    if is_short_text(normalized_text):
+        return "short"
+    return "medium" if len(normalized_text) <= MEDIUM_TEXT_CHARS else "long"
 
 
 def _embedding(xtts, path: Path):
@@ -90,7 +93,7 @@ def intelligibility_metrics(samples: Sequence) -> dict[str, float]:
         "sample_cer": finite_mean([s.cer for s in samples]),
         "sample_speaker_similarity": finite_mean([s.speaker_similarity for s in samples]),
     }
-    for name, _ in LENGTH_BUCKETS:
+    for name in LENGTH_BUCKETS:
         group = [s for s in samples if length_bucket(s.normalized_text) == name]
         if group:
             out[f"sample_stop_rate_{name}"] = finite_mean([float(s.ended_with_stop) for s in group])

@@ -106,7 +106,7 @@ def quality_metrics(samples: Sequence, reference: Optional[float], max_tail_s: f
     if out["sample_quality_mos"] is not None and reference is not None:
         out["quality_mos_difference"] = out["sample_quality_mos"] - reference
     out["sample_tail_rate"] = _tail_rate(samples, max_tail_s)
-    for name, _ in LENGTH_BUCKETS:
+    for name in LENGTH_BUCKETS:
         out[f"sample_tail_rate_{name}"] = _tail_rate(
             [s for s in samples if length_bucket(s.normalized_text) == name], max_tail_s)
     return {k: v for k, v in out.items() if v is not None}

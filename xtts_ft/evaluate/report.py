@@ -64,7 +64,7 @@ def _figure(title: str, uri: Optional[str]) -> str:
     return f'<figure><img alt="{html.escape(title)}" src="{uri}"></figure>'
 
 
-_CER_BUCKETS = {f"sample_cer_{name}" for name, _ in LENGTH_BUCKETS}  # per text length, not per language
+_CER_BUCKETS = {f"sample_cer_{name}" for name in LENGTH_BUCKETS}  # per text length, not per language
 
 
 def _training_plots(train: list[MetricsRow], evals: list[MetricsRow]) -> list[str]:

@@ -10,8 +10,9 @@ files and the report). For each training clip, in the order of a hash of its id:
 2. a cut point is placed in each pause between two words: the quietest 20 ms of the stretch between the
    last letter of one word and the first letter of the next (at least MIN_GAP_S long); no pause, no cut;
 3. candidates are runs of one to MAX_WORDS whole words between two cut points (the clip's own start and end
-   count), under 20 characters, pieces ending where the sentence ends first, longer runs first; each is cut
-   with ingest's padding rule (at most ``ingest.max_pad_s`` of the pause kept beyond its words);
+   count) whose text is short (``xtts_ft.config.is_short_text``), pieces ending where the sentence ends first,
+   longer runs first; each is cut with ingest's padding rule (at most ``ingest.max_pad_s`` of the pause kept
+   beyond its words);
 4. each candidate goes through prepare's audio stage with the dataset's settings and the cut-ending check on
    (:func:`xtts_ft.data.audio.process_audio`: the same checks, trimming and loudness as every clip), then the
    recogniser hears it: kept only when its CER against the piece's text is at most
@@ -35,11 +36,11 @@ import numpy as np
 import soundfile as sf
 
 from xtts_ft.audio_io import load_audio, resample
-from xtts_ft.config import DatasetConfig, IngestConfig
+from xtts_ft.config import DatasetConfig, IngestConfig, is_short_text
 from xtts_ft.data.audio import AudioJob, AudioSettings, process_audio
 from xtts_ft.data.derived import DerivedPiece, PieceOutcome, PiecesUnavailable, SourceClip
 from xtts_ft.data.levels import EndingRule
-from xtts_ft.data.report import SHORT_TEXT_CHARS, pieces_made
+from xtts_ft.data.report import pieces_made
 from xtts_ft.data.split import hash_fraction
 from xtts_ft.errors import ModelError
 from xtts_ft.ingest.align import align_units
@@ -196,7 +197,7 @@ def quietest_point(y: np.ndarray, rate: int, t0: float, t1: float) -> float:
 
 def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], y: np.ndarray, rate: int,
                   max_pad: float) -> list[Candidate]:
-    """Pieces of one to MAX_WORDS words under SHORT_TEXT_CHARS characters between two cut points, best first."""
+    """Pieces of one to MAX_WORDS words with a short text (``is_short_text``) between two cut points, best first."""
     n = len(words)
     duration = len(y) / rate
     cuts: list[Optional[float]] = [None] * (n + 1)  # cuts[k]: before word k (0: the clip's start, n: its end)
@@ -214,7 +215,7 @@ def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], 
             if cuts[first] is None or cuts[stop] is None or (first == 0 and stop == n):
                 continue
             text = " ".join(words[first:stop])
-            if len(text) >= SHORT_TEXT_CHARS or any(spans[i] is None for i in range(first, stop)):
+            if not is_short_text(text) or any(spans[i] is None for i in range(first, stop)):
                 continue
             start = max(cuts[first], spans[first][0] - max_pad)
             end = min(cuts[stop], spans[stop - 1][1] + max_pad)

@@ -27,7 +27,7 @@ from typing import Optional
 import yaml
 from huggingface_hub import ModelCard, ModelCardData
 
-from xtts_ft.config import RunConfig, ServeConfig
+from xtts_ft.config import SHORT_TEXT_CHARS, RunConfig, ServeConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.listening import QUALITY_NOTE, TAIL_NOTE
@@ -138,7 +138,7 @@ def _recognizer(config: dict) -> Optional[str]:
 def _pick_samples(record: EvalRecord) -> list[dict]:
     """One sample per length bucket (short texts first: that is where XTTS fine-tunes fail)."""
     picked = []
-    for bucket, _ in LENGTH_BUCKETS:
+    for bucket in LENGTH_BUCKETS:
         for s in record.samples:
             if s.get("path") and length_bucket(s.get("normalized_text") or "") == bucket:
                 picked.append(s)
@@ -206,7 +206,7 @@ def _quality_section(f: CardFacts) -> str:
         heard = "transcribed by a speech recogniser that the records found here do not name"
     similarity = m.get("sample_speaker_similarity")
     rows = [("CER (character error rate, all samples)", _num(m.get("sample_cer"))),
-            ("CER, short texts (≤ 20 characters)", _num(m.get("sample_cer_short"))),
+            (f"CER, short texts (under {SHORT_TEXT_CHARS} characters)", _num(m.get("sample_cer_short"))),
             ("speaker similarity (XTTS speaker encoder, sample vs. reference)",
              _num(similarity) if f.base_is_xtts_v2 or similarity is None
              else f"{_num(similarity)} (meaningless here, see below)"),

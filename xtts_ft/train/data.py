@@ -114,6 +114,11 @@ class Limits:
     code_stride: int
     sample_rate: int
 
+    @property
+    def longest_audio_s(self) -> float:
+        """Seconds of the longest audio the GPT can say: ``max_audio_tokens`` codes of ``code_stride`` samples."""
+        return self.max_audio_tokens * self.code_stride / self.sample_rate
+
 
 def read_manifest(csv_path: Path) -> list[dict[str, str]]:
     """Rows of a coqui ``audio_file|text|speaker_name`` CSV; a missing file or header is a DataError."""

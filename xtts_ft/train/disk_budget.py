@@ -22,10 +22,11 @@ from xtts_ft.checkpoint_store import CheckpointStore, RetentionPolicy
 from xtts_ft.config import Config
 from xtts_ft.errors import DiskSpaceError
 from xtts_ft.layout import RunLayout
+from xtts_ft.train.data import Limits
 
 GB = 1e9
-_CODE_BYTES_PER_AUDIO_BYTE = 8 / (2 * 1024)  # int64 code per 1024 16-bit samples (code stride)
-_SAMPLE_SECONDS = 28  # the longest sample the model can say (605 codes x 1024 / 22050 Hz)
+CODE_BYTES = 8  # the code cache keeps one int64 per code
+SAMPLE_BYTES = 2  # 16-bit PCM: the prepared clips, and the evaluation samples
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,10 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
-def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_pth: Optional[Path] = None,
-                      evaluations: Optional[int] = None) -> DiskEstimate:
-    """Bytes the run will add to ``run_dir`` at its fullest (checkpoints it replaces are counted as freed)."""
+def estimate_run_disk(cfg: Config, gpt: nn.Module, limits: Limits, *, run_dir: Path,
+                      base_model_pth: Optional[Path] = None, evaluations: Optional[int] = None) -> DiskEstimate:
+    """Bytes the run will add to ``run_dir`` at its fullest (checkpoints it replaces are counted as freed);
+    ``limits``: the model's (``model_limits``): how long a sample can be, how many samples one code stands for."""
     ck, ev = cfg.checkpoint, cfg.evaluation
     weights, trainable = _tensor_bytes(gpt)
     full = weights + 2 * trainable  # AdamW: exp_avg and exp_avg_sq, same size as the parameters
@@ -73,13 +75,15 @@ def estimate_run_disk(cfg: Config, gpt: nn.Module, *, run_dir: Path, base_model_
     if evaluations is None:
         every = ev.every_steps or cfg.training.max_steps
         evaluations = cfg.training.max_steps // every + 2  # at the start and at the end too
-    per_eval = (len(ev.sentences) * ev.max_speakers + ev.mcd_clips) * _SAMPLE_SECONDS * OUTPUT_RATE * 2
+    # every sample at the longest the model can say
+    per_eval = (len(ev.sentences) * ev.max_speakers + ev.mcd_clips) * limits.longest_audio_s * OUTPUT_RATE * SAMPLE_BYTES
     samples = evaluations * per_eval - folder_bytes(files.samples)
     export = base_model_pth.stat().st_size if base_model_pth and base_model_pth.is_file() else weights
     # one dataset: data/wavs; a dataset list: data/datasets/<i>_<name>/wavs (xtts_ft.data.multi)
     wavs = sum(folder_bytes(p) for p in [files.data / "wavs", *files.listed_datasets.glob("*/wavs")])
-    caches = int(wavs * _CODE_BYTES_PER_AUDIO_BYTE) - folder_bytes(files.cache)
-    return DiskEstimate(full, weights, max(0, checkpoints), max(0, samples), export, max(0, caches), *counts, existing)
+    caches = int(wavs * CODE_BYTES / (SAMPLE_BYTES * limits.code_stride)) - folder_bytes(files.cache)
+    return DiskEstimate(full, weights, max(0, checkpoints), max(0, int(samples)), export, max(0, caches), *counts,
+                        existing)
 
 
 def _sizes(values: list[int], total: int) -> tuple[list[float], str]:

@@ -1,9 +1,10 @@
 """The fine-tuning recipe, readable top to bottom: setup, train, evaluate, save_checkpoint, cleanup.
 
 It is assembled from parts that each return what they build (docs/DESIGN.md, "Training recipe"):
-``session.py`` (runtime, model, data, resume source, batch plan, optimiser, loader: one frozen
-``Session``, what ``setup`` returns), ``progress.py``
-(step, data position, LR factor, best and last evaluation; saved in the checkpoint),
+``session.py`` (runtime, model, data, resume source, batch plan, optimiser, loader: what ``setup``
+returns, as a frozen ``Session`` of values and the ``MovingParts`` training changes), ``progress.py``
+(step, data position, LR factor, best and last evaluation; saved in the checkpoint; only this module
+replaces it, applying what the step and the stability controller return),
 ``stability_control.py`` (guard, snapshot/rollback, GradScaler, precision fallback),
 ``stopping.StopCoordinator`` (agreed stop across ranks, abandoned steps, the stop report) and
 ``step.py`` (one optimizer step). What the pipeline sets up once per command (distributed handle,
@@ -20,7 +21,7 @@ import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,10 +50,16 @@ from xtts_ft.train.progress import Progress
 from xtts_ft.train.resume import apply_checkpoint, check_compatible
 from xtts_ft.train.rng_state import capture_rng
 from xtts_ft.train.save_time import SaveTimeCheck, checkpoint_bytes
-from xtts_ft.train.session import BatchPlan, RunHandles, Session, TrainInputs  # noqa: F401 - BatchPlan: interface
+from xtts_ft.train.session import (  # noqa: F401 - BatchPlan: interface
+    BatchPlan,
+    MovingParts,
+    RunHandles,
+    Session,
+    TrainInputs,
+)
 from xtts_ft.train.stability import StabilityGuard, StepStats, gpt_state_dict, to_cpu
-from xtts_ft.train.stability_control import StabilityController
-from xtts_ft.train.step import Batch, ModelInputs, StepRunner, model_inputs
+from xtts_ft.train.stability_control import RolledBack, StabilityController
+from xtts_ft.train.step import Batch, ModelInputs, StepAbandoned, StepRunner, model_inputs
 from xtts_ft.train.stopping import StopCoordinator
 from xtts_ft.train.trainable import apply_trainable, check_resume_trainable
 from xtts_ft.training_state import TrainingState
@@ -94,10 +101,11 @@ def train(cfg: Config, inputs: TrainInputs, *, handles: RunHandles) -> TrainResu
 
 class FineTuneRecipe:
     """The fine-tuning loop. ``setup`` builds, in order: the model, the data, the resume source, the batch plan,
-    the optimiser and the stability controller, loads the resume state into them and returns them as one frozen
-    :class:`Session`; ``train`` runs steps until ``session.max_steps`` or a stop. ``self.cfg`` is the config
-    it was given, never replaced (``training.max_epochs`` becomes ``session.max_steps``); what changes while
-    training is the progress, the judges' state and the flags below."""
+    the optimiser and the stability controller, loads the resume state into them and returns them as a frozen
+    :class:`Session` (values) and :class:`MovingParts` (the objects training changes in place); ``train`` runs
+    steps until ``session.max_steps`` or a stop. ``self.cfg`` is the config it was given, never replaced
+    (``training.max_epochs`` becomes ``session.max_steps``); what else changes while training is the progress
+    (replaced here only), the judges' state and the flags below."""
 
     def __init__(self, cfg: Config, inputs: TrainInputs, *, handles: RunHandles,
                  signals: Optional[StopSignals] = None) -> None:
@@ -112,6 +120,7 @@ class FineTuneRecipe:
         self.last_checkpoint: Optional[Path] = None  # the newest saved or loaded
         self.last_step_seconds = 0.0
         self._session: Optional[Session] = None  # setup() builds it once
+        self._parts: Optional[MovingParts] = None  # ... and these
         self._stepper: Optional[StepRunner] = None
 
     @property
@@ -122,6 +131,13 @@ class FineTuneRecipe:
         return self._session
 
     @property
+    def parts(self) -> MovingParts:
+        """The objects setup built that training changes (an error before setup)."""
+        if self._parts is None:
+            raise RuntimeError("FineTuneRecipe.setup() has not run")
+        return self._parts
+
+    @property
     def stepper(self) -> StepRunner:
         if self._stepper is None:
             raise RuntimeError("FineTuneRecipe.setup() has not run")
@@ -129,10 +145,10 @@ class FineTuneRecipe:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        return self.session.opt.optimizer
+        return self.parts.opt.optimizer
 
     # ------------------------------------------------------------------ setup
-    def setup(self) -> Session:
+    def setup(self) -> tuple[Session, MovingParts]:
         cfg, inputs, dist = self.cfg, self.inputs, self.dist
         runtime = session.build_runtime(cfg, dist)
         device = runtime.device
@@ -145,7 +161,7 @@ class FineTuneRecipe:
         limits = Limits(**model_limits(model.xtts))
         # every rank checks its disk, before the data, the code cache and the first step; a machine with a run folder
         # of its own keeps only the caches there (rank 0 writes checkpoints, samples and exports)
-        estimate = estimate_run_disk(cfg, model.gpt, run_dir=self.run_dir, base_model_pth=inputs.base.model_pth)
+        estimate = estimate_run_disk(cfg, model.gpt, limits, run_dir=self.run_dir, base_model_pth=inputs.base.model_pth)
         own_caches_only = self.handles.own_folder and not self.is_main
         check_disk_budget(cfg, estimate.caches_only() if own_caches_only else estimate, self.run_dir)
         data = session.load_data(cfg, inputs.train_csv, inputs.eval_csv, self.handles.tokenizer, limits,
@@ -190,7 +206,7 @@ class FineTuneRecipe:
 
         sampler, loader = session.build_loader(cfg, runtime, data, plan, self.progress.data_position,
                                                self.progress.step)
-        self.progress.data_position = sampler.position
+        self.progress = replace(self.progress, data_position=sampler.position)
         session.preflight(model, opt.optimizer, runtime, data, plan, offloaded, inputs.base_vocab_size, stability,
                           batch_inputs, trainable.kept)
         if dist.enabled:
@@ -198,16 +214,15 @@ class FineTuneRecipe:
         ddp_model = wrap_model(model, dist)
         metrics = MetricsLogger(self.run_dir, enabled=self.is_main, max_steps=training.max_steps,
                                 start_step=self.progress.step, log_every=training.log_every)
-        built = Session(
-            training=training, runtime=runtime, model=model, ddp_model=ddp_model, trainable=trainable,
-            data=data, plan=plan, opt=opt, stability=stability, sampler=sampler, metrics=metrics, save_time=save_time,
-            offloaded=offloaded,
-            train_hours=sum(c.num_samples for c in data.train_clips) / limits.sample_rate / 3600)
+        built = Session(training=training, runtime=runtime, data=data, plan=plan, sampler=sampler, offloaded=offloaded,
+                        train_hours=sum(c.num_samples for c in data.train_clips) / limits.sample_rate / 3600)
+        parts = MovingParts(model=model, ddp_model=ddp_model, trainable=trainable, opt=opt, stability=stability,
+                            metrics=metrics, save_time=save_time)
         runner = MicroBatchRunner(counters=guard, device=device,
                                   describe=lambda batch: data.clip_names(batch["clips"].tolist()),
                                   zero_grads=lambda: opt.optimizer.zero_grad(set_to_none=True), recover=not dist.enabled)
-        self._session = built
-        self._stepper = StepRunner(built, stop=self.stop, runner=runner, batches=iter(loader))
+        self._session, self._parts = built, parts
+        self._stepper = StepRunner(built, parts, stop=self.stop, runner=runner, batches=iter(loader))
         stability.take_snapshot(self.progress.step)
         if source.path is not None and source.state is not None:
             metrics.event(self.progress.step, "resume", checkpoint=str(source.path))
@@ -221,7 +236,7 @@ class FineTuneRecipe:
                  "on" if cfg.training.cache_dvae_codes else "off", ", ".join(offloaded) or "nothing")
         # last: nothing after it may draw random numbers before step 1
         session.seed_or_restore_rng(rng_state, cfg.run.seed, dist.rank, self.progress.step, device)
-        return built
+        return built, parts
 
     def effective_config(self) -> Config:
         """The config as this run applies it (each checkpoint's config.yaml): ``session.training`` in place."""
@@ -232,70 +247,79 @@ class FineTuneRecipe:
 
     # ------------------------------------------------------------------ train
     def train(self) -> TrainResult:
-        p, every, s = self.progress, self.cfg.evaluation.every_steps, self.session
+        """Steps until ``session.max_steps`` or a stop. ``self.progress`` is replaced, never changed in place: after a
+        step (``StepResult``), after the stability controller's verdict (a rollback), an evaluation and a save."""
+        every, s = self.cfg.evaluation.every_steps, self.session
         if self.stop.agreed():  # stopped while caching codes: nothing trained yet
             self.stop.where = "setup"
             return self.finish_stop()
-        if p.redo_eval and not self._redo_cut_short_evaluation():
+        if self.progress.redo_eval and not self._redo_cut_short_evaluation():
             return self.finish_stop()
-        if p.step >= s.max_steps:
-            log.info("step %d already reaches training.max_steps=%d: nothing to train", p.step, s.max_steps)
+        if self.progress.step >= s.max_steps:
+            log.info("step %d already reaches training.max_steps=%d: nothing to train", self.progress.step,
+                     s.max_steps)
             return self._result(stopped=False)
         if self.judges.stopper is not None and self.judges.stopper.should_stop:  # the same command run again
             self.stopped_early = True
             log.info("early stopping ended this run at step %d (best step %s); to train on, raise "
-                     "training.early_stopping.patience or set training.early_stopping.enabled: false", p.step,
-                     self.judges.stopper.best_step)
+                     "training.early_stopping.patience or set training.early_stopping.enabled: false",
+                     self.progress.step, self.judges.stopper.best_step)
             return self._result(stopped=False)
         redirect = contextlib.nullcontext()
         if self.is_main:
-
             redirect = logging_redirect_tqdm()
         with redirect:
             stopped = False
-            if p.saved_step < 0 and self.cfg.evaluation.eval_at_start:  # a new run (nothing loaded or saved)
+            if self.progress.saved_step < 0 and self.cfg.evaluation.eval_at_start:  # a new run (nothing loaded/saved)
                 self.evaluate()
                 stopped = self.stop.agreed()
-            while not stopped and p.step < s.max_steps:
+            while not stopped and self.progress.step < s.max_steps:
                 started = time.perf_counter()
-                stats = self.stepper.run(p)
-                if stats is None:  # a stop between micro-batches: the step was abandoned, nothing changed
+                result = self.stepper.run(self.progress)
+                if isinstance(result, StepAbandoned):  # a stop between micro-batches: no update, nothing to count
+                    self.progress = replace(self.progress, data_position=result.data_position)
                     stopped = True
                     break
-                p.step += 1
+                self.progress = replace(self.progress, step=self.progress.step + 1,
+                                        data_position=result.data_position)
                 self.last_step_seconds = time.perf_counter() - started
-                s.stability.after_step(stats, p, s.metrics, self._log_step(stats), self._failing_files)
-                if stats.stop_requested:
-                    self.stop.note(f"step {p.step}")
+                outcome = self.parts.stability.after_step(result.stats, self.progress.step, self.progress.lr_factor,
+                                                          self.parts.metrics, self._log_step(result.stats),
+                                                          self._failing_files)
+                if isinstance(outcome, RolledBack):  # weights and optimizer are back at an earlier step
+                    self.progress = replace(self.progress, step=outcome.to_step, lr_factor=outcome.lr_factor)
+                step = self.progress.step
+                if result.stats.stop_requested:
+                    self.stop.note(f"step {step}")
                     stopped = True
                     break
                 new_best = False
-                if every and p.step % every == 0 and p.step < s.max_steps:
+                if every and step % every == 0 and step < s.max_steps:
                     new_best = self.evaluate() and self.cfg.checkpoint.keep_best
-                    new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == p.step)
+                    new_best = new_best or (self.cfg.checkpoint.keep_best and self.judges.best_step == step)
                     stopped = self.stop.agreed()
-                if (p.step % self.cfg.checkpoint.every_steps == 0 and p.step < s.max_steps) or new_best \
+                if (step % self.cfg.checkpoint.every_steps == 0 and step < s.max_steps) or new_best \
                         or stopped or self.early_stop:
                     self.save_checkpoint(final=stopped or self.early_stop)
                 if self.early_stop and not stopped:
                     self._stop_early()
                     break
-            if not stopped and p.last_eval_step != p.step:
+            if not stopped and self.progress.last_eval_step != self.progress.step:
                 self.evaluate()
                 stopped = self.stop.agreed()
-            if p.saved_step != p.step and p.step > 0:  # step 0 of a new run: nothing trained to save
+            if self.progress.saved_step != self.progress.step and self.progress.step > 0:  # step 0: nothing trained
                 self.save_checkpoint(final=True)
         return self.finish_stop() if stopped else self._result(stopped=False)
 
     def _log_step(self, stats: StepStats) -> Callable[[], None]:
         self.judges.after_step(stats.loss if stats.good else float("nan"))
 
-        s = self.session
+        s, parts = self.session, self.parts
 
         def write() -> None:
             epochs = self.progress.step * s.plan.samples_per_step / len(s.data.train_clips)  # clips drawn / in the set
-            s.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=s.stability.guard,
-                                 precision=s.stability.policy.name, epoch=self.progress.epoch,
+            parts.metrics.train_step(self.progress.step, stats, lr=self.stepper.lr, guard=parts.stability.guard,
+                                 precision=parts.stability.policy.name, epoch=self.progress.epoch,
                                  samples=s.plan.samples_per_step, seconds=self.last_step_seconds,
                                  epochs=epochs, audio_hours=epochs * s.train_hours, **self.stepper.compile_times)
         return write
@@ -305,8 +329,8 @@ class FineTuneRecipe:
         checkpoint (so ``best_metric`` can pick it). False when a stop cuts it short again."""
         step = self.progress.step
         log.info("resume: the evaluation at step %d was cut short by a stop; running it now", step)
-        self.session.metrics.event(step, "eval_redone")
-        self.progress.redo_eval = False
+        self.parts.metrics.event(step, "eval_redone")
+        self.progress = replace(self.progress, redo_eval=False)
         new_best = self.evaluate()
         if self.stop.agreed():
             return False  # the checkpoint still says eval_pending: the next resume tries again
@@ -318,72 +342,74 @@ class FineTuneRecipe:
     def finish_stop(self) -> TrainResult:
         """After a stop: the last finished step is saved (by the caller); log it, record the event, return."""
         p = self.progress
-        metrics = self._session.metrics if self._session is not None else None
+        metrics = self._parts.metrics if self._parts is not None else None
         self.stop.report(p.step, self.last_checkpoint, p.saved_step == p.step, metrics)
         return self._result(stopped=True)
 
     def model_inputs(self, batch: Batch, *, train: bool) -> ModelInputs:
-        return model_inputs(self.session.model, self.session.device, batch, train=train)
+        return model_inputs(self.parts.model, self.session.device, batch, train=train)
 
     # ------------------------------------------------------------------ evaluate
     def evaluate(self) -> bool:
         """Eval losses, then the eval hook (model in eval mode), on rank 0; True when it is a new best under
         ``checkpoint.best_metric`` (every rank gets rank 0's results, so every rank answers the same)."""
-        p, s = self.progress, self.session
-        policy, data = s.stability.policy, s.data
+        s, parts, step = self.session, self.parts, self.progress.step
+        policy, data = parts.stability.policy, s.data
         results, abandoned = None, False
         if self.is_main and data.eval_clips:
             batches = eval_batches(data.eval_clips, s.sampler.batch_size, self.cfg.evaluation.max_eval_batches)
             per_language = language_eval_batches(data.eval_clips, s.sampler.batch_size,
                                                  self.cfg.evaluation.max_eval_batches)
-            results = evaluate_on_main(s.model, data.eval_set, batches, policy.autocast, self.model_inputs,
-                                       hook=self.inputs.eval_hook, step=p.step, offloaded=s.offloaded,
-                                       device=s.device, metrics=s.metrics, language_batches=per_language)
+            results = evaluate_on_main(parts.model, data.eval_set, batches, policy.autocast, self.model_inputs,
+                                       hook=self.inputs.eval_hook, step=step, offloaded=s.offloaded,
+                                       device=s.device, metrics=parts.metrics, language_batches=per_language)
             if results is None:  # saved as eval_pending with this step's checkpoint, redone on resume
-                abandoned, p.eval_cut_short, self.stop.where = True, p.step, f"the evaluation at step {p.step}"
+                abandoned, self.stop.where = True, f"the evaluation at step {step}"
+                self.progress = replace(self.progress, eval_cut_short=step)
         results, abandoned = self.dist.broadcast_object((results, abandoned))
         if abandoned:
             return False
-        p.last_eval_step = p.step
+        self.progress = replace(self.progress, last_eval_step=step)
         if results is None:
             return False
-        p.last_eval_metrics = results
         if not math.isfinite(results["eval_loss"]):
-            p.last_eval_loss = None  # this step's checkpoint must not carry an older eval loss as its own
-            report_nonfinite_eval(results["eval_loss"], p.step, policy.name, s.metrics, self.is_main)
+            # this step's checkpoint must not carry an older eval loss as its own
+            self.progress = replace(self.progress, last_eval_metrics=results, last_eval_loss=None)
+            report_nonfinite_eval(results["eval_loss"], step, policy.name, parts.metrics, self.is_main)
             return False
-        is_best = p.record_evaluation(results["eval_loss"], results, self.cfg.checkpoint.best_metric)
+        self.progress, is_best = self.progress.with_evaluation(results["eval_loss"], results,
+                                                              self.cfg.checkpoint.best_metric)
         # early stopping and the overfit detector judge every evaluation (every rank has rank 0's results)
-        self.early_stop, finding = self.judges.after_eval(p.step, results)
+        self.early_stop, finding = self.judges.after_eval(step, results)
         if finding is not None and self.is_main:
-            self.judges.warn_overfitting(finding, p.step, s.metrics)
+            self.judges.warn_overfitting(finding, step, parts.metrics)
         return is_best
 
     def _stop_early(self) -> None:
         self.stopped_early = True
         if self.is_main:
-            self.judges.report_early_stop(self.progress.step, self.session.metrics, self._store(),
+            self.judges.report_early_stop(self.progress.step, self.parts.metrics, self._store(),
                                           self.cfg.checkpoint.best_metric)
 
     # ------------------------------------------------------------------ save_checkpoint
     def save_checkpoint(self, final: bool = False) -> None:
         """Save this step; a failed save follows ``checkpoint.on_save_error``, except the final one, which always
         stops with an error: nothing is left to continue, and exiting 0 would hide the steps since the last save."""
-        p, s, run, inputs = self.progress, self.session, self.handles.run, self.inputs
-        stability = s.stability
+        p, s, parts, run, inputs = self.progress, self.session, self.parts, self.handles.run, self.inputs
+        stability = parts.stability
         self._confirm_run_folder()
         rngs = self.dist.all_gather_object(capture_rng(s.device))
         error = None
         if self.is_main:
             state = TrainingState(
-                **p.state_dict(), gpt=to_cpu(gpt_state_dict(s.model.gpt)), optimizer=self.optimizer.state_dict(),
+                **p.state_dict(), gpt=to_cpu(gpt_state_dict(parts.model.gpt)), optimizer=self.optimizer.state_dict(),
                 scaler=stability.scaler.state_dict(),
                 sampler={**s.sampler.state_dict(p.data_position),
                          **session.sampler_key(s.runtime, s.plan, s.data, self.cfg.run.seed)},
                 rng=rngs, stability=stability.guard.state_dict(), precision=stability.policy.name,
                 training_config=dataclasses.asdict(s.training),
                 vocab_fingerprint=self.handles.vocab_fingerprint, base_vocab_size=inputs.base_vocab_size,
-                log_interval=s.metrics.interval_state(), early_stopping=self.judges.state_dict(),
+                log_interval=parts.metrics.interval_state(), early_stopping=self.judges.state_dict(),
             )
             evaluated = p.last_eval_step == p.step
             try:
@@ -394,12 +420,12 @@ class FineTuneRecipe:
                     write_config=lambda out: dump_config(self.effective_config(), out),
                     run_id=run.run_id, base_model=str(inputs.base.root),
                     eval_loss=p.last_eval_loss if evaluated else None,
-                    eval_metrics=p.last_eval_metrics if evaluated else None,
+                    eval_metrics=dict(p.last_eval_metrics) if evaluated else None,
                     dvae_pth=fine_tuned_dvae(self.run_dir, inputs.base))
-                s.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
+                parts.save_time.after_save(time.perf_counter() - started, self.last_step_seconds)
                 self._store().apply_retention(RetentionPolicy.from_config(self.cfg.checkpoint), latest=path)
                 self.last_checkpoint = path
-                s.metrics.event(p.step, "checkpoint", path=str(path))
+                parts.metrics.event(p.step, "checkpoint", path=str(path))
             except OSError as exc:
                 error = f"{exc.strerror or exc}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
         if not self.dist.all_true(error is None):
@@ -411,7 +437,7 @@ class FineTuneRecipe:
                 raise TrainingStopped(msg + "; free disk space, then rerun the same command to resume")
             log.error("%s; training continues (checkpoint.on_save_error: continue)", msg)
             return
-        p.saved_step = p.step
+        self.progress = replace(self.progress, saved_step=p.step)
 
     def _confirm_run_folder(self) -> None:
         """Before a save: the run folder is still the one rank 0 locked (xtts_ft/run_lock.py ``confirm_held``); a
@@ -449,5 +475,5 @@ class FineTuneRecipe:
         """The loader's workers and the metrics files; the distributed handle belongs to whoever set it up."""
         if self._stepper is not None:
             self._stepper.close()  # shuts the loader's worker processes down
-        if self._session is not None:
-            self._session.metrics.close()
+        if self._parts is not None:
+            self._parts.metrics.close()

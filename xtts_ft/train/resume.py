@@ -129,7 +129,7 @@ def log_config_changes(state: TrainingState, current: TrainingConfig) -> list[st
     return changes
 
 
-@dataclass
+@dataclass(frozen=True)
 class ResumePoint:
     """What the loop continues from, besides the weights, optimizer and guard state loaded in place."""
 
@@ -180,7 +180,6 @@ def apply_checkpoint(
         log.warning("resume: world size, batch size, seed or training set changed since %s; the data order restarts "
                     "at the next epoch and random streams are reseeded (not bit-exact)", path)
     log.info("resuming from %s at step %d", path, state.step)
-    progress = Progress()
-    progress.load_state_dict(state, metric=best_metric,
-                             position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0))
+    progress = Progress.from_checkpoint(state, metric=best_metric,
+                                        position=(s["epoch"], s["batch_index"]) if same else (s["epoch"] + 1, 0))
     return ResumePoint(progress=progress, policy=policy, rng=rng)

@@ -3,10 +3,17 @@
 ``FineTuneRecipe.setup`` (train/loop.py) calls them in order: the runtime (device, precision, CPU
 threads) around the distributed handle the pipeline set up, the model, the data (checked clips, the
 DVAE code cache, the datasets), the resume state, the batch plan, the optimiser, the sampler and
-loader, the pre-flight check and the random streams, and returns what they built as one frozen
-:class:`Session`. Nothing here stores into the recipe. What a run trains on arrives as
-:class:`TrainInputs`; what the pipeline sets up once per command (distributed handle, run-folder claim,
-tokenizer, vocabulary fingerprint) as :class:`RunHandles`.
+loader, the pre-flight check and the random streams, and keeps what they built in two objects:
+
+- :class:`Session`: what setup decided, values that stay as they are for the whole run (the training
+  settings as applied, where it runs, the batch plan, the checked data and its sampler);
+- :class:`MovingParts`: the objects whose state training changes in place, step after step (the model's
+  weights, the optimizer's moments, the stability controller's scaler and precision, the metrics'
+  interval, the save-time check). Which objects they are is fixed at setup; what is in them moves.
+
+Nothing here stores into the recipe. What a run trains on arrives as :class:`TrainInputs`; what the
+pipeline sets up once per command (distributed handle, run-folder claim, tokenizer, vocabulary
+fingerprint) as :class:`RunHandles`.
 """
 
 from __future__ import annotations
@@ -120,8 +127,10 @@ class BatchPlan:
         return self.batch_size * self.grad_accum_steps * self.world_size
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingData:
+    """The checked clips and their datasets, read once in setup (the datasets read clips, they never change)."""
+
     train_clips: list[Clip]
     eval_clips: list[Clip]
     reports: dict  # per split: clips kept / rejected per reason
@@ -151,25 +160,17 @@ class ResumeSource:
 
 @dataclass(frozen=True)
 class Session:
-    """Everything ``FineTuneRecipe.setup`` builds, built once and never replaced. Parts that change while training
-    change inside their own objects (the stability controller's policy and scaler, the optimizer's state, the
-    metrics' interval); the recipe keeps the progress and the judges."""
+    """What ``FineTuneRecipe.setup`` decided: values, the same for the whole run (the objects training changes are
+    :class:`MovingParts`; the recipe keeps the progress and the judges)."""
 
     training: TrainingConfig
     """``cfg.training`` as this run applies it: the planned accumulation, and ``max_steps`` cut by
     ``training.max_epochs`` (the schedule, the metrics' ETA and the checkpoint's training config use it);
     the config the recipe was given is never replaced."""
     runtime: Runtime
-    model: XttsTrainingModel
-    ddp_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper under torchrun (forward)
-    trainable: TrainableSetup  # training.trainable: all / freeze / lora
     data: TrainingData
     plan: BatchPlan
-    opt: Optimisation
-    stability: StabilityController
-    sampler: ResumableBatchSampler  # the data position after each batch
-    metrics: MetricsLogger
-    save_time: SaveTimeCheck
+    sampler: ResumableBatchSampler  # the batches of every epoch, and the data position after each batch
     offloaded: tuple[str, ...]  # modules kept on the CPU (training.offload_frozen)
     train_hours: float  # hours of audio in the training clips (epochs and hours seen are logged)
 
@@ -184,6 +185,21 @@ class Session:
     @property
     def dist(self) -> DistContext:
         return self.runtime.dist
+
+
+@dataclass(frozen=True)
+class MovingParts:
+    """The objects training changes in place: each step moves the weights, the optimizer's moments, the loss scale
+    (and maybe the precision) and the metrics' interval; a save records how long it took. Frozen only in which
+    objects they are (set up once); what is inside them is the state a checkpoint saves."""
+
+    model: XttsTrainingModel
+    ddp_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper under torchrun (forward)
+    trainable: TrainableSetup  # training.trainable: all / freeze / lora (its kept rows are put back after each step)
+    opt: Optimisation
+    stability: StabilityController  # guard, snapshot, GradScaler and the precision policy in force
+    metrics: MetricsLogger
+    save_time: SaveTimeCheck
 
 
 def build_runtime(cfg: Config, dist: DistContext) -> Runtime:

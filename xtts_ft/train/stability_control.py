@@ -9,15 +9,18 @@ It owns the pieces stability.py and precision.py define and decides with them af
   below ``precision.min_scale``;
 - the last bad step's inputs, for the diagnosis that names the first non-finite module when it stops.
 
-The recipe calls :meth:`StabilityController.apply_step` with the step's fetched stats (the optimizer steps
-only when they are finite) and :meth:`after_step` with the run's :class:`~xtts_ft.train.progress.Progress`,
-whose step and LR factor a rollback changes.
+The step calls :meth:`StabilityController.apply_step` with its fetched stats (the optimizer steps only when
+they are finite); the recipe then calls :meth:`after_step` with the run's step and LR factor, and gets back what
+happened: :class:`Kept`, :class:`Skipped` or :class:`RolledBack` (the step and LR factor the run continues
+from, which the recipe writes into its :class:`~xtts_ft.train.progress.Progress`); a run that cannot go on
+stops with ``TrainingStopped``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, NoReturn, Optional, Union
 
 import torch
 
@@ -26,10 +29,32 @@ from xtts_ft.errors import TrainingStopped
 from xtts_ft.model import XttsTrainingModel
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy, make_scaler, scale_tensor
-from xtts_ft.train.progress import Progress
 from xtts_ft.train.stability import Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, pin_snapshots
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The step's update stands (every loss and gradient was finite)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """The step changed no weight (a non-finite loss or gradient, or a precision switch); the guard counted it."""
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """Too many bad steps in a row: the weights and optimizer state are back at the snapshot of ``to_step``."""
+
+    failed_at: int  # the step that failed last
+    to_step: int  # the step the run continues from
+    lr_factor: float  # the run's LR factor from now on (the old one x stability.rollback_lr_factor)
+
+
+#: What :meth:`StabilityController.after_step` found.
+StepOutcome = Union[Kept, Skipped, RolledBack]
 
 
 class StabilityController:
@@ -61,29 +86,33 @@ class StabilityController:
         if self.scaler.is_enabled():
             self.scaler.update() if stats.loss_ok else self.scaler.update(new_scale=stats.loss_scale)
 
-    def after_step(self, stats: StepStats, progress: Progress, metrics: MetricsLogger, log_line: Callable[[], None],
-                   describe_clips: Callable[[list[int]], str]) -> None:
-        """Record the step (``log_line`` writes its metrics line, after a precision switch and before a rollback
-        changes the step); then switch precision, roll back to the snapshot, stop, or refresh the snapshot."""
+    def after_step(self, stats: StepStats, step: int, lr_factor: float, metrics: MetricsLogger,
+                   log_line: Callable[[], None], describe_clips: Callable[[list[int]], str]) -> StepOutcome:
+        """Judge the finished ``step`` (run at ``lr_factor``): record it (``log_line`` writes its metrics line, after
+        a precision switch and before a rollback); then switch precision, roll back to the snapshot, stop (raises
+        TrainingStopped), or refresh the snapshot. Returns what happened; the recipe applies a rollback."""
         outcome = self.guard.record(stats)
         pcfg, scfg = self.cfg.precision, self.cfg.stability
         if self.scaler.is_enabled() and not stats.grad_ok and stats.loss_scale * pcfg.backoff_factor < pcfg.min_scale:
-            self._switch_precision(stats.loss_scale * pcfg.backoff_factor, progress.step, metrics)
+            self._switch_precision(stats.loss_scale * pcfg.backoff_factor, step, metrics)
             outcome = "skip"
         log_line()
         if outcome == "rollback":
-            failed_at = progress.step
-            progress.step = self.snapshot.restore(self.model.gpt, self.optimizer)  # the loss scale stays as it is
-            progress.lr_factor *= scfg.rollback_lr_factor
+            back = RolledBack(failed_at=step, lr_factor=lr_factor * scfg.rollback_lr_factor,
+                              to_step=self.snapshot.restore(self.model.gpt, self.optimizer))  # the loss scale stays
             self.guard.note_rollback()
             log.warning("%d non-finite steps in a row at step %d: rolled back to the in-memory snapshot of step %d "
-                        "with the LR x%g (rollback %d of %d)", scfg.max_consecutive_bad_steps, failed_at,
-                        progress.step, progress.lr_factor, self.guard.rollbacks, scfg.max_rollbacks)
-            metrics.event(progress.step, "rollback", failed_at=failed_at, lr_factor=progress.lr_factor)
-        elif outcome == "stop":
-            self._stop_with_diagnosis(progress, metrics, describe_clips)
-        elif outcome == "ok" and progress.step - (self.snapshot.step or 0) >= scfg.snapshot_every:
-            self.take_snapshot(progress.step)
+                        "with the LR x%g (rollback %d of %d)", scfg.max_consecutive_bad_steps, back.failed_at,
+                        back.to_step, back.lr_factor, self.guard.rollbacks, scfg.max_rollbacks)
+            metrics.event(back.to_step, "rollback", failed_at=back.failed_at, lr_factor=back.lr_factor)
+            return back
+        if outcome == "stop":
+            self._stop_with_diagnosis(step, lr_factor, metrics, describe_clips)
+        if outcome != "ok":
+            return Skipped()
+        if step - (self.snapshot.step or 0) >= scfg.snapshot_every:
+            self.take_snapshot(step)
+        return Kept()
 
     def take_snapshot(self, step: int) -> None:
         self.snapshot.take(step, self.model.gpt, self.optimizer)
@@ -98,15 +127,15 @@ class StabilityController:
         self.scaler = make_scaler(new, self.cfg.precision)  # disabled: bf16 and fp32 need no loss scaling
         self.guard.consecutive_bad = 0
 
-    def _stop_with_diagnosis(self, progress: Progress, metrics: MetricsLogger,
-                             describe_clips: Callable[[list[int]], str]) -> None:
+    def _stop_with_diagnosis(self, step: int, lr_factor: float, metrics: MetricsLogger,
+                             describe_clips: Callable[[list[int]], str]) -> NoReturn:
         inputs, clips = self.last_bad
         where = diagnose_nonfinite(self.model, inputs, self.policy.autocast)
         files = describe_clips(clips) or "unknown"
-        metrics.event(progress.step, "stopped", diagnosis=where)
+        metrics.event(step, "stopped", diagnosis=where)
         raise TrainingStopped(
-            f"training stopped at step {progress.step}: {self.guard.consecutive_bad} non-finite steps in a row after "
+            f"training stopped at step {step}: {self.guard.consecutive_bad} non-finite steps in a row after "
             f"{self.guard.rollbacks} rollback(s) (stability.max_rollbacks); diagnosis: {where}. Advice: lower "
-            f"training.lr (now {self.cfg.training.lr:g} x {progress.lr_factor:g}), set precision.mode: fp32 (now "
+            f"training.lr (now {self.cfg.training.lr:g} x {lr_factor:g}), set precision.mode: fp32 (now "
             f"{self.policy.name}), and check the data of the failing batch ({files})"
         )

@@ -1,5 +1,9 @@
 """One optimizer step of the recipe (``StepRunner.run``), and the model inputs of a batch.
 
+The step reads the run's :class:`~xtts_ft.train.progress.Progress` and changes none of it: it returns what
+happened (:class:`StepTaken` with the step's stats, or :class:`StepAbandoned`) with the data position the
+next step starts from, and the recipe applies that.
+
 1. ``lr = get_lr(step) * lr_factor`` on every param group (a pure function of the step);
 2. ``grad_accum_steps`` micro-batches: ``forward_losses`` through the (DDP) wrapper under the precision
    policy's autocast, ``scaler.scale(loss / accum).backward()`` (DDP all-reduces on the last one);
@@ -20,7 +24,8 @@ the metrics line and its ETA.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator, Optional
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Union
 
 import torch
 
@@ -29,7 +34,7 @@ from xtts_ft.train.codes_cache import codes_for_batch
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.schedule import get_lr, set_lr
-from xtts_ft.train.session import Optimisation, Session
+from xtts_ft.train.session import MovingParts, Optimisation, Session
 from xtts_ft.train.stability import StepStats, fetch_step_stats
 from xtts_ft.train.stopping import StopCoordinator
 
@@ -37,6 +42,26 @@ from xtts_ft.train.stopping import StopCoordinator
 Batch = dict[str, torch.Tensor]
 #: XttsTrainingModel.forward's keyword arguments (``cond_idxs`` / ``cond_lens`` may be None).
 ModelInputs = dict[str, Optional[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class StepTaken:
+    """A step that ran all its micro-batches: the optimizer stepped, or the stability controller skipped the update
+    (``stats.good`` says which)."""
+
+    stats: StepStats
+    data_position: tuple[int, int]  # the sampler position the next step starts from
+
+
+@dataclass(frozen=True)
+class StepAbandoned:
+    """A stop between micro-batches abandoned the step: no update; its batches are drawn again on resume."""
+
+    data_position: tuple[int, int]  # where the abandoned step started
+
+
+#: What one call of :meth:`StepRunner.run` did.
+StepResult = Union[StepTaken, StepAbandoned]
 
 
 def model_inputs(model: XttsTrainingModel, device: torch.device, batch: Batch, *, train: bool) -> ModelInputs:
@@ -80,13 +105,14 @@ def optimizer_step(opt: Optimisation) -> None:
 
 
 class StepRunner:
-    """One optimizer step over the session's parts; ``stop``: the recipe's stop coordinator, ``runner``: the
+    """One optimizer step with what setup built (``session``: the plan, the settings; ``parts``: the model, the
+    optimizer and the stability controller it changes); ``stop``: the recipe's stop coordinator, ``runner``: the
     out-of-memory splitting of micro-batches, ``batches``: the training loader's iterator (its workers run
     until :meth:`close`)."""
 
-    def __init__(self, session: Session, *, stop: StopCoordinator, runner: MicroBatchRunner,
+    def __init__(self, session: Session, parts: MovingParts, *, stop: StopCoordinator, runner: MicroBatchRunner,
                  batches: Iterator[Batch]) -> None:
-        self.session, self.stop, self.runner = session, stop, runner
+        self.session, self.parts, self.stop, self.runner = session, parts, stop, runner
         self.batches: Optional[Iterator[Batch]] = batches
         self.lr = 0.0  # of the newest step, for its metrics line
         self.compile_times: dict[str, float] = {}  # of the newest step: MetricsLogger.train_step's compile_*
@@ -100,20 +126,20 @@ class StepRunner:
             raise RuntimeError("StepRunner.close() has run")
         return next(self.batches)
 
-    def run(self, progress: Progress) -> Optional[StepStats]:
-        """One step from ``progress`` (its data position moves on); None when a stop abandoned it."""
-        s = self.session
-        accum, step, opt, stability, device = s.plan.grad_accum_steps, progress.step, s.opt, s.stability, s.device
+    def run(self, progress: Progress) -> StepResult:
+        """One step from ``progress`` (read only): what happened and where the data continues."""
+        s, parts = self.session, self.parts
+        accum, step, opt, stability, device = s.plan.grad_accum_steps, progress.step, parts.opt, parts.stability, s.device
         lr = get_lr(step, s.training) * progress.lr_factor
         set_lr(opt.optimizer, lr)
         rows: list[torch.Tensor] = []
         kept_inputs: list[ModelInputs] = []
         kept_clips: list[int] = []
-        compiled_before = s.model.compile_seconds
+        compiled_before = parts.model.compile_seconds
 
         def forward(piece: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            inputs = model_inputs(s.model, device, piece, train=True)
-            out = forward_losses(s.ddp_model, inputs, stability.policy.autocast)
+            inputs = model_inputs(parts.model, device, piece, train=True)
+            out = forward_losses(parts.ddp_model, inputs, stability.policy.autocast)
             loss = out["loss"]
             kept_inputs.append(inputs)
             kept_clips.extend(piece["clips"].tolist())
@@ -123,32 +149,32 @@ class StepRunner:
             stability.scaler.scale(loss).backward()
 
         self.runner.begin()  # an out-of-memory micro-batch is split or skipped (oom.py)
-        start = self.stop.step_start(progress.data_position, device)
+        position = progress.data_position
+        start = self.stop.step_start(position, device)
         for micro in range(accum):
             restored = self.stop.abandon_step(start, step, micro, accum, device)
             if restored is not None:
                 opt.optimizer.zero_grad(set_to_none=True)
-                progress.data_position = restored
-                return None
+                return StepAbandoned(data_position=restored)
             batch = self.next_batch()
-            progress.data_position = s.sampler.next_position(*batch["position"])
+            position = s.sampler.next_position(*batch["position"])
             last = micro == accum - 1
-            sync = s.ddp_model.no_sync() if (s.dist.enabled and not last) else contextlib.nullcontext()
+            sync = parts.ddp_model.no_sync() if (s.dist.enabled and not last) else contextlib.nullcontext()
             with sync:
                 row = self.runner.run(batch, 1.0 / (len(batch["clips"]) * accum), forward, backward, step=step)
             if row is not None:
                 rows.append(row)
         for event in self.runner.events:
-            s.metrics.event(step + 1, **event)
+            parts.metrics.event(step + 1, **event)
         self.lr = lr
-        self.compile_times = {"compile_s": s.model.compile_seconds - compiled_before,
-                              "compile_pending_s": s.model.pending_compile_seconds()}
+        self.compile_times = {"compile_s": parts.model.compile_seconds - compiled_before,
+                              "compile_pending_s": parts.model.pending_compile_seconds()}
         if not self.runner.finish([p.grad for p in opt.trainable]):  # every clip ran out of memory: no update
             opt.optimizer.zero_grad(set_to_none=True)
             nan = float("nan")
-            return StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
-                             grad_norm=0.0, loss_scale=float(stability.scaler.get_scale()),
-                             stop_requested=self.stop.requested)
+            return StepTaken(StepStats(loss=nan, loss_text_ce=nan, loss_mel_ce=nan, finite_losses=0, expected_losses=0,
+                                       grad_norm=0.0, loss_scale=float(stability.scaler.get_scale()),
+                                       stop_requested=self.stop.requested), position)
         norm = unscale_and_clip(stability.scaler, opt.optimizer, opt.trainable, s.training.grad_clip)
         stop_flag = torch.full((1,), float(self.stop.requested), device=device)
         stats = fetch_step_stats(rows, norm, stability.scale_tensor(), stop_flag,
@@ -156,4 +182,4 @@ class StepRunner:
                                  world_size=s.dist.world_size)
         stability.apply_step(stats, lambda: optimizer_step(opt), kept_inputs, kept_clips)
         opt.optimizer.zero_grad(set_to_none=True)
-        return stats
+        return StepTaken(stats, position)
