@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from xtts_ft.config.table import (END_MARKER, START_MARKER, TABLE_DOC, TableMarkersMissing, render_table, sections, table_in,
-                                  with_table)
+from xtts_ft.config.table import (
+    END_MARKER,
+    START_MARKER,
+    TABLE_DOC,
+    TableMarkersMissing,
+    render_table,
+    sections,
+    table_in,
+    with_table,
+)
 
 DOC = Path(__file__).resolve().parents[2] / TABLE_DOC
 
