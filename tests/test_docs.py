@@ -1,5 +1,6 @@
 """The guides a user follows hold together: every relative link in README.md and docs/ reaches a file, and a
-``#anchor`` a heading of it (GitHub's slugs); every repository path the docs name in backticks exists.
+``#anchor`` a heading of it (GitHub's slugs); every repository path the docs name in backticks exists; README's tour
+of the commands names every command the command line has.
 
 Plain text reading, no network: a link that leaves the repository (http, https, mailto) is not followed.
 """
@@ -106,6 +107,14 @@ def missing_paths(path: Path) -> list[str]:
             if not exists:
                 problems.append(f"{path.relative_to(ROOT)}:{number}: `{name}` does not exist")
     return problems
+
+
+def test_the_readme_tours_every_command_the_cli_lists():
+    from xtts_ft.cli import COMMANDS  # the table --help is printed from (no torch)
+
+    rows = {match.group(1) for match in re.finditer(r"(?m)^\| `([\w-]+)` \|", (ROOT / "README.md").read_text(encoding="utf-8"))}
+    assert sorted(set(COMMANDS) - rows) == [], "README.md's table of commands lacks these commands"
+    assert sorted(rows - set(COMMANDS)) == [], "README.md's table of commands names commands the CLI does not have"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
