@@ -1,7 +1,7 @@
-"""Write the README's configuration table from the schema: ``python utils/config_table.py``.
+"""Write the configuration reference's table from the schema: ``python utils/config_table.py``.
 
 Run it after adding or changing a config field (its default or help text in
-xtts_ft/config/schema.py); tests/config/test_config_table.py fails until README.md matches.
+xtts_ft/config/schema.py); tests/config/test_config_table.py fails until docs/configuration.md matches.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere: the package beside this folder
     sys.path.insert(0, str(REPO))
 
-from xtts_ft.config.table import update_readme  # noqa: E402
+from xtts_ft.config.table import TABLE_DOC, update_table  # noqa: E402
 
 
 def main() -> int:
-    readme = REPO / "README.md"
-    changed = update_readme(readme)
-    print(f"{readme}: configuration table {'rewritten' if changed else 'already up to date'}")
+    doc = REPO / TABLE_DOC
+    changed = update_table(doc)
+    print(f"{doc}: configuration table {'rewritten' if changed else 'already up to date'}")
     return 0
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # two torchrun ranks per test
 
 
 def test_torchrun_headless_demo_from_an_empty_run_dir(tmp_path):
-    """The README's multi-GPU command on 2 gloo ranks from nothing: the stages that write files ran once
+    """docs/gpus.md's multi-GPU command on 2 gloo ranks from nothing: the stages that write files ran once
     (on rank 0; rank 1 read their outputs), training kept the ranks identical, and the run finished."""
     run, out = tmp_path / "run", tmp_path / "ranks"
     out.mkdir()

@@ -150,7 +150,7 @@ def app_server(tmp_path_factory, demo_config):
 
 @pytest.fixture(scope="module")
 def screenshots(tmp_path_factory) -> Path:
-    """Where the tab screenshots go: XTTS_FT_SCREENSHOTS (e.g. docs/webapp to refresh the README's) or a scratch folder."""
+    """Where the tab screenshots go: XTTS_FT_SCREENSHOTS (e.g. docs/webapp to refresh docs/webapp.md's) or a scratch folder."""
     folder = os.environ.get("XTTS_FT_SCREENSHOTS")
     out = Path(folder) if folder else tmp_path_factory.mktemp("shots")
     out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 One app server and one training run are shared by the tests below, in file order: bad inputs,
 then Start / watch / restart the app / Stop / Resume, then Listen, then Speak, then a reload that
 keeps another run folder (last: it points the page elsewhere). Each tab's screenshot is saved
-(``XTTS_FT_SCREENSHOTS=docs/webapp`` refreshes the README's).
+(``XTTS_FT_SCREENSHOTS=docs/webapp`` refreshes docs/webapp.md's).
 """
 
 from __future__ import annotations

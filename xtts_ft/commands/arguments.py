@@ -69,7 +69,7 @@ def train(p: Parser) -> None:
 
 def launch(p: Parser) -> None:
     add_config_arguments(p)
-    where = p.add_argument_group("where this machine stands (default: from the environment; see README)")
+    where = p.add_argument_group("where this machine stands (default: from the environment; see docs/gpus.md)")
     where.add_argument("--nnodes", type=int, help="Machines in the job (default: NUM_NODES, SLURM_NNODES, else 1).")
     where.add_argument("--node-rank", type=int, help="This machine's rank (default: NODE_RANK, SLURM_NODEID, else 0).")
     where.add_argument("--master-addr", help="The main machine's address (default: MASTER_ADDR, else the first "

@@ -411,8 +411,10 @@ class TrainingConfig:
     compile: Union[Literal["auto", "on", "off"], bool] = opt(
         "auto",
         "torch.compile the GPT blocks of the fast training forward (xtts_ft/gpt_compile.py). auto: on for CUDA. "
-        "Batch lengths are rounded up so a run compiles at most 6 times (the time is logged and counted in the "
-        "ETA); a compile failure falls back to eager with one warning line.",
+        "Batch lengths are rounded up to at most 6 lengths per batch size, and at most 8 shapes are compiled (torch's "
+        "recompile limit; a batch of another size, such as an out-of-memory split, is another shape): a later new shape "
+        "runs eager. Each compile's time is logged and counted in the ETA; a compile failure falls back to eager with "
+        "one warning line.",
     )
     length_bucketing: bool = opt(True, "Batch clips of similar length together (less padding).")
     offload_frozen: bool = opt(

@@ -1,6 +1,6 @@
 """``python -m xtts_ft ingest AUDIO... [--text FILE | --subtitles FILE] --out DIR``.
 
-Three ways to find clips in long recordings (see README "Ingest"):
+Three ways to find clips in long recordings (see docs/data.md, "Ingest"):
 
 - ``text``: the text's sentences are force-aligned to the audio (:mod:`.align`); clips are the
   sentences, cut in the pauses between them; a sentence the audio does not say is reported.
