@@ -143,3 +143,58 @@ def test_with_a_batch_of_one_every_item_runs_in_its_own_call():
     results = _gathered_behind_a_running_call(turns, [(2.0, 1), (1.0, 2), (3.0, 3)])
     assert results == {1: 2, 2: 3, 3: 4} and turns.batches == [1, 1, 1]
     assert turns.order == [0.0, 1.0, 2.0, 3.0]
+
+
+class _Gone(Exception):
+    """What the test's callers raise when they are told to give their places up."""
+
+
+def test_callers_told_to_give_up_leave_the_queue_at_once_and_the_rest_keep_their_order():
+    """A stop (or a hang-up) while callers wait behind a long call: each one whose ``abandon`` raises leaves within a
+    poll, without waiting for its turn (a stop used to end one caller per vocoder call), and the calls behind them
+    still run, in deadline order."""
+    turns: VocoderTurns[int, int] = VocoderTurns(1, run=lambda values: values)
+    stop = threading.Event()
+    left: list[int] = []
+    ran: list[int] = []
+
+    def abandon() -> None:
+        if stop.is_set():
+            raise _Gone()
+
+    def leaving(value: int) -> None:
+        try:
+            turns.vocode(float(value), value, abandon=abandon)
+        except _Gone:
+            left.append(value)
+
+    def staying(value: int) -> None:
+        ran.append(turns.vocode(float(value), value))
+
+    holding, release = threading.Event(), threading.Event()
+
+    def long_call() -> None:
+        with turns.turn(0.0):
+            holding.set()
+            assert release.wait(10)
+
+    runner = threading.Thread(target=long_call)
+    runner.start()
+    assert holding.wait(10)
+    callers = [threading.Thread(target=leaving, args=(v,)) for v in (1, 2, 4)]
+    callers += [threading.Thread(target=staying, args=(v,)) for v in (5, 3)]
+    for caller in callers:
+        caller.start()
+    deadline = time.monotonic() + 10
+    while turns.waiting < 5:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    stop.set()
+    while len(left) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert runner.is_alive() and turns.waiting == 2  # they left while the long call still ran
+    release.set()
+    for thread in [runner, *callers]:
+        thread.join(10)
+    assert ran == [3, 5] and turns.waiting == 0 and turns.order == [0.0, 3.0, 5.0]
