@@ -1,17 +1,21 @@
 """``python -m xtts_ft serve --model PATH``: load the model once, then answer HTTP (and Wyoming) until stopped.
 
 uvicorn runs the FastAPI app in this process's event loop; ``--wyoming tcp://HOST:PORT`` adds the
-Wyoming server to the same loop and the same engine. Ctrl-C (or SIGTERM) stops both: every synthesis
-under way is cancelled at once (its answer ends early; an SSE client is told), their threads are
-waited for, and the command ends with one line and exit code 0. A second Ctrl-C forces uvicorn out.
+Wyoming server to the same loop and the same engine. The ports are taken before the model loads: one
+that is in use (or not this machine's to take) is one ``error:`` line at once, not after seconds of
+loading. Ctrl-C (or SIGTERM) stops both: every synthesis under way is cancelled at once (its answer ends
+early; an SSE client is told), their threads are waited for, and the command ends with one line and exit
+code 0. A second Ctrl-C forces uvicorn out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -25,7 +29,7 @@ from xtts_ft.serve import warm_up
 from xtts_ft.serve.chunk_pump import Generations
 from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.http_app import create_app, uploads_note
-from xtts_ft.serve.model_source import resolve_model
+from xtts_ft.serve.model_source import ResolvedModel, resolve_model
 from xtts_ft.serve.wyoming_server import run_wyoming
 
 log = logging.getLogger(__name__)
@@ -83,6 +87,31 @@ def check_wyoming_uri(uri: str) -> str:
     return uri
 
 
+def bind_port(host: str, port: int, option: str) -> socket.socket:
+    """A socket bound to ``host``:``port`` as uvicorn binds one (not listening yet: until the server starts, a
+    client is refused as before), or a ``ServeError`` naming ``option`` when the address cannot be had."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"{option}: {host}:{port} {_unusable(exc)}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _unusable(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return "is in use (another server listens there); stop that one or choose another port"
+    if exc.errno == errno.EACCES:
+        return "is not open to this user (ports below 1024 need root); choose a port above 1023"
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return ("cannot be listened on: the host is no address of this machine; use 127.0.0.1 (this machine only) or "
+                "0.0.0.0 (every network interface)")
+    return f"cannot be listened on: {exc.strerror or exc}"
+
+
 def pick_device(device: Optional[str]) -> str:
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -91,13 +120,30 @@ def pick_device(device: Optional[str]) -> str:
     return device
 
 
-def open_engine(opts: ServeOptions) -> SpeechEngine:
+@dataclass(frozen=True)
+class EngineChoice:
+    """What ``serve`` loads, every part checked without loading anything (:func:`choose_engine`)."""
+
+    settings: ServeConfig
+    model: ResolvedModel
+    device: str
+
+
+def choose_engine(opts: ServeOptions) -> EngineChoice:
+    """The options' settings, model folder and device, or the ``ServeError``/``UserError`` of the first that cannot
+    work: all said before the ports are taken and the model loads."""
     if opts.max_codes is not None and opts.max_codes < 1:
         raise ServeError(f"--max-codes {opts.max_codes}: must be 1 or more")
-    settings = opts.settings()
-    resolved = resolve_model(opts.model, opts.base_model)
-    return SpeechEngine.open(resolved, pick_device(opts.device), voices_dir=opts.voices, max_codes=opts.max_codes,
-                             settings=settings)
+    return EngineChoice(opts.settings(), resolve_model(opts.model, opts.base_model), pick_device(opts.device))
+
+
+def load_engine(opts: ServeOptions, choice: EngineChoice) -> SpeechEngine:
+    return SpeechEngine.open(choice.model, choice.device, voices_dir=opts.voices, max_codes=opts.max_codes,
+                             settings=choice.settings)
+
+
+def open_engine(opts: ServeOptions) -> SpeechEngine:
+    return load_engine(opts, choose_engine(opts))
 
 
 @dataclass
@@ -125,7 +171,9 @@ def _stopping_server(config, generations: Generations, report: StopReport):
     return StoppingServer(config)
 
 
-async def serve_forever(engine, opts: ServeOptions, generations: Optional[Generations] = None) -> StopReport:
+async def serve_forever(engine, opts: ServeOptions, generations: Optional[Generations] = None,
+                        sockets: Optional[list[socket.socket]] = None) -> StopReport:
+    """Serve until stopped; ``sockets``: the HTTP port, bound already (:func:`bind_port`; None: uvicorn binds it)."""
     import uvicorn
 
     generations = generations if generations is not None else Generations()
@@ -134,7 +182,7 @@ async def serve_forever(engine, opts: ServeOptions, generations: Optional[Genera
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
     server = _stopping_server(config, generations, report)
-    tasks = [asyncio.ensure_future(server.serve())]
+    tasks = [asyncio.ensure_future(server.serve(sockets=sockets))]
     if opts.wyoming:
         tasks.append(asyncio.ensure_future(run_wyoming(engine, opts.wyoming, generations=generations)))
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -155,7 +203,18 @@ def serve_command(opts: ServeOptions) -> int:
     opts.api_key = opts.api_key or os.environ.get(API_KEY_ENV) or None
     if opts.host not in ("127.0.0.1", "localhost", "::1") and not opts.api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", opts.host)
-    engine = open_engine(opts)
+    choice = choose_engine(opts)
+    if opts.wyoming:  # free now (Wyoming's server binds it itself when it starts; run_wyoming says if it is taken then)
+        wyoming = urlparse(opts.wyoming)
+        bind_port(str(wyoming.hostname), int(wyoming.port or 0), f"--wyoming {opts.wyoming}").close()
+    http = bind_port(opts.host, opts.port, f"--port {opts.port}")  # held from here on: handed to uvicorn
+    try:
+        return _serve_on(http, opts, load_engine(opts, choice))
+    finally:
+        http.close()
+
+
+def _serve_on(http: socket.socket, opts: ServeOptions, engine: SpeechEngine) -> int:
     if warm_up.wanted(engine.settings.warm_up, engine.device.type):
         log.info("%s", warm_up.warm_up(engine).describe())
     skipped = engine.voices.skipped
@@ -164,7 +223,7 @@ def serve_command(opts: ServeOptions) -> int:
           f"{f'; {len(skipped)} file(s) of --voices skipped, see above' if skipped else ''}; "
           f"uploaded voices are {uploads_note(engine.voices)})", flush=True)
     generations = Generations()
-    report = asyncio.run(serve_forever(engine, opts, generations))
+    report = asyncio.run(serve_forever(engine, opts, generations, sockets=[http]))
     if not generations.join(THREAD_JOIN_S):
         log.warning("a synthesis did not end within %.0f s of the stop", THREAD_JOIN_S)
     # the decode thread ends after its current step: a daemon thread left inside torch while the interpreter
