@@ -41,6 +41,24 @@ def reader_behind(engine, timeout: float = 60.0):
     return engine
 
 
+def speak_at_once(engine, texts: list[str]) -> dict:
+    """Each of ``texts`` spoken by ``engine`` in a thread of its own, all starting together: each caller's audio (a
+    caller that failed has none)."""
+    results: dict = {}
+    start = threading.Barrier(len(texts))
+
+    def caller(i: int) -> None:
+        start.wait()
+        results[i] = engine.synthesize_all(texts[i], "spk1")
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

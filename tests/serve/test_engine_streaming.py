@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.serve.servehelpers import engine_like
+from tests.serve.servehelpers import engine_like, speak_at_once
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all
 
 PIECE = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው"  # longer than short_text_chars: streamed
@@ -38,24 +38,6 @@ def _solo_codes(engine, requests: list[DecodeRequest]) -> list[list[int]]:
         with torch.inference_mode():
             decode_all(engine.xtts.gpt, [r])
     return [r.codes for r in requests]
-
-
-def _speak_at_once(engine, texts: list[str]) -> dict[int, np.ndarray]:
-    """Each of ``texts`` spoken by ``engine`` in a thread of its own, all starting together: each caller's audio (a
-    caller that failed has none)."""
-    results: dict[int, np.ndarray] = {}
-    start = threading.Barrier(len(texts))
-
-    def caller(i: int) -> None:
-        start.wait()
-        results[i] = engine.synthesize_all(texts[i], "spk1")
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    return results
 
 
 def test_first_chunk_is_sent_after_the_first_chunk_codes(engine):
@@ -171,7 +153,7 @@ def test_callers_chunks_vocoded_in_one_call_are_each_callers_own_audio(engine):
         return vocode_windows(hifigan, windows)
 
     batching.vocoder_turns = VocoderTurns(8, run=run, fits=windows_fit)
-    results = _speak_at_once(batching, texts)
+    results = speak_at_once(batching, texts)
     assert max(calls) >= 2 and sum(calls) > len(calls), f"chunks shared calls: {calls}"
     for i, mine in enumerate(alone):
         assert results[i].size == mine.size
@@ -422,7 +404,7 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
     assert [len(engine.pieces(text)) for text in texts] == [2, 2, 1]
     alone = [engine.synthesize_all(text, "spk1") for text in texts]
     try:
-        results = _speak_at_once(card, texts)
+        results = speak_at_once(card, texts)
         assert sorted(results) == [0, 1, 2]
         for i, mine in enumerate(alone):
             assert results[i].size == mine.size, texts[i]

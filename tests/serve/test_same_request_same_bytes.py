@@ -10,13 +10,12 @@ pcm was cut towards zero (x 32767): the same audio differed by a step in many sa
 from __future__ import annotations
 
 import io
-import threading
 
 import httpx
 import numpy as np
 import soundfile as sf
 
-from tests.serve.servehelpers import API_KEY, engine_like, reader_behind
+from tests.serve.servehelpers import API_KEY, engine_like, reader_behind, speak_at_once
 
 PIECE = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው"  # one piece
 TWO_SENTENCES = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።"
@@ -73,20 +72,7 @@ def test_beside_other_callers_a_text_differs_by_at_most_one_step_in_a_few_sample
 
     engine = engine_like(engine, max_codes=12)
     alone = np.frombuffer(pcm16(engine.synthesize_all(TWO_SENTENCES, "spk1")), dtype="<i2")
-    texts = [TWO_SENTENCES, "ተማሪዎች ትምህርት ቤት ሄዱ ዛሬ።"]
-    results: dict[int, np.ndarray] = {}
-    start = threading.Barrier(len(texts))
-
-    def caller(i: int) -> None:
-        start.wait()
-        results[i] = engine.synthesize_all(texts[i], "spk1")
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    beside = np.frombuffer(pcm16(results[0]), dtype="<i2")
+    beside = np.frombuffer(pcm16(speak_at_once(engine, [TWO_SENTENCES, "ተማሪዎች ትምህርት ቤት ሄዱ ዛሬ።"])[0]), dtype="<i2")
     assert beside.size == alone.size and engine.loop.largest_batch >= 2
     steps = np.abs(beside.astype(np.int32) - alone)
     assert steps.max() <= 1 and np.count_nonzero(steps) <= alone.size // 1000, (steps.max(), np.count_nonzero(steps))

@@ -11,9 +11,10 @@ import pytest
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 
 
-def _behind_a_running_call(turns: VocoderTurns, calls: list) -> None:
+def _behind_a_running_call(turns: VocoderTurns, calls: list, while_held=None) -> None:
     """Start each of ``calls`` in its own thread, in this order, each once the previous one waits, while a plain
-    turn runs; then end that turn and wait for them all."""
+    turn runs; then (after ``while_held(running)``, the running turn's thread, if given) end that turn and wait for
+    them all."""
     holding, release = threading.Event(), threading.Event()
 
     def first() -> None:
@@ -33,6 +34,8 @@ def _behind_a_running_call(turns: VocoderTurns, calls: list) -> None:
                 break
             time.sleep(0.001)
     assert turns.waiting == len(calls)
+    if while_held is not None:
+        while_held(runner)
     release.set()
     for t in [runner, *callers]:
         t.join(10)
@@ -171,30 +174,14 @@ def test_callers_told_to_give_up_leave_the_queue_at_once_and_the_rest_keep_their
     def staying(value: int) -> None:
         ran.append(turns.vocode(float(value), value))
 
-    holding, release = threading.Event(), threading.Event()
+    def stop_them(running: threading.Thread) -> None:
+        stop.set()
+        deadline = time.monotonic() + 10
+        while len(left) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert running.is_alive() and turns.waiting == 2  # they left while the long call still ran
 
-    def long_call() -> None:
-        with turns.turn(0.0):
-            holding.set()
-            assert release.wait(10)
-
-    runner = threading.Thread(target=long_call)
-    runner.start()
-    assert holding.wait(10)
-    callers = [threading.Thread(target=leaving, args=(v,)) for v in (1, 2, 4)]
-    callers += [threading.Thread(target=staying, args=(v,)) for v in (5, 3)]
-    for caller in callers:
-        caller.start()
-    deadline = time.monotonic() + 10
-    while turns.waiting < 5:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    stop.set()
-    while len(left) < 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    assert runner.is_alive() and turns.waiting == 2  # they left while the long call still ran
-    release.set()
-    for thread in [runner, *callers]:
-        thread.join(10)
-    assert ran == [3, 5] and turns.waiting == 0 and turns.order == [0.0, 3.0, 5.0]
+    calls = [lambda v=v: leaving(v) for v in (1, 2, 4)] + [lambda v=v: staying(v) for v in (5, 3)]
+    _behind_a_running_call(turns, calls, while_held=stop_them)
+    assert sorted(left) == [1, 2, 4] and ran == [3, 5] and turns.waiting == 0 and turns.order == [0.0, 3.0, 5.0]

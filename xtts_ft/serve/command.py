@@ -87,29 +87,29 @@ def check_wyoming_uri(uri: str) -> str:
     return uri
 
 
-def bind_port(host: str, port: int, option: str) -> socket.socket:
+def bind_port(host: str, port: int, port_option: str, host_option: str) -> socket.socket:
     """A socket bound to ``host``:``port`` as uvicorn binds one (not listening yet: until the server starts, a
-    client is refused as before), or a ``ServeError`` naming ``option`` when the address cannot be had."""
+    client is refused as before), or a ``ServeError`` naming the option at fault when the address cannot be had."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ServeError(f"{option}: {host}:{port} {_unusable(exc)}") from None
+        if exc.errno == errno.EADDRINUSE:
+            why = (f"{port_option}: {host}:{port} is in use (another server listens there); stop that one or choose "
+                   f"another port")
+        elif exc.errno == errno.EACCES:
+            why = (f"{port_option}: port {port} is not open to this user (ports below 1024 need root); choose a port "
+                   f"above 1023")
+        elif isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            why = (f"{host_option}: {host} is no address of this machine; use 127.0.0.1 (this machine only) or "
+                   f"0.0.0.0 (every network interface)")
+        else:
+            why = f"{port_option}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+        raise ServeError(why) from None
     sock.set_inheritable(True)
     return sock
-
-
-def _unusable(exc: OSError) -> str:
-    if exc.errno == errno.EADDRINUSE:
-        return "is in use (another server listens there); stop that one or choose another port"
-    if exc.errno == errno.EACCES:
-        return "is not open to this user (ports below 1024 need root); choose a port above 1023"
-    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
-        return ("cannot be listened on: the host is no address of this machine; use 127.0.0.1 (this machine only) or "
-                "0.0.0.0 (every network interface)")
-    return f"cannot be listened on: {exc.strerror or exc}"
 
 
 def pick_device(device: Optional[str]) -> str:
@@ -206,8 +206,9 @@ def serve_command(opts: ServeOptions) -> int:
     choice = choose_engine(opts)
     if opts.wyoming:  # free now (Wyoming's server binds it itself when it starts; run_wyoming says if it is taken then)
         wyoming = urlparse(opts.wyoming)
-        bind_port(str(wyoming.hostname), int(wyoming.port or 0), f"--wyoming {opts.wyoming}").close()
-    http = bind_port(opts.host, opts.port, f"--port {opts.port}")  # held from here on: handed to uvicorn
+        uri = f"--wyoming {opts.wyoming}"
+        bind_port(str(wyoming.hostname), int(wyoming.port or 0), uri, uri).close()
+    http = bind_port(opts.host, opts.port, f"--port {opts.port}", f"--host {opts.host}")  # kept: handed to uvicorn
     try:
         return _serve_on(http, opts, load_engine(opts, choice))
     finally:
