@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.serve.servehelpers import engine_like, speak_at_once
 from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all
 
 PIECE = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው"  # longer than short_text_chars: streamed
@@ -32,14 +32,6 @@ class Gated(Sampling):
         return super().choose(scores, seen, generators)
 
 
-def _engine_with(engine, **settings):
-    from xtts_ft.serve.engine import SpeechEngine
-
-    return SpeechEngine(engine.xtts, engine.tokenizer, engine.meta, engine.source, engine.voices,
-                        settings=dataclasses.replace(engine.settings, **settings), temperature=engine.temperature,
-                        max_codes=engine.max_codes, loop=engine.loop)
-
-
 def _solo_codes(engine, requests: list[DecodeRequest]) -> list[list[int]]:
     """Each request's codes decoded alone (the oracle of the batched loop)."""
     for r in requests:
@@ -48,31 +40,13 @@ def _solo_codes(engine, requests: list[DecodeRequest]) -> list[list[int]]:
     return [r.codes for r in requests]
 
 
-def _speak_at_once(engine, texts: list[str]) -> dict[int, np.ndarray]:
-    """Each of ``texts`` spoken by ``engine`` in a thread of its own, all starting together: each caller's audio (a
-    caller that failed has none)."""
-    results: dict[int, np.ndarray] = {}
-    start = threading.Barrier(len(texts))
-
-    def caller(i: int) -> None:
-        start.wait()
-        results[i] = engine.synthesize_all(texts[i], "spk1")
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    return results
-
-
 def test_first_chunk_is_sent_after_the_first_chunk_codes(engine):
     """The first chunk comes while the decoder is held before its code number ``first_codes + 1``; the rest follow,
     and together they are the whole piece's audio. (How many chunks follow depends on how far the decoder got
     meanwhile: the tiny GPT may finish the piece before the reader looks again; the chunk sizes themselves are
     test_chunks_double_from_the_first_up_to_the_chunk_codes'.)"""
     first_codes = 6
-    streaming = _engine_with(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
+    streaming = engine_like(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
     gated = Gated(temperature=engine.temperature, hold_at=first_codes)
     streaming.sampling = gated
     voice = engine.voices.get("spk1")
@@ -168,7 +142,7 @@ def test_callers_chunks_vocoded_in_one_call_are_each_callers_own_audio(engine):
 
     texts = ["ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው", "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት", "ተማሪዎች ትምህርት ቤት ሄዱ ዛሬ"]
     alone = [engine.synthesize_all(t, "spk1") for t in texts]
-    batching = _engine_with(engine)
+    batching = engine_like(engine)
     hifigan = engine.xtts.hifigan_decoder
     calls: list[int] = []
 
@@ -179,7 +153,7 @@ def test_callers_chunks_vocoded_in_one_call_are_each_callers_own_audio(engine):
         return vocode_windows(hifigan, windows)
 
     batching.vocoder_turns = VocoderTurns(8, run=run, fits=windows_fit)
-    results = _speak_at_once(batching, texts)
+    results = speak_at_once(batching, texts)
     assert max(calls) >= 2 and sum(calls) > len(calls), f"chunks shared calls: {calls}"
     for i, mine in enumerate(alone):
         assert results[i].size == mine.size
@@ -204,7 +178,7 @@ def test_the_first_chunks_time_is_split_into_the_parts_where_it_was_spent(engine
     from xtts_ft.serve.first_chunk import PARTS, describe
 
     first_codes, pause, vocoder_pause = 5, 0.03, 0.2
-    streaming = _engine_with(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
+    streaming = engine_like(engine, stream_first_chunk_codes=first_codes, stream_chunk_codes=5)
     streaming.sampling = Slow(temperature=engine.temperature, pause=pause)
     run = streaming.vocoder_turns._run
 
@@ -300,12 +274,25 @@ def test_a_piece_decoded_before_its_reader_looks_still_sends_its_first_chunk_fir
 
 def test_a_piece_that_ends_after_its_count_was_read_is_not_vocoded_as_ended(engine):
     """A chunk is final only when the stream had ended when its count was read: a piece whose last codes came
-    right after (the loop runs on meanwhile) gets them in one more chunk; the reader once asked the stream again
+    right after (the loop runs on meanwhile) gets them in more chunks; the reader once asked the stream again
     after the count, and vocoded the first codes as the piece's end, without its last ones' context."""
     stream = DecodedStream(50, ends_after_reads=1, produced=12)  # ends as soon as the reader has looked once
-    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, True)]
+    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (30, False), (50, True)]
     stream = DecodedStream(50, ends_after_reads=2, produced=12)  # ends right after the reader's second look
-    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (50, True)]
+    assert list(engine._codes(stream, None, every=40, first=10)) == [(10, False), (30, False), (50, True)]
+
+
+def test_a_reader_that_fell_behind_still_takes_chunks_of_at_most_the_chunk_codes(engine):
+    """``--stream-chunk-codes`` is the most codes a later chunk holds, however many the decoder has made by the time
+    its reader looks: a piece decoded whole (ahead, or while the reader waited for the vocoder) is cut exactly as one
+    read as it decoded. The second chunk used to take every code there was: on a CPU 5.4 s of audio in one call, a
+    hang-up or a stop unnoticed until it ended, and joins that moved with the load."""
+    assert list(engine._codes(DecodedStream(135), None, every=40, first=10)) == [
+        (10, False), (30, False), (70, False), (110, False), (135, True)]
+    assert list(engine._codes(DecodedStream(135), None, every=40, first=10)) == list(
+        engine._codes(CountingStream(135), None, every=40, first=10))
+    assert list(engine._codes(DecodedStream(23), None, every=5, first=6)) == [
+        (6, False), (11, False), (16, False), (21, False), (23, True)]
 
 
 def test_a_piece_that_ends_while_its_first_chunk_is_counted_streams_as_the_whole_piece(engine):
@@ -346,7 +333,7 @@ def test_a_piece_decoded_ahead_streams_as_the_whole_piece(engine):
 def test_a_reader_is_woken_when_its_chunk_is_ready_not_at_every_code(engine):
     """The decode loop wakes a stream's reader when the codes it waits for exist (or the stream ends), not after
     every step: with 32 callers, each step had woken 32 threads that found nothing to do."""
-    streaming = _engine_with(engine, stream_first_chunk_codes=4, stream_chunk_codes=8)
+    streaming = engine_like(engine, stream_first_chunk_codes=4, stream_chunk_codes=8)
     request, stream, _ = streaming._submit(PIECE, engine.voices.get("spk1"), engine.language)
     counts = [count for count, _final in streaming._codes(stream, None, every=8, first=4)]
     assert counts[0] == 4 and counts[-1] == len(request.codes) > 12  # a first chunk, later chunks, the end
@@ -417,7 +404,7 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
     assert [len(engine.pieces(text)) for text in texts] == [2, 2, 1]
     alone = [engine.synthesize_all(text, "spk1") for text in texts]
     try:
-        results = _speak_at_once(card, texts)
+        results = speak_at_once(card, texts)
         assert sorted(results) == [0, 1, 2]
         for i, mine in enumerate(alone):
             assert results[i].size == mine.size, texts[i]
@@ -473,7 +460,7 @@ def test_on_a_card_the_vocoding_runs_on_the_engines_vocoder_stream(engine, monke
     sentinel = object()
     monkeypatch.setattr(torch.cuda, "stream", fake_stream)
     assert engine.vocoder_stream is None  # a CPU: none
-    streaming = _engine_with(engine)
+    streaming = engine_like(engine)
     streaming.vocoder_stream = sentinel
     hook = engine.xtts.hifigan_decoder.waveform_decoder.register_forward_pre_hook(
         lambda _m, _a: calls.append(getattr(inside, "depth", 0) > 0))

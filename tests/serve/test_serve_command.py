@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.serve.servehelpers import free_port
 from xtts_ft.cli import main
 from xtts_ft.config import ServeConfig
 from xtts_ft.serve.command import ServeOptions, open_engine
@@ -78,13 +79,13 @@ def test_serve_warms_the_engine_up_before_it_listens_on_cuda_or_when_asked(tiny_
 
     seen = {}
 
-    async def serving(engine, opts, generations=None):
+    async def serving(engine, opts, generations=None, sockets=None):
         seen["decoded"], seen["pieces"] = engine.loop.steps > 0, engine.stats.pieces
         return command.StopReport()
 
     monkeypatch.setattr(command, "serve_forever", serving)
     args = ["serve", "--model", str(tiny_export), "--voices", str(voices_dir), "--device", "cpu", "--max-codes", "4",
-            "--max-active-streams", "2", "--warm-up", setting]
+            "--max-active-streams", "2", "--warm-up", setting, "--port", str(free_port())]
     assert main(args) == 0  # (its logging setup replaces the handlers: its console lines are read from stderr)
     warm_lines = [line for line in capsys.readouterr().err.splitlines() if "warm-up" in line]
     if warms:
@@ -92,3 +93,30 @@ def test_serve_warms_the_engine_up_before_it_listens_on_cuda_or_when_asked(tiny_
         assert len(warm_lines) == 1 and "INFO    warm-up: 2 rounds of 1, 2 callers in " in warm_lines[0]
     else:
         assert seen == {"decoded": False, "pieces": 0} and warm_lines == []
+
+
+@pytest.mark.parametrize("option", ["--port", "--wyoming"])
+def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_export, monkeypatch, capsys, option):
+    """serve on a port another server holds: one ``error:`` line at once. Before, the model loaded first (7 s with
+    XTTS-v2), then uvicorn printed ``[Errno 98]``, "Task exception was never retrieved" and a SystemExit traceback."""
+    import socket
+    import time
+
+    from xtts_ft.serve import command
+
+    def no_load(*_args, **_kwargs):
+        raise AssertionError("the model was loaded before the port was checked")
+
+    monkeypatch.setattr(command.SpeechEngine, "open", no_load)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["--port", str(port)] if option == "--port" else ["--wyoming", f"tcp://127.0.0.1:{port}"]
+        start = time.monotonic()
+        code = main(["serve", "--model", str(tiny_export), "--host", "127.0.0.1", *args])
+        took = time.monotonic() - start
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {option} ") and f"127.0.0.1:{port} is in use" in err[0], err
+    assert took < 5, took

@@ -91,3 +91,41 @@ def test_a_request_the_http_server_would_refuse_gets_an_error_before_any_audio(w
     error = Error.from_event(events[0])
     assert error.text.startswith(words) and "\n" not in error.text and error.code == "bad-request"
     assert engine.stats.pieces == pieces_before  # nothing was synthesised
+
+
+def test_a_client_that_hangs_up_mid_stream_stops_its_synthesis_with_one_line_not_a_traceback(wyoming_uri, engine,
+                                                                                               caplog):
+    """Home Assistant hangs up once it has heard enough: the synthesis stops (counted as cancelled) and the server logs
+    one line. Before, the handler re-raised the ConnectionResetError, and asyncio logged it as a task exception that
+    was never retrieved, with its traceback."""
+    import gc
+    import logging
+    import time
+
+    from wyoming.client import AsyncClient
+    from wyoming.tts import Synthesize
+
+    text = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት። ብዙ ሰዎች ዛሬ ወደ ገበያ ሄዱ።"
+    cancelled = engine.stats.cancelled
+
+    async def hang_up_after_the_first_audio() -> None:
+        async with AsyncClient.from_uri(wyoming_uri) as client:  # leaving it closes the connection, audio unread
+            await client.write_event(Synthesize(text=text).event())
+            while True:
+                event = await asyncio.wait_for(client.read_event(), timeout=60)
+                assert event is not None and event.type != "error", event
+                if event.type == "audio-chunk":
+                    return
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(hang_up_after_the_first_audio())
+        deadline = time.monotonic() + 10
+        while engine.stats.cancelled == cancelled:
+            assert time.monotonic() < deadline, "the synthesis did not stop"
+            time.sleep(0.02)
+        time.sleep(0.2)  # the handler's task ends in the server's loop
+        gc.collect()  # (an unretrieved task exception is logged when its task is collected)
+    assert engine.stats.cancelled == cancelled + 1
+    faults = [r for r in caplog.records if r.exc_info or "never retrieved" in r.getMessage()]
+    assert not faults, [r.getMessage() for r in faults]
+    assert any("hung up" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]

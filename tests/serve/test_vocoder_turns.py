@@ -11,9 +11,10 @@ import pytest
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 
 
-def _behind_a_running_call(turns: VocoderTurns, calls: list) -> None:
+def _behind_a_running_call(turns: VocoderTurns, calls: list, while_held=None) -> None:
     """Start each of ``calls`` in its own thread, in this order, each once the previous one waits, while a plain
-    turn runs; then end that turn and wait for them all."""
+    turn runs; then (after ``while_held(running)``, the running turn's thread, if given) end that turn and wait for
+    them all."""
     holding, release = threading.Event(), threading.Event()
 
     def first() -> None:
@@ -33,6 +34,8 @@ def _behind_a_running_call(turns: VocoderTurns, calls: list) -> None:
                 break
             time.sleep(0.001)
     assert turns.waiting == len(calls)
+    if while_held is not None:
+        while_held(runner)
     release.set()
     for t in [runner, *callers]:
         t.join(10)
@@ -143,3 +146,42 @@ def test_with_a_batch_of_one_every_item_runs_in_its_own_call():
     results = _gathered_behind_a_running_call(turns, [(2.0, 1), (1.0, 2), (3.0, 3)])
     assert results == {1: 2, 2: 3, 3: 4} and turns.batches == [1, 1, 1]
     assert turns.order == [0.0, 1.0, 2.0, 3.0]
+
+
+class _Gone(Exception):
+    """What the test's callers raise when they are told to give their places up."""
+
+
+def test_callers_told_to_give_up_leave_the_queue_at_once_and_the_rest_keep_their_order():
+    """A stop (or a hang-up) while callers wait behind a long call: each one whose ``abandon`` raises leaves within a
+    poll, without waiting for its turn (a stop used to end one caller per vocoder call), and the calls behind them
+    still run, in deadline order."""
+    turns: VocoderTurns[int, int] = VocoderTurns(1, run=lambda values: values)
+    stop = threading.Event()
+    left: list[int] = []
+    ran: list[int] = []
+
+    def abandon() -> None:
+        if stop.is_set():
+            raise _Gone()
+
+    def leaving(value: int) -> None:
+        try:
+            turns.vocode(float(value), value, abandon=abandon)
+        except _Gone:
+            left.append(value)
+
+    def staying(value: int) -> None:
+        ran.append(turns.vocode(float(value), value))
+
+    def stop_them(running: threading.Thread) -> None:
+        stop.set()
+        deadline = time.monotonic() + 10
+        while len(left) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert running.is_alive() and turns.waiting == 2  # they left while the long call still ran
+
+    calls = [lambda v=v: leaving(v) for v in (1, 2, 4)] + [lambda v=v: staying(v) for v in (5, 3)]
+    _behind_a_running_call(turns, calls, while_held=stop_them)
+    assert sorted(left) == [1, 2, 4] and ran == [3, 5] and turns.waiting == 0 and turns.order == [0.0, 3.0, 5.0]

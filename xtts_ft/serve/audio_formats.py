@@ -10,6 +10,11 @@ then PCM, as streaming players expect) go out piece by piece. ``flac``, ``opus``
 encoded once the last piece is ready: the first two have one header for the whole stream, and
 libsndfile starts every MP3 with a Xing frame that counts its frames, so MP3 pieces joined end to
 end decode as the first piece only (measured: tests/serve/test_serve_audio_formats.py).
+
+16-bit samples are made once, the same way for every format and every path (streamed or whole, HTTP or
+Wyoming: :func:`pcm16`, the project's rounding, :func:`xtts_ft.data.audio.to_pcm16`), and a whole 16-bit file is
+written from those samples. Given floats, libsndfile 1.2 scales by 32768 and rounds down, where pcm was
+scaled by 32767 and cut towards zero: a whole wav differed from the same audio's pcm by a step in many samples.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Optional
 
 import numpy as np
 import soundfile as sf
+
+from xtts_ft.data.audio import to_pcm16
 
 OPENAI_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 
@@ -58,7 +65,8 @@ def available_formats() -> dict[str, AudioFormat]:
 
 
 def pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    """Raw 16-bit little-endian samples of float ``audio`` (rounded, saturated)."""
+    return to_pcm16(audio).tobytes()
 
 
 def wav_stream_header(sample_rate: int) -> bytes:
@@ -76,7 +84,8 @@ def encode_whole(audio: np.ndarray, sample_rate: int, fmt: AudioFormat) -> bytes
     if fmt.sf_format is None:
         return pcm16(audio)
     buf = io.BytesIO()
-    sf.write(buf, np.clip(audio, -1.0, 1.0), sample_rate, format=fmt.sf_format, subtype=fmt.sf_subtype)
+    samples = to_pcm16(audio) if fmt.sf_subtype == "PCM_16" else np.clip(audio, -1.0, 1.0)  # (module docstring)
+    sf.write(buf, samples, sample_rate, format=fmt.sf_format, subtype=fmt.sf_subtype)
     return buf.getvalue()
 
 

@@ -7,6 +7,10 @@ one thread drives the engine's generator to its end and posts chunks to an ``asy
 the consumer sets the cancel event when it stops listening, the engine sees it at its next model
 layer (or before its next piece), counts the cancellation and ends, and the thread exits.
 
+The consumer's end is not the synthesis's: the thread may still be inside a vocoder call when the consumer
+stops listening. ``on_end`` is called when the thread has ended (the HTTP server gives a request's admission
+back then, so work nobody listens to still counts against the limit until it has really stopped).
+
 A server keeps its pumps in one :class:`Generations`: when it is told to stop (Ctrl-C, SIGTERM) it
 cancels every generation under way at once, so the answers end within a model layer instead of
 being cut off by uvicorn's shutdown timeout, and it waits for their threads before the process
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import AsyncIterator, Iterator, Optional
+from typing import AsyncIterator, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -39,6 +43,12 @@ class Generations:
             self._live[thread] = cancel
         if self.stopping.is_set():  # started while the server was stopping: nobody will receive it
             cancel.set()
+
+    @property
+    def live(self) -> int:
+        """Synthesis threads under way now (a caller's answer may have ended before its thread: /health's queue)."""
+        with self._lock:
+            return len(self._live)
 
     def done(self, thread: threading.Thread) -> None:
         with self._lock:
@@ -68,16 +78,28 @@ class Generations:
 
 class ChunkPump:
     def __init__(self, chunks: Iterator[np.ndarray], cancel: threading.Event,
-                 generations: Optional[Generations] = None) -> None:
+                 generations: Optional[Generations] = None, on_end: Optional[Callable[[], None]] = None) -> None:
+        """``on_end``: called once the synthesis thread has ended (or could not start), in that thread."""
         self.cancel = cancel
         self._chunks = chunks
         self._generations = generations
+        self._on_end = on_end
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._thread = threading.Thread(target=self._run, name="xtts-ft-synthesis", daemon=True)
         if generations is not None:
             generations.add(self._thread, cancel)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # (no thread: nothing else would call them)
+            self._ended()
+            raise
+
+    def _ended(self) -> None:
+        if self._generations is not None:
+            self._generations.done(self._thread)
+        if self._on_end is not None:
+            self._on_end()
 
     def _post(self, item) -> None:
         try:
@@ -93,8 +115,7 @@ class ChunkPump:
             self._post(exc)
         finally:
             self._post(_END)
-            if self._generations is not None:
-                self._generations.done(self._thread)
+            self._ended()
 
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         try:

@@ -1,17 +1,21 @@
 """``python -m xtts_ft serve --model PATH``: load the model once, then answer HTTP (and Wyoming) until stopped.
 
 uvicorn runs the FastAPI app in this process's event loop; ``--wyoming tcp://HOST:PORT`` adds the
-Wyoming server to the same loop and the same engine. Ctrl-C (or SIGTERM) stops both: every synthesis
-under way is cancelled at once (its answer ends early; an SSE client is told), their threads are
-waited for, and the command ends with one line and exit code 0. A second Ctrl-C forces uvicorn out.
+Wyoming server to the same loop and the same engine. The ports are taken before the model loads: one
+that is in use (or not this machine's to take) is one ``error:`` line at once, not after seconds of
+loading. Ctrl-C (or SIGTERM) stops both: every synthesis under way is cancelled at once (its answer ends
+early; an SSE client is told), their threads are waited for, and the command ends with one line and exit
+code 0. A second Ctrl-C forces uvicorn out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -23,7 +27,7 @@ from xtts_ft.serve import warm_up
 from xtts_ft.serve.chunk_pump import Generations
 from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.http_app import create_app, uploads_note
-from xtts_ft.serve.model_source import resolve_model
+from xtts_ft.serve.model_source import ResolvedModel, resolve_model
 from xtts_ft.serve.wyoming_server import run_wyoming
 from xtts_ft.speech_device import speech_device
 
@@ -82,18 +86,60 @@ def check_wyoming_uri(uri: str) -> str:
     return uri
 
 
+def bind_port(host: str, port: int, port_option: str, host_option: str) -> socket.socket:
+    """A socket bound to ``host``:``port`` as uvicorn binds one (not listening yet: until the server starts, a
+    client is refused as before), or a ``ServeError`` naming the option at fault when the address cannot be had."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            why = (f"{port_option}: {host}:{port} is in use (another server listens there); stop that one or choose "
+                   f"another port")
+        elif exc.errno == errno.EACCES:
+            why = (f"{port_option}: port {port} is not open to this user (ports below 1024 need root); choose a port "
+                   f"above 1023")
+        elif isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            why = (f"{host_option}: {host} is no address of this machine; use 127.0.0.1 (this machine only) or "
+                   f"0.0.0.0 (every network interface)")
+        else:
+            why = f"{port_option}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+        raise ServeError(why) from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def pick_device(device: Optional[str]) -> str:
     """``--device``: auto (CUDA when visible, else the CPU, also on a Mac), cpu, cuda[:N] or mps (xtts_ft/speech_device.py)."""
     return speech_device(device)
 
 
-def open_engine(opts: ServeOptions) -> SpeechEngine:
+@dataclass(frozen=True)
+class EngineChoice:
+    """What ``serve`` loads, every part checked without loading anything (:func:`choose_engine`)."""
+
+    settings: ServeConfig
+    model: ResolvedModel
+    device: str
+
+
+def choose_engine(opts: ServeOptions) -> EngineChoice:
+    """The options' settings, model folder and device, or the ``ServeError``/``UserError`` of the first that cannot
+    work: all said before the ports are taken and the model loads."""
     if opts.max_codes is not None and opts.max_codes < 1:
         raise ServeError(f"--max-codes {opts.max_codes}: must be 1 or more")
-    settings = opts.settings()
-    resolved = resolve_model(opts.model, opts.base_model)
-    return SpeechEngine.open(resolved, pick_device(opts.device), voices_dir=opts.voices, max_codes=opts.max_codes,
-                             settings=settings)
+    return EngineChoice(opts.settings(), resolve_model(opts.model, opts.base_model), pick_device(opts.device))
+
+
+def load_engine(opts: ServeOptions, choice: EngineChoice) -> SpeechEngine:
+    return SpeechEngine.open(choice.model, choice.device, voices_dir=opts.voices, max_codes=opts.max_codes,
+                             settings=choice.settings)
+
+
+def open_engine(opts: ServeOptions) -> SpeechEngine:
+    return load_engine(opts, choose_engine(opts))
 
 
 @dataclass
@@ -121,7 +167,9 @@ def _stopping_server(config, generations: Generations, report: StopReport):
     return StoppingServer(config)
 
 
-async def serve_forever(engine, opts: ServeOptions, generations: Optional[Generations] = None) -> StopReport:
+async def serve_forever(engine, opts: ServeOptions, generations: Optional[Generations] = None,
+                        sockets: Optional[list[socket.socket]] = None) -> StopReport:
+    """Serve until stopped; ``sockets``: the HTTP port, bound already (:func:`bind_port`; None: uvicorn binds it)."""
     import uvicorn
 
     generations = generations if generations is not None else Generations()
@@ -130,7 +178,7 @@ async def serve_forever(engine, opts: ServeOptions, generations: Optional[Genera
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
     server = _stopping_server(config, generations, report)
-    tasks = [asyncio.ensure_future(server.serve())]
+    tasks = [asyncio.ensure_future(server.serve(sockets=sockets))]
     if opts.wyoming:
         tasks.append(asyncio.ensure_future(run_wyoming(engine, opts.wyoming, generations=generations)))
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -151,7 +199,19 @@ def serve_command(opts: ServeOptions) -> int:
     opts.api_key = opts.api_key or os.environ.get(API_KEY_ENV) or None
     if opts.host not in ("127.0.0.1", "localhost", "::1") and not opts.api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", opts.host)
-    engine = open_engine(opts)
+    choice = choose_engine(opts)
+    if opts.wyoming:  # free now (Wyoming's server binds it itself when it starts; run_wyoming says if it is taken then)
+        wyoming = urlparse(opts.wyoming)
+        uri = f"--wyoming {opts.wyoming}"
+        bind_port(str(wyoming.hostname), int(wyoming.port or 0), uri, uri).close()
+    http = bind_port(opts.host, opts.port, f"--port {opts.port}", f"--host {opts.host}")  # kept: handed to uvicorn
+    try:
+        return _serve_on(http, opts, load_engine(opts, choice))
+    finally:
+        http.close()
+
+
+def _serve_on(http: socket.socket, opts: ServeOptions, engine: SpeechEngine) -> int:
     if warm_up.wanted(engine.settings.warm_up, engine.device.type):
         log.info("%s", warm_up.warm_up(engine).describe())
     skipped = engine.voices.skipped
@@ -160,7 +220,7 @@ def serve_command(opts: ServeOptions) -> int:
           f"{f'; {len(skipped)} file(s) of --voices skipped, see above' if skipped else ''}; "
           f"uploaded voices are {uploads_note(engine.voices)})", flush=True)
     generations = Generations()
-    report = asyncio.run(serve_forever(engine, opts, generations))
+    report = asyncio.run(serve_forever(engine, opts, generations, sockets=[http]))
     if not generations.join(THREAD_JOIN_S):
         log.warning("a synthesis did not end within %.0f s of the stop", THREAD_JOIN_S)
     # the decode thread ends after its current step: a daemon thread left inside torch while the interpreter

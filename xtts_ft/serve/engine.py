@@ -3,8 +3,9 @@
 It is the evaluation's synthesis, kept loaded: the model comes from the project's loaders
 (``xtts_ft.evaluate.infer`` via :mod:`.model_source`), the text goes through the model's own
 tokenizer and normaliser (the export's recorded text settings: numbers read as words, as in
-training); the caller's cancel callback is asked while its audio is awaited, so a
-client that goes away leaves the batch at the next decode step.
+training); the caller's cancel callback is asked while its codes or its vocoder turn are awaited and
+before each chunk, so a client that goes away leaves the batch at the next decode step and its synthesis
+ends within one vocoder call (a chunk holds at most ``stream_chunk_codes`` codes).
 
 Long text is split (:mod:`.text_pieces`) at sentence and clause marks into pieces that fit the
 character and token limits. One model serves everyone through one decode thread
@@ -32,6 +33,7 @@ Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -67,6 +69,18 @@ Cancel = Callable[[], bool]  # True: the caller no longer wants the audio
 class SynthesisCancelled(BaseException):
     """Raised inside the model when the cancel callback says so. A BaseException (like the training stop) so
     no ``except Exception`` on the way (coqui, transformers) swallows it."""
+
+
+def _check(cancel: Optional[Cancel]) -> None:
+    """Raise :class:`SynthesisCancelled` when the caller no longer wants the audio (asked while codes are awaited,
+    before each chunk and while a vocoder turn is awaited)."""
+    if cancel is not None and cancel():
+        raise SynthesisCancelled()
+
+
+def _waiting_check(cancel: Optional[Cancel]) -> Optional[Callable[[], None]]:
+    """What a vocoder turn asks while it waits (:meth:`VocoderTurns.vocode`'s ``abandon``): None without a cancel."""
+    return None if cancel is None else functools.partial(_check, cancel)
 
 
 @dataclass
@@ -233,37 +247,38 @@ class SpeechEngine:
         H200 (7.6-13.4 ms a step): a silent gap after the first word. At 20 codes the second chunk fits in the first
         one's audio up to about 12 ms a step.
 
-        The first chunk is ``first`` codes however many exist when the reader looks (a piece decoded ahead, while
-        the one before it was spoken, is often complete by then): its audio is ready after one short vocoder call,
-        and where a piece's first join falls does not depend on timing. Later chunks take every code decoded so far
-        (a reader that fell behind catches up in fewer calls). ``final`` comes with the count
-        (:meth:`Stream.progress`), never from a later look: a piece that ended after the count was taken is not
-        vocoded as if it ended there."""
-        goal, size, cut_first = first, first, True
+        Every chunk holds at most its size, however many codes exist when the reader looks (a piece decoded ahead,
+        or one that decoded on while its reader vocoded, is cut into the same chunks; a reader that fell behind takes
+        them one after another without waiting). So one vocoder call never grows with the piece (a hang-up or a stop
+        is noticed between calls of bounded length), and where a piece's joins fall depends on its length only, not
+        on timing: the same request gives the same audio. ``final`` comes with the count (:meth:`Stream.progress`),
+        never from a later look: a piece that ended after the count was taken is not vocoded as if it ended there.
+        ``cancel`` is asked before every chunk and at least every 50 ms while codes are awaited."""
+        given, size = 0, first
         try:
             while True:
-                if cancel is not None and cancel():
-                    raise SynthesisCancelled()
-                stream.wait(goal - 1, timeout=0.05)
+                _check(cancel)
+                stream.wait(given + size - 1, timeout=0.05)
                 have, finished = stream.progress()
-                if cut_first and have > goal:
-                    have, finished = goal, False
-                if finished:
+                if have >= given + size:  # a whole chunk (the codes after it, if any, are the next chunk's)
+                    given += size
+                    final = finished and have == given
+                    yield given, final
+                    if final:
+                        return
+                    size = min(every, 2 * size)
+                elif finished:
                     yield have, True
                     return
-                if have >= goal:
-                    cut_first = False
-                    size = min(every, 2 * size)
-                    goal = have + size
-                    yield have, False
         finally:
             if not stream.finished:
                 stream.cancel()
 
     def _vocode_whole(self, latents: list[torch.Tensor], speaker_embedding: torch.Tensor, speed: float,
-                      needed_at: Optional[float] = None) -> np.ndarray:
+                      needed_at: Optional[float] = None, cancel: Optional[Cancel] = None) -> np.ndarray:
         """HiFiGAN over a whole piece, as ``Xtts.inference`` does it (``speed`` stretches the latents); ``needed_at``:
-        when its listener runs out of audio (default now: nothing is playing)."""
+        when its listener runs out of audio (default now: nothing is playing). ``cancel`` is asked while the turn is
+        awaited (the call itself, one piece of at most its cap, runs to its end)."""
         with torch.inference_mode(), self.on_vocoder_stream():  # all of it: HiFiGAN reads what the stack makes
             gpt_latents = torch.stack(latents)[None]
             length_scale = 1.0 / max(speed, 0.05)
@@ -271,7 +286,7 @@ class SpeechEngine:
                 gpt_latents = F.interpolate(gpt_latents.transpose(1, 2), scale_factor=length_scale,
                                             mode="linear").transpose(1, 2)
             deadline = time.perf_counter() if needed_at is None else needed_at
-            with self.vocoder_turns.turn(deadline), self.precision.vocoding():
+            with self.vocoder_turns.turn(deadline, abandon=_waiting_check(cancel)), self.precision.vocoding():
                 wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
             return wav.detach().float().cpu().numpy().reshape(-1)  # (on the host: the stream's work is done)
 
@@ -316,7 +331,7 @@ class SpeechEngine:
             if attempt + 1 < attempts:
                 with self.stats.lock:
                     self.stats.retries += 1
-        audio = self._vocode_whole(kept.latents, latents[1], speed, needed_at)
+        audio = self._vocode_whole(kept.latents, latents[1], speed, needed_at, cancel)
         self._count(kept.ended_with_stop, start, audio.size)
         return PieceResult(audio, kept.ended_with_stop, len(kept.codes), cap, attempt + 1)
 
@@ -348,30 +363,33 @@ class SpeechEngine:
         needed_at = time.perf_counter() if needed_at is None else needed_at
         vocoder = StreamingVocoder(self.xtts.hifigan_decoder, self._latents(voice)[1])
         given, samples = 0, 0
-        for have, final in self._codes(stream, cancel, self.settings.stream_chunk_codes,
-                                       self.settings.stream_first_chunk_codes):
-            read = time.perf_counter()
-            vocoder.add(request.latents[given:have])
-            given = have
-            with torch.inference_mode(), self.on_vocoder_stream():
-                plan = vocoder.plan(final=final)
-                if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
-                    chunk, vocoded = plan, time.perf_counter()
-                else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
-                    with self.precision.vocoding():
-                        wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan)
-                    vocoded = time.perf_counter()
-                    chunk = vocoder.finish(plan, wav)
-            if chunk.size:
-                if not samples:
-                    handed = time.perf_counter()
-                    self.stats.first_chunks.add(FirstChunkTimes.from_moments(
-                        began=began, submitted=start, code_times=stream.code_times[:have], first_codes=have,
-                        read=read, vocoded=vocoded, handed=handed))
-                    with self.stats.lock:
-                        self.stats.first_audio_s = handed - start
-                samples += chunk.size
-                yield chunk
+        # closed when the loop ends early (cancelled, failed): the piece leaves the batch now, not when collected
+        with contextlib.closing(self._codes(stream, cancel, self.settings.stream_chunk_codes,
+                                            self.settings.stream_first_chunk_codes)) as chunks:
+            for have, final in chunks:
+                read = time.perf_counter()
+                vocoder.add(request.latents[given:have])
+                given = have
+                with torch.inference_mode(), self.on_vocoder_stream():
+                    plan = vocoder.plan(final=final)
+                    if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
+                        chunk, vocoded = plan, time.perf_counter()
+                    else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
+                        with self.precision.vocoding():
+                            wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan,
+                                                            abandon=_waiting_check(cancel))
+                        vocoded = time.perf_counter()
+                        chunk = vocoder.finish(plan, wav)
+                if chunk.size:
+                    if not samples:
+                        handed = time.perf_counter()
+                        self.stats.first_chunks.add(FirstChunkTimes.from_moments(
+                            began=began, submitted=start, code_times=stream.code_times[:have], first_codes=have,
+                            read=read, vocoded=vocoded, handed=handed))
+                        with self.stats.lock:
+                            self.stats.first_audio_s = handed - start
+                    samples += chunk.size
+                    yield chunk
         self._count(request.ended_with_stop, start, samples)
 
     def synthesize(self, text: str, voice: str, *, language: Optional[str] = None, speed: float = 1.0,
@@ -383,10 +401,10 @@ class SpeechEngine:
         the second pieces of callers who have not heard anything yet), so its first audio is ready when this
         piece's last has been sent. The vocoder serves the caller whose listener runs out of audio soonest
         first (:mod:`.vocoder_turns`; a first chunk is always due).
-        ``cancel`` is asked while audio is awaited (at least every 50 ms); when it returns True the
-        request leaves the decode batch at its next step and the generator ends early (counted in
-        ``stats.cancelled``). Raises ``DataError`` for empty text and ``VoiceError`` for an unknown voice
-        before anything is synthesised.
+        ``cancel`` is asked while codes or a vocoder turn are awaited (at least every 50 ms) and before each chunk;
+        when it returns True the request leaves the decode batch at its next step and the generator ends early,
+        within the vocoder call under way if any (counted in ``stats.cancelled``). Raises ``DataError`` for empty
+        text and ``VoiceError`` for an unknown voice before anything is synthesised.
         """
         language = language or self.language
         check_language(self.tokenizer, language)

@@ -13,7 +13,8 @@ Faults: every refusal is a 4xx JSON body in OpenAI's error shape (``{"error": {"
 "type": ..., "param": ..., "code": ...}}``) with one clear message and no traceback; an unexpected
 failure is a 500 with one line (the traceback goes to the server log only). Requests beyond
 ``queue_size`` get 503 with ``Retry-After``. A client that goes away is noticed (the stream is
-cancelled, or a watcher sees the disconnect) and its generation stops at the next model layer.
+cancelled, or a watcher sees the disconnect) and its generation stops at the next decode step, while it
+waits for the vocoder, or after the one chunk being vocoded; its place counts until then.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ import json
 import logging
 import secrets
 import threading
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Callable, Optional
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile
@@ -64,7 +64,8 @@ def uploads_note(voices) -> str:
 
 
 class Admission:
-    """At most ``limit`` requests admitted at once (being spoken or waiting for the model)."""
+    """At most ``limit`` requests admitted at once (being spoken or waiting for the model): :meth:`enter` gives a
+    request its :class:`Place`."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -72,17 +73,43 @@ class Admission:
         self.refused = 0
         self._lock = threading.Lock()
 
-    def enter(self) -> None:
+    def enter(self) -> Place:
         with self._lock:
             if self.admitted >= self.limit:
                 self.refused += 1
                 raise ApiError(503, f"server busy: {self.limit} requests are already queued; retry in "
                                     f"{RETRY_AFTER_S} s", kind="server_busy", headers={"Retry-After": str(RETRY_AFTER_S)})
             self.admitted += 1
+        return Place(self)
 
-    def leave(self) -> None:
+    def _leave(self) -> None:
         with self._lock:
             self.admitted -= 1
+
+
+class Place:
+    """One admitted request's place, given back when the last of its holders lets go: the answer (sent, cut off, or
+    never started) holds it from the start, and its synthesis thread from its start to its end. A caller that hangs
+    up ends the answer at once, but the thread may still be in a vocoder call: until that work has stopped it counts
+    against the limit (it used to escape it)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self._holders = 1
+        self._lock = threading.Lock()
+
+    def hold(self) -> Callable[[], None]:
+        """One more holder; what it calls when it lets go."""
+        with self._lock:
+            self._holders += 1
+        return self.release
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            self._admission._leave()
 
 
 def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, api_key: Optional[str] = None,
@@ -178,14 +205,14 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         if generations.stopping.is_set():
             raise ApiError(503, "the server is stopping; send the request to it again once it is back",
                            kind="server_stopping")
-        admission.enter()
+        place = admission.enter()
         try:
             pieces = engine.pieces(body.input, body.language)  # a UserError here is still a 400
             if not pieces:
                 raise ApiError(400, "input: no speakable text (nothing is left after normalisation)", param="input")
             engine.voices.get(body.voice)
         except BaseException:
-            admission.leave()
+            place.release()
             raise
         cancel = threading.Event()
         chunks = engine.synthesize(body.input, body.voice, language=body.language, speed=body.speed,
@@ -193,11 +220,13 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         # Raw PCM has no header, so even one piece is sent as the engine decodes it (its first codes first); a
         # container of one piece (wav) stays a plain, complete file with its true length in the header.
         if body.stream_format == "sse" or (fmt.streams and (len(pieces) > 1 or fmt.sf_format is None)):
-            return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, generations),
-                                  release=lambda: (cancel.set(), admission.leave()),
+            return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, generations, place),
+                                  release=lambda: (cancel.set(), place.release()),
                                   media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
-        with _released(admission):
-            audio = await _collect(chunks, request, cancel, generations)
+        try:
+            audio = await _collect(chunks, request, cancel, generations, place)
+        finally:
+            place.release()
         if audio is None:
             return Response(status_code=499)
         if generations.stopping.is_set():  # cut short by the stop: not the whole text, so no audio
@@ -210,7 +239,7 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
 
 
 class AdmittedStream(StreamingResponse):
-    """A streamed answer that gives its admission back however it ends: sent, cancelled by a disconnect, or
+    """A streamed answer that lets go of its :class:`Place` however it ends: sent, cancelled by a disconnect, or
     never started (a client gone before the first byte never runs the body generator, so its ``finally``
     cannot be relied on for this)."""
 
@@ -225,20 +254,13 @@ class AdmittedStream(StreamingResponse):
             self._release()
 
 
-@contextmanager
-def _released(admission: Admission) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        admission.leave()
-
-
-async def _collect(chunks, request: Request, cancel: threading.Event, generations: Generations):
-    """All chunks, synthesised in a worker thread while the client's connection is watched; None if it went away."""
+async def _collect(chunks, request: Request, cancel: threading.Event, generations: Generations, place: Place):
+    """All chunks, synthesised in a worker thread while the client's connection is watched; None if it went away.
+    The thread holds ``place`` until it has ended."""
     parts: list = []
 
     async def gather() -> None:
-        async for chunk in ChunkPump(chunks, cancel, generations):
+        async for chunk in ChunkPump(chunks, cancel, generations, on_end=place.hold()):
             parts.append(chunk)
 
     work = asyncio.ensure_future(gather())
@@ -252,15 +274,16 @@ async def _collect(chunks, request: Request, cancel: threading.Event, generation
 
 
 async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event,
-                  generations: Generations):
-    """The response body; cancelled by the server when the client goes away, which stops the synthesis.
+                  generations: Generations, place: Place):
+    """The response body; cancelled by the server when the client goes away, which stops the synthesis (whose
+    thread holds ``place`` until it has ended).
 
     A server stop ends the synthesis too: the audio sent so far is closed off properly, and an SSE client
     gets an ``error`` event instead of ``speech.audio.done``, so it knows the text was not finished."""
     encoder = StreamEncoder(fmt, sample_rate)
     sent = 0
     try:
-        async for chunk in ChunkPump(chunks, cancel, generations):
+        async for chunk in ChunkPump(chunks, cancel, generations, on_end=place.hold()):
             data = encoder.piece(chunk)
             if data:
                 sent += len(data)

@@ -17,6 +17,11 @@ hands each its result. On a GPU one HiFiGAN call for a short chunk is mostly ker
 callers' first chunks cost about one call instead of 32 in a row. On the CPU it is slower (two cores,
 full-size HiFiGAN, 8 windows of 60 and 100 frames: 0.82x and 0.74x of one by one), so the engine keeps
 ``max_batch`` 1 there.
+
+A caller that is no longer wanted (its listener hung up, the server stops) should not wait for its turn to find
+out: ``abandon``, when given, is called every ``ABANDON_POLL_S`` while the call waits, and whatever it raises takes
+the call out of the queue (the calls behind it move up) and reaches the caller. With eight callers queued behind
+calls of a second each, a stop otherwise ended one caller per call.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import itertools
 import threading
 from contextlib import contextmanager
 from typing import Callable, Generic, Iterator, Optional, Sequence, TypeVar
+
+ABANDON_POLL_S = 0.05  # how often a waiting call asks its ``abandon`` (the engine's readers wait for codes as often)
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -78,21 +85,23 @@ class VocoderTurns(Generic[Item, Result]):
             return len(self._waiting)
 
     @contextmanager
-    def turn(self, deadline: float) -> Iterator[None]:
-        """Wait for this call's turn (``deadline``: time.perf_counter() seconds when its audio is needed)."""
+    def turn(self, deadline: float, abandon: Optional[Callable[[], None]] = None) -> Iterator[None]:
+        """Wait for this call's turn (``deadline``: time.perf_counter() seconds when its audio is needed); ``abandon``:
+        asked while waiting, raises to give the place up (module docstring)."""
         call: _Call[Item, Result] = _Call(deadline, next(self._arrivals), self._lock)
-        self._take_turn(call)
+        self._take_turn(call, abandon=abandon)
         try:
             yield
         finally:
             self._give_back()
 
-    def vocode(self, deadline: float, item: Item) -> Result:
-        """``run([item])[0]``, in this caller's turn with other waiting items that fit, or in another's."""
+    def vocode(self, deadline: float, item: Item, abandon: Optional[Callable[[], None]] = None) -> Result:
+        """``run([item])[0]``, in this caller's turn with other waiting items that fit, or in another's; ``abandon``:
+        as for :meth:`turn`."""
         if self._run is None:
             raise RuntimeError("these turns were made without a run function")
         call: _Call[Item, Result] = _Call(deadline, next(self._arrivals), self._lock, item)
-        batch = self._take_turn(call, gather=True)
+        batch = self._take_turn(call, gather=True, abandon=abandon)
         if batch is None:  # another caller's turn ran it
             return _outcome(call)
         try:
@@ -107,16 +116,20 @@ class VocoderTurns(Generic[Item, Result]):
         return _outcome(call)
 
     # --- the queue ---------------------------------------------------------------------------
-    def _take_turn(self, call: _Call[Item, Result], gather: bool = False) -> Optional[list[_Call[Item, Result]]]:
+    def _take_turn(self, call: _Call[Item, Result], gather: bool = False,
+                   abandon: Optional[Callable[[], None]] = None) -> Optional[list[_Call[Item, Result]]]:
         """Wait until it is ``call``'s turn: the calls it runs (itself first, then what it gathered); None when
-        another caller's turn served it meanwhile."""
+        another caller's turn served it meanwhile. ``abandon`` is called (holding the lock: it must not use these
+        turns) at every ``ABANDON_POLL_S`` of waiting."""
         with self._lock:
             heapq.heappush(self._waiting, call)
             try:
                 while not call.done and (self._busy or self._waiting[0] is not call):
-                    call.wake.wait()
-                    self.wakeups += 1
-            except BaseException:  # interrupted while waiting: leave the queue, or the calls behind wait forever
+                    if abandon is not None:
+                        abandon()
+                    if call.wake.wait(None if abandon is None else ABANDON_POLL_S):
+                        self.wakeups += 1
+            except BaseException:  # interrupted or abandoned while waiting: leave the queue (or those behind wait)
                 if call in self._waiting:
                     self._waiting.remove(call)
                     heapq.heapify(self._waiting)

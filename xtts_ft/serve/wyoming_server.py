@@ -7,7 +7,8 @@ as each is ready, and ``AudioStop``. Home Assistant sends no language, so the mo
 used; a voice it names that the server does not have falls back to the first voice (an
 assistant should still speak). A request the HTTP server would refuse (empty, longer than
 ``serve.max_input_chars``, another script, no voice) is answered with a Wyoming ``Error`` event
-and no audio events. A client that hangs up stops its synthesis at the next model layer.
+and no audio events. A client that hangs up (Home Assistant does, routinely, once it has heard enough) stops
+its synthesis within a vocoder call, with one log line and no traceback.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def make_handler_class(engine: SpeechEngine, generations: Optional[Generations] 
     class SpeechHandler(AsyncEventHandler):
         """One connection; each Synthesize is answered in full before the next event is read."""
 
+        async def run(self) -> None:
+            try:
+                await super().run()
+            except ConnectionError:  # reset while the next event was read: a hang-up, not a fault of ours
+                log.info("Wyoming: a client's connection was reset")
+
         async def handle_event(self, event: Event) -> bool:
             if Describe.is_type(event.type):
                 await self.write_event(wyoming_info(engine).event())
@@ -99,9 +106,9 @@ def make_handler_class(engine: SpeechEngine, generations: Optional[Generations] 
                 await self.write_event(AudioStop().event())
             except UserError as exc:
                 await self.write_event(Error(text=str(exc).splitlines()[0], code="bad-request").event())
-            except (ConnectionError, asyncio.CancelledError):
-                cancel.set()
-                raise
+            except ConnectionError:  # the client hung up mid-stream: its synthesis stops (finally), the connection ends
+                log.info("Wyoming: the client hung up during the audio; its synthesis was stopped")
+                return False
             finally:
                 cancel.set()
             return True
@@ -119,7 +126,10 @@ async def run_wyoming(engine: SpeechEngine, uri: str, ready: Optional[asyncio.Ev
     from wyoming.server import AsyncServer
 
     server = AsyncServer.from_uri(uri)
-    await server.start(partial(make_handler_class(engine, generations)))
+    try:
+        await server.start(partial(make_handler_class(engine, generations)))
+    except OSError as exc:  # (serve checks the port before loading the model; taken since by someone else)
+        raise UserError(f"--wyoming {uri}: cannot listen there: {exc.strerror or exc}") from None
     log.info("Wyoming: listening on %s (language %s)", uri, engine.language)
     if ready is not None:
         ready.set()
