@@ -150,6 +150,7 @@ def build_graph(root: Path = REPO) -> Graph:
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        type_only = _type_checking_lines(tree)
         for node, at_top in _imports(tree):
             for target in _targets(node, package):
                 if target == name:
@@ -159,7 +160,7 @@ def build_graph(root: Path = REPO) -> Graph:
                     if resolved and resolved != name and (name, resolved, node.lineno) not in seen:
                         seen.add((name, resolved, node.lineno))
                         graph.own.append(Import(name, resolved, node.lineno, at_top))
-                elif target.split(".")[0] not in stdlib | {"__future__"}:
+                elif target.split(".")[0] not in stdlib | {"__future__"} and node.lineno not in type_only:
                     top = target.split(".")[0]
                     if (name, top, node.lineno) not in seen:
                         seen.add((name, top, node.lineno))
@@ -240,6 +241,16 @@ def _imports(tree: ast.Module):
             else:
                 yield from walk(child, at_top)
     yield from walk(tree, True)
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:``: a type checker reads them, Python never runs them, so a
+    third-party package named there costs no import time (the project's own modules stay edges of the graph)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            lines |= {n.lineno for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return lines
 
 
 def _targets(node, package: str) -> list[str]:

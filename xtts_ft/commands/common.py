@@ -51,7 +51,8 @@ def _run(handler: RunFunction, args: argparse.Namespace, *, stoppable: bool = Fa
         with signals:
             return handler(args)
     except StopRequested as stop:  # a stage without a run folder of its own to report it (prepare, evaluate)
-        report_rerun(str(stop), signals.signal_name, getattr(args, "command_line", None))
+        report_rerun(str(stop), signals.signal_name if isinstance(signals, StopSignals) else None,
+                     getattr(args, "command_line", None))
         return 0
     except UserError as exc:
         lines = str(exc).splitlines() or [type(exc).__name__]
@@ -64,8 +65,10 @@ def _run(handler: RunFunction, args: argparse.Namespace, *, stoppable: bool = Fa
         return 130
 
 
-def report_rerun(where: str, signal_name: Optional[str], command_line, run_dir: Optional[Path] = None) -> None:
-    """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again."""
+def report_rerun(where: str, signal_name: Optional[str], command_line: Optional[tuple[list[str], list[str]]],
+                 run_dir: Optional[Path] = None) -> None:
+    """A stopped command whose work is kept per piece (prepare's clips, evaluation's checkpoint): run it again.
+    ``command_line``: cli.py's ``args.command_line`` (the script or ``-m xtts_ft``, the arguments)."""
     hint = shlex.join([python_command(), *command_line[0], *command_line[1]]) if command_line else "the same command"
     if not logging.getLogger().handlers:
         setup_logging(None)

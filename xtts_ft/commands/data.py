@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 from xtts_ft.commands.common import command, load_config_from, setup_logging
 from xtts_ft.config import TextConfig
@@ -41,10 +42,11 @@ def prepare(args: argparse.Namespace) -> int:
     return _prepare_into(args, normalizer, hf)
 
 
-def _prepare_into(args: argparse.Namespace, normalizer, hf: dict) -> int:
+def _prepare_into(args: argparse.Namespace, normalizer: Callable[[str], str], hf: dict[str, str]) -> int:
     dataset = args.run_config.dataset if args.run_config else None
+    # no tokenizer here to check characters against; the rest of dataset.* comes from --config and the columns
     report = prepare_command(Path(args.input), Path(args.out), args.format, normalizer=normalizer, config=dataset,
-                             **hf)
+                             allowed_chars=None, progress=True, **hf)
     for line in report.summary_lines():
         print(line)
     return 0

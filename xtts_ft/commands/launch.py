@@ -111,7 +111,7 @@ def placement(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
     nnodes_text = pick(args.nnodes, "--nnodes", ["NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"])
     rank_text = pick(args.node_rank, "--node-rank", ["NODE_RANK", "SLURM_NODEID"])
     addr = pick(args.master_addr, "--master-addr", ["MASTER_ADDR"])
-    if addr is None and environ.get("SLURM_JOB_NODELIST", environ.get("SLURM_NODELIST")):
+    if addr is None and environ.get("SLURM_JOB_NODELIST", environ.get("SLURM_NODELIST", "")):
         addr = first_slurm_host(environ.get("SLURM_JOB_NODELIST") or environ["SLURM_NODELIST"])
         sources.append("SLURM_JOB_NODELIST")
     port_text = pick(args.master_port, "--master-port", ["MASTER_PORT"])
@@ -133,7 +133,8 @@ def processes_per_machine(requested: Optional[int]) -> int:
         if requested < 1:
             raise ConfigError(f"--nproc-per-node {requested}: must be 1 or more")
         return requested
-    return max(1, torch.cuda.device_count())
+    visible: int = torch.cuda.device_count()
+    return max(1, visible)
 
 
 def training_arguments(argv: Sequence[str]) -> list[str]:

@@ -15,7 +15,7 @@ from xtts_ft.text import normalize_text
 
 @command()
 def normalize(args: argparse.Namespace) -> int:
-    dropped: Counter = Counter()
+    dropped: Counter[str] = Counter()
     for line in sys.stdin:
         result = normalize_text(line.rstrip("\n"), fold_homophones=args.fold_homophones)
         dropped.update(result.dropped)

@@ -12,6 +12,7 @@ import torch
 
 from xtts_ft.assess.listener import sample_listener
 from xtts_ft.commands.common import command, config_of, report_rerun, setup_logging
+from xtts_ft.config import Config
 from xtts_ft.config.loading import locate_config
 from xtts_ft.evaluate.standalone import evaluate_run
 from xtts_ft.pipeline import run_pipeline
@@ -28,7 +29,7 @@ def _rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def print_header(cfg, config_path: Optional[Path] = None) -> None:
+def print_header(cfg: Config, config_path: Optional[Path] = None) -> None:
     """The run's summary, from rank 0 only (every rank would print the same)."""
     rank, local_rank = _rank()
     device = "cuda" if cfg.run.device == "auto" and torch.cuda.is_available() else cfg.run.device
@@ -84,7 +85,7 @@ def _headless(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _headless_run(args: argparse.Namespace, cfg) -> int:
+def _headless_run(args: argparse.Namespace, cfg: Config) -> int:
     setup_logging(cfg.run_dir if _rank()[0] == 0 else None, args.verbose)  # one writer of train.log
     # the config was read before logging started: say now which file a bare name found (configs/NAME.yaml)
     print_header(cfg, locate_config(args.config))

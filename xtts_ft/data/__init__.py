@@ -4,8 +4,9 @@ The integrator's entry points::
 
     prepare_dataset(cfg: DatasetConfig, out_dir, *, normalizer, allowed_chars=None,
                     progress=True) -> PrepareReport
-    prepare_command(input_dir, out_dir, fmt="auto", *, normalizer, config=None, **overrides) -> PrepareReport
-    read_metadata(csv_path) -> list[dict]   # {"audio_file" (absolute), "text", "speaker_name"}
+    prepare_command(input_dir, out_dir, fmt="auto", *, normalizer, config=None, allowed_chars=None, progress=True,
+                    **overrides) -> PrepareReport
+    read_metadata(csv_path) -> list[dict[str, str]]   # {"audio_file" (absolute), "text", "speaker_name"}
 
 ``REASONS`` lists every rejection key in the order the checks run.
 """

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import soxr
 
@@ -95,7 +96,7 @@ class AudioResult:
     snr_db: Optional[float] = None  # the SNR estimate of a clip that passed (None: no speech or pause to measure)
 
 
-def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
+def trim_silence(y: npt.NDArray[np.float32], top_db: float) -> npt.NDArray[np.float32]:
     """Cut leading/trailing frames whose energy is more than top_db below the loudest frame's.
 
     Energies of FRAME-long frames every HOP samples, from per-HOP block sums (one pass over y).
@@ -117,17 +118,18 @@ def trim_silence(y: np.ndarray, top_db: float) -> np.ndarray:
     return y[start:end]
 
 
-def _peak(x: np.ndarray) -> float:
+def _peak(x: npt.NDArray[np.float32]) -> float:
     """max |x| without a temporary array (NaN/Inf propagate)."""
     return max(float(x.max()), -float(x.min()))
 
 
-def to_pcm16(y: np.ndarray, gain: float = 1.0) -> np.ndarray:
+def to_pcm16(y: npt.NDArray[np.float32], gain: float = 1.0) -> npt.NDArray[np.int16]:
     """Scale, round and saturate to 16-bit samples (one temporary float array)."""
     scaled = np.multiply(y, np.float32(gain * 32767.0), dtype=np.float32)
     np.rint(scaled, out=scaled)
     np.clip(scaled, -32768, 32767, out=scaled)
-    return scaled.astype("<i2")
+    pcm: npt.NDArray[np.int16] = scaled.astype("<i2")
+    return pcm
 
 
 def process_audio(job: AudioJob) -> AudioResult:
@@ -176,7 +178,7 @@ def process_audio(job: AudioJob) -> AudioResult:
                        clip_snr(untrimmed, s.sample_rate))
 
 
-def clip_snr(y: np.ndarray, rate: int) -> Optional[float]:
+def clip_snr(y: npt.NDArray[np.float32], rate: int) -> Optional[float]:
     """The SNR estimate (:func:`xtts_ft.quality.voice_activity.snr_db`) of a mono clip at ``rate``."""
     audio = resample(y, rate, VAD_RATE)
     return snr_db(audio, speech_mask(speech_probabilities(audio)))

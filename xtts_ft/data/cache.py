@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from xtts_ft.data.audio import AudioResult, AudioSettings
+from xtts_ft.json_types import JsonObject
 from xtts_ft.tempfiles import atomic_write, remove_stray_parts
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class Manifest:
         self.path = out_dir / CACHE_DIR / "manifest.json"
         self.wavs = out_dir / WAVS_DIR
         self.held = out_dir / CACHE_DIR / "unused_wavs"
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, JsonObject] = {}
 
     @classmethod
     def load(cls, out_dir: Path, root: Path) -> Manifest:

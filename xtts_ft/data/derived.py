@@ -26,11 +26,11 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Optional, Protocol, Union
 
-from xtts_ft.config import SHORT_TEXT_CHARS
+from xtts_ft.config import SHORT_TEXT_CHARS, DatasetConfig
 from xtts_ft.data.cache import CACHE_DIR, WAVS_DIR
-from xtts_ft.data.report import PIECES_FILE
+from xtts_ft.data.report import PIECES_FILE, PieceRow, ShortPieces
 from xtts_ft.tempfiles import atomic_write
 
 SHORT_DIR = "short"  # wavs/short/: the derived pieces; prepare owns the folder and replaces it whole
@@ -65,7 +65,7 @@ class DerivedPiece:
 @dataclass
 class PieceOutcome:
     pieces: list[DerivedPiece] = field(default_factory=list)
-    dropped: Counter = field(default_factory=Counter)  # reason -> candidates (clips for uncertain_alignment)
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> candidates (clips for uncertain_alignment)
     clips_tried: int = 0
 
 
@@ -74,10 +74,10 @@ class PiecesUnavailable(Exception):
 
 
 class PieceMaker(Protocol):
-    def make(self, cfg, sources: list[SourceClip], wanted: int, folder: Path) -> PieceOutcome: ...
+    def make(self, cfg: DatasetConfig, sources: list[SourceClip], wanted: int, folder: Path) -> PieceOutcome: ...
 
 
-def pieces_wanted(setting, min_share: float, target_share: float, kept: int, short: int) -> tuple[int, str]:
+def pieces_wanted(setting: Union[float, str], min_share: float, target_share: float, kept: int, short: int) -> tuple[int, str]:
     """(pieces to add, why) for ``dataset.short_clips`` ``setting`` given ``short`` of ``kept`` clips are short.
 
     ``k`` pieces (each short) bring the share to (short + k) / (kept + k); the smallest k reaching the target.
@@ -97,15 +97,15 @@ def pieces_wanted(setting, min_share: float, target_share: float, kept: int, sho
     return max(1, need), f"{share:.1%} of clips under {SHORT_TEXT_CHARS} characters; target {target:.0%}"
 
 
-def add_pieces(cfg, out_dir: Path, sources: list[SourceClip], kept: int, short: int,
-               maker: Optional[PieceMaker]) -> tuple[list[DerivedPiece], dict]:
+def add_pieces(cfg: DatasetConfig, out_dir: Path, sources: list[SourceClip], kept: int, short: int,
+               maker: Optional[PieceMaker]) -> tuple[list[DerivedPiece], ShortPieces]:
     """Make the wanted pieces into a staging folder; returns (pieces, the report's ``short_pieces`` dict).
 
     Call :func:`install_pieces` afterwards to put them (or, with none, the absence of any) in place.
     """
     wanted, why = pieces_wanted(cfg.short_clips, cfg.short_clip_min_share, cfg.short_clips_target_share, kept, short)
-    summary = {"setting": cfg.short_clips, "wanted": wanted, "why": why, "made": 0, "from_clips": 0,
-               "clips_tried": 0, "dropped": {}, "pieces": []}
+    summary = ShortPieces(setting=cfg.short_clips, wanted=wanted, why=why, made=0, from_clips=0, clips_tried=0,
+                          dropped={}, pieces=[])
     staging = Path(out_dir) / CACHE_DIR / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)  # a stopped run's leftovers (ours)
     if wanted == 0:
@@ -126,10 +126,11 @@ def add_pieces(cfg, out_dir: Path, sources: list[SourceClip], kept: int, short: 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     pieces = outcome.pieces
-    summary.update(made=len(pieces), from_clips=len({p.source for p in pieces}), clips_tried=outcome.clips_tried,
-                   dropped=dict(sorted(outcome.dropped.items())),
-                   pieces=[{"file": f"{WAVS_DIR}/{SHORT_DIR}/{p.name}", "source": p.source, "text": p.text}
-                           for p in pieces])
+    summary["made"] = len(pieces)
+    summary["from_clips"] = len({p.source for p in pieces})
+    summary["clips_tried"] = outcome.clips_tried
+    summary["dropped"] = dict(sorted(outcome.dropped.items()))
+    summary["pieces"] = [PieceRow(file=f"{WAVS_DIR}/{SHORT_DIR}/{p.name}", source=p.source, text=p.text) for p in pieces]
     return pieces, summary
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from huggingface_hub.errors import HfHubHTTPError
 
@@ -26,13 +26,17 @@ from xtts_ft.data.readers import AUDIO_EXTENSIONS
 from xtts_ft.errors import DataError
 from xtts_ft.tempfiles import atomic_write
 
+if TYPE_CHECKING:  # names for annotations only: datasets is imported when a dataset is read (load_rows)
+    import datasets
+    from xtts_ft.config import DatasetConfig
+
 log = logging.getLogger(__name__)
 
 AUDIO_CACHE = Path(".cache") / "hf_audio"
 SAVE_TO_DISK_FILES = ("state.json", "dataset_dict.json")  # markers of a datasets.save_to_disk folder
 
 
-def source_label(cfg) -> str:
+def source_label(cfg: DatasetConfig) -> str:
     """What the report calls this dataset: the resolved local path, or hf:<id>[/<name>]:<split>."""
     if Path(cfg.path).exists():
         return str(Path(cfg.path).resolve())
@@ -54,7 +58,7 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     raise DataError(f"dataset.path: folder '{path}' holds no .parquet or .arrow file (format hf)")
 
 
-def load_rows(cfg, cache_dir: Path):
+def load_rows(cfg: DatasetConfig, cache_dir: Path) -> datasets.Dataset:
     """The ``datasets.Dataset`` of cfg's split, audio column not decoded."""
     import datasets
 
@@ -90,7 +94,7 @@ def load_rows(cfg, cache_dir: Path):
     return ds
 
 
-def _load_hub(cfg):
+def _load_hub(cfg: DatasetConfig) -> datasets.Dataset:
     import datasets
     try:
         return datasets.load_dataset(cfg.path, cfg.hf_name, split=cfg.hf_split, revision=cfg.hf_revision,
@@ -120,13 +124,13 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 
 def _file_of(ref: str, base: Optional[Path]) -> Optional[Path]:
-    for candidate in (Path(ref), *((base / ref,) if base is not None else ())):
+    for candidate in [Path(ref)] + ([base / ref] if base is not None else []):
         if candidate.is_file():
             return candidate.resolve()
     return None
 
 
-def _audio_of(value: Any) -> tuple[Optional[bytes], Optional[str]]:
+def _audio_of(value: object) -> tuple[Optional[bytes], Optional[str]]:
     """(bytes, path) from an undecoded Audio value, raw bytes, or a path string."""
     if isinstance(value, dict):
         return value.get("bytes"), value.get("path")
@@ -137,7 +141,7 @@ def _audio_of(value: Any) -> tuple[Optional[bytes], Optional[str]]:
     return None, None
 
 
-def read_hf(cfg, out_dir: Path) -> list[SourceEntry]:
+def read_hf(cfg: DatasetConfig, out_dir: Path) -> list[SourceEntry]:
     """One entry per row of the split; audio bytes extracted under out_dir/.cache/hf_audio/."""
     ds = load_rows(cfg, out_dir / ".cache" / "hf_datasets")
     folder = out_dir / AUDIO_CACHE

@@ -16,9 +16,13 @@ end on to a pause, therefore holds its own ends to the pause level alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from xtts_ft.config import DatasetConfig
 
 LEVEL_FRAME_S = 0.02  # frames of the level curve behind the cut_ending check
 SPEECH_PERCENTILE = 95  # a clip's loud frames: its speech level
@@ -42,21 +46,22 @@ class EndingRule:
     decay_ms: float
 
     @classmethod
-    def from_config(cls, cfg) -> EndingRule:
-        """From a DatasetConfig (or anything with its ``cut_ending_*`` attributes)."""
+    def from_config(cls, cfg: DatasetConfig) -> EndingRule:
+        """From a DatasetConfig (its ``cut_ending_*`` attributes)."""
         return cls(cfg.cut_ending_tail_ms, cfg.cut_ending_margin_db, cfg.cut_ending_decay_db, cfg.cut_ending_decay_ms)
 
 
-def _level(power: np.ndarray) -> np.ndarray:
-    return 10.0 * np.log10(np.maximum(power, 10.0 ** (FLOOR_DB / 10.0)))
+def _level(power: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    level: npt.NDArray[np.float64] = 10.0 * np.log10(np.maximum(power, 10.0 ** (FLOOR_DB / 10.0)))
+    return level
 
 
-def _tail_level(y: np.ndarray, tail: int) -> float:
+def _tail_level(y: npt.NDArray[np.float32], tail: int) -> float:
     end = np.asarray(y[-tail:], dtype=np.float64)
     return float(_level(np.array([np.dot(end, end) / tail]))[0])
 
 
-def ending_level(y: np.ndarray, sample_rate: int, tail_ms: float) -> Optional[tuple[float, float]]:
+def ending_level(y: npt.NDArray[np.float32], sample_rate: int, tail_ms: float) -> Optional[tuple[float, float]]:
     """(level of the last ``tail_ms`` of ``y``, the clip's pause level) in dBFS, or None when it cannot tell.
 
     The pause level is the level of the clip's quietest 20 ms frame (a stop closure, a gap between
@@ -79,7 +84,7 @@ def ending_level(y: np.ndarray, sample_rate: int, tail_ms: float) -> Optional[tu
     return _tail_level(y, tail), pause
 
 
-def ending_fall(y: np.ndarray, sample_rate: int, tail_ms: float, window_ms: float) -> float:
+def ending_fall(y: npt.NDArray[np.float32], sample_rate: int, tail_ms: float, window_ms: float) -> float:
     """How many dB the last ``tail_ms`` of ``y`` lie below the loudest 20 ms frame of its last ``window_ms``.
 
     The frames are counted back from the clip's end (the whole clip when it is shorter than the window).
@@ -96,14 +101,14 @@ def ending_fall(y: np.ndarray, sample_rate: int, tail_ms: float, window_ms: floa
     return loudest - _tail_level(y, tail)
 
 
-def ends_above_pauses(y: np.ndarray, sample_rate: int, rule: EndingRule) -> bool:
+def ends_above_pauses(y: npt.NDArray[np.float32], sample_rate: int, rule: EndingRule) -> bool:
     """Whether the last ``rule.tail_ms`` of ``y`` lie more than ``rule.margin_db`` above the clip's pause level
     (False when the clip has no pause to compare with)."""
     ending = ending_level(y, sample_rate, rule.tail_ms)
     return ending is not None and ending[0] > ending[1] + rule.margin_db
 
 
-def cut_word(y: np.ndarray, sample_rate: int, rule: EndingRule) -> Optional[str]:
+def cut_word(y: npt.NDArray[np.float32], sample_rate: int, rule: EndingRule) -> Optional[str]:
     """Why ``y`` ends in a word cut off (one line for the rejection), or None: it ends in a pause, its last
     sound dies away, or the clip has no pause to compare with."""
     ending = ending_level(y, sample_rate, rule.tail_ms)

@@ -11,6 +11,7 @@ header row; the writer guarantees no field holds ``|`` or a line break.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from xtts_ft.errors import DataError
 from xtts_ft.tempfiles import atomic_write
@@ -19,7 +20,7 @@ HEADER = "audio_file|text|speaker_name"
 HEADER_WITH_LANGUAGE = HEADER + "|language"
 
 
-def write_metadata(path: Path, rows: list[tuple[str, ...]], *, with_language: bool = False) -> None:
+def write_metadata(path: Path, rows: Sequence[tuple[str, ...]], *, with_language: bool = False) -> None:
     """Write (audio_file relative to path's folder, text, speaker_name[, language]) rows atomically."""
     lines = [HEADER_WITH_LANGUAGE if with_language else HEADER]
     for row in rows:
@@ -32,7 +33,7 @@ def write_metadata(path: Path, rows: list[tuple[str, ...]], *, with_language: bo
     atomic_write(path, "\n".join(lines) + "\n")
 
 
-def read_metadata(csv_path: Path) -> list[dict]:
+def read_metadata(csv_path: Path) -> list[dict[str, str]]:
     """Rows of a metadata_*.csv written by ``prepare_dataset``, with absolute audio paths.
 
     Returns dicts ``{"audio_file": str (absolute), "text": str, "speaker_name": str}`` in file

@@ -17,23 +17,29 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Optional
 
 import soundfile as sf
 
 from xtts_ft.config import DatasetConfig
+from xtts_ft.data.checks import Normalizer
+from xtts_ft.data.derived import PieceMaker
 from xtts_ft.data.metadata import read_metadata, write_metadata
 from xtts_ft.data.prepare import prepare_dataset
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.data.report import (
     MAX_EXAMPLES,
+    DatasetSummary,
     PrepareReport,
+    RejectionExample,
+    SpeakerDetail,
     combine_short_clips,
     snr_summary,
     stats,
     write_rejections,
     write_reports,
 )
+from xtts_ft.data.transcript_check import FileTranscriber
 from xtts_ft.layout import DATASETS_SUBDIR, EVAL_CSV, TRAIN_CSV
 
 log = logging.getLogger(__name__)
@@ -55,10 +61,10 @@ def prepare_datasets(
     out_dir: Path,
     run_language: str,
     *,
-    normalizer: Callable[[str], object],
+    normalizer: Normalizer,
     progress: bool = True,
-    recognizer=None,
-    piece_maker=None,
+    recognizer: Optional[FileTranscriber] = None,
+    piece_maker: Optional[PieceMaker] = None,
 ) -> PrepareReport:
     """Prepare every (dataset, language) into ``out_dir``; returns the combined report."""
     out_dir = Path(out_dir)
@@ -73,7 +79,7 @@ def prepare_datasets(
         )
         reports.append((name, language, report))
     for file_name in (TRAIN_CSV, EVAL_CSV):
-        rows = []
+        rows: list[tuple[str, str, str, str]] = []
         for name, language, _ in reports:
             for row in read_metadata(out_dir / DATASETS_SUBDIR / name / file_name):
                 rel = Path(row["audio_file"]).relative_to(out_dir.resolve()).as_posix()
@@ -90,23 +96,23 @@ def prepare_datasets(
 def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> PrepareReport:
     rejected = {reason: sum(r.rejected.get(reason, 0) for _, _, r in reports) for reason in REASONS}
     speakers: dict[str, int] = {}
-    speaker_detail: dict[str, dict] = {}
-    examples: dict[str, list[dict]] = {}
+    speaker_detail: dict[str, SpeakerDetail] = {}
+    examples: dict[str, list[RejectionExample]] = {}
     for name, _, r in reports:
         for spk, d in r.speaker_detail.items():
-            mine = speaker_detail.setdefault(spk, {"kept": 0, "train": 0, "eval": 0, "hours": 0.0})
-            for k in ("kept", "train", "eval"):
-                mine[k] += d[k]
+            mine = speaker_detail.setdefault(spk, SpeakerDetail(kept=0, train=0, eval=0, hours=0.0))
+            mine["kept"] += d["kept"]
+            mine["train"] += d["train"]
+            mine["eval"] += d["eval"]
             mine["hours"] = round(mine["hours"] + d["hours"], 4)
             speakers[spk] = mine["kept"]
         for reason, items in r.examples.items():
             room = MAX_EXAMPLES - len(examples.setdefault(reason, []))
             examples[reason].extend({**e, "clip": f"{name}/{e['clip']}"} for e in items[:max(room, 0)])
     per_dataset = [
-        {"name": name, "path": r.dataset, "layout": r.layout, "language": language, "total": r.total,
-         "kept": r.kept, "kept_train": r.kept_train, "kept_eval": r.kept_eval, "hours": r.hours,
-         "rejected_total": r.rejected_total, "rejected": {k: v for k, v in r.rejected.items() if v},
-         "folder": f"{DATASETS_SUBDIR}/{name}"}
+        DatasetSummary(name=name, path=r.dataset, layout=r.layout, language=language, total=r.total, kept=r.kept,
+                       kept_train=r.kept_train, kept_eval=r.kept_eval, hours=r.hours, rejected_total=r.rejected_total,
+                       rejected={k: v for k, v in r.rejected.items() if v}, folder=f"{DATASETS_SUBDIR}/{name}")
         for name, language, r in reports
     ]
     return PrepareReport(
@@ -130,8 +136,7 @@ def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> Pr
         short_clips=combine_short_clips([r.short_clips for _, _, r in reports]),
         snr=snr_summary([v for _, _, r in reports for v in r.snr_values],
                         sum(r.snr.get("unmeasured", 0) for _, _, r in reports),
-                        min((r.snr.get("min_snr_db") for _, _, r in reports if r.snr.get("min_snr_db") is not None),
-                            default=None),
+                        min((t for _, _, r in reports if (t := r.snr.get("min_snr_db")) is not None), default=None),
                         rejected["noisy"]),
         snr_values=[v for _, _, r in reports for v in r.snr_values],
     )
@@ -139,7 +144,8 @@ def _combine(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> Pr
 
 def _kept_series(out_dir: Path) -> tuple[list[float], list[float]]:
     """(durations, chars/s) of every kept clip, for report.png (header reads only: no audio decoded)."""
-    durations, cps = [], []
+    durations: list[float] = []
+    cps: list[float] = []
     for file_name in (TRAIN_CSV, EVAL_CSV):
         for row in read_metadata(out_dir / file_name):
             info = sf.info(row["audio_file"])
@@ -149,7 +155,7 @@ def _kept_series(out_dir: Path) -> tuple[list[float], list[float]]:
     return durations, cps
 
 
-def _rejections(reports, out_dir: Path) -> list[Rejection]:
+def _rejections(reports: list[tuple[str, str, PrepareReport]], out_dir: Path) -> list[Rejection]:
     """Every dataset's rejected.tsv rows, clip ids prefixed with the dataset's folder name."""
     out: list[Rejection] = []
     for name, _, _ in reports:

@@ -30,6 +30,8 @@ from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.data.report import (
     MAX_EXAMPLES,
     PrepareReport,
+    RejectionExample,
+    SpeakerDetail,
     short_clip_share,
     snr_summary,
     stats,
@@ -37,8 +39,8 @@ from xtts_ft.data.report import (
     write_reports,
 )
 from xtts_ft.data.runner import run_jobs
-from xtts_ft.data.split import split_clips
-from xtts_ft.data.transcript_check import check_transcripts
+from xtts_ft.data.split import Split, split_clips
+from xtts_ft.data.transcript_check import FileTranscriber, check_transcripts
 from xtts_ft.errors import ConfigError, DataError
 from xtts_ft.layout import DATA_REPORT_TEXT, EVAL_CSV, TRAIN_CSV
 
@@ -54,7 +56,7 @@ def prepare_dataset(
     normalizer: Normalizer,
     allowed_chars: Optional[Callable[[str], bool]] = None,
     progress: bool = True,
-    recognizer=None,
+    recognizer: Optional[FileTranscriber] = None,
     piece_maker: Optional[PieceMaker] = None,
     settings_from: Optional[str] = None,
 ) -> PrepareReport:
@@ -88,7 +90,8 @@ def prepare_dataset(
     rejections: list[Rejection] = []
     texts: dict[str, str] = {}
     results: dict[str, AudioResult] = {}
-    jobs, keys = [], {}
+    jobs: list[AudioJob] = []
+    keys: dict[str, str] = {}  # clip id -> its audio cache key
     passed: list[SourceEntry] = []  # entries that reach the audio stage
     for e in entries:
         problem = e.rejection
@@ -98,6 +101,7 @@ def prepare_dataset(
             rejections.append(Rejection(e.clip_id, problem[0], problem[1], e.where))
             continue
         passed.append(e)
+        assert e.audio is not None  # the readers give every entry they do not reject its audio file
         st = e.audio.stat()
         name = names[e.clip_id]
         keys[e.clip_id] = clip_key(e.clip_id, st.st_size, st.st_mtime_ns, settings, name)
@@ -153,7 +157,7 @@ def prepare_dataset(
     manifest.place({names[e.clip_id] for e in kept}, (e.clip_id for e in entries if e.audio is not None))
     manifest.save()
 
-    report = _build_report(cfg, root, out_dir, layout, entries, kept, split, results, texts, rejections)
+    report = _build_report(root, out_dir, layout, entries, kept, split, results, texts, rejections)
     report.processed, report.reused = len(jobs), len(results) - len(jobs)
     report.seconds = round(time.monotonic() - started, 2)
     durations = [results[e.clip_id].duration_s for e in kept]
@@ -207,13 +211,16 @@ def _check_cut_share(cfg: DatasetConfig, root: Path, out_dir: Path, cut: int, ch
     )
 
 
-def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, rejections):
+def _transcript_check(cfg: DatasetConfig, kept: list[SourceEntry], texts: dict[str, str], names: dict[str, str],
+                      keys: dict[str, str], out_dir: Path, recognizer: Optional[FileTranscriber],
+                      rejections: list[Rejection]) -> tuple[list[SourceEntry], list[float]]:
     """Reject kept clips the recogniser hears as something else; returns (still kept, CER of every checked clip)."""
     if recognizer is None:
         raise ConfigError("dataset.transcript_check is set but no speech recogniser was loaded; set asr.model "
                           "(or dataset.transcript_check: null)")
     clips = [(e.clip_id, texts[e.clip_id], out_dir / WAVS_DIR / names[e.clip_id], keys[e.clip_id]) for e in kept]
     check = check_transcripts(clips, recognizer, out_dir)
+    assert cfg.transcript_check is not None  # the caller checks only when it is set
     bad = check.mismatches(cfg.transcript_check)
     still = []
     for e in kept:
@@ -229,15 +236,14 @@ def _transcript_check(cfg, kept, texts, names, keys, out_dir, recognizer, reject
 
 
 def _check_paths(cfg: DatasetConfig, out_dir: Path) -> tuple[Path, Path]:
+    problems: list[str] = []
     if cfg.format == "hf":  # a parquet/arrow file or folder, or a Hub id (the reader checks it)
-        problems: list[str] = []
         cfg.check(problems)
         if problems:
             raise ConfigError("; ".join(problems))
         return Path(source_label(cfg)), out_dir.resolve()
     if not cfg.path or not Path(cfg.path).is_dir():
         raise DataError(f"dataset folder '{cfg.path}' does not exist; set dataset.path (or --input) to your dataset")
-    problems: list[str] = []
     cfg.check(problems)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -249,14 +255,16 @@ def _check_paths(cfg: DatasetConfig, out_dir: Path) -> tuple[Path, Path]:
     return root, out
 
 
-def _build_report(cfg, root, out_dir, layout, entries, kept, split, results, texts, rejections) -> PrepareReport:
+def _build_report(root: Path, out_dir: Path, layout: str, entries: list[SourceEntry], kept: list[SourceEntry],
+                  split: Split, results: dict[str, AudioResult], texts: dict[str, str],
+                  rejections: list[Rejection]) -> PrepareReport:
     counts = {reason: 0 for reason in REASONS}
-    examples: dict[str, list[dict]] = {reason: [] for reason in REASONS}
+    examples: dict[str, list[RejectionExample]] = {reason: [] for reason in REASONS}
     for rej in sorted(rejections, key=lambda r: r.clip_id):
         counts[rej.reason] += 1
         if len(examples[rej.reason]) < MAX_EXAMPLES:
-            examples[rej.reason].append({"clip": rej.clip_id, "where": rej.where, "detail": rej.detail})
-    detail: dict[str, dict] = defaultdict(lambda: {"kept": 0, "train": 0, "eval": 0, "hours": 0.0})
+            examples[rej.reason].append(RejectionExample(clip=rej.clip_id, where=rej.where, detail=rej.detail))
+    detail: dict[str, SpeakerDetail] = defaultdict(lambda: SpeakerDetail(kept=0, train=0, eval=0, hours=0.0))
     for e in kept:
         d = detail[e.speaker]
         d["kept"] += 1
@@ -287,16 +295,16 @@ def _build_report(cfg, root, out_dir, layout, entries, kept, split, results, tex
 
 
 def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", *, normalizer: Normalizer,
-                    config: Optional[DatasetConfig] = None, **overrides) -> PrepareReport:
+                    config: Optional[DatasetConfig] = None, allowed_chars: Optional[Callable[[str], bool]] = None,
+                    progress: bool = True, **overrides: object) -> PrepareReport:
     """``python -m xtts_ft prepare --input DIR --out DIR [--format ...] [--config RUN.yaml]``: config from flags,
     then prepare.
 
     ``config``: a run config's dataset section, whose settings apply (but its path and format: those are
     ``input_dir`` and ``fmt``). ``overrides`` are DatasetConfig fields (e.g. ``eval_fraction=0.1``) on top,
-    type-checked like the YAML config, plus the keyword arguments of :func:`prepare_dataset` (allowed_chars,
-    progress). Unknown keys raise ConfigError.
+    type-checked like the YAML config; ``allowed_chars`` and ``progress`` go to :func:`prepare_dataset`. Unknown
+    keys raise ConfigError.
     """
-    passthrough = {k: overrides.pop(k) for k in ("allowed_chars", "progress") if k in overrides}
     if fmt != "hf" and not Path(input_dir).is_dir():
         raise DataError(f"--input '{input_dir}' is not a folder; pass your dataset folder")
     base = {} if config is None else {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
@@ -305,4 +313,5 @@ def prepare_command(input_dir: Path, out_dir: Path, fmt: str = "auto", *, normal
     how = ("set them in the --config file or with --set, e.g. --set dataset.cut_ending_max_share=0.3" if config is not None else
            "prepare takes them from a run config: add --config RUN.yaml (then --set "
            "dataset.cut_ending_max_share=0.3 works too)")
-    return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, settings_from=how, **passthrough)
+    return prepare_dataset(cfg, Path(out_dir), normalizer=normalizer, allowed_chars=allowed_chars, progress=progress,
+                           settings_from=how)

@@ -6,13 +6,14 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypedDict, Union
 
 import numpy as np
 
 from xtts_ft.config import SHORT_TEXT_CHARS, is_short_text
 from xtts_ft.data.reasons import REASONS, Rejection
 from xtts_ft.figures import new_figure
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import DATA_REPORT_PLOT, DATA_REPORT_TEXT, STAGE_REPORT
 from xtts_ft.tempfiles import atomic_write
 
@@ -32,6 +33,78 @@ def pieces_made(made: int, wanted: int, from_clips: int, tried: int) -> str:
     return f"{made} of {wanted} wanted, from {from_clips} training clip(s) ({tried} tried)"
 
 
+# The shapes of the report's parts, as report.json holds them.
+class RejectionExample(TypedDict):
+    clip: str
+    where: str
+    detail: str
+
+
+class SpeakerDetail(TypedDict):
+    kept: int
+    train: int
+    eval: int
+    hours: float
+
+
+class ShortClipShare(TypedDict, total=False):
+    """:func:`short_clip_share`; empty when no clip was kept (every key or none)."""
+
+    clips: int
+    under_2s: int
+    under_2s_share: float
+    short_text: int
+    short_text_share: float
+    min_share: float
+
+
+class SnrSummary(TypedDict, total=False):
+    """:func:`snr_summary`; empty before the audio stage ran. ``median``, ``worst_tenth``, ``min``: when measured."""
+
+    measured: int
+    unmeasured: int
+    min_snr_db: Optional[float]
+    noisy: int
+    median: float
+    worst_tenth: float
+    min: float
+
+
+class PieceRow(TypedDict):
+    file: str  # relative to the prepared folder
+    source: str  # clip id of the training clip it was cut from
+    text: str
+
+
+class ShortPieces(TypedDict, total=False):
+    """What ``dataset.short_clips`` did (data/derived.py ``add_pieces``); empty when prepare did not get that far."""
+
+    setting: Union[float, str]  # dataset.short_clips: a share, "auto" or "off"
+    wanted: int
+    why: str
+    made: int
+    from_clips: int
+    clips_tried: int
+    dropped: dict[str, int]  # reason -> candidates
+    pieces: list[PieceRow]
+
+
+class DatasetSummary(TypedDict):
+    """One dataset of a run that mixes several (data/multi.py)."""
+
+    name: str
+    path: str
+    layout: str
+    language: str
+    total: int
+    kept: int
+    kept_train: int
+    kept_eval: int
+    hours: float
+    rejected_total: int
+    rejected: dict[str, int]  # reasons with clips only
+    folder: str
+
 
 @dataclass
 class PrepareReport:
@@ -49,29 +122,28 @@ class PrepareReport:
     total: int = 0  # clips (entries) the dataset names
     processed: int = 0  # clips whose audio was decoded this run
     reused: int = 0  # clips whose previous result came from the cache
-    examples: dict[str, list[dict]] = field(default_factory=dict)  # reason -> [{clip, where, detail}]
-    speaker_detail: dict[str, dict] = field(default_factory=dict)  # speaker -> {kept, train, eval, hours}
+    examples: dict[str, list[RejectionExample]] = field(default_factory=dict)  # reason -> the first few
+    speaker_detail: dict[str, SpeakerDetail] = field(default_factory=dict)
     speakers_without_eval: list[str] = field(default_factory=list)
     duration_stats: dict[str, float] = field(default_factory=dict)  # seconds, kept clips
     chars_per_second_stats: dict[str, float] = field(default_factory=dict)  # kept clips
     transcript_cer_stats: dict[str, float] = field(default_factory=dict)  # every clip dataset.transcript_check heard
-    short_clips: dict = field(default_factory=dict)  # kept clips under 2 s / with short texts: see short_clip_share
-    # pieces made from training clips (dataset.short_clips, data/derived.py): setting, wanted, made, from_clips,
-    # clips_tried, dropped {reason: count}, pieces [{file, source, text}], why; counted in short_clips above
-    short_pieces: dict = field(default_factory=dict)
+    # kept clips under 2 s / with short texts: see short_clip_share
+    short_clips: ShortClipShare = field(default_factory=ShortClipShare)
+    # pieces made from training clips (dataset.short_clips, data/derived.py); counted in short_clips above
+    short_pieces: ShortPieces = field(default_factory=ShortPieces)
     # the SNR estimates of the clips that passed the audio stage (kept and noisy alike): see snr_summary
-    snr: dict = field(default_factory=dict)
-    snr_values: list = field(default_factory=list, repr=False)  # those estimates; not in report.json (multi.py)
+    snr: SnrSummary = field(default_factory=SnrSummary)
+    snr_values: list[float] = field(default_factory=list, repr=False)  # those estimates; not in report.json (multi.py)
     seconds: float = 0.0  # wall-clock time of the run
-    # several datasets in one run (data/multi.py): one dict each, {name, path, layout, language, total, kept,
-    # kept_train, kept_eval, hours, rejected_total, rejected, folder}; empty for a single dataset
-    datasets: list[dict] = field(default_factory=list)
+    # several datasets in one run (data/multi.py): one summary each; empty for a single dataset
+    datasets: list[DatasetSummary] = field(default_factory=list)
 
     @property
     def rejected_total(self) -> int:
         return sum(self.rejected.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JsonObject:
         d = dataclasses.asdict(self)
         d.pop("snr_values")
         d["rejected_total"] = self.rejected_total
@@ -110,8 +182,8 @@ class PrepareReport:
         ranked = sorted(self.speaker_detail.items(), key=lambda kv: (-kv[1]["kept"], kv[0]))
         if ranked:
             lines.append(f"Speakers ({len(ranked)}):")
-        for name, d in ranked[:10]:
-            lines.append(f"  {name}: {d['kept']} clips ({d['train']} train, {d['eval']} eval, {d['hours']:.2f} h)")
+        for name, sd in ranked[:10]:
+            lines.append(f"  {name}: {sd['kept']} clips ({sd['train']} train, {sd['eval']} eval, {sd['hours']:.2f} h)")
         if len(ranked) > 10:
             lines.append(f"  ... and {len(ranked) - 10} more speaker(s), see report.json")
         if self.speakers_without_eval:
@@ -179,9 +251,9 @@ class PrepareReport:
         s = self.short_clips
         if not s.get("clips"):
             return None
-        low = [f"{s[key + '_share']:.1%} of clips are under {what}" for key, what in
-               (("under_2s", f"{SHORT_CLIP_S:g} s"), ("short_text", f"{SHORT_TEXT_CHARS} characters"))
-               if s[key + "_share"] < s["min_share"]]
+        low = [f"{share:.1%} of clips are under {what}" for share, what in
+               ((s["under_2s_share"], f"{SHORT_CLIP_S:g} s"), (s["short_text_share"], f"{SHORT_TEXT_CHARS} characters"))
+               if share < s["min_share"]]
         if not low:
             return None
         return (f"too few short clips for short inputs to work: {' and '.join(low)} (want at least "
@@ -215,18 +287,19 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def snr_summary(values: list[float], unmeasured: int, min_snr_db: Optional[float], noisy: int) -> dict:
+def snr_summary(values: list[float], unmeasured: int, min_snr_db: Optional[float], noisy: int) -> SnrSummary:
     """The report's ``snr``: how many clips were measured (and how many gave no estimate), the median, the worst
     tenth (10th percentile), the lowest, the threshold and the clips rejected as noisy."""
-    out: dict = {"measured": len(values), "unmeasured": unmeasured, "min_snr_db": min_snr_db, "noisy": noisy}
+    out = SnrSummary(measured=len(values), unmeasured=unmeasured, min_snr_db=min_snr_db, noisy=noisy)
     if values:
         a = np.asarray(values, dtype=np.float64)
-        out.update(median=round(float(np.median(a)), 1), worst_tenth=round(float(np.percentile(a, 10)), 1),
-                   min=round(float(a.min()), 1))
+        out["median"] = round(float(np.median(a)), 1)
+        out["worst_tenth"] = round(float(np.percentile(a, 10)), 1)
+        out["min"] = round(float(a.min()), 1)
     return out
 
 
-def short_clip_share(durations: list[float], texts: list[str], min_share: float) -> dict:
+def short_clip_share(durations: list[float], texts: list[str], min_share: float) -> ShortClipShare:
     """Counts and shares of kept clips under SHORT_CLIP_S seconds and with a short text (``is_short_text``)."""
     n = len(durations)
     short_s = sum(1 for d in durations if d < SHORT_CLIP_S)
@@ -241,19 +314,16 @@ def short_clip_share(durations: list[float], texts: list[str], min_share: float)
     }
 
 
-def combine_short_clips(parts: list[dict]) -> dict:
+def combine_short_clips(parts: list[ShortClipShare]) -> ShortClipShare:
     """Several datasets' short_clip_share dicts as one (counts summed; the strictest min_share)."""
     parts = [p for p in parts if p.get("clips")]
     if not parts:
         return {}
     n = sum(p["clips"] for p in parts)
-    out = {"clips": n}
-    for key in ("under_2s", "short_text"):
-        out[key] = sum(p[key] for p in parts)
-        out[key + "_share"] = round(out[key] / n, 4)
-    out["min_share"] = max(p["min_share"] for p in parts)
-    return {k: out[k] for k in ("clips", "under_2s", "under_2s_share", "short_text", "short_text_share",
-                                "min_share")}
+    under_2s = sum(p["under_2s"] for p in parts)
+    short_text = sum(p["short_text"] for p in parts)
+    return ShortClipShare(clips=n, under_2s=under_2s, under_2s_share=round(under_2s / n, 4), short_text=short_text,
+                          short_text_share=round(short_text / n, 4), min_share=max(p["min_share"] for p in parts))
 
 
 def write_reports(

@@ -57,7 +57,7 @@ def run_jobs(
                                    initializer=ignore_stop_signals)
         try:
             todo = iter(jobs)
-            pending: set[Future] = set()
+            pending: set[Future[AudioResult]] = set()
             with held_while_starting_workers():  # the first submits start the workers
                 for job in todo:
                     pending.add(pool.submit(process_audio, job))
@@ -70,8 +70,8 @@ def run_jobs(
                     bar.update()
                 for _ in done:
                     raise_if_stopped("prepare")  # after every finished result is stored: none is lost
-                    job = next(todo, None)
-                    if job is not None:
-                        pending.add(pool.submit(process_audio, job))
+                    following = next(todo, None)
+                    if following is not None:
+                        pending.add(pool.submit(process_audio, following))
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

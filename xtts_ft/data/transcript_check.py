@@ -20,6 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, Sequence
 
 from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
@@ -30,7 +31,15 @@ log = logging.getLogger(__name__)
 CACHE_FILE = "transcript_check.json"
 
 
-def recognizer_identity(recognizer) -> str:
+class FileTranscriber(Protocol):
+    """What the check needs of a speech recogniser (``xtts_ft.asr.Recognizer``, a layer above this one)."""
+
+    folder: Path  # the model folder
+
+    def transcribe_files(self, paths: Sequence[str | Path], refuse_short: bool = False) -> list[str]: ...
+
+
+def recognizer_identity(recognizer: FileTranscriber) -> str:
     """What the cache is keyed on: the model folder (a hub snapshot path names its commit) and its weights."""
     folder = Path(recognizer.folder).resolve()
     parts = [str(folder)]
@@ -55,7 +64,7 @@ class TranscriptCheck:
 
 
 def check_transcripts(
-    clips: list[tuple[str, str, Path, str]], recognizer, out_dir: Path, batch: int = 64
+    clips: list[tuple[str, str, Path, str]], recognizer: FileTranscriber, out_dir: Path, batch: int = 64
 ) -> TranscriptCheck:
     """``clips``: (clip id, normalised transcript, prepared wav, audio cache key) of every clip to check."""
     cache_path = Path(out_dir) / CACHE_FILE

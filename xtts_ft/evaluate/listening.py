@@ -45,9 +45,16 @@ LISTENING_NOTE = f"{QUALITY_NOTE} {TAIL_NOTE}"
 
 
 class ClipScores(Protocol):
-    mos: Optional[float]
-    snr_db: Optional[float]
-    tail_s: Optional[float]
+    """What a listener found in one clip; read only (assess's Heard is a frozen dataclass)."""
+
+    @property
+    def mos(self) -> Optional[float]: ...
+
+    @property
+    def snr_db(self) -> Optional[float]: ...
+
+    @property
+    def tail_s(self) -> Optional[float]: ...
 
 
 class SampleListener(Protocol):

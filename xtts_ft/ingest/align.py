@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torchaudio.functional as F
 
-from xtts_ft.ingest.analysis import Analysis
+from xtts_ft.ingest.analysis import Analysis, LogProbs
 from xtts_ft.ingest.text_units import TextUnit
 from xtts_ft.stop_signals import raise_if_stopped
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 FIRST_FRAMES_PER_LETTER = 3.0  # a guess for the first window (40 ms frames, ~8 letters per second)
 SLACK_S = 10.0  # extra audio each window gets beyond the expected length of its sentences
 STAR_PENALTY = 1.0  # log-probability cost per frame of the wildcard that absorbs audio past a window's text
+
+# One unit as forced alignment placed it, in frames of the aligned stretch: (start, end, score, word spans).
+Placement = tuple[int, int, float, list[tuple[int, int]]]
 
 
 @dataclass
@@ -57,17 +61,18 @@ def _needed_frames(targets: list[int]) -> int:
     return len(targets) + sum(1 for a, b in zip(targets, targets[1:]) if a == b)
 
 
-def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
+def _force(log_probs: LogProbs, units: list[TextUnit],
+           blank: int) -> Optional[tuple[list[Placement], float]]:
     """Align ``units`` (in order) to all of ``log_probs``: per unit (start, end, score, word spans), and the
     log-likelihood of the whole path (blank frames included); None when the letters need more frames."""
     targets: list[int] = []
-    bounds = []
+    bounds: list[tuple[int, int]] = []
     for u in units:
         bounds.append((len(targets), len(targets) + len(u.targets)))
         targets.extend(u.targets)
     if _needed_frames(targets) + 1 > len(log_probs):
         return None
-    frames = log_probs.astype(np.float32)
+    frames: npt.NDArray[np.float32] = log_probs.astype(np.float32)
     # The wildcard: one more class, on each frame STAR_PENALTY (log) below that frame's best class. Put
     # after the sentences, it soaks up the rest of the window (the next sentences' speech) more cheaply
     # than stretching the last letter over it, so the window may hold more audio than its text; the
@@ -80,10 +85,10 @@ def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
         warnings.simplefilter("ignore")
         path, scores = F.forced_align(emission, torch.tensor([targets], dtype=torch.int32), blank=blank)
         spans = F.merge_tokens(path[0], scores[0].exp(), blank=blank)
-    out = []
+    out: list[Placement] = []
     for u, (a, b) in zip(units, bounds):
         mine = spans[a:b]
-        words = []
+        words: list[tuple[int, int]] = []
         starts = u.word_starts + [len(u.targets) + 1]
         for w0, w1 in zip(starts, starts[1:]):
             letters = mine[w0: w1 - 1] if w1 - 1 <= len(mine) else mine[w0:]
@@ -94,11 +99,12 @@ def _force(log_probs: np.ndarray, units: list[TextUnit], blank: int):
 
 
 def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s: float, min_score: float,
-                progress=None, stage: str = "ingest: aligning the text") -> list[AlignedUnit]:
+                progress: Optional[Callable[[int], object]] = None,
+                stage: str = "ingest: aligning the text") -> list[AlignedUnit]:
     """Every unit aligned (or marked missing), in text order; ``stage``: what a stop (SIGINT/SIGTERM) noticed here
     says it interrupted (prepare's short pieces align too)."""
     result = [AlignedUnit(u) for u in units]
-    todo = []
+    todo: list[AlignedUnit] = []
     for r in result:
         if r.unit.targets:
             todo.append(r)
@@ -108,7 +114,8 @@ def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s:
     window = int(window_s / analysis.frame_s)
     slack = int(SLACK_S / analysis.frame_s)
     rate = FIRST_FRAMES_PER_LETTER
-    cursor, i, limit = 0, 0, None
+    cursor, i = 0, 0
+    limit: Optional[int] = None
     while i < len(todo):
         raise_if_stopped(stage)
         group = [todo[i]]
@@ -137,30 +144,32 @@ def align_units(units: list[TextUnit], analysis: Analysis, blank: int, window_s:
     return result
 
 
-def _align_group(group, log_probs, start, end, blank, min_score) -> Optional[bool]:
+def _align_group(group: list[AlignedUnit], log_probs: LogProbs, start: int, end: int, blank: int,
+                 min_score: float) -> Optional[bool]:
     """Fill ``group``'s alignment from frames [start, end); None when they do not fit in the audio left."""
     units = [g.unit for g in group]
-    placed = _force(log_probs[start:end], units, blank)
-    if placed is None:
+    forced = _force(log_probs[start:end], units, blank)
+    if forced is None:
         return None
     keep = list(group)
-    kept, best = _drop_missing(keep, units, placed, log_probs[start:end], blank, min_score)
-    if kept is not None:  # every remaining sentence fits its audio once the missing ones are left out
+    placed = forced[0]
+    without = _drop_missing(keep, forced, log_probs[start:end], blank, min_score)
+    if without is not None:  # every remaining sentence fits its audio once the missing ones are left out
+        kept, best = without
         for g in keep:
             if all(g is not k for k in kept):
                 g.missing = "text_without_audio: the recording does not say this sentence"
                 log.info("sentence %d not found in the audio: %s", g.unit.index + 1, g.unit.text[:60])
         keep, placed = kept, best
-    else:
-        placed = placed[0]
     for g, (s, e, score, words) in zip(keep, placed):
         g.start, g.end, g.score = start + s, start + e, score
         g.word_spans = [(start + a, start + b) for a, b in words]
     return True
 
 
-def _drop_missing(keep, units, placed, log_probs, blank, min_score):
-    """The group's sentences that have audio and their alignment; (None, None) when none is missing.
+def _drop_missing(keep: list[AlignedUnit], placed: tuple[list[Placement], float], log_probs: LogProbs,
+                  blank: int, min_score: float) -> Optional[tuple[list[AlignedUnit], list[Placement]]]:
+    """The group's sentences that have audio and their alignment; None when none is missing.
 
     A sentence the audio does not say scores far below its neighbours, and forcing its letters onto
     frames that do not hold them costs the whole path likelihood a lot; leaving out a sentence that
@@ -173,7 +182,7 @@ def _drop_missing(keep, units, placed, log_probs, blank, min_score):
         low = [k for k in range(len(current)) if current_placed[k][2] < min_score]
         if not low or len(current) < 2:
             break
-        trials = []
+        trials: list[tuple[float, list[AlignedUnit], list[Placement]]] = []
         for k in low:
             rest = current[:k] + current[k + 1:]
             again = _force(log_probs, [g.unit for g in rest], blank)
@@ -183,5 +192,5 @@ def _drop_missing(keep, units, placed, log_probs, blank, min_score):
             break
         likelihood, current, current_placed = max(trials, key=lambda t: t[0])
     if len(current) == len(keep):
-        return None, None
+        return None
     return current, current_placed

@@ -17,17 +17,26 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from xtts_ft.ingest.source_audio import RATE, SourceFile, read_blocks
 from xtts_ft.quality.voice_activity import WINDOW as VAD_WINDOW
 from xtts_ft.text import fold_homophones
 
+if TYPE_CHECKING:
+    from xtts_ft.asr.recognizer import Recognizer
+
 CHUNK_S = 30.0
 CONTEXT_S = 2.0
 VAD_CONTEXT = 32 * VAD_WINDOW  # about one second re-read before each call
+
+# (frames, vocab) CTC log-probabilities: float16 from the pass over long recordings, float32 for one clip
+# (short_pieces.WordAligner); alignment reads either.
+LogProbs = Union[npt.NDArray[np.float16], npt.NDArray[np.float32]]
 
 
 @dataclass
@@ -35,10 +44,10 @@ class Analysis:
     """What the pass measured. Frame ``f`` of file ``i`` is global frame ``file_frames[i] + f``."""
 
     frame_s: float  # seconds per recogniser frame
-    log_probs: np.ndarray  # (frames, vocab) float16, all files end to end
+    log_probs: LogProbs  # all files end to end
     file_frames: list[int]  # first global frame of each file
     sources: list[SourceFile]
-    vad_probs: list[np.ndarray] = field(default_factory=list)  # per file, one per 32 ms window
+    vad_probs: list[npt.NDArray[np.float32]] = field(default_factory=list)  # per file, one per 32 ms window
     blocks_read: int = 0
 
     def file_of(self, frame: int) -> int:
@@ -60,13 +69,13 @@ class Analysis:
         return self.file_frames[nxt] if nxt < len(self.file_frames) else len(self.log_probs)
 
 
-def homophone_columns(vocab: dict[str, int]) -> list[tuple[int, int]]:
+def homophone_columns(vocab: Mapping[str, int]) -> list[tuple[int, int]]:
     """(unfolded id, folded id) for each vocabulary letter that folds to another letter in the vocabulary."""
     return [(i, vocab[fold_homophones(t)]) for t, i in vocab.items()
             if len(t) == 1 and fold_homophones(t) != t and fold_homophones(t) in vocab]
 
 
-def fold_columns(log_probs: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+def fold_columns(log_probs: npt.NDArray[np.float32], pairs: list[tuple[int, int]]) -> npt.NDArray[np.float32]:
     """Add each unfolded letter's probability into its folded letter's (in place; the unfolded one -> -inf)."""
     for src, dst in pairs:
         log_probs[:, dst] = np.logaddexp(log_probs[:, dst], log_probs[:, src])
@@ -77,23 +86,23 @@ def fold_columns(log_probs: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndar
 class _EmissionStream:
     """Chunked CTC log-probabilities of one file from its 16 kHz blocks."""
 
-    def __init__(self, recognizer, samples_per_frame: int) -> None:
+    def __init__(self, recognizer: Recognizer, samples_per_frame: int) -> None:
         self.rec = recognizer
         self.fold = homophone_columns(recognizer.processor.tokenizer.get_vocab())
         self.spf = samples_per_frame
         self.core = int(CHUNK_S * RATE) // self.spf * self.spf
         self.ctx = int(CONTEXT_S * RATE) // self.spf * self.spf
-        self.buf = np.zeros(0, np.float32)
+        self.buf: npt.NDArray[np.float32] = np.zeros(0, np.float32)
         self.buf_start = 0  # sample index (in the file) of buf[0]
         self.next_core = 0
-        self.frames: list[np.ndarray] = []
+        self.frames: list[npt.NDArray[np.float16]] = []
 
-    def feed(self, block: np.ndarray) -> None:
+    def feed(self, block: npt.NDArray[np.float32]) -> None:
         self.buf = np.concatenate([self.buf, block])
         while self.buf_start + len(self.buf) >= self.next_core + self.core + self.ctx:
             self._emit(self.next_core + self.core)
 
-    def finish(self) -> np.ndarray:
+    def finish(self) -> npt.NDArray[np.float16]:
         total = self.buf_start + len(self.buf)
         while self.next_core < total:
             self._emit(min(total, self.next_core + self.core))
@@ -120,14 +129,14 @@ class _EmissionStream:
 class _VadStream:
     """silero-vad speech probability per 32 ms window of one file."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: torch.jit.ScriptModule) -> None:
         self.model = model
-        self.buf = np.zeros(0, np.float32)
+        self.buf: npt.NDArray[np.float32] = np.zeros(0, np.float32)
         self.buf_start = 0
         self.pos = 0  # samples already turned into windows
-        self.probs: list[np.ndarray] = []
+        self.probs: list[npt.NDArray[np.float32]] = []
 
-    def feed(self, block: np.ndarray, last: bool = False) -> None:
+    def feed(self, block: npt.NDArray[np.float32], last: bool = False) -> None:
         self.buf = np.concatenate([self.buf, block])
         end = self.buf_start + len(self.buf)
         n_new = (end - self.pos) // VAD_WINDOW
@@ -143,12 +152,12 @@ class _VadStream:
         self.buf = self.buf[keep_from - self.buf_start:]
         self.buf_start = keep_from
 
-    def finish(self) -> np.ndarray:
+    def finish(self) -> npt.NDArray[np.float32]:
         self.feed(np.zeros(0, np.float32), last=True)
         return np.concatenate(self.probs) if self.probs else np.zeros(0, np.float32)
 
 
-def log_probs_of(recognizer, audio: np.ndarray) -> np.ndarray:
+def log_probs_of(recognizer: Recognizer, audio: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """(frames, vocab) float32 CTC log-probabilities of one 16 kHz clip."""
     inputs = recognizer.processor.feature_extractor(
         [audio], sampling_rate=RATE, return_attention_mask=True, return_tensors="pt"
@@ -156,20 +165,26 @@ def log_probs_of(recognizer, audio: np.ndarray) -> np.ndarray:
     inputs = {k: v.to(recognizer.device) for k, v in inputs.items()}
     with torch.inference_mode():
         logits = recognizer.model(**inputs).logits[0]
-    return torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+    log_probs: npt.NDArray[np.float32] = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+    return log_probs
 
 
-def samples_per_frame(recognizer) -> int:
+def samples_per_frame(recognizer: Recognizer) -> int:
     """Input samples per output frame, measured on 30 s of silence and snapped to the 10 ms hop."""
     n = len(log_probs_of(recognizer, np.zeros(int(CHUNK_S * RATE), np.float32)))
     hop = RATE // 100
     return max(hop, int(round(CHUNK_S * RATE / n / hop)) * hop)
 
 
-def analyse(sources: Sequence[SourceFile], recognizer, block_s: float, vad_model=None, progress=None) -> Analysis:
+def analyse(sources: Sequence[SourceFile], recognizer: Recognizer, block_s: float,
+            vad_model: Optional[torch.jit.ScriptModule] = None,
+            progress: Optional[Callable[[float], object]] = None) -> Analysis:
     """Log-probabilities (and VAD probabilities when ``vad_model`` is given) of every file, block by block."""
     spf = samples_per_frame(recognizer)
-    arrays, starts, vads, blocks = [], [], [], 0
+    arrays: list[npt.NDArray[np.float16]] = []
+    starts: list[int] = []
+    vads: list[npt.NDArray[np.float32]] = []
+    blocks = 0
     total = 0
     for source in sources:
         emissions = _EmissionStream(recognizer, spf)

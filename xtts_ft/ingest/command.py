@@ -20,7 +20,8 @@ import logging
 import signal
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from tqdm import tqdm
 
@@ -31,13 +32,16 @@ from xtts_ft.ingest.analysis import Analysis, analyse
 from xtts_ft.ingest.clips import Clip, Piece, plan_clips, split_long
 from xtts_ft.ingest.endings import settle_endings
 from xtts_ft.ingest.gaps import guard_unclaimed_speech, reject_overfull
-from xtts_ft.ingest.output import IngestReport, write_dataset
-from xtts_ft.ingest.source_audio import IngestError, open_sources
+from xtts_ft.ingest.output import IngestReport, LostText, SubtitleOffset, UnreadCueRow, write_dataset
+from xtts_ft.ingest.source_audio import IngestError, SourceFile, open_sources
 from xtts_ft.ingest.subtitles import UnreadCue, fit_offset, read_cues
 from xtts_ft.ingest.text_units import Speller, split_sentences
 from xtts_ft.ingest.vad import load_vad_model, pauses, snap_to_pause, speech_regions, transcribe_frames
 from xtts_ft.output_folder import ADD, REFUSE, check_output, staged_output
 from xtts_ft.stop_signals import StopSignals, raise_if_stopped
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +63,16 @@ def _seconds_in_file(analysis: Analysis, frame: int) -> tuple[int, float]:
     return file, (frame - analysis.file_frames[file]) * analysis.frame_s
 
 
-def pieces_from_alignment(aligned: list[AlignedUnit], analysis: Analysis, method: str = "alignment"):
+def pieces_from_alignment(aligned: list[AlignedUnit], analysis: Analysis,
+                          method: str = "alignment") -> tuple[list[Piece], list[Clip], list[LostText]]:
     """Pieces of the found sentences, clips rejected for crossing files, and the sentences not found."""
-    pieces, rejected, lost = [], [], []
+    pieces: list[Piece] = []
+    rejected: list[Clip] = []
+    lost: list[LostText] = []
     joinable = True
     for a in aligned:
         if not a.found:
-            lost.append({"sentence": a.unit.index + 1, "text": a.unit.text, "why": a.missing})
+            lost.append(LostText(sentence=a.unit.index + 1, text=a.unit.text, why=a.missing))
             joinable = False
             continue
         file, start = _seconds_in_file(analysis, a.start)
@@ -86,7 +93,8 @@ def pieces_from_alignment(aligned: list[AlignedUnit], analysis: Analysis, method
     return pieces, rejected, lost
 
 
-def _text_clips(cfg: Config, analysis: Analysis, recognizer, text: str, report: IngestReport) -> list[Clip]:
+def _text_clips(cfg: Config, analysis: Analysis, recognizer: Recognizer, text: str,
+                report: IngestReport) -> list[Clip]:
     speller = Speller.for_recognizer(recognizer)
     units = speller.units(split_sentences(text))
     for u in units:
@@ -103,9 +111,9 @@ def _text_clips(cfg: Config, analysis: Analysis, recognizer, text: str, report: 
     return rejected + clips
 
 
-def _vad_clips(cfg: Config, analysis: Analysis, recognizer) -> list[Clip]:
+def _vad_clips(cfg: Config, analysis: Analysis, recognizer: Recognizer) -> list[Clip]:
     d, ing = cfg.dataset, cfg.ingest
-    pieces = []
+    pieces: list[Piece] = []
     for file, probs in enumerate(analysis.vad_probs):
         for region in speech_regions(probs, ing.vad_threshold, ing.min_pause_s, file):
             for part in split_long(region, d.max_duration_s):
@@ -116,18 +124,25 @@ def _vad_clips(cfg: Config, analysis: Analysis, recognizer) -> list[Clip]:
                       ing.max_pad_s, None, machine=True)
 
 
-def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, report: IngestReport) -> list[Clip]:
+def _cue(a: AlignedUnit) -> tuple[float, float]:
+    """The (start, end) of the subtitle cue a unit was made from (every unit of _subtitle_clips has one)."""
+    assert a.unit.cue is not None
+    return a.unit.cue
+
+
+def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer: Recognizer, path: Path,
+                    report: IngestReport) -> list[Clip]:
     d, ing = cfg.dataset, cfg.ingest
     unread: list[UnreadCue] = []
     cues = read_cues(path, unread)
-    report.unread_cues = [{"line": u.line, "timing": u.timing, "text": u.text} for u in unread]
+    report.unread_cues = [UnreadCueRow(line=u.line, timing=u.timing, text=u.text) for u in unread]
     for u in unread:
         log.warning("%s:%d: cue timing cannot be read (%s); its text is left out: %s", path, u.line, u.timing, u.text)
     speller = Speller.for_recognizer(recognizer)
     units = [speller.unit(i, c.text, (c.start, c.end)) for i, c in enumerate(cues)]
     aligned = align_units(units, analysis, recognizer.blank_id, ing.window_s, ing.min_score)
     good = [a for a in aligned if a.found and a.score >= ing.min_score]
-    fit = fit_offset([a.unit.cue for a in good],
+    fit = fit_offset([_cue(a) for a in good],
                      [(analysis.time_of(a.start), analysis.time_of(a.end)) for a in good])
     usable = fit is not None and abs(fit.offset_s) <= ing.max_subtitle_offset_s
     if fit is None:
@@ -136,19 +151,22 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
         summary = (f"speech is {fit.offset_s:+.2f} s from the cues (drift {fit.drift_s_per_hour:+.2f} s per hour, "
                    f"from {fit.cues_used} cues, median residual {fit.residual_s:.2f} s)")
         summary += "; corrected" if usable else "; NOT corrected (over ingest.max_subtitle_offset_s)"
-    report.subtitle_offset = {"summary": summary, "corrected": usable,
-                              **({} if fit is None else {"offset_s": round(fit.offset_s, 3),
-                                                         "drift_s_per_hour": round(fit.drift_s_per_hour, 3),
-                                                         "cues_used": fit.cues_used,
-                                                         "residual_s": round(fit.residual_s, 3)})}
+    found = SubtitleOffset(summary=summary, corrected=usable)
+    if fit is not None:
+        found["offset_s"] = round(fit.offset_s, 3)
+        found["drift_s_per_hour"] = round(fit.drift_s_per_hour, 3)
+        found["cues_used"] = fit.cues_used
+        found["residual_s"] = round(fit.residual_s, 3)
+    report.subtitle_offset = found
     log.info("subtitles: %s", summary)
-    pieces, lost = [], []
+    pieces: list[Piece] = []
+    lost: list[LostText] = []
     for a in aligned:
-        c0, c1 = a.unit.cue
-        shift = fit.at((c0 + c1) / 2) if usable else 0.0
+        c0, c1 = _cue(a)
+        shift = fit.at((c0 + c1) / 2) if fit is not None and usable else 0.0
         t0, t1 = c0 + shift, c1 + shift
         if not a.found:
-            lost.append({"sentence": a.unit.index + 1, "text": a.unit.text, "why": a.missing})
+            lost.append(LostText(sentence=a.unit.index + 1, text=a.unit.text, why=a.missing))
         if a.found and usable and a.score >= ing.min_score:  # where the speech is, not where a (clipped) cue says
             t0, t1 = analysis.time_of(a.start), analysis.time_of(a.end)
         file = analysis.file_of(analysis.frame_of(t0))
@@ -175,7 +193,7 @@ def _subtitle_clips(cfg: Config, analysis: Analysis, recognizer, path: Path, rep
 class IngestStopSignals(StopSignals):
     """The project's stop handler, with what a stop means for ingest in its log line."""
 
-    def _handle(self, signum: int, frame) -> None:
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self.requested:
             log.warning("%s received: stopping ingest; the --out folder is left as it was (send it again to stop "
                         "at once)", signal.Signals(signum).name)
@@ -185,7 +203,7 @@ class IngestStopSignals(StopSignals):
 
 
 def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optional[Path] = None,
-           subtitles: Optional[Path] = None, speaker: Optional[str] = None, recognizer=None,
+           subtitles: Optional[Path] = None, speaker: Optional[str] = None, recognizer: Optional[Recognizer] = None,
            on_existing: str = REFUSE) -> IngestReport:
     """Turn long recordings into a coqui-layout dataset in ``out_dir``; return the report.
 
@@ -198,7 +216,8 @@ def ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Option
 
 
 def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optional[Path],
-            subtitles: Optional[Path], speaker: Optional[str], recognizer, on_existing: str) -> IngestReport:
+            subtitles: Optional[Path], speaker: Optional[str], recognizer: Optional[Recognizer],
+            on_existing: str) -> IngestReport:
     started = time.monotonic()
     if text is not None and subtitles is not None:
         raise IngestError("--text and --subtitles: give one of them (the text the audio reads, or its subtitles)")
@@ -220,12 +239,12 @@ def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optio
         vad_model = load_vad_model()
     analysis = _analyse(sources, recognizer, cfg.ingest.block_s, vad_model)
     report = IngestReport(mode=mode, out_dir=str(out_dir), blocks_read=analysis.blocks_read)
-    if mode == "text":
+    if text_body is not None:  # mode text
         clips = _text_clips(cfg, analysis, recognizer, text_body, report)
-    elif mode == "vad":
-        clips = _vad_clips(cfg, analysis, recognizer)
-    else:
+    elif subtitles is not None:
         clips = _subtitle_clips(cfg, analysis, recognizer, Path(subtitles), report)
+    else:
+        clips = _vad_clips(cfg, analysis, recognizer)
     clips.sort(key=lambda c: (c.file, c.start))
     report.endings_moved = settle_endings(clips, sources, cfg.dataset)  # no clip ends inside a word
     kept = sum(c.rejection is None for c in clips)
@@ -241,20 +260,22 @@ def _ingest(cfg: Config, audio: Sequence[str | Path], out_dir: Path, text: Optio
 
 
 def _no_clips_message(clips: list[Clip], report: IngestReport, out_dir: Path) -> str:
+    rejections = [c.rejection for c in clips if c.rejection is not None]  # every clip: none was kept
     reasons: dict[str, int] = {}
-    for c in clips:
-        reasons[c.rejection[0]] = reasons.get(c.rejection[0], 0) + 1
+    for reason, _ in rejections:
+        reasons[reason] = reasons.get(reason, 0) + 1
     why = ", ".join(f"{n} rejected as {r}" for r, n in sorted(reasons.items())) or "no speech was found"
-    if clips:
-        most = max(reasons, key=reasons.get)
-        why += f"; the first {most}: {next(c.rejection[1] for c in clips if c.rejection[0] == most)}"
+    if rejections:
+        most = max(reasons, key=lambda r: reasons[r])
+        why += f"; the first {most}: {next(detail for reason, detail in rejections if reason == most)}"
     if report.text_without_audio:
         why += f"; {len(report.text_without_audio)} sentence(s) of the text not found in the audio"
     return (f"no clips made ({why}); nothing was written to {out_dir}. Check that the audio is the reading of "
             f"the text (or lower ingest.min_score)")
 
 
-def _analyse(sources, recognizer, block_s, vad_model) -> Analysis:
+def _analyse(sources: list[SourceFile], recognizer: Recognizer, block_s: float,
+             vad_model: Optional[torch.jit.ScriptModule]) -> Analysis:
     total = sum(s.duration_s for s in sources)
     with tqdm(total=round(total, 1), unit="s audio", desc="ingest: listening", leave=False) as bar:
 

@@ -16,12 +16,17 @@ stretched over speech its text does not have).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from xtts_ft.ingest.analysis import Analysis
 from xtts_ft.ingest.clips import Clip, Piece
 from xtts_ft.ingest.vad import transcribe_frames
 from xtts_ft.text import normalize_text
+
+if TYPE_CHECKING:
+    from xtts_ft.asr.recognizer import Recognizer
 
 JOIN_S = 0.25  # letters closer than this belong to one stretch of speech (breaks inside a word or phrase)
 EDGE_S = 0.2  # an alignment's edges may be this far off the speech they found
@@ -51,9 +56,9 @@ def _uncovered(span: tuple[float, float], covered: list[tuple[float, float]]) ->
     return parts
 
 
-def guard_unclaimed_speech(pieces: list[Piece], analysis: Analysis, recognizer, method: str) -> list[Clip]:
+def guard_unclaimed_speech(pieces: list[Piece], analysis: Analysis, recognizer: Recognizer, method: str) -> list[Clip]:
     """Fence every piece off from unclaimed speech next to it; return that speech as rejected clips."""
-    rejected = []
+    rejected: list[Clip] = []
     for file in range(len(analysis.sources)):
         mine = sorted((p for p in pieces if p.file == file), key=lambda p: p.start)
         covered = [(p.start - EDGE_S, p.end + EDGE_S) for p in mine]
@@ -87,7 +92,7 @@ def letters(text: str) -> int:
     return sum(ch.isalpha() for ch in text)
 
 
-def reject_overfull(clips: list[Clip], analysis: Analysis, recognizer) -> None:
+def reject_overfull(clips: list[Clip], analysis: Analysis, recognizer: Recognizer) -> None:
     """Reject a kept clip in which the recogniser hears much more than its text says.
 
     The forced alignment of a sentence can stretch over speech beside it that has no text (a sentence

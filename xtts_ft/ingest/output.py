@@ -15,8 +15,10 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypedDict
 
+import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 
 from xtts_ft.data.audio import to_pcm16
@@ -29,21 +31,67 @@ from xtts_ft.tempfiles import atomic_write
 SEGMENTS_HEADER = ["clip_file", "source_file", "start_s", "end_s", "score", "method"]
 
 
+# The shapes of the report's parts, as ingest_report.json holds them.
+class SourceSummary(TypedDict):
+    path: str
+    hours: float
+    clips: int
+    rejected: int
+    hours_kept: float
+
+
+class RejectedClip(TypedDict):
+    source: str  # the recording
+    start_s: float
+    end_s: float
+    reason: str
+    detail: str
+    text: str
+
+
+class LostText(TypedDict):
+    """A sentence (or cue) of the text for which no audio was found."""
+
+    sentence: int  # 1-based
+    text: str
+    why: Optional[str]
+
+
+class UnreadCueRow(TypedDict):
+    line: int
+    timing: str
+    text: str
+
+
+class _SubtitleSummary(TypedDict):
+    summary: str
+    corrected: bool
+
+
+class SubtitleOffset(_SubtitleSummary, total=False):
+    """How far the speech lies from the cues; the numbers only when some cue's text was found in the audio."""
+
+    offset_s: float
+    drift_s_per_hour: float
+    cues_used: int
+    residual_s: float
+
+
 @dataclass
 class IngestReport:
     mode: str  # text | vad | subtitles
     out_dir: str
     clips: int = 0
-    rejected: dict = field(default_factory=dict)  # reason -> count
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> count
     hours: float = 0.0
     source_hours: float = 0.0
     machine_transcripts: bool = False
-    sources: list = field(default_factory=list)  # per file: path, hours, clips, rejected, hours_kept
-    rejected_clips: list = field(default_factory=list)  # every rejected clip: source, start, end, reason, detail
-    text_without_audio: list = field(default_factory=list)  # sentences/cues with no audio found
-    unread_cues: list = field(default_factory=list)  # subtitle cues whose timing line cannot be read: line, text
-    unknown_letters: dict = field(default_factory=dict)  # letters of the text the recogniser has no id for
-    subtitle_offset: Optional[dict] = None
+    sources: list[SourceSummary] = field(default_factory=list)  # per file
+    rejected_clips: list[RejectedClip] = field(default_factory=list)  # every rejected clip
+    text_without_audio: list[LostText] = field(default_factory=list)  # sentences/cues with no audio found
+    unread_cues: list[UnreadCueRow] = field(default_factory=list)  # subtitle cues whose timing line cannot be read
+    unknown_letters: dict[str, int] = field(default_factory=dict)  # letters of the text the recogniser has no id for
+    subtitle_offset: Optional[SubtitleOffset] = None
     blocks_read: int = 0
     endings_moved: int = 0  # clips whose planned end fell in speech, moved to the next pause (see endings.py)
     seconds: float = 0.0
@@ -150,10 +198,11 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
     wavs.mkdir(parents=True, exist_ok=True)
     header, number = _existing_clips(out_dir) if adding else ([], 0)
     columns = header or ["audio_file", "text", "speaker_name", "transcript_source"]
-    rows, segments = [], []
-    per_file = [{"path": str(s.path), "hours": round(s.duration_s / 3600, 4), "clips": 0, "rejected": 0,
-                 "hours_kept": 0.0} for s in sources]
-    reasons: Counter = Counter()
+    rows: list[str] = []
+    segments: list[str] = []
+    per_file = [SourceSummary(path=str(s.path), hours=round(s.duration_s / 3600, 4), clips=0, rejected=0, hours_kept=0.0)
+                for s in sources]
+    reasons: Counter[str] = Counter()
     kept_s = 0.0
     made = 0
     for clip in clips:
@@ -162,16 +211,16 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
         if clip.rejection is not None:
             reasons[clip.rejection[0]] += 1
             per_file[clip.file]["rejected"] += 1
-            report.rejected_clips.append({"source": str(source.path), "start_s": clip.start, "end_s": clip.end,
-                                          "reason": clip.rejection[0], "detail": clip.rejection[1],
-                                          "text": clip.text})
+            report.rejected_clips.append(RejectedClip(source=str(source.path), start_s=clip.start, end_s=clip.end,
+                                                      reason=clip.rejection[0], detail=clip.rejection[1],
+                                                      text=clip.text))
             continue
         number += 1
         made += 1
         name = f"wavs/clip_{number:06d}.wav"
         audio = read_range(source, clip.start, clip.end)
         pcm, rate = to_pcm16(audio), source.sample_rate
-        atomic_write(out_dir / name, lambda f, pcm=pcm, rate=rate: sf.write(f, pcm, rate, subtype="PCM_16", format="WAV"))
+        _write_wav(out_dir / name, pcm, rate)
         fields = [name, _clean(clip.text), speaker, "machine" if clip.machine else "given"]
         rows.append("|".join(fields[:len(columns)] + [""] * (len(columns) - len(fields))))
         segments.append("\t".join([name, str(source.path), f"{clip.start:.3f}", f"{clip.end:.3f}",
@@ -192,6 +241,10 @@ def write_dataset(clips: list[Clip], sources: list[SourceFile], out_dir: Path, s
     atomic_write(out_dir / "ingest_report.json", json.dumps(report.__dict__, indent=2, ensure_ascii=False))
     atomic_write(out_dir / "ingest_report.md", report.markdown())
     return report
+
+
+def _write_wav(path: Path, pcm: npt.NDArray[np.int16], rate: int) -> None:
+    atomic_write(path, lambda f: sf.write(f, pcm, rate, subtype="PCM_16", format="WAV"))
 
 
 def _append_lines(path: Path, header: str, lines: list[str]) -> None:

@@ -30,9 +30,10 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 
 from xtts_ft.audio_io import load_audio, resample
@@ -50,6 +51,9 @@ from xtts_ft.ingest.text_units import TextUnit
 from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text.error_rates import error_rates, scoring_text
+
+if TYPE_CHECKING:
+    from xtts_ft.asr.recognizer import Recognizer
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +79,15 @@ class Candidate:
 class ShortPieceMaker:
     """Makes pieces for :func:`xtts_ft.data.derived.add_pieces`; the recogniser is loaded on first use."""
 
-    def __init__(self, ingest: IngestConfig, load_recognizer: Callable[[], object],
+    def __init__(self, ingest: IngestConfig, load_recognizer: Callable[[], Recognizer],
                  not_for_auto: Optional[str] = None) -> None:
         """``not_for_auto``: why ``dataset.short_clips: auto`` makes nothing here (a run that otherwise never
         loads asr.model does not download it for auto); None: auto loads the recogniser when pieces are wanted."""
         self.ingest = ingest
         self._load = load_recognizer
         self._not_for_auto = not_for_auto
-        self._recognizer = None
-        self._aligner: Optional[WordAligner] = None
+        self._recognizer: Optional[Recognizer] = None
+        self._aligner: Optional[WordAligner] = None  # both set by _ready, which make() calls first
 
     def _ready(self, auto: bool) -> None:
         if self._recognizer is not None:
@@ -130,6 +134,7 @@ class ShortPieceMaker:
     def _candidates(self, src: SourceClip, out: PieceOutcome) -> list[Candidate]:
         y, rate = load_audio(src.wav)
         words = src.text.split()
+        assert self._aligner is not None
         found = self._aligner.word_spans(y, rate, words, self.ingest.min_score)
         if found is None:
             out.dropped[REASON_UNCERTAIN] += 1
@@ -164,6 +169,7 @@ class ShortPieceMaker:
         if result.reason is not None:
             out.dropped[result.reason] += 1
             return None
+        assert self._recognizer is not None
         heard = self._recognizer.transcribe_files([folder / name])[0]
         cer = error_rates(c.text, heard).cer
         if cer > max_cer:
@@ -179,12 +185,12 @@ def piece_name(source_wav: Path, first: int, stop: int) -> str:
     return f"{Path(source_wav).stem}__w{first + 1:02d}-{stop:02d}.wav"
 
 
-def cut(y: np.ndarray, rate: int, start_s: float, end_s: float) -> np.ndarray:
+def cut(y: npt.NDArray[np.float32], rate: int, start_s: float, end_s: float) -> npt.NDArray[np.float32]:
     """The samples of ``y`` from start_s to end_s (what a piece is before the audio stage)."""
     return y[int(round(start_s * rate)): int(round(end_s * rate))]
 
 
-def quietest_point(y: np.ndarray, rate: int, t0: float, t1: float) -> float:
+def quietest_point(y: npt.NDArray[np.float32], rate: int, t0: float, t1: float) -> float:
     """The middle of the quietest QUIET_WINDOW_S of ``y`` between t0 and t1 (seconds); t0..t1 shorter: the middle."""
     win = max(1, int(round(QUIET_WINDOW_S * rate)))
     a, b = max(0, int(t0 * rate)), min(len(y), int(t1 * rate))
@@ -195,7 +201,7 @@ def quietest_point(y: np.ndarray, rate: int, t0: float, t1: float) -> float:
     return (a + int(np.argmin(energy)) + win / 2) / rate
 
 
-def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], y: np.ndarray, rate: int,
+def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], y: npt.NDArray[np.float32], rate: int,
                   max_pad: float) -> list[Candidate]:
     """Pieces of one to MAX_WORDS words with a short text (``is_short_text``) between two cut points, best first."""
     n = len(words)
@@ -209,16 +215,19 @@ def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], 
         left, right = spans[k - 1], spans[k]
         if left is not None and right is not None and right[0] - left[1] >= MIN_GAP_S:
             cuts[k] = quietest_point(y, rate, left[1], right[0])
-    out = []
+    out: list[Candidate] = []
     for stop in range(n, 0, -1):  # pieces that end where the sentence ends first: they end as a sentence does
         for first in range(max(0, stop - MAX_WORDS), stop):  # longer runs first
-            if cuts[first] is None or cuts[stop] is None or (first == 0 and stop == n):
+            cut_before, cut_after = cuts[first], cuts[stop]
+            if cut_before is None or cut_after is None or (first == 0 and stop == n):
                 continue
             text = " ".join(words[first:stop])
-            if not is_short_text(text) or any(spans[i] is None for i in range(first, stop)):
+            first_span, last_span = spans[first], spans[stop - 1]
+            if (not is_short_text(text) or first_span is None or last_span is None
+                    or any(spans[i] is None for i in range(first, stop))):
                 continue
-            start = max(cuts[first], spans[first][0] - max_pad)
-            end = min(cuts[stop], spans[stop - 1][1] + max_pad)
+            start = max(cut_before, first_span[0] - max_pad)
+            end = min(cut_after, last_span[1] + max_pad)
             out.append(Candidate(first, stop, start, end, text))
     return out
 
@@ -226,7 +235,7 @@ def candidates_of(words: list[str], spans: list[Optional[tuple[float, float]]], 
 class WordAligner:
     """A clip's words located in its audio by CTC forced alignment (ingest's :func:`align_units`)."""
 
-    def __init__(self, recognizer, window_s: float) -> None:
+    def __init__(self, recognizer: Recognizer, window_s: float) -> None:
         self.rec = recognizer
         self.vocab = recognizer.processor.tokenizer.get_vocab()
         self.delimiter = self.vocab[recognizer.word_delimiter]
@@ -253,7 +262,8 @@ class WordAligner:
                 targets.extend(ids)
         return TextUnit(0, " ".join(words), targets, starts, spelt), owner
 
-    def word_spans(self, y: np.ndarray, rate: int, words: list[str], min_score: float):
+    def word_spans(self, y: npt.NDArray[np.float32], rate: int, words: list[str],
+                   min_score: float) -> Optional[list[Optional[tuple[float, float]]]]:
         """(start, end) seconds of each word (None: nothing in it the recogniser can spell), or None when the
         alignment is uncertain (score under ``min_score``, or the text does not fit the audio)."""
         unit, owner = self.unit(words)

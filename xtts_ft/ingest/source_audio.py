@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import soxr
 
@@ -62,7 +63,7 @@ def open_sources(paths: Sequence[str | Path]) -> list[SourceFile]:
     return out
 
 
-def read_blocks(source: SourceFile, block_s: float) -> Iterator[np.ndarray]:
+def read_blocks(source: SourceFile, block_s: float) -> Iterator[npt.NDArray[np.float32]]:
     """The file as mono float32 at 16 kHz, at most ``block_s`` seconds of source frames per read."""
     block_frames = max(1, int(block_s * source.sample_rate))
     stream = soxr.ResampleStream(source.sample_rate, RATE, 1, dtype="float32", quality="HQ")
@@ -81,7 +82,7 @@ def read_blocks(source: SourceFile, block_s: float) -> Iterator[np.ndarray]:
                 return
 
 
-def read_range(source: SourceFile, start_s: float, end_s: float) -> np.ndarray:
+def read_range(source: SourceFile, start_s: float, end_s: float) -> npt.NDArray[np.float32]:
     """Mono samples of [start_s, end_s) (seconds within the file) at the file's own rate."""
     start = max(0, int(round(start_s * source.sample_rate)))
     stop = min(source.frames, int(round(end_s * source.sample_rate)))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from xtts_ft.ingest.source_audio import IngestError
 
@@ -112,7 +113,7 @@ def fit_offset(cue_times: list[tuple[float, float]], aligned_times: list[tuple[f
         return None
     t = np.array([(a + b) / 2 for a, b in cue_times])
     d = np.array([((sa - ca) + (se - ce)) / 2 for (ca, ce), (sa, se) in zip(cue_times, aligned_times)])
-    use = np.ones(len(d), bool)
+    use: npt.NDArray[np.bool_] = np.ones(len(d), bool)
     if len(d) < MIN_CUES_FOR_DRIFT or np.ptp(t) <= 0:
         off = float(np.median(d))
         return OffsetFit(off, 0.0, len(d), float(np.median(np.abs(d - off))))

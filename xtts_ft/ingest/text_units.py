@@ -13,8 +13,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from xtts_ft.text.error_rates import scoring_text
+
+if TYPE_CHECKING:
+    from xtts_ft.asr.recognizer import Recognizer
 
 _SENTENCE_END_RE = re.compile(r"(?<=[።፧፨!?])|(?<=፡፡)|(?<=::)|\n")
 
@@ -29,7 +33,7 @@ class TextUnit:
     word_starts: list[int]  # target index of each word's first letter
     words: list[str] = field(default_factory=list)  # the words those letters spell (scoring text)
     cue: tuple[float, float] | None = None  # subtitle cue (start, end) in seconds, when it came from one
-    unknown: Counter = field(default_factory=Counter)  # letters the recogniser has no id for
+    unknown: Counter[str] = field(default_factory=Counter)  # letters the recogniser has no id for
 
 
 def split_sentences(text: str) -> list[str]:
@@ -46,14 +50,14 @@ class Speller:
         self.delimiter_id = vocab[word_delimiter]
 
     @classmethod
-    def for_recognizer(cls, recognizer) -> Speller:
+    def for_recognizer(cls, recognizer: Recognizer) -> Speller:
         return cls(recognizer.processor.tokenizer.get_vocab(), recognizer.word_delimiter)
 
     def unit(self, index: int, text: str, cue: tuple[float, float] | None = None) -> TextUnit:
         targets: list[int] = []
         word_starts: list[int] = []
         words: list[str] = []
-        unknown: Counter = Counter()
+        unknown: Counter[str] = Counter()
         for word in scoring_text(text).split():
             ids = []
             for ch in word:

@@ -11,22 +11,28 @@ per frame, repeats merged, blanks dropped), exactly as :class:`Recognizer` decod
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING, Optional
 
-from xtts_ft.asr.recognizer import greedy_ctc_decode
+import numpy as np
+import numpy.typing as npt
+
+from xtts_ft.asr.recognizer import Recognizer, greedy_ctc_decode
 from xtts_ft.ingest.analysis import RATE, VAD_WINDOW, Analysis
 from xtts_ft.ingest.clips import Piece
 from xtts_ft.quality.voice_activity import runs, speech_mask
 
+if TYPE_CHECKING:
+    import torch
+
 WINDOW_S = VAD_WINDOW / RATE
 
 
-def pauses(probs: np.ndarray, threshold: float) -> list[tuple[float, float]]:
+def pauses(probs: npt.NDArray[np.float32], threshold: float) -> list[tuple[float, float]]:
     """(start, end) seconds of every non-speech stretch of one file."""
     return [(a * WINDOW_S, b * WINDOW_S) for a, b in runs(~speech_mask(probs, threshold))]
 
 
-def speech_regions(probs: np.ndarray, threshold: float, min_pause_s: float, file: int) -> list[Piece]:
+def speech_regions(probs: npt.NDArray[np.float32], threshold: float, min_pause_s: float, file: int) -> list[Piece]:
     """Speech stretches of one file as text-less pieces; pauses shorter than min_pause_s join them."""
     regions: list[list[int]] = []
     gaps: list[list[tuple[int, int]]] = []
@@ -38,19 +44,20 @@ def speech_regions(probs: np.ndarray, threshold: float, min_pause_s: float, file
         else:
             regions.append([a, b])
             gaps.append([])
-    pieces = []
+    pieces: list[Piece] = []
     for (a, b), inner in zip(regions, gaps):
         pieces.append(Piece(file, a * WINDOW_S, b * WINDOW_S, "", 0.0, "vad",
                             inner_pauses=[(x * WINDOW_S, y * WINDOW_S) for x, y in inner]))
     return pieces
 
 
-def transcribe_frames(analysis: Analysis, file: int, start_s: float, end_s: float, recognizer) -> tuple[str, float]:
+def transcribe_frames(analysis: Analysis, file: int, start_s: float, end_s: float,
+                      recognizer: Recognizer) -> tuple[str, float]:
     """Greedy transcript of [start_s, end_s) of a file and its confidence (mean best-letter probability)."""
     first = analysis.file_frames[file]
     f0 = first + int(start_s / analysis.frame_s)
     f1 = min(analysis.end_frame(file), first + int(np.ceil(end_s / analysis.frame_s)))
-    frames = analysis.log_probs[f0:f1].astype(np.float32)
+    frames: npt.NDArray[np.float32] = analysis.log_probs[f0:f1].astype(np.float32)
     if not len(frames):
         return "", 0.0
     best = frames.argmax(-1)
@@ -64,7 +71,7 @@ def transcribe_frames(analysis: Analysis, file: int, start_s: float, end_s: floa
 def snap_to_pause(t: float, file_pauses: list[tuple[float, float]], max_pad: float, is_start: bool,
                   radius: float = 1.0) -> float:
     """``t`` moved into the nearest pause within ``radius`` s (its middle, at most max_pad from speech)."""
-    best = None
+    best: Optional[tuple[float, float, float]] = None
     for p0, p1 in file_pauses:
         distance = 0.0 if p0 <= t <= p1 else min(abs(t - p0), abs(t - p1))
         if distance <= radius and (best is None or distance < best[0]):
@@ -76,11 +83,12 @@ def snap_to_pause(t: float, file_pauses: list[tuple[float, float]], max_pad: flo
     return max(middle, p1 - max_pad) if is_start else min(middle, p0 + max_pad)
 
 
-def load_vad_model():
+def load_vad_model() -> torch.jit.ScriptModule:
     """silero-vad's voice activity model (the JIT model inside the wheel: no download).
 
     The one place silero_vad is imported; only ingest without a text needs it.
     """
     from silero_vad import load_silero_vad
 
-    return load_silero_vad()
+    model: torch.jit.ScriptModule = load_silero_vad()
+    return model

@@ -22,7 +22,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TypedDict
 
 import yaml
 from huggingface_hub import ModelCard, ModelCardData
@@ -32,8 +32,12 @@ from xtts_ft.errors import ModelError
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, length_bucket
 from xtts_ft.evaluate.listening import QUALITY_NOTE, TAIL_NOTE
 from xtts_ft.evaluate.readme import tokenizer_lines
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import CheckpointLayout, RunLayout
 from xtts_ft.run_history import EvalRecord, read_evaluations
+
+if TYPE_CHECKING:
+    from xtts_ft.serve.model_source import ResolvedModel
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,17 @@ VOICE_EXAMPLE = "narrator"  # the voice name the card's serve lines use
 CARD_TEMPLATE = "---\n{{ card_data }}\n---\n\n{{ body }}"  # huggingface_hub fills the front matter
 
 
+class DataFacts(TypedDict, total=False):
+    """The training data as data/report.json says (values as read); empty when there is no report."""
+
+    hours: Optional[float]
+    speakers: int
+    clips: Optional[int]
+    train_clips: Optional[int]
+    eval_clips: Optional[int]
+    datasets: list[JsonObject]  # name, language, hours, kept of each dataset of a run that mixes several
+
+
 @dataclass
 class CardFacts:
     """Everything the card states, gathered once (also written to the folder as JSON)."""
@@ -53,12 +68,12 @@ class CardFacts:
     repo_id: str
     language: str
     step: Optional[int]
-    export_meta: dict
-    metrics: dict = field(default_factory=dict)  # summarize() keys: sample_cer, sample_stop_rate_short, ...
+    export_meta: JsonObject
+    metrics: dict[str, Optional[float]] = field(default_factory=dict)  # summarize() keys: sample_cer, ...
     metrics_source: Optional[str] = None  # where the metrics were read
     recognizer: Optional[str] = None  # asr.model (@revision) that transcribed the samples
-    samples: list = field(default_factory=list)  # index.jsonl sample records picked for the card
-    data: dict = field(default_factory=dict)  # hours, speakers, clips (data/report.json)
+    samples: list[JsonObject] = field(default_factory=list)  # index.jsonl sample records picked for the card
+    data: DataFacts = field(default_factory=DataFacts)
 
     @property
     def base_name(self) -> str:
@@ -69,7 +84,7 @@ class CardFacts:
     def base_is_xtts_v2(self) -> bool:
         return is_xtts_v2(self.export_meta)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"repo_id": self.repo_id, "language": self.language, "step": self.step, "metrics": self.metrics,
                 "metrics_source": self.metrics_source, "recognizer": self.recognizer, "data": self.data,
                 "samples": [{k: s.get(k) for k in ("file", "text", "cer", "recognized_text", "ended_with_stop",
@@ -77,13 +92,13 @@ class CardFacts:
                             for s in self.samples]}
 
 
-def is_xtts_v2(export_meta: dict) -> bool:
+def is_xtts_v2(export_meta: JsonObject) -> bool:
     """Whether the export's base model is XTTS-v2: its folder (the Hub's cache, ``models--coqui--XTTS-v2``,
     or a download named after it) says so. Anything else (the tiny random model, a model of one's own) is not."""
     return "xtts-v2" in str(export_meta.get("base_model") or "").lower()
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> JsonObject:
     """A JSON object from ``path``; {} when absent or not an object (the card then says "not recorded")."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -102,9 +117,9 @@ def _eval_record(run_dir: Path, step: int) -> Optional[EvalRecord]:
     return next((r for r in reversed(index.records) if r.step == step), None)
 
 
-def _run_config(resolved, export_meta: dict) -> dict:
+def _run_config(resolved: ResolvedModel, export_meta: JsonObject) -> JsonObject:
     """The config the checkpoint was trained with (its own copy first, the run's otherwise)."""
-    candidates = []
+    candidates: list[Path] = []
     if resolved.loads_as == "checkpoint":
         candidates.append(CheckpointLayout(resolved.model_dir).config)
     if export_meta.get("source_checkpoint"):
@@ -123,9 +138,10 @@ def _run_config(resolved, export_meta: dict) -> dict:
     return {}
 
 
-def _recognizer(config: dict) -> Optional[str]:
-    asr = config.get("asr") if isinstance(config.get("asr"), dict) else {}
-    evaluation = config.get("evaluation") if isinstance(config.get("evaluation"), dict) else {}
+def _recognizer(config: JsonObject) -> Optional[str]:
+    asr_section, evaluation_section = config.get("asr"), config.get("evaluation")
+    asr: JsonObject = asr_section if isinstance(asr_section, dict) else {}
+    evaluation: JsonObject = evaluation_section if isinstance(evaluation_section, dict) else {}
     if not asr.get("model") or evaluation.get("recognize") is False:
         return None
     model = str(asr["model"])
@@ -135,9 +151,9 @@ def _recognizer(config: dict) -> Optional[str]:
     return f"{model}@{asr['revision']}" if asr.get("revision") else model
 
 
-def _pick_samples(record: EvalRecord) -> list[dict]:
+def _pick_samples(record: EvalRecord) -> list[JsonObject]:
     """One sample per length bucket (short texts first: that is where XTTS fine-tunes fail)."""
-    picked = []
+    picked: list[JsonObject] = []
     for bucket in LENGTH_BUCKETS:
         for s in record.samples:
             if s.get("path") and length_bucket(s.get("normalized_text") or "") == bucket:
@@ -146,18 +162,18 @@ def _pick_samples(record: EvalRecord) -> list[dict]:
     return picked[:MAX_SAMPLES]
 
 
-def _data_facts(run_dir: Path) -> dict:
+def _data_facts(run_dir: Path) -> DataFacts:
     report = read_json(RunLayout(run_dir).data_report)
     if not report:
         return {}
     speakers = report.get("speakers") or {}
-    return {"hours": report.get("hours"), "speakers": len(speakers), "clips": report.get("kept"),
-            "train_clips": report.get("kept_train"), "eval_clips": report.get("kept_eval"),
-            "datasets": [{k: d.get(k) for k in ("name", "language", "hours", "kept")}
-                         for d in report.get("datasets") or [] if isinstance(d, dict)]}
+    return DataFacts(hours=report.get("hours"), speakers=len(speakers), clips=report.get("kept"),
+                     train_clips=report.get("kept_train"), eval_clips=report.get("kept_eval"),
+                     datasets=[{k: d.get(k) for k in ("name", "language", "hours", "kept")}
+                               for d in report.get("datasets") or [] if isinstance(d, dict)])
 
 
-def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
+def gather_facts(resolved: ResolvedModel, export_meta: JsonObject, repo_id: str) -> CardFacts:
     """The card's facts for ``resolved`` (:class:`xtts_ft.serve.model_source.ResolvedModel`), whose export
     (in the folder being published) wrote ``export_meta``."""
     step = export_meta.get("step")
@@ -189,7 +205,7 @@ def gather_facts(resolved, export_meta: dict, repo_id: str) -> CardFacts:
 # --- rendering ---------------------------------------------------------------------------------
 
 
-def _num(value, digits: int = 3) -> str:
+def _num(value: Optional[float], digits: int = 3) -> str:
     return "not measured" if value is None else f"{float(value):.{digits}g}"
 
 
@@ -327,7 +343,7 @@ model.load_checkpoint(config, checkpoint_dir="{LOCAL_DIR}", eval=True)
 """
 
 
-def render_card(f: CardFacts, endpoint: str):
+def render_card(f: CardFacts, endpoint: str) -> ModelCard:
     """The :class:`huggingface_hub.ModelCard` (front matter from :class:`ModelCardData`)."""
     data = ModelCardData(
         language=f.language, license="other", license_name=LICENSE_NAME, license_link=LICENSE_LINK,

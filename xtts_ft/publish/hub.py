@@ -32,10 +32,11 @@ from xtts_ft import __version__
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.evaluate.export import export_from_checkpoint
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.model_folder import EXPORT_META
-from xtts_ft.publish.card import BASE_MODEL, gather_facts, read_json, render_card
-from xtts_ft.serve.model_source import resolve_model
+from xtts_ft.publish.card import BASE_MODEL, CardFacts, gather_facts, read_json, render_card
+from xtts_ft.serve.model_source import ResolvedModel, resolve_model
 from xtts_ft.tempfiles import atomic_write, replace_dir
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def check_repo_id(repo_id: str) -> None:
                            f"e.g. alice/xtts-amharic)")
 
 
-def _network_errors() -> tuple:
+def _network_errors() -> tuple[type[Exception], ...]:
     return (httpx2.TransportError, OSError)
 
 
@@ -87,7 +88,7 @@ def _hub_failure(exc: Exception, repo_id: str, doing: str) -> PublishError:
                         f"(or use --dry-run to write the folder only)")
 
 
-def check_hub_access(api, repo_id: str) -> str:
+def check_hub_access(api: HfApi, repo_id: str) -> str:
     """Fail in one line when offline or unauthorised; returns the account name the token belongs to."""
     if is_offline_mode():
         raise PublishError("cannot publish: HF_HUB_OFFLINE is set; unset it on a connected machine "
@@ -118,7 +119,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def _stage_model(resolved, stage: Path) -> None:
+def _stage_model(resolved: ResolvedModel, stage: Path) -> None:
     """The export files into ``stage``: linked from an export folder, or exported from the checkpoint."""
     if resolved.loads_as == "export":
         stage.mkdir()
@@ -132,7 +133,7 @@ def _stage_model(resolved, stage: Path) -> None:
     (stage / OUTPUT_MARKER).unlink(missing_ok=True)  # publish's own record (xtts_ft_publish.json) says who wrote it
 
 
-def _public_name(path) -> Optional[str]:
+def _public_name(path: Optional[str]) -> Optional[str]:
     """A local path as it may appear in public: the Hub id for XTTS-v2's cache, else its last two parts."""
     if not path:
         return path
@@ -140,7 +141,7 @@ def _public_name(path) -> Optional[str]:
     return BASE_MODEL if "models--coqui--XTTS-v2" in parts else "/".join(parts[-2:])
 
 
-def _without_local_paths(meta: dict) -> dict:
+def _without_local_paths(meta: JsonObject) -> JsonObject:
     """The export's metadata with this machine's paths (user and folder names) cut to names; nothing
     reads them from a downloaded copy (serve uses source_checkpoint only to find a run on this disk)."""
     out = {**meta, "source_checkpoint": _public_name(meta.get("source_checkpoint")),
@@ -151,8 +152,8 @@ def _without_local_paths(meta: dict) -> dict:
     return out
 
 
-def _stage_samples(facts, run_dir: Optional[Path], stage: Path) -> None:
-    kept = []
+def _stage_samples(facts: CardFacts, run_dir: Optional[Path], stage: Path) -> None:
+    kept: list[JsonObject] = []
     for s in facts.samples:
         src = (run_dir / s["path"]) if run_dir is not None and not Path(s["path"]).is_absolute() else Path(s["path"])
         if not src.is_file():
@@ -166,7 +167,7 @@ def _stage_samples(facts, run_dir: Optional[Path], stage: Path) -> None:
 
 
 def write_publish_folder(model: Path, repo_id: str, out: Path, *, endpoint: str,
-                         base_model: Optional[str] = None) -> tuple[Path, dict]:
+                         base_model: Optional[str] = None) -> tuple[Path, JsonObject]:
     """Build ``out``: the export, ``README.md`` (the card), ``samples/``, :data:`PUBLISH_RECORD`."""
     resolved = resolve_model(Path(model), base_model)  # the same reading of --model as `serve`
     _check_out(out, resolved.given)

@@ -10,11 +10,14 @@ Lightning Studio port view, a reverse proxy).
 # No ``from __future__ import annotations`` here: Gradio finds the ``gr.Request`` parameter of ``restore``
 # by its annotation, which must be the class itself (``gr`` is a local name, a string would not resolve).
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from xtts_ft.errors import ConfigError
 from xtts_ft.webapp import data_tab, gradio_adapter, listen_tab, speak_tab, train_tab
 from xtts_ft.webapp.context import AppContext
+
+if TYPE_CHECKING:
+    import gradio
 
 CSS = """
 #train-curves svg { width: 100%; height: auto; }
@@ -29,7 +32,7 @@ KEEP_RUN_IN_ADDRESS = (
 )
 
 
-def build_app(ctx: AppContext):
+def build_app(ctx: AppContext) -> "gradio.Blocks":
     gr = gradio_adapter.gradio()
     with gr.Blocks(title="xtts-ft", analytics_enabled=False) as app:  # no calls home: Studios and tests run offline
         gr.Markdown("## xtts-ft: fine-tune XTTS-v2 on Amharic")
@@ -47,7 +50,8 @@ def build_app(ctx: AppContext):
         # the address keeps the folder: written on every change, read back first when the page (re)loads
         run_box.change(None, run_box, None, js=KEEP_RUN_IN_ADDRESS)
 
-        def restore(request: gr.Request):
+        # mypy cannot read a class off a module held in a variable; Gradio needs the class itself here
+        def restore(request: gr.Request) -> "str | gradio_adapter.Update":  # type: ignore[name-defined]
             return run_from_query(request.query_params if request is not None else {}) or gr.update()
 
         load = app.load(restore, None, run_box)

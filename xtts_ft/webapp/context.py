@@ -16,7 +16,8 @@ class AppContext:
     configs_dir: Path  # configs/ offered in the Train tab
     config: Optional[Path] = None  # a config named at launch (--config)
     speech_device: Optional[str] = None  # where the Speak tab's model runs (ui --device); None: CUDA if visible, else CPU
-    on_load: list[tuple[Callable, object, object]] = field(default_factory=list)  # (fn, inputs, outputs) at page load
+    # (fn, inputs, outputs) run at page load; each fn is given the run folder's text
+    on_load: list[tuple[Callable[[str], object], object, object]] = field(default_factory=list)
     _controllers: dict[str, RunController] = field(default_factory=dict)
 
     def controller(self, run_dir: Path) -> RunController:

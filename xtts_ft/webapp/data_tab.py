@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from xtts_ft.config import DatasetConfig
 from xtts_ft.config.schema import DATASET_FORMATS, field_help
@@ -10,13 +11,21 @@ from xtts_ft.errors import UserError
 from xtts_ft.layout import RunLayout
 from xtts_ft.webapp import dataset_view, gradio_adapter
 from xtts_ft.webapp.context import AppContext
+from xtts_ft.webapp.gradio_adapter import Update
+
+if TYPE_CHECKING:
+    import gradio
+
+# one step of Prepare / Ingest: message, progress log, then the folder shown, its report and its rejected clips
+# (each left as it is, an update with no properties, until the command ends)
+_Step = tuple[str, str, str | Update, str | Update, Update]
 
 
 def _error(text: str) -> str:
     return "\n".join(f"- error: {line}" for line in text.splitlines())
 
 
-def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+def build(ctx: AppContext, run_box: gradio.Textbox) -> None:  # run_box: the page's run-folder box
     gr = gradio_adapter.gradio()
     gr.Markdown("Prepare a dataset folder (the same checks the training run applies), or cut long recordings "
                 "into clips. The report below is the run's own `data/report.json` until you prepare another folder.")
@@ -49,37 +58,39 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         rejected_box = gr.Dropdown([], label="rejected clip (reason)", elem_id="data-rejected")
         rejected_audio = gr.Audio(type="filepath", interactive=False, label="rejected clip", elem_id="data-rejected-audio")
 
-    def show(folder: str):
+    def show(folder: str) -> tuple[str, str, Update]:
         rows = dataset_view.rejected_clips(Path(folder))
         choices = [(f"{r.get('reason')}: {r.get('clip_id')} ({r.get('detail')})", str(i)) for i, r in enumerate(rows)]
         return folder, dataset_view.report_markdown(Path(folder)), gr.update(choices=choices, value=None)
 
-    def on_load(run: str):
+    def on_load(run: str) -> tuple[str, str, Update, str]:
         config = dataset_view.data_config(ctx.config, Path(run))
         return (*show(str(RunLayout(Path(run)).data)), str(config or ""))
 
-    def on_prepare(path: str, fmt: str, out: str, config: str):
+    def on_prepare(path: str, fmt: str, out: str, config: str) -> Iterator[_Step]:
         try:
             dataset_view.check_dataset(path, fmt)
             dataset_view.check_out(out, "prepare", ctx.cwd)
-            config = dataset_view.check_config(config, ctx.cwd)
+            checked = dataset_view.check_config(config, ctx.cwd)
         except UserError as exc:
             yield _error(str(exc)), "", gr.update(), gr.update(), gr.update()
             return
-        yield from _run(dataset_view.prepare_command(path, out, fmt, config), out)
+        yield from _run(dataset_view.prepare_command(path, out, fmt, checked), out)
 
-    def on_ingest(audio, text, subs, out: str, config: str):
+    # gr.File hands over the uploaded files' paths (one list for file_count="multiple"), None when empty
+    def on_ingest(audio: Optional[list[str]], text: Optional[str], subs: Optional[str], out: str,
+                  config: str) -> Iterator[_Step]:
         try:
             if not audio:
                 raise UserError("recordings: none uploaded")
             dataset_view.check_out(out, "ingest", ctx.cwd)
-            config = dataset_view.check_config(config, ctx.cwd)
+            checked = dataset_view.check_config(config, ctx.cwd)
         except UserError as exc:
             yield _error(str(exc)), "", gr.update(), gr.update(), gr.update()
             return
-        yield from _run(dataset_view.ingest_command([str(a) for a in audio], out, text, subs, config), out)
+        yield from _run(dataset_view.ingest_command([str(a) for a in audio], out, text, subs, checked), out)
 
-    def _run(command: list[str], out: str):
+    def _run(command: list[str], out: str) -> Iterator[_Step]:
         log, code = "", None
         for log, code in dataset_view.stream_command(command, ctx.cwd):  # noqa: B007 - the last pair is used below
             yield "running ...", log, gr.update(), gr.update(), gr.update()
@@ -90,11 +101,11 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         folder, text, rejected = show(str(Path(ctx.cwd) / out.strip()))
         yield "done.", log, folder, text, rejected
 
-    def on_random(folder: str):
+    def on_random(folder: str) -> tuple[str, Optional[str]]:
         found = dataset_view.random_kept_clip(Path(folder))
         return (found[1], str(found[0])) if found else ("no kept clip in this folder", None)
 
-    def on_rejected(folder: str, choice):
+    def on_rejected(folder: str, choice: Optional[str]) -> Optional[str]:
         rows = dataset_view.rejected_clips(Path(folder))
         if choice is None or int(choice) >= len(rows):
             return None

@@ -16,9 +16,10 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence, cast
 
 from xtts_ft.config import DatasetConfig
+from xtts_ft.config.schema import DatasetFormat
 from xtts_ft.errors import ConfigError, UserError
 from xtts_ft.layout import STAGE_REPORT, TRAIN_CSV, RunLayout
 from xtts_ft.output_folder import REFUSE, OutputFolderError, check_output, inspect_folder
@@ -30,7 +31,8 @@ INGEST_REPORT = "ingest_report.json"  # written by ingest/output.py
 def check_dataset(path: str, fmt: str) -> None:
     """The config loader's own dataset checks (the same one-line messages as a config file gets)."""
     problems: list[str] = []
-    DatasetConfig(path=path.strip(), format=fmt).check(problems)
+    # the page's text goes in unchecked: check() is what names a format that is not one of DatasetFormat's
+    DatasetConfig(path=path.strip(), format=cast(DatasetFormat, fmt)).check(problems)
     problems = [p for p in problems if p.startswith(("dataset.path", "dataset.format"))]
     if problems:
         raise ConfigError("\n".join(problems))
@@ -142,7 +144,7 @@ def random_kept_clip(folder: Path, seed: Optional[int] = None) -> Optional[tuple
     return Path(folder) / row["audio_file"], row.get("text", "")
 
 
-def rejected_clips(folder: Path) -> list[dict]:
+def rejected_clips(folder: Path) -> list[dict[str, str]]:
     """Every rejected clip of a prepared folder: clip_id, reason, where, detail (rejected.tsv)."""
     path = Path(folder) / REJECTED_TSV
     if not path.is_file():
@@ -151,7 +153,7 @@ def rejected_clips(folder: Path) -> list[dict]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def rejected_audio(folder: Path, row: dict) -> Optional[Path]:
+def rejected_audio(folder: Path, row: Mapping[str, str]) -> Optional[Path]:
     """The source audio of a rejected clip, when it can still be found (relative to the dataset root)."""
     try:
         root = Path(json.loads((Path(folder) / STAGE_REPORT).read_text(encoding="utf-8")).get("dataset", ""))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate import export_from_checkpoint
@@ -11,6 +11,10 @@ from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.layout import RunLayout
 from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
+from xtts_ft.webapp.gradio_adapter import Update
+
+if TYPE_CHECKING:
+    import gradio
 
 
 def _step_choices(run_dir: Path, best: Optional[int]) -> list[tuple[str, int]]:
@@ -33,7 +37,7 @@ def export_checkpoint(checkpoint: str, run_dir: Path) -> Path:
     return export_from_checkpoint(ckpt, out, base_for_checkpoint(ckpt, None))
 
 
-def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+def build(ctx: AppContext, run_box: gradio.Textbox) -> None:  # run_box: the page's run-folder box
     gr = gradio_adapter.gradio()
     refresh_btn = gr.Button("Refresh", elem_id="listen-refresh")
     best_line = gr.Markdown("", elem_id="listen-best")
@@ -53,7 +57,7 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         export_btn = gr.Button("Export", elem_id="listen-export")
     export_msg = gr.Markdown("", elem_id="listen-export-message")
 
-    def refresh(run: str):
+    def refresh(run: str) -> tuple[str, Update, Update, Update, Update, Update, str, str, str]:
         run_dir = Path(run)
         best = run_view.best_step(run_dir)
         steps = _step_choices(run_dir, best)
@@ -70,15 +74,15 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
                 show_table(run, latest), run_view.sample_player(run_dir, first, name, best),
                 run_view.sample_player(run_dir, latest, name, best))
 
-    def show_table(run: str, step):
+    def show_table(run: str, step: Optional[int]) -> str:  # the dropdowns' values are steps (_step_choices)
         return run_view.samples_table(Path(run), int(step)) if step is not None else "<p>No evaluation yet.</p>"
 
-    def show_side(run: str, step, name):
+    def show_side(run: str, step: Optional[int], name: Optional[str]) -> str:
         run_dir = Path(run)
         best = run_view.best_step(run_dir)
         return run_view.sample_player(run_dir, int(step) if step is not None else None, name, best)
 
-    def on_export(run: str, checkpoint):
+    def on_export(run: str, checkpoint: Optional[str]) -> str:
         if not checkpoint:
             return "- error: no checkpoint chosen; train until one is saved"
         try:

@@ -84,7 +84,8 @@ class RunState:
 def _alive(record: ProcessRecord) -> bool:
     try:
         proc = psutil.Process(record.pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - record.create_time) < 1.0
+        alive: bool = proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - record.create_time) < 1.0
+        return alive
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -97,7 +98,7 @@ class RunController:
         self.layout = RunLayout(self.run_dir)
         self.cwd = Path(cwd or Path.cwd())
         self.python = python
-        self._children: dict[int, subprocess.Popen] = {}  # processes this app started: reaped when they end
+        self._children: dict[int, subprocess.Popen[bytes]] = {}  # processes this app started: reaped when they end
         self._launching = threading.Lock()
 
     # --- what is going on ------------------------------------------------------------------------

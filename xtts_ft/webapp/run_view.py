@@ -12,7 +12,7 @@ import html
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 import yaml
 
@@ -20,6 +20,7 @@ from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate.listening import LISTENING_NOTE
 from xtts_ft.figures import new_figure
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import RunLayout, step_of
 from xtts_ft.model_folder import is_export
 from xtts_ft.run_folder import read_record
@@ -39,7 +40,7 @@ CURVES = (
 MAX_PLOTTED = 400  # markers per curve at most
 
 
-def run_config(run_dir: Path) -> dict:
+def run_config(run_dir: Path) -> JsonObject:
     """The run's resolved config.yaml as plain data ({} before the run wrote it)."""
     path = RunLayout(run_dir).config
     try:
@@ -141,7 +142,7 @@ def file_url(path: Path) -> str:
     return "gradio_api/file=" + html.escape(str(Path(path).resolve()), quote=True)
 
 
-def _fmt(value, digits: int = 3) -> str:
+def _fmt(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
 
 
@@ -168,7 +169,7 @@ def samples_table(run_dir: Path, step: int) -> str:
             + "".join(rows) + "</table>")
 
 
-def _listening_line(metrics: dict) -> str:
+def _listening_line(metrics: Mapping[str, Optional[float]]) -> str:
     """The evaluation's predicted quality against the recordings' and its tail rate, with what they mean."""
     sample, reference, tail = (metrics.get(k) for k in ("sample_quality_mos", "reference_quality_mos",
                                                          "sample_tail_rate"))

@@ -59,8 +59,9 @@ def voice_choices(run_dir: Path) -> list[tuple[str, str]]:
             for row in csv.DictReader(f, delimiter="|"):
                 if row.get("audio_file"):
                     rows.append((row.get("speaker_name") or "speaker", layout.data / row["audio_file"]))
-    seen: Counter = Counter()
-    firsts, rest = [], []
+    seen: Counter[str] = Counter()  # clips offered so far per speaker
+    firsts: list[tuple[str, str]] = []  # (label, path): each speaker's first clip, then the others
+    rest: list[tuple[str, str]] = []
     for speaker, path in rows:
         (firsts if not seen[speaker] else rest).append((f"{speaker}: {path.name}", str(path)))
         seen[speaker] += 1
@@ -73,7 +74,8 @@ def text_settings(model: Path) -> TextSettings:
     if meta.is_file():
         data = json.loads(meta.read_text(encoding="utf-8"))
         return TextSettings.from_dict(data.get("text"), str(meta), ModelError)
-    return checkpoint_settings(Path(model))["text"]
+    settings: TextSettings = checkpoint_settings(Path(model))["text"]
+    return settings
 
 
 def text_limit(run_dir: Path) -> int:
@@ -120,10 +122,10 @@ class EngineHolder:
     def __init__(self, device: Optional[str] = None) -> None:
         self.device = device  # as ui --device resolved it (xtts_ft/speech_device.py); None: CUDA if visible, else CPU
         self._lock = threading.Lock()
-        self._key: Optional[tuple] = None
-        self._engine = None
+        self._key: Optional[tuple[str, SpeakSettings]] = None  # (model folder, settings) the engine was opened for
+        self._engine: Optional[SpeechEngine] = None
 
-    def get(self, model: Path, settings: SpeakSettings):
+    def get(self, model: Path, settings: SpeakSettings) -> SpeechEngine:
         key = (str(Path(model).resolve()), settings)
         with self._lock:
             if key != self._key:
@@ -134,14 +136,16 @@ class EngineHolder:
                 self._engine = SpeechEngine.open(resolve_model(model), device, temperature=settings.temperature,
                                                  max_codes=settings.max_codes, settings=SPEAK_ENGINE)
                 self._key = key
+            assert self._engine is not None  # opened above unless it was already open for this key
             return self._engine
 
 
 def torch_cuda_available() -> bool:
-    return torch.cuda.is_available()
+    available: bool = torch.cuda.is_available()
+    return available
 
 
-def voice_name(engine, clip: Path) -> str:
+def voice_name(engine: SpeechEngine, clip: Path) -> str:
     """The engine voice for ``clip``, added on first use under a name made from its content."""
     data = Path(clip).read_bytes()
     name = "clip-" + hashlib.sha256(data).hexdigest()[:12]

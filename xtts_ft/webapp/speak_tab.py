@@ -5,12 +5,14 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from xtts_ft.config import EvaluationConfig, ServeConfig
 from xtts_ft.config.schema import field_help
 from xtts_ft.errors import UserError
 from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
+from xtts_ft.webapp.gradio_adapter import Update
 from xtts_ft.webapp.speak import (
     EngineHolder,
     SpeakSettings,
@@ -22,12 +24,15 @@ from xtts_ft.webapp.speak import (
     voice_choices,
 )
 
+if TYPE_CHECKING:
+    import gradio
+
 
 def _error(exc: UserError) -> str:
     return "\n".join(f"- error: {line}" for line in str(exc).splitlines())
 
 
-def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+def build(ctx: AppContext, run_box: gradio.Textbox) -> None:  # run_box: the page's run-folder box
     gr = gradio_adapter.gradio()
     out_dir = Path(tempfile.mkdtemp(prefix="xtts_ft_speak_"))  # what the page plays; never inside the run folder
     holder = EngineHolder(ctx.speech_device)
@@ -50,14 +55,14 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
     message = gr.Markdown("", elem_id="speak-message")
     audio = gr.Audio(label="speech", type="filepath", interactive=False, elem_id="speak-audio")
 
-    def refresh(run: str):
+    def refresh(run: str) -> tuple[Update, Update, object]:  # the last: max_new_tokens as the config says
         run_dir = Path(run)
         models, voices = model_choices(run_dir), voice_choices(run_dir)
         tokens = (run_view.run_config(run_dir).get("evaluation") or {}).get("max_new_tokens")
         return (gr.update(choices=models, value=models[0][1] if models else None),
                 gr.update(choices=voices, value=voices[0][1] if voices else None), tokens)
 
-    def show_reading(model, text: str, run: str):
+    def show_reading(model: Optional[str], text: str, run: str) -> str:
         if not model or not text.strip():
             return ""
         try:
@@ -65,7 +70,10 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
         except UserError as exc:
             return str(exc)
 
-    def on_speak(model, text: str, voice, uploaded, temp, tokens, run: str):
+    # the dropdowns and the upload hand over paths (None: nothing chosen); the slider a float, the number box a
+    # float or None
+    def on_speak(model: Optional[str], text: str, voice: Optional[str], uploaded: Optional[str], temp: float,
+                 tokens: Optional[float], run: str) -> tuple[str, Optional[str]]:
         if not model:
             return "- error: no model yet; train until a checkpoint is saved, or export one", None
         clip = uploaded or voice

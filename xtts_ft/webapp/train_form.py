@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import yaml
 
@@ -40,7 +40,7 @@ class FormField:
     label: str
     help: str  # the schema's help text
     choices: Optional[tuple[str, ...]]  # a Literal field: its values; else typed text read as YAML
-    default: Any  # the schema's default
+    default: object  # the schema's default
 
     @property
     def elem_id(self) -> str:
@@ -48,7 +48,8 @@ class FormField:
 
 
 def _section_class(section: str) -> type:
-    return typing.get_type_hints(Config)[section]
+    section_class: type = typing.get_type_hints(Config)[section]  # each section of Config is a dataclass
+    return section_class
 
 
 def form_fields(keys: Sequence[str] = FORM_KEYS) -> list[FormField]:
@@ -79,7 +80,7 @@ def config_values(config: Path, fields: Sequence[FormField]) -> dict[str, str]:
     return out
 
 
-def overrides_from_form(values: dict[str, Any], config: Path, fields: Sequence[FormField]) -> list[str]:
+def overrides_from_form(values: Mapping[str, object], config: Path, fields: Sequence[FormField]) -> list[str]:
     """``key=value`` for every field that differs from the config file (unchanged fields add nothing)."""
     given = config_values(config, fields)
     out = []

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from xtts_ft.errors import UserError
 from xtts_ft.run_history import metrics_version
 from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext
+from xtts_ft.webapp.gradio_adapter import Update
 from xtts_ft.webapp.train_form import check_form, config_choices, config_values, form_fields, overrides_from_form
+
+if TYPE_CHECKING:
+    import gradio
 
 REFRESH_S = 2.0
 
@@ -17,7 +22,7 @@ class _SvgCache:
     """The curves SVG is drawn again only when metrics.jsonl changed (drawing costs more than reading)."""
 
     def __init__(self) -> None:
-        self.key = None
+        self.key: Optional[tuple[str, int, int]] = None  # metrics.jsonl's version when the SVG was drawn
         self.svg = ""
 
     def get(self, run_dir: Path) -> str:
@@ -27,7 +32,7 @@ class _SvgCache:
         return self.svg
 
 
-def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder gr.Textbox
+def build(ctx: AppContext, run_box: gradio.Textbox) -> None:  # run_box: the page's run-folder box
     gr = gradio_adapter.gradio()
     fields = form_fields()
     svg_cache = _SvgCache()
@@ -37,7 +42,7 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
 
     config_box = gr.Dropdown(choices, value=first, label="config", allow_custom_value=True, elem_id="train-config",
                              info="A YAML file: configs/*.yaml or the run's own config.yaml.")
-    inputs = []
+    inputs: list[gradio.Dropdown | gradio.Textbox] = []
     with gr.Row():
         for f in fields:
             if f.choices:
@@ -56,21 +61,22 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
     curves = gr.HTML("", elem_id="train-curves")
     log_box = gr.Textbox("", label="log", lines=14, max_lines=14, interactive=False, elem_id="train-log")
 
-    def form(config: str, run: str, *vals):
+    # the form's fields hand over their text (a dropdown with nothing chosen: None)
+    def form(config: str, run: str, *vals: Optional[str]) -> tuple[Path, list[str]]:
         config_path = Path(config)
         given = dict(zip((f.key for f in fields), vals))
         return config_path, overrides_from_form(given, config_path, fields)
 
-    def on_config(config: str):
+    def on_config(config: str) -> list[Update]:
         vals = config_values(Path(config), fields)
         return [gr.update(value=vals[f.key]) for f in fields]
 
-    def on_check(config: str, run: str, *vals):
+    def on_check(config: str, run: str, *vals: Optional[str]) -> str:
         config_path, overrides = form(config, run, *vals)
         problem = check_form(config_path, Path(run), overrides)
         return _message(problem) if problem else "The config loads: ready to start."
 
-    def on_start(config: str, run: str, *vals):
+    def on_start(config: str, run: str, *vals: Optional[str]) -> str:
         config_path, overrides = form(config, run, *vals)
         problem = check_form(config_path, Path(run), overrides)
         if problem:
@@ -81,21 +87,21 @@ def build(ctx: AppContext, run_box) -> None:  # run_box: the page's run-folder g
             return _message(str(exc))
         return f"Started (pid {record.pid}): `{' '.join(record.command[1:])}`"
 
-    def on_stop(run: str):
+    def on_stop(run: str) -> str:
         try:
             pid = ctx.controller(Path(run)).stop()
         except UserError as exc:
             return _message(str(exc))
         return f"Sent SIGTERM to pid {pid}: the run saves its step and records the stop."
 
-    def on_resume(run: str):
+    def on_resume(run: str) -> str:
         try:
             record = ctx.controller(Path(run)).resume()
         except UserError as exc:
             return _message(str(exc))
         return f"Resumed (pid {record.pid}): `{' '.join(record.command[1:])}`"
 
-    def refresh(run: str):
+    def refresh(run: str) -> tuple[str, str, str, str]:
         run_dir = Path(run)
         controller = ctx.controller(run_dir)
         state = controller.state()
