@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NotRequired, Optional, TypedDict
+from typing import TYPE_CHECKING, Optional, TypedDict
 
 from xtts_ft.errors import CheckpointError
 from xtts_ft.json_types import JsonArray, JsonObject
@@ -51,24 +51,32 @@ class SamplerState(SamplerKey):
     batch_index: int
 
 
-class RngState(TypedDict):
-    """One rank's random generators (train/rng_state.py): plain lists and byte tensors, weights_only-safe."""
-
+# A key that may be absent is declared in a TypedDict of total=False below the one with the keys always there
+# (typing.NotRequired is Python 3.11's; the package runs on 3.10).
+class _RngStateKeys(TypedDict):
     python: JsonArray  # random.getstate(): [version, the Mersenne Twister's words, gauss]
     numpy: JsonArray  # np.random.get_state(): [name, keys, pos, has_gauss, cached]
     torch: torch.Tensor
-    cuda: NotRequired[torch.Tensor]  # on a GPU only
 
 
-class IntervalState(TypedDict):
-    """The loss running average since the last logged row (train/metrics.py ``interval_state``)."""
+class RngState(_RngStateKeys, total=False):
+    """One rank's random generators (train/rng_state.py): plain lists and byte tensors, weights_only-safe."""
 
+    cuda: torch.Tensor  # on a GPU only
+
+
+class _IntervalStateKeys(TypedDict):
     n: int
     finite: int
     sums: list[float]
     samples: int
     seconds: float
-    compile: NotRequired[float]  # absent in checkpoints written before compile time was counted
+
+
+class IntervalState(_IntervalStateKeys, total=False):
+    """The loss running average since the last logged row (train/metrics.py ``interval_state``)."""
+
+    compile: float  # absent in checkpoints written before compile time was counted
 
 
 class StopperState(TypedDict):
@@ -87,9 +95,7 @@ class EvaluationState(TypedDict):
     train_loss: Optional[float]
 
 
-class OverfitFinding(TypedDict):
-    """What the overfitting detector found, once per run (an ``overfitting`` event's fields)."""
-
+class _OverfitFindingKeys(TypedDict):
     at_step: int
     best_step: int
     best_score: float
@@ -97,7 +103,12 @@ class OverfitFinding(TypedDict):
     evals_worse: int
     train_loss_from: Optional[float]
     train_loss_to: float
-    metric: NotRequired[str]  # the score's metric, added by the judges that own the detector
+
+
+class OverfitFinding(_OverfitFindingKeys, total=False):
+    """What the overfitting detector found, once per run (an ``overfitting`` event's fields)."""
+
+    metric: str  # the score's metric, added by the judges that own the detector
 
 
 class OverfitState(TypedDict):

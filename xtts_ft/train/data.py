@@ -29,7 +29,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NotRequired, Optional, Protocol, Sequence, TypedDict
+from typing import Optional, Protocol, Sequence, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -43,22 +43,25 @@ from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 
 
-class ClipItem(TypedDict):
-    """One clip as :class:`ClipDataset` reads it: its tokens, a conditioning crop, and its audio or DVAE codes."""
-
+# The keys that are always there; the audio or its cached DVAE codes (one of the two) in the total=False class below
+# (typing.NotRequired is Python 3.11's; the package runs on 3.10).
+class _ClipItemKeys(TypedDict):
     clip: int  # index into the dataset's clips
     position: tuple[int, int]  # the sampler's (epoch, batch_index) of the batch it is in
     wav_length: int
     text: torch.Tensor  # int32 token ids
     cond_idxs: torch.Tensor  # [start, end] of the conditioning crop in the clip
     conditioning: torch.Tensor  # (1, 1, cond_max) the crop, zero-padded
-    wav: NotRequired[torch.Tensor]  # (1, samples) when the codes are not cached
-    codes: NotRequired[torch.Tensor]  # the cached DVAE codes
 
 
-class Batch(TypedDict):
-    """A collated batch (:func:`collate`): the clips' tensors padded and stacked, and the batch's data position."""
+class ClipItem(_ClipItemKeys, total=False):
+    """One clip as :class:`ClipDataset` reads it: its tokens, a conditioning crop, and its audio or DVAE codes."""
 
+    wav: torch.Tensor  # (1, samples) when the codes are not cached
+    codes: torch.Tensor  # the cached DVAE codes
+
+
+class _BatchKeys(TypedDict):
     padded_text: torch.Tensor  # (B, T_text) int32
     text_lengths: torch.Tensor
     wav_lengths: torch.Tensor
@@ -66,8 +69,13 @@ class Batch(TypedDict):
     cond_idxs: torch.Tensor
     clips: torch.Tensor  # the clips' indices
     position: tuple[int, int]  # the sampler's (epoch, batch_index) of this batch
-    wav: NotRequired[torch.Tensor]  # (B, 1, T)
-    codes: NotRequired[torch.Tensor]  # (B, T_codes)
+
+
+class Batch(_BatchKeys, total=False):
+    """A collated batch (:func:`collate`): the clips' tensors padded and stacked, and the batch's data position."""
+
+    wav: torch.Tensor  # (B, 1, T)
+    codes: torch.Tensor  # (B, T_codes)
 
 
 class ModelInputs(TypedDict):

@@ -31,7 +31,7 @@ passes and the all-reduce would hang, so there an out-of-memory error stops the 
 from __future__ import annotations
 
 import logging
-from typing import Callable, NotRequired, Optional, TypedDict, Union, cast
+from typing import Callable, Optional, TypedDict, Union, cast
 
 import torch
 
@@ -44,10 +44,17 @@ log = logging.getLogger(__name__)
 
 Forward = Callable[[Batch], tuple[torch.Tensor, torch.Tensor]]  # piece -> (loss to backpropagate, detached loss row)
 Backward = Callable[[torch.Tensor], None]  # weighted loss -> backward pass
-#: One event of a window for events.jsonl: its name ("oom_split", "oom_skip", "oom_cleared") and fields ("pass": the
-#: pass that ran out of memory, a keyword in Python hence this spelling of the type).
-OomEvent = TypedDict("OomEvent", {"event": str, "clips": Union[int, str], "size": NotRequired[int],
-                                  "pass": NotRequired[str]})
+# "pass" (the pass that ran out of memory) is a keyword in Python, hence this spelling of the type
+_OomEventDetails = TypedDict("_OomEventDetails", {"size": int, "pass": str}, total=False)
+
+
+class OomEvent(_OomEventDetails):
+    """One event of a window for events.jsonl: its name ("oom_split", "oom_skip", "oom_cleared") and fields."""
+
+    event: str
+    clips: Union[int, str]  # how many, or their names
+
+
 _TRIM = {"padded_text": "text_lengths", "wav": "wav_lengths"}  # padded tensor -> the lengths that bound it
 
 
