@@ -44,10 +44,13 @@ TAIL_NOTE = ("Tail rate is the share of samples with more than evaluation.max_ta
 LISTENING_NOTE = f"{QUALITY_NOTE} {TAIL_NOTE}"
 
 
-class ClipScores(Protocol):
-    mos: Optional[float]
-    snr_db: Optional[float]
-    tail_s: Optional[float]
+class ClipScores(Protocol):  # read only: a listener may give a frozen record (assess.listener.Heard)
+    @property
+    def mos(self) -> Optional[float]: ...
+    @property
+    def snr_db(self) -> Optional[float]: ...
+    @property
+    def tail_s(self) -> Optional[float]: ...
 
 
 class SampleListener(Protocol):
