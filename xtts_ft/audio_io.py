@@ -19,8 +19,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import soxr
 
@@ -46,7 +48,7 @@ class TooLongToDecode(Exception):
     """The file is longer than the decode limit; it is not read into memory (a 'too_long' rejection)."""
 
 
-def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int, float]:
+def decode(path: str, limit_s: float = float("inf")) -> tuple[npt.NDArray[np.float32], int, float]:
     """float32 samples (frames, channels), the sample rate, and the clipping threshold for the format.
 
     Longer than limit_s: TooLongToDecode; not decodable by soundfile nor ffmpeg: DecodeError.
@@ -67,7 +69,7 @@ def decode(path: str, limit_s: float = float("inf")) -> tuple[np.ndarray, int, f
 
 
 @contextlib.contextmanager
-def _quiet_decoder(path: str):
+def _quiet_decoder(path: str) -> Iterator[None]:
     """MP3s only: libsndfile's mpg123 prints notes ("Trying to resync...") on the process's stderr (fd 2), where
     they would land between our progress lines. They go to a temp file instead, logged at debug level."""
     if not str(path).lower().endswith(".mp3"):
@@ -93,7 +95,7 @@ def _short(message: str, path: str) -> str:
     return message.replace(f"Error opening '{path}': ", "").replace(f"{path}: ", "").replace(path, "the file").strip()
 
 
-def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int, float]:
+def _decode_ffmpeg(path: str, why: str) -> tuple[npt.NDArray[np.float32], int, float]:
     with tempfile.TemporaryDirectory(prefix="xtts_ft_decode_") as tmp:
         out = os.path.join(tmp, "decoded.wav")
         cmd = ["ffmpeg", "-nostdin", "-v", "error", "-i", path, "-vn", "-acodec", "pcm_f32le", "-f", "wav", out]
@@ -112,7 +114,7 @@ def _decode_ffmpeg(path: str, why: str) -> tuple[np.ndarray, int, float]:
         return data, rate, FULL_SCALE
 
 
-def to_mono(data: np.ndarray) -> np.ndarray:
+def to_mono(data: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """Average the channels of a (frames, channels) array (column sums: much faster than mean(axis=1))."""
     if data.shape[1] == 1:
         return data[:, 0]
@@ -123,7 +125,7 @@ def to_mono(data: np.ndarray) -> np.ndarray:
     return mono
 
 
-def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+def resample(audio: npt.NDArray[np.float32], from_rate: int, to_rate: int) -> npt.NDArray[np.float32]:
     """Mono float32 ``audio`` at ``to_rate`` (soxr HQ); unchanged when the rates agree."""
     audio = np.asarray(audio, dtype=np.float32)
     if from_rate == to_rate:
@@ -131,7 +133,7 @@ def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     return soxr.resample(audio, from_rate, to_rate, quality=RESAMPLE_QUALITY).astype(np.float32)
 
 
-def load_audio(path: str | Path, rate: int | None = None) -> tuple[np.ndarray, int]:
+def load_audio(path: str | Path, rate: int | None = None) -> tuple[npt.NDArray[np.float32], int]:
     """(mono float32 samples, their rate): the file's own rate, or resampled to ``rate``.
 
     A file neither soundfile nor ffmpeg decodes raises :class:`DecodeError`.

@@ -103,10 +103,10 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
     """The real fetcher: huggingface_hub's per-file download into its cache (resumes partial files)."""
     offline: dict[tuple[str, Optional[str]], bool] = {}  # (repo, revision) -> the Hub did not answer: cache only
 
-    def reachable(repo_id: str, filename: str, revision: Optional[str]) -> bool:
+    def reachable(repo_id: str, filename: str, revision: Optional[str], retries: int) -> bool:
         url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
         failure = None
-        for attempt in range(retry.retries + 1):
+        for attempt in range(retries + 1):
             if attempt:
                 time.sleep(retry.wait_s * 2 ** (attempt - 1))
             try:
@@ -116,7 +116,7 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
                 return True
             except (httpx2.TransportError, OSError) as exc:
                 failure = f"{type(exc).__name__}: {exc}"
-                log.info("hub at %s not reachable (%s), try %d of %d", url, exc, attempt + 1, retry.retries + 1)
+                log.info("hub at %s not reachable (%s), try %d of %d", url, exc, attempt + 1, retries + 1)
         log.warning("%s: the Hub (%s) does not answer (%s); reading %s from the local cache only", repo_id,
                     endpoint or "huggingface.co", failure, repo_id)
         return False
@@ -124,11 +124,12 @@ def hf_fetcher(endpoint: Optional[str] = None, retry: RetryPolicy = RetryPolicy(
     def fetch(repo_id: str, filename: str, revision: Optional[str], cache_dir: Optional[str]) -> str:
         key = (repo_id, revision)
         if retry.retries is not None and key not in offline:  # asked once per model, not once per file
-            offline[key] = not reachable(repo_id, filename, revision)
-        return hf_hub_download(
+            offline[key] = not reachable(repo_id, filename, revision, retry.retries)
+        local: str = hf_hub_download(  # the file's path in the cache
             repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir, endpoint=endpoint,
             local_files_only=offline.get(key, False),
         )
+        return local
 
     return fetch
 

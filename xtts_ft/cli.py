@@ -21,7 +21,8 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from types import ModuleType
+from typing import Callable, MutableMapping, Optional, Sequence
 
 from xtts_ft.commands import arguments
 from xtts_ft.commands.common import LAUNCH_ARGS_ENV, lock_run_folder, read_config, release_run_folder
@@ -78,7 +79,9 @@ COMMANDS: dict[str, Command] = {
 
 def load_run_function(command: Command) -> Callable[[argparse.Namespace], int]:
     """The chosen command's run function: its module is imported here, after parsing, and only this one."""
-    return _imported(command.run)
+    module, name = _imported(command.run)
+    run: Callable[[argparse.Namespace], int] = getattr(module, name)
+    return run
 
 
 def run_command(command: Command, args: argparse.Namespace) -> int:
@@ -92,7 +95,9 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     code = read_config(args) or lock_run_folder(args)
     if code != 0:
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-            _imported(TELL_OTHER_RANKS)(getattr(args, "error_line", "a config error"))
+            module, name = _imported(TELL_OTHER_RANKS)
+            post_failure: Callable[[str], None] = getattr(module, name)
+            post_failure(getattr(args, "error_line", "a config error"))
         return code
     try:
         return load_run_function(command)(args)
@@ -104,15 +109,17 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
 TELL_OTHER_RANKS = "xtts_ft.peers:post_failure"
 
 
-def _imported(target: str) -> Callable:
+def _imported(target: str) -> tuple[ModuleType, str]:
+    """The module of a ``module:function`` target, imported now, and the function's name (the caller says what
+    the function is: the name is looked up where its type is declared)."""
     module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)
+    return importlib.import_module(module), function
 
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
 
-def default_allocator_settings(environ=os.environ) -> None:
+def default_allocator_settings(environ: MutableMapping[str, str] = os.environ) -> None:
     """``expandable_segments:True`` unless the user configured the CUDA allocator themselves.
 
     Expandable segments let the allocator grow one mapping instead of caching fixed blocks, so
@@ -126,7 +133,7 @@ def default_allocator_settings(environ=os.environ) -> None:
 MPS_FALLBACK = "PYTORCH_ENABLE_MPS_FALLBACK"
 
 
-def mps_fallback(args: argparse.Namespace, environ=os.environ) -> None:
+def mps_fallback(args: argparse.Namespace, environ: MutableMapping[str, str] = os.environ) -> None:
     """``--device mps`` (serve, synthesize, ui): operators Apple's GPU lacks run on the CPU instead of failing.
 
     torch reads the variable once, when it loads: so it is set here, before the command's module is imported,

@@ -8,8 +8,14 @@ both the dataset report (data) and the run report and web page (evaluate, webapp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def new_figure(figsize: tuple[float, float], dpi: float | None = None):
+if TYPE_CHECKING:  # names for annotations; at run time matplotlib is imported on the first call
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+
+def new_figure(figsize: tuple[float, float], dpi: float | None = None) -> Figure:
     """A ``matplotlib.figure.Figure`` of ``figsize`` inches with an Agg canvas attached (PNG, SVG, PDF output)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -19,7 +25,7 @@ def new_figure(figsize: tuple[float, float], dpi: float | None = None):
     return fig
 
 
-def integer_locator():
+def integer_locator() -> MaxNLocator:
     """Axis ticks at whole numbers only (training steps)."""
     from matplotlib.ticker import MaxNLocator
 

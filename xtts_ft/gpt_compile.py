@@ -26,7 +26,7 @@ import contextlib
 import logging
 import math
 import time
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Protocol, Union
 
 import torch
 import torch.nn as nn
@@ -42,10 +42,30 @@ MAX_SHAPES = 8  # torch._dynamo.config.recompile_limit's default: more shapes wo
 COMPILE_ERRORS = (TorchDynamoException, InductorError)  # what a failed torch.compile raises
 
 
+class CompiledGraph(Protocol):
+    """What a compiler backend gives back for a traced graph: called with the graph's tensors in its place."""
+
+    def __call__(self, *inputs: torch.Tensor) -> object: ...
+
+
+#: A torch.compile backend given as a function: the traced graph and example inputs -> what runs in its place.
+CompilerBackend = Callable[[torch.fx.GraphModule, list[torch.Tensor]], CompiledGraph]
+
+
+class CompileFn(Protocol):
+    """torch.compile as this module calls it (tests pass one that returns the function uncompiled)."""
+
+    def __call__(self, fn: BlockFn, *, backend: Union[str, CompilerBackend], dynamic: bool) -> BlockFn: ...
+
+
+#: One compiled shape: (batch, length, dtype the blocks compute in, training mode).
+ShapeKey = tuple[int, int, torch.dtype, bool]
+
+
 def compile_enabled(setting: Union[str, bool], device: torch.device) -> bool:
     """``training.compile``: on / true, off / false, auto (= on for CUDA)."""
     if setting in ("auto", None):
-        return device.type == "cuda"
+        return bool(device.type == "cuda")
     return setting in ("on", True)
 
 
@@ -71,7 +91,7 @@ def describe_failure(exc: BaseException) -> str:
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
-    cause = exc
+    cause: Optional[BaseException] = exc
     while cause is not None:
         if isinstance(cause, torch.OutOfMemoryError):
             return True
@@ -85,14 +105,14 @@ class CompiledBlocks:
     ``backend``: torch.compile's (inductor; tests inject a failing one); ``compile_fn``: torch.compile.
     """
 
-    def __init__(self, longest: int, *, backend: Union[str, Callable] = "inductor",
-                 compile_fn: Callable[..., BlockFn] = torch.compile):
+    def __init__(self, longest: int, *, backend: Union[str, CompilerBackend] = "inductor",
+                 compile_fn: CompileFn = torch.compile) -> None:
         self.width = bucket_width(longest)
         self.buckets = math.ceil(longest / self.width)
         self._fn = compile_fn(block_forward, backend=backend, dynamic=False)
         self.failed: Optional[str] = None  # the one line of a compile failure (then eager for the rest of the run)
-        self.shapes: dict[tuple, float] = {}  # (batch, length, dtype) -> seconds its compile took
-        self._eager_shapes: set[tuple] = set()
+        self.shapes: dict[ShapeKey, float] = {}  # (batch, length, dtype) -> seconds its compile took
+        self._eager_shapes: set[ShapeKey] = set()
         self._paused = 0
 
     def expect_lengths(self, shortest: int, longest: int) -> None:
@@ -131,7 +151,7 @@ class CompiledBlocks:
     def run(self, blocks: nn.ModuleList, x: torch.Tensor, *, checkpointing: bool) -> torch.Tensor:
         if self.failed or self._paused or not torch.is_grad_enabled() or any_hooks(blocks):
             return EAGER.run(blocks, x, checkpointing=checkpointing)
-        key = (x.shape[0], x.shape[1], torch.get_autocast_dtype(x.device.type)
+        key: ShapeKey = (x.shape[0], x.shape[1], torch.get_autocast_dtype(x.device.type)
                if torch.is_autocast_enabled(x.device.type) else x.dtype, blocks[0].training)
         if key not in self.shapes:
             if len(self.shapes) >= MAX_SHAPES:
@@ -144,7 +164,7 @@ class CompiledBlocks:
                 return EAGER.run(blocks, x, checkpointing=checkpointing)
         return run_blocks(self._fn, blocks, x, checkpointing=checkpointing)
 
-    def _compile(self, block: nn.Module, x: torch.Tensor, key: tuple) -> bool:
+    def _compile(self, block: nn.Module, x: torch.Tensor, key: ShapeKey) -> bool:
         """Compile forward and backward for ``x``'s shape on a dummy input; False (and one line) on failure."""
         started = time.perf_counter()
         devices = [x.device] if x.device.type == "cuda" else []

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, TypeVar
 
 import torch
 import torch.nn as nn
@@ -40,7 +40,13 @@ from torch.utils.checkpoint import checkpoint
 
 from xtts_ft.gpt_targets import code_lengths_of, mel_inputs_and_targets, mel_loss, text_inputs_and_targets
 
+if TYPE_CHECKING:  # Python 3.11's typing names; the package runs on 3.10, where annotations are never evaluated
+    from typing import TypeVarTuple, Unpack
+
+    Args = TypeVarTuple("Args")  # what a hooked computation takes (a pre-hook that replaces them gives the same kinds)
+
 BlockFn = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+Out = TypeVar("Out")  # what a hooked computation gives (a forward hook that replaces it gives the same kind)
 
 
 class BlockRunner(Protocol):
@@ -51,7 +57,7 @@ class BlockRunner(Protocol):
     def run(self, blocks: nn.ModuleList, x: torch.Tensor, *, checkpointing: bool) -> torch.Tensor: ...
 
 
-def hooked(module: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
+def hooked(module: nn.Module, fn: Callable[[Unpack[Args]], Out], *args: Unpack[Args]) -> Out:
     """``fn(*args)`` run as ``module(*args)`` would run: the module's forward pre-hooks and forward hooks around it.
 
     The fast forward computes what a module computes without calling its ``forward`` (GPT-2's attention
@@ -162,7 +168,7 @@ def conditioning_length(gpt: nn.Module) -> int:
 
 def row_length(gpt: nn.Module, text_tokens: int, audio_samples: int) -> int:
     """Positions of one clip's row: conditioning + [start, text..] + [start, codes.., stop x 3]."""
-    return conditioning_length(gpt) + text_tokens + 1 + math.ceil(audio_samples / gpt.code_stride_len) + 3 + 1
+    return conditioning_length(gpt) + text_tokens + 1 + math.ceil(audio_samples / int(gpt.code_stride_len)) + 3 + 1
 
 
 def _layout(cond: int, text_real: torch.Tensor, mel_real: torch.Tensor, text_width: int, length: int
@@ -188,8 +194,9 @@ def fast_gpt_losses(gpt: nn.Module, text_inputs: torch.Tensor, text_lengths: tor
     blocks run (default eager). Hooks on ``gpt`` see ``(text_inputs, text_lengths, audio_codes, wav_lengths)``
     and ``(loss_text, loss_mel, mel_logits)`` as with coqui's forward (its ``loss_mel``: this one's).
     """
-    def run(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _losses(gpt, *args, cond_mels, cond_idxs, runner or EAGER)
+    def run(text: torch.Tensor, text_lens: torch.Tensor, codes: torch.Tensor, wav_lens: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _losses(gpt, text, text_lens, codes, wav_lens, cond_mels, cond_idxs, runner or EAGER)
 
     loss_text, loss_mel, _ = hooked(gpt, run, text_inputs, text_lengths, audio_codes, wav_lengths)
     return loss_text, loss_mel

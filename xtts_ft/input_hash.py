@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 _CHUNK = 1 << 20
 
@@ -35,7 +35,7 @@ def file_digest(path: Path, length: Optional[int] = 16) -> str:
     return text if length is None else text[:length]
 
 
-def hash_inputs(*parts: Any) -> str:
+def hash_inputs(*parts: object) -> str:
     """``digest`` of JSON-able parts (dataclass dicts, lists of file stats, strings), keys sorted."""
     return digest(json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8"))
 

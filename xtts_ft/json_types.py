@@ -14,5 +14,8 @@ from typing import Any, Union
 JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
 #: A JSON object as ``json.loads`` returns it, or as a writer hands it to ``json.dumps``.
 JsonObject = dict[str, Any]
+#: A JSON array as ``json.loads`` returns it, or a list of plain values that a writer unpacks as it packed them
+#: (the random generators' states in a checkpoint: train/rng_state.py).
+JsonArray = list[Any]
 #: A JSON object only read (an evaluation's metrics as meta.json or a history line holds them).
 JsonMapping = Mapping[str, Any]

@@ -107,16 +107,33 @@ class _Folder:
         object.__setattr__(self, "root", Path(self.root))
 
 
+class _In:
+    """A path inside a layout's folder, ``root / parts``: ``RunLayout(d).train_csv`` is ``d/data/metadata_train.csv``
+    (a descriptor, so that each name below is one line and reads as a Path to the type checker)."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, layout: _Folder, owner: Optional[type] = None) -> Path:
+        return layout.root.joinpath(*self.parts)
+
+
 class CheckpointLayout(_Folder):
     """The files of one checkpoint folder (``checkpoints/step_NNNNNN/``)."""
 
-    folder = property(lambda self: self.root)
-    state = property(lambda self: self.root / STATE_FILE)
-    meta = property(lambda self: self.root / META_FILE)
-    vocab = property(lambda self: self.root / VOCAB_FILE)
-    config = property(lambda self: self.root / CONFIG_FILE)
-    dvae = property(lambda self: self.root / DVAE_FILE)  # only in a run with the DVAE stage
-    step = property(lambda self: step_of(self.root.name))
+    @property
+    def folder(self) -> Path:
+        return self.root
+
+    state = _In(STATE_FILE)
+    meta = _In(META_FILE)
+    vocab = _In(VOCAB_FILE)
+    config = _In(CONFIG_FILE)
+    dvae = _In(DVAE_FILE)  # only in a run with the DVAE stage
+
+    @property
+    def step(self) -> Optional[int]:
+        return step_of(self.root.name)
 
 
 def is_checkpoint(folder: Path) -> bool:
@@ -137,37 +154,37 @@ def holds_weights(folder: Path) -> bool:
 class RunLayout(_Folder):
     """The files and folders of one run directory (``run.output_dir``)."""
 
-    run_file = property(lambda self: self.root / RUN_FILE)
-    lock_file = property(lambda self: self.root / LOCK_FILE)
-    machine_token = property(lambda self: self.root / MACHINE_TOKEN)
-    old_runs = property(lambda self: self.root / OLD_RUNS)
-    branches = property(lambda self: self.root / BRANCHES_DIR)
-    config = property(lambda self: self.root / CONFIG_FILE)
-    data = property(lambda self: self.root / DATA_DIR)
-    train_csv = property(lambda self: self.data / TRAIN_CSV)
-    eval_csv = property(lambda self: self.data / EVAL_CSV)
-    listed_datasets = property(lambda self: self.data / DATASETS_SUBDIR)
-    data_report = property(lambda self: self.data / STAGE_REPORT)
-    tokenizer = property(lambda self: self.root / TOKENIZER_DIR)
-    vocab = property(lambda self: self.tokenizer / VOCAB_FILE)
-    tokenizer_report = property(lambda self: self.tokenizer / STAGE_REPORT)
-    cache = property(lambda self: self.root / CACHE_DIR)
-    codes_cache = property(lambda self: self.cache / CODES_CACHE)
-    dvae = property(lambda self: self.root / DVAE_DIR)
-    dvae_report = property(lambda self: self.dvae / STAGE_REPORT)
-    samples = property(lambda self: self.root / SAMPLES_DIR)
-    samples_index = property(lambda self: self.samples / INDEX_FILE)
-    cer_floor = property(lambda self: self.samples / CER_FLOOR_FILE)
-    reference_quality = property(lambda self: self.samples / REFERENCE_QUALITY_FILE)
+    run_file = _In(RUN_FILE)
+    lock_file = _In(LOCK_FILE)
+    machine_token = _In(MACHINE_TOKEN)
+    old_runs = _In(OLD_RUNS)
+    branches = _In(BRANCHES_DIR)
+    config = _In(CONFIG_FILE)
+    data = _In(DATA_DIR)
+    train_csv = _In(DATA_DIR, TRAIN_CSV)
+    eval_csv = _In(DATA_DIR, EVAL_CSV)
+    listed_datasets = _In(DATA_DIR, DATASETS_SUBDIR)
+    data_report = _In(DATA_DIR, STAGE_REPORT)
+    tokenizer = _In(TOKENIZER_DIR)
+    vocab = _In(TOKENIZER_DIR, VOCAB_FILE)
+    tokenizer_report = _In(TOKENIZER_DIR, STAGE_REPORT)
+    cache = _In(CACHE_DIR)
+    codes_cache = _In(CACHE_DIR, CODES_CACHE)
+    dvae = _In(DVAE_DIR)
+    dvae_report = _In(DVAE_DIR, STAGE_REPORT)
+    samples = _In(SAMPLES_DIR)
+    samples_index = _In(SAMPLES_DIR, INDEX_FILE)
+    cer_floor = _In(SAMPLES_DIR, CER_FLOOR_FILE)
+    reference_quality = _In(SAMPLES_DIR, REFERENCE_QUALITY_FILE)
     # the history files (samples_index above, metrics, events): only xtts_ft/run_history.py opens them
-    metrics = property(lambda self: self.root / METRICS_FILE)
-    events = property(lambda self: self.root / EVENTS_FILE)
-    tensorboard = property(lambda self: self.root / TENSORBOARD_DIR)
-    report = property(lambda self: self.root / REPORT_FILE)
-    summary = property(lambda self: self.root / SUMMARY_FILE)
-    exports = property(lambda self: self.root / EXPORTS_DIR)
-    app_process = property(lambda self: self.root / APP_PROCESS_FILE)
-    app_console = property(lambda self: self.root / APP_CONSOLE_LOG)
+    metrics = _In(METRICS_FILE)
+    events = _In(EVENTS_FILE)
+    tensorboard = _In(TENSORBOARD_DIR)
+    report = _In(REPORT_FILE)
+    summary = _In(SUMMARY_FILE)
+    exports = _In(EXPORTS_DIR)
+    app_process = _In(APP_PROCESS_FILE)
+    app_console = _In(APP_CONSOLE_LOG)
 
     def samples_at(self, step: int) -> Path:
         return self.samples / step_dir_name(step)

@@ -9,22 +9,23 @@ checkpoint has stock coqui's layout. Pure tensor arithmetic: it needs neither pe
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 import torch
 
 from xtts_ft.errors import CheckpointError
+from xtts_ft.json_types import JsonMapping
 
 ADAPTER = "default"  # peft's adapter name; part of the state-dict keys
 _BASE = ".base_layer."
 _LORA_MARK = ".lora_"
 
 
-def has_adapters(state: dict) -> bool:
+def has_adapters(state: Mapping[str, object]) -> bool:
     return any(_LORA_MARK in k for k in state)
 
 
-def merged_gpt_state(state: dict[str, torch.Tensor], training_config: Optional[dict],
+def merged_gpt_state(state: dict[str, torch.Tensor], training_config: Optional[JsonMapping],
                      source: str = "checkpoint") -> dict[str, torch.Tensor]:
     """A GPT state dict with plain weights: LoRA adapters (peft's keys) merged as peft merges them
     (``W + transpose(B @ A) * alpha / r`` for GPT-2's fan-in-fan-out ``Conv1D``); other states unchanged."""

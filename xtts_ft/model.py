@@ -51,13 +51,14 @@ from xtts_ft.gpt_targets import (  # noqa: F401 - the loss weights: re-exported
 from xtts_ft.languages import AMHARIC
 from xtts_ft.safe_load import load_weights
 from xtts_ft.tokenizer.resize import resize_text_rows
+from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
 
 _DROPPED_KEYS = ("torch_mel_spectrogram_style_encoder", "torch_mel_spectrogram_dvae", "dvae")
 
 
-def load_xtts_config(config_json: Path):
+def load_xtts_config(config_json: Path) -> XttsConfig:
     cfg = XttsConfig()
     try:
         cfg.load_json(str(config_json))
@@ -66,8 +67,9 @@ def load_xtts_config(config_json: Path):
     return cfg
 
 
-def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    """torch.load with weights_only=True; a pickle that would run code is refused by name (one line)."""
+def load_state_dict_file(path: Path) -> object:
+    """torch.load with weights_only=True; a pickle that would run code is refused by name (one line). What the file
+    holds: a state dict by name (model.pth, dvae.pth) or one tensor (mel_stats.pth); the caller checks which."""
     return load_weights(path, ModelError)
 
 
@@ -77,7 +79,7 @@ def base_state_dict(model_pth: Path) -> dict[str, torch.Tensor]:
     state = ckpt.get("model", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict):
         raise ModelError(f"{model_pth}: expected a dict with a 'model' state dict")
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         key = key[len("xtts.") :] if key.startswith("xtts.") else key
         if key.split(".")[0] not in _DROPPED_KEYS:
@@ -110,7 +112,7 @@ def new_dvae_mel(mel_stats_pth: Path, sample_rate: int) -> nn.Module:
     return TorchMelSpectrogram(mel_norm_file=str(mel_stats_pth), sampling_rate=sample_rate)
 
 
-def dvae_state_problem(dvae: nn.Module, state: dict, dvae_pth: Path) -> Optional[str]:
+def dvae_state_problem(dvae: nn.Module, state: object, dvae_pth: Path) -> Optional[str]:
     """One line saying why ``state`` does not fit ``dvae`` (missing tensors or other shapes), else None."""
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         return f"{dvae_pth}: not a DVAE state dict (expected tensors by name, as coqui/XTTS-v2's dvae.pth)"
@@ -217,7 +219,7 @@ class XttsTrainingModel(nn.Module):
             rows = [row_length(gpt, t, a) for t, a in zip(text_tokens, audio_samples)]
             expect(min(rows), max(rows))
 
-    def eager_blocks(self) -> ContextManager:
+    def eager_blocks(self) -> ContextManager[None]:
         """Within it the blocks run uncompiled (the batch-size probe: its many sizes are not worth compiling)."""
         paused = getattr(self.block_runner, "paused", None)
         return paused() if paused else contextlib.nullcontext()
@@ -253,7 +255,8 @@ def coqui_gpt_losses(gpt: nn.Module, text_inputs: torch.Tensor, text_lengths: to
     return loss_text, loss_mel
 
 
-def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_weights: bool = True):
+def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer: AmharicTokenizer, *,
+               load_base_weights: bool = True) -> Xtts:
     """A coqui ``Xtts`` sized for ``vocab_path`` with the base weights loaded (text rows grown)."""
     cfg = load_xtts_config(base.config_json)
     cfg.model_args.tokenizer_file = str(vocab_path)
@@ -282,7 +285,7 @@ def build_xtts(base: BaseModelFiles, vocab_path: Path, tokenizer, *, load_base_w
     return xtts
 
 
-def build_training_model(base: BaseModelFiles, vocab_path: Path, tokenizer) -> XttsTrainingModel:
+def build_training_model(base: BaseModelFiles, vocab_path: Path, tokenizer: AmharicTokenizer) -> XttsTrainingModel:
     """Everything one training step needs, on CPU; the caller moves it to the device."""
     xtts = build_xtts(base, vocab_path, tokenizer)
     xtts.mel_stats.copy_(load_state_dict_file(base.mel_stats_pth))
@@ -290,7 +293,7 @@ def build_training_model(base: BaseModelFiles, vocab_path: Path, tokenizer) -> X
     return XttsTrainingModel(xtts, dvae, base.mel_stats_pth)
 
 
-def model_limits(xtts) -> dict[str, int]:
+def model_limits(xtts: Xtts) -> dict[str, int]:
     """Token and length limits that data and training must respect."""
     a = xtts.args
     return {
@@ -303,5 +306,5 @@ def model_limits(xtts) -> dict[str, int]:
 
 def describe_vocab(vocab_path: Path) -> int:
     data = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
-    ids = list(data["model"]["vocab"].values()) + [t["id"] for t in data.get("added_tokens", [])]
+    ids: list[int] = list(data["model"]["vocab"].values()) + [t["id"] for t in data.get("added_tokens", [])]
     return max(ids) + 1

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 from xtts_ft.errors import UserError
+from xtts_ft.json_types import JsonMapping, JsonObject
 from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.tempfiles import atomic_write, replace_dir, temp_sibling
 
@@ -55,7 +56,7 @@ class FolderState:
     what: str  # what is there, for the refusal ("model.pth, config.json and 3 more")
 
 
-def read_marker(folder: Path) -> dict:
+def read_marker(folder: Path) -> JsonObject:
     """The marker of ``folder`` ({} when there is none or it cannot be read)."""
     try:
         data = json.loads((Path(folder) / OUTPUT_MARKER).read_text(encoding="utf-8"))
@@ -126,7 +127,7 @@ def check_output(folder: Path, command: str, on_existing: str = REFUSE, *, repla
     raise OutputFolderError(f"--out {folder}: holds {state.what}; choose another --out, or pass {options}")
 
 
-def write_marker(folder: Path, command: str, extra: dict | None = None) -> None:
+def write_marker(folder: Path, command: str, extra: JsonMapping | None = None) -> None:
     folder = Path(folder)
     files = [n for n in _files(folder) if n != OUTPUT_MARKER]
     record = {"command": command, "written": time.strftime("%Y-%m-%dT%H:%M:%S"), "files": files, **(extra or {})}
@@ -157,7 +158,7 @@ class Staged:
 
 @contextmanager
 def staged_output(folder: Path, command: str, on_existing: str = REFUSE, *, replace_own: bool = True,
-                  marker_extra: dict | None = None, legacy: str = "") -> Iterator[Staged]:
+                  marker_extra: JsonMapping | None = None, legacy: str = "") -> Iterator[Staged]:
     """Check ``folder``, let the command write a hidden sibling, then swap it in (see the module doc).
 
     With ``on_existing=ADD`` the sibling starts as a copy of the old folder (hard links), so the

@@ -20,14 +20,14 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 from xtts_ft import stages
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.assess.listener import sample_listener
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
-from xtts_ft.config import Config, dump_config
+from xtts_ft.config import Config, DatasetConfig, dump_config
 from xtts_ft.data import prepare_dataset, read_metadata
 from xtts_ft.data.multi import prepare_datasets
 from xtts_ft.evaluate import make_eval_hook, write_report
@@ -36,6 +36,7 @@ from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 from xtts_ft.evaluate.languages import language_evals
 from xtts_ft.evaluate.references import pick_references
 from xtts_ft.ingest.short_pieces import ShortPieceMaker
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import EVAL_CSV, STAGE_REPORT, TRAIN_CSV, VOCAB_FILE, RunLayout
 from xtts_ft.model import describe_vocab
 from xtts_ft.output_folder import MOVE_ASIDE
@@ -52,11 +53,12 @@ from xtts_ft.tokenizer.command import read_text_lines, text_files_in
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer, make_tokenizer
 from xtts_ft.train import TrainResult, train
 from xtts_ft.train.distributed import DistContext, MainFirst, cleanup_distributed, peer_failures, setup_distributed
-from xtts_ft.train.dvae_stage import dvae_stage
+from xtts_ft.train.dvae_stage import DvaeStageResult, dvae_stage
+from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.machine_folders import check_same_inputs, claim_machine_folders, dvae_for_every_machine, write_token
 from xtts_ft.train.resume import check_vocab
 from xtts_ft.train.session import RunHandles, TrainInputs
-from xtts_ft.train.stopping import continue_command
+from xtts_ft.train.stopping import CommandLine, continue_command
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +78,13 @@ class PipelineResult:
     samples_dir: Optional[Path] = None
     report: Optional[Path] = None
     best_export: Optional[Path] = None  # training.export_best_at_end: the best checkpoint exported
-    dvae: Optional[dict] = None  # the DVAE stage (dvae.finetune): dvae.pth, held-out reconstruction loss before/after
+    dvae: Optional[JsonObject] = None  # the DVAE stage (dvae.finetune): dvae.pth, held-out reconstruction loss before/after
 
     @property
     def stopped_by_signal(self) -> bool:
         return self.stopped_before_training or (self.training is not None and self.training.stopped_by_signal)
 
-    def summary(self) -> dict[str, Union[str, int, float, bool, dict, None]]:
+    def summary(self) -> JsonObject:
         """summary.json: the run's folders, how it ended, and what training returned (its data reports aside)."""
         trained = dataclasses.asdict(self.training) if self.training is not None else {}
         out = {"run_dir": self.run_dir, "data_dir": self.data_dir, "vocab_path": self.vocab_path,
@@ -138,7 +140,7 @@ def prepare_stage(cfg: Config, base: BaseModelFiles) -> Path:
     return data_dir
 
 
-def _source_stats(ds) -> list:
+def _source_stats(ds: DatasetConfig) -> list[tuple[str, int, int]]:
     """Size and mtime of a dataset's files (a folder's tree, one parquet/arrow file; a Hub id: none)."""
     path = Path(ds.path)
     return stages.file_stats([path]) if path.is_file() else stages.tree_stats(path)
@@ -200,7 +202,7 @@ def base_vocab_size(base: BaseModelFiles) -> int:
 
 
 def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool = False,
-                 command_line=None, new_data: bool = False) -> PipelineResult:
+                 command_line: Optional[CommandLine] = None, new_data: bool = False) -> PipelineResult:
     """Run every stage for ``cfg``; returns where the outputs are.
 
     ``archive_old_run``: move another run's outputs in the folder aside instead of refusing (``--archive-old-run``);
@@ -227,7 +229,7 @@ def run_pipeline(cfg: Config, *, train_model: bool = True, archive_old_run: bool
         cleanup_distributed(ctx)
 
 
-def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str], command_line,
+def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str], command_line: Optional[CommandLine],
                              is_main: bool) -> PipelineResult:
     """A stop in prepare, the tokenizer or another stage before training: say so, and how to continue."""
 
@@ -240,8 +242,8 @@ def _stopped_before_training(cfg: Config, where: str, signal_name: Optional[str]
                           stopped_before_training=True)
 
 
-def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, archive_old_run: bool, command_line,
-                new_data: bool = False) -> PipelineResult:
+def _run_stages(cfg: Config, main_first: MainFirst, lock: RunLock, *, train_model: bool, archive_old_run: bool,
+                command_line: Optional[CommandLine], new_data: bool = False) -> PipelineResult:
 
     run_dir, is_main = cfg.run_dir, main_first.ctx.is_main
     # rank 0's: a named checkpoint lies on rank 0's disk, which other machines may not see
@@ -250,7 +252,7 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
     token = ""
     if is_main:
         # only rank 0 locks and claims (and may archive); a refusal there stops every rank (MainFirst)
-        def lock_and_claim():
+        def lock_and_claim() -> tuple[RunRecord, str]:
             lock.acquire()  # before anything is written (the claim may archive an old run)
             claimed = claim_run_folder(run_dir, fingerprint=fingerprint, resume=cfg.checkpoint.resume,
                                        archive=archive_old_run, new_data=new_data)
@@ -272,7 +274,7 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
     raise_if_stopped("prepare")  # its work is kept: the next run reuses every finished clip
     vocab_path = main_first.run("tokenizer", lambda: tokenizer_stage(cfg, base, data_dir, keep_existing=new_data))
     raise_if_stopped("the tokenizer")
-    handles = training_handles(cfg, main_first.ctx, vocab_path, record,
+    handles = training_handles(cfg, main_first.ctx, vocab_path, _claimed(record),
                                own_folder=main_first.own_folder) if train_model else None
     if folders is not None:  # machines with a folder of their own made their data and vocabulary themselves
         check_same_inputs(main_first, folders, data_dir,
@@ -283,9 +285,10 @@ def _run_stages(cfg: Config, main_first, lock: RunLock, *, train_model: bool, ar
         fingerprint_now = handles.vocab_fingerprint if handles is not None else vocab_fingerprint(vocab_path)
         check_vocab(resume_from[1].vocab_fingerprint, resume_from[0], fingerprint_now, cfg)
     result = PipelineResult(run_dir=run_dir, data_dir=data_dir, vocab_path=vocab_path)
-    if not train_model:
+    if handles is None:  # train_model off
         return result
-    def run_dvae_stage():
+
+    def run_dvae_stage() -> Optional[DvaeStageResult]:
         return dvae_stage(cfg, base, data_dir)  # None unless dvae.finetune
 
     if folders is not None and not folders.all_shared and cfg.dvae.finetune:  # rank 0's DVAE on every machine
@@ -333,7 +336,8 @@ def _named_checkpoint(cfg: Config) -> Optional[tuple[Path, CheckpointRecord]]:
     return path, CheckpointStore.verify(path)
 
 
-def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path, tokenizer=None):
+def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: Path,
+                       tokenizer: Optional[AmharicTokenizer] = None) -> EvalHook:
     """The sample-synthesis hook the trainer calls after each evaluation (``tokenizer``: the run's, else built)."""
 
     tokenizer = tokenizer or make_tokenizer(vocab_path, TextSettings.from_config(cfg))
@@ -344,6 +348,13 @@ def make_eval_hook_for(cfg: Config, run_dir: Path, vocab_path: Path, data_dir: P
         recognizer=recognizer, languages=language_evals(cfg, data_dir),  # CER per language
         listener=sample_listener(cfg, recognizer),  # predicted quality, speech after the text
     )
+
+
+def _claimed(record: Optional[RunRecord]) -> RunRecord:
+    """Rank 0's run record as every rank received it: rank 0 claims the folder before it sends it, so it is there."""
+    if record is None:
+        raise RuntimeError("the run record was not shared: rank 0 sends it after claiming the run folder")
+    return record
 
 
 def training_handles(cfg: Config, dist: DistContext, vocab_path: Path, record: RunRecord,
@@ -369,7 +380,7 @@ def run_training(cfg: Config, inputs: TrainInputs, *, tokenizer: Optional[Amhari
             if ctx.is_main:
                 lock.acquire()
                 record = claim_run_folder(Path(inputs.run_dir), fingerprint=None, resume=cfg.checkpoint.resume)
-            handles = training_handles(cfg, ctx, inputs.vocab_path, ctx.broadcast_object(record), tokenizer)
+            handles = training_handles(cfg, ctx, inputs.vocab_path, _claimed(ctx.broadcast_object(record)), tokenizer)
             return train(cfg, inputs, handles=handles)
     finally:
         lock.release()

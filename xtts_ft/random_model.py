@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -104,17 +104,17 @@ def write_tiny_vocab(path: Path) -> None:
     tok.save(str(path))
 
 
-def _xtts_config(gpt_args: dict, languages):
+def _xtts_config(gpt_args: Mapping[str, int], languages: Sequence[str]) -> XttsConfig:
     cfg = XttsConfig(model_args=XttsArgs(**gpt_args), languages=list(languages))
     cfg.model_args.tokenizer_file = ""  # coqui finds vocab.json beside model.pth
     return cfg
 
 
-def tiny_xtts_config():
+def tiny_xtts_config() -> XttsConfig:
     return _xtts_config(TINY_GPT_ARGS, TINY_LANGUAGES)
 
 
-def full_xtts_config():
+def full_xtts_config() -> XttsConfig:
     return _xtts_config(FULL_GPT_ARGS, BASE_LANGUAGES)
 
 

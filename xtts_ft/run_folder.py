@@ -29,12 +29,14 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore, StoredCheckpoint
+from xtts_ft.config import Config, DatasetConfig
 from xtts_ft.data.readers import read_entries
 from xtts_ft.errors import CheckpointError, RunFolderError
 from xtts_ft.input_hash import digest, file_digest
+from xtts_ft.json_types import JsonMapping, JsonObject
 from xtts_ft.layout import DATA_DIR, OLD_RUNS, RUN_FILE, RUN_OUTPUTS, TOKENIZER_DIR
 from xtts_ft.run_history import Event, append_event
 from xtts_ft.tempfiles import atomic_write
@@ -45,13 +47,15 @@ log = logging.getLogger(__name__)
 
 # What belongs to one run (moved aside together: RUN_OUTPUTS); data/ and tokenizer/ too when the inputs changed.
 DERIVED_INPUTS = (DATA_DIR, TOKENIZER_DIR)
+#: What defines a run (:func:`run_fingerprint`): a JSON object, as run.json holds it.
+Fingerprint = JsonObject
 
 
 @dataclass
 class RunRecord:
     run_id: str
     created: str
-    fingerprint: Optional[dict]  # None: the trainer was called directly, without the pipeline's fingerprint
+    fingerprint: Optional[Fingerprint]  # None: the trainer was called directly, without the pipeline's fingerprint
     adopted: bool = False  # the folder's checkpoints predate run.json: those without a run id belong to this run
 
     def owns(self, checkpoint: Optional[CheckpointRecord]) -> bool:
@@ -87,7 +91,8 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 # --- fingerprint -------------------------------------------------------------------------------
 
 
-def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metadata_files=()) -> dict:
+def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "",
+                        metadata_files: Sequence[str] = ()) -> JsonObject:
     """What defines a dataset folder's clips, as the dataset reader sees them (``data/readers.py``): every transcript
     file a clip's text comes from, by content, and every audio file a clip names, by size (reading hours of audio
     would be heavy work). Reports (an ingest's ingest_report.json, whose timing changes on every run), notes and
@@ -95,7 +100,8 @@ def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metada
     before it listed every file of the folder (see :func:`describe_differences`)."""
     root = Path(root).resolve()
     _layout, entries = read_entries(root, fmt, speaker, list(metadata_files))
-    transcripts, audio = {}, {}
+    transcripts: dict[str, str] = {}  # transcript file -> its digest
+    audio: dict[str, int] = {}  # audio file -> its size
     for e in entries:
         if e.audio is None:  # rejected by the reader (reported by prepare): not part of the data
             continue
@@ -109,7 +115,7 @@ def dataset_fingerprint(root: Path, fmt: str = "auto", speaker: str = "", metada
     return {"transcripts": transcripts, "audio": audio, "defining_only": True}
 
 
-def source_fingerprint(ds) -> dict:
+def source_fingerprint(ds: DatasetConfig) -> JsonObject:
     """dataset_fingerprint of a dataset entry's folder; a single parquet/arrow file by size; a Hub id by name."""
     path = Path(ds.path)
     if path.is_file():
@@ -119,12 +125,12 @@ def source_fingerprint(ds) -> dict:
     return dataset_fingerprint(path, ds.format, ds.speaker_name, ds.metadata_files)
 
 
-def run_fingerprint(cfg) -> dict:
+def run_fingerprint(cfg: Config) -> Fingerprint:
     """What defines a run (see the module doc); everything else may change between resumes."""
     extra = sorted(file_digest(p) for p in text_files_in([Path(f) for f in cfg.tokenizer.extra_text_files]))
     tokenizer = {k: v for k, v in dataclasses.asdict(cfg.tokenizer).items() if k != "char_limit"}
     tokenizer["extra_text_files"] = digest("".join(extra).encode(), 16)
-    more = {}
+    more: JsonObject = {}
     if cfg.more_datasets:  # only with a dataset list: a one-dataset run keeps the fingerprint it always had
         more["more_datasets"] = [{**source_fingerprint(d), "language": cfg.dataset_language(d)}
                                  for d in cfg.more_datasets]
@@ -138,7 +144,7 @@ def run_fingerprint(cfg) -> dict:
     }
 
 
-def _files_changed(what: str, old: dict, new: dict, *, legacy: bool = False) -> Optional[str]:
+def _files_changed(what: str, old: JsonMapping, new: JsonMapping, *, legacy: bool = False) -> Optional[str]:
     """``legacy``: ``old`` lists every file of the folder (a record from before ``defining_only``), so a file it has
     and ``new`` lacks may be a report or a note, not a removed clip: only added and edited files count."""
     added = sorted(set(new) - set(old))
@@ -151,9 +157,9 @@ def _files_changed(what: str, old: dict, new: dict, *, legacy: bool = False) -> 
     return f"{what} changed: " + ", ".join(parts)
 
 
-def _dataset_changes(od: dict, nd: dict) -> list[str]:
+def _dataset_changes(od: JsonMapping, nd: JsonMapping) -> list[str]:
     """What differs between two fingerprints of one dataset entry (files named)."""
-    out = []
+    out: list[str] = []
     legacy = not od.get("defining_only") and bool(nd.get("defining_only"))
     for what, key in (("the dataset's transcripts", "transcripts"), ("the dataset's audio files", "audio")):
         change = _files_changed(what, od.get(key) or {}, nd.get(key) or {}, legacy=legacy)
@@ -167,13 +173,13 @@ def _dataset_changes(od: dict, nd: dict) -> list[str]:
 DATA_SECTIONS = ("dataset", "more_datasets", "dataset_language")  # what --continue-with-new-data accepts changing
 
 
-def data_only_differences(old: dict, new: dict) -> bool:
+def data_only_differences(old: JsonMapping, new: JsonMapping) -> bool:
     """Whether two fingerprints differ in their data alone (settings, vocabulary inputs and base model equal)."""
     settings = [{k: v for k, v in f.items() if k not in DATA_SECTIONS} for f in (old, new)]
     return bool(describe_differences(old, new)) and not describe_differences(*settings)
 
 
-def describe_differences(old: dict, new: dict) -> list[str]:
+def describe_differences(old: JsonMapping, new: JsonMapping) -> list[str]:
     """One phrase per thing that differs between two fingerprints (transcripts first: the usual reason)."""
     out = _dataset_changes(old.get("dataset") or {}, new.get("dataset") or {})
     om, nm = old.get("more_datasets") or [], new.get("more_datasets") or []
@@ -216,7 +222,7 @@ def _named_run_id(resume: str) -> Optional[str]:
     return record.run_id if record is not None else None
 
 
-def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str, archive: bool = False,
+def claim_run_folder(run_dir: Path, *, fingerprint: Optional[Fingerprint], resume: str, archive: bool = False,
                      new_data: bool = False) -> RunRecord:
     """The run this command continues or starts in ``run_dir`` (run.json written); refuses to mix two runs.
 
@@ -247,7 +253,8 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
         write_record(run_dir, record)
         return record
 
-    differences = describe_differences(record.fingerprint, fingerprint) if fingerprint and record.fingerprint else []
+    compared = (record.fingerprint, fingerprint) if fingerprint and record.fingerprint else None  # (old, new)
+    differences = describe_differences(*compared) if compared else []
     reasons = list(differences)
     if resume == "never" and checkpoints:
         reasons.append("checkpoint.resume: never starts a new run")
@@ -258,8 +265,8 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
             record.fingerprint = fingerprint  # defining_only: compared precisely from now on
             write_record(run_dir, record)
         return record
-    if new_data and differences and len(reasons) == len(differences) and \
-            data_only_differences(record.fingerprint, fingerprint):
+    if new_data and differences and compared and len(reasons) == len(differences) and \
+            data_only_differences(*compared):
         log.warning("run folder %s: continuing run %s on changed data (--continue-with-new-data): %s; its "
                     "checkpoints and vocabulary are kept", run_dir, record.run_id, "; ".join(differences))
         record.fingerprint = fingerprint
@@ -268,7 +275,7 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
         append_event(run_dir, Event.now("data_changed", None, {"changes": differences}))
         return record
     if checkpoints:
-        data_only = len(reasons) == len(differences) and data_only_differences(record.fingerprint, fingerprint)
+        data_only = compared is not None and len(reasons) == len(differences) and data_only_differences(*compared)
         _refuse_or_archive(run_dir, record, checkpoints, reasons, archive, move_inputs=bool(differences),
                            data_only=data_only)
     else:
@@ -280,7 +287,7 @@ def claim_run_folder(run_dir: Path, *, fingerprint: Optional[dict], resume: str,
     return record
 
 
-def record_fingerprint(run_dir: Path, fingerprint: dict) -> None:
+def record_fingerprint(run_dir: Path, fingerprint: Fingerprint) -> None:
     """After training ran with these settings: a run recorded without a fingerprint (adopted, or made by a direct
     trainer call) gets this one, so later commands are compared with it."""
     record = read_record(run_dir)
@@ -289,7 +296,7 @@ def record_fingerprint(run_dir: Path, fingerprint: dict) -> None:
         write_record(run_dir, record)
 
 
-def _refuse_or_archive(run_dir: Path, record: Optional[RunRecord], checkpoints: list, reasons: list[str],
+def _refuse_or_archive(run_dir: Path, record: Optional[RunRecord], checkpoints: list[StoredCheckpoint], reasons: list[str],
                        archive: bool, *, move_inputs: bool, data_only: bool = False) -> None:
     old_id = record.run_id if record else "without a run id"
     if not archive:

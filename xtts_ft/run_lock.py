@@ -144,7 +144,8 @@ def _read_holder(path: Path) -> Optional[LockHolder]:
 def _alive(holder: LockHolder) -> bool:
     try:
         proc = psutil.Process(holder.pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - holder.create_time) < 1.0
+        alive: bool = proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - holder.create_time) < 1.0
+        return alive
     except psutil.Error:
         return False
 
@@ -202,9 +203,13 @@ def lock_holder(run_dir: Path) -> Optional[LockHolder]:
 def refusal(run_dir: Path, holder: Optional[LockHolder]) -> str:
     """The one line a second trainer is refused with."""
     live = holder is not None and _alive(holder)
-    who = (holder.describe() if live else f"last {holder.describe()}, which has ended: a process it started still "
-           f"holds the lock" if holder is not None else "a process that did not say who it is")
-    stop = f" (kill -TERM {holder.pid}: it saves, then stops)" if live else ""
+    if holder is None:
+        who = "a process that did not say who it is"
+    elif live:
+        who = holder.describe()
+    else:
+        who = f"last {holder.describe()}, which has ended: a process it started still holds the lock"
+    stop = f" (kill -TERM {holder.pid}: it saves, then stops)" if holder is not None and live else ""
     return (f"{run_dir}: another trainer is using this run folder ({who}); one trainer per run folder: wait until it "
             f"ends or stop it{stop}, then run this command again, or give this run its own run.output_dir")
 
@@ -352,7 +357,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

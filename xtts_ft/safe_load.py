@@ -12,7 +12,6 @@ from __future__ import annotations
 import pickle
 import re
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -40,8 +39,9 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def load_weights(path: Path, error: type[UserError]) -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU; any problem is one ``error`` line naming ``path``."""
+def load_weights(path: Path, error: type[UserError]) -> object:
+    """``torch.load(path, weights_only=True)`` on the CPU; any problem is one ``error`` line naming ``path``.
+    What it gives is what the file holds (tensors, dicts and lists of them, numbers): the caller checks its shape."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -15,7 +15,7 @@ Training never runs on MPS: ``run.device: mps`` is refused when the config is re
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Optional, Protocol
 
 import torch
 
@@ -26,7 +26,20 @@ log = logging.getLogger(__name__)
 CHOICES = "auto, cpu, cuda, cuda:N or mps"
 
 
-def speech_device(requested: Optional[str], *, cuda: Any = None, mps: Any = None) -> str:
+class Backend(Protocol):
+    """What is asked of ``torch.cuda``: is a device there."""
+
+    def is_available(self) -> bool: ...
+
+
+class BuiltBackend(Backend, Protocol):
+    """What is asked of ``torch.backends.mps``: is a device there, and was this torch built with it."""
+
+    def is_built(self) -> bool: ...
+
+
+def speech_device(requested: Optional[str], *, cuda: Optional[Backend] = None,
+                  mps: Optional[BuiltBackend] = None) -> str:
     """The device a model speaks on for ``--device requested`` (see the module doc). ``cuda`` and ``mps`` stand in
     for ``torch.cuda`` and ``torch.backends.mps`` (tests; this project has no Mac to run on)."""
     cuda = torch.cuda if cuda is None else cuda

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from xtts_ft.input_hash import file_stats, hash_inputs, tree_stats
 from xtts_ft.tempfiles import atomic_write
@@ -32,6 +32,6 @@ def is_current(stage_dir: Path, inputs_hash: str, outputs: Iterable[str]) -> boo
     return saved.get("inputs") == inputs_hash and all((stage_dir / o).exists() for o in outputs)
 
 
-def mark_done(stage_dir: Path, inputs_hash: str, **info: Any) -> None:
+def mark_done(stage_dir: Path, inputs_hash: str, **info: object) -> None:
     stage_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(stage_dir / STAGE_FILE, json.dumps({"inputs": inputs_hash, **info}, indent=2, default=str))

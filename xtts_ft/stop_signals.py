@@ -27,11 +27,14 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Any, Iterator, Optional
+from types import FrameType
+from typing import Callable, Iterator, Optional, Union
 
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: What ``signal.signal`` returns and takes: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
+SignalHandler = Union[Callable[[int, Optional[FrameType]], object], int, None]
 
 
 class StopRequested(BaseException):
@@ -67,7 +70,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.requested = False
         self.signal_name: Optional[str] = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, SignalHandler] = {}
         self._depth = 0  # entered this many times (the command, then train() inside it)
 
     @classmethod
@@ -75,7 +78,7 @@ class StopSignals:
         """The command's active StopSignals (entering it again is allowed), or a new one outside a command."""
         return active_signals() or cls()
 
-    def _handle(self, signum: int, _frame) -> None:
+    def _handle(self, signum: int, _frame: Optional[FrameType]) -> None:
         name = signal.Signals(signum).name
         if self.requested:
             raise KeyboardInterrupt(f"second stop signal ({name}): stopping at once")
@@ -99,7 +102,7 @@ class StopSignals:
         _active.append(self)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._depth -= 1
         if self._depth > 0:
             return
@@ -110,7 +113,7 @@ class StopSignals:
             _active.remove(self)
 
 
-def ignore_stop_signals(*_args) -> None:
+def ignore_stop_signals(*_args: object) -> None:
     """For worker processes (data loader, prepare): the command's own process alone decides when to stop.
 
     A Ctrl-C reaches every process of the terminal's group; workers ignore it, finish their clip or

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from xtts_ft import text as text_front_end
 from xtts_ft.config import Config, TextConfig, TokenizerConfig
+from xtts_ft.json_types import JsonMapping, JsonObject
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class TextSettings:
         return cls(fold_homophones=cfg.text.fold_homophones, char_limit=cfg.tokenizer.char_limit)
 
     @classmethod
-    def from_sections(cls, text: dict, tokenizer: dict) -> TextSettings:
+    def from_sections(cls, text: JsonMapping, tokenizer: JsonMapping) -> TextSettings:
         """From the ``text`` and ``tokenizer`` sections of a written config.yaml; a missing key
         takes the schema's default, exactly as loading that config.yaml would."""
         return cls(
@@ -39,7 +40,7 @@ class TextSettings:
             char_limit=int(tokenizer.get("char_limit", TokenizerConfig.char_limit)),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return dataclasses.asdict(self)
 
     @classmethod

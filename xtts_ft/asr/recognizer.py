@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from transformers import AutoModelForCTC, AutoProcessor
 
@@ -46,7 +47,7 @@ def greedy_ctc_decode(
     return " ".join("".join(out).split())
 
 
-def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+def to_16k(audio: npt.NDArray[np.float32], sample_rate: int) -> npt.NDArray[np.float32]:
     """Mono float32 at 16 kHz (the rate every recogniser here was trained on)."""
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim == 2:
@@ -87,7 +88,7 @@ class Recognizer:
             cfg = replace(cfg, model=model, revision=None)
         return cls(resolve_asr_model(cfg), device=cfg.device, batch_size=cfg.batch_size)
 
-    def _batch(self, clips: list[np.ndarray]) -> list[str]:
+    def _batch(self, clips: list[npt.NDArray[np.float32]]) -> list[str]:
         inputs = self.processor.feature_extractor(
             clips, sampling_rate=RECOGNIZER_RATE, padding=True, return_attention_mask=True, return_tensors="pt"
         )
@@ -106,7 +107,8 @@ class Recognizer:
             for ids, n in zip(best, lengths)
         ]
 
-    def transcribe(self, clips: Sequence[np.ndarray], sample_rates: Sequence[int] | int = RECOGNIZER_RATE) -> list[str]:
+    def transcribe(self, clips: Sequence[npt.NDArray[np.float32]],
+                   sample_rates: Sequence[int] | int = RECOGNIZER_RATE) -> list[str]:
         """Recognised text of each clip (float samples, mono or (frames, channels))."""
         rates = [sample_rates] * len(clips) if isinstance(sample_rates, int) else list(sample_rates)
         # A clip shorter than the feature encoder's window (a synthesised sample that stopped at once) is heard as

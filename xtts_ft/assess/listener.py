@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from xtts_ft.audio_io import DecodeError, decode, resample, to_mono
 from xtts_ft.config import Config, IngestConfig
@@ -31,6 +32,9 @@ from xtts_ft.ingest.short_pieces import WordAligner
 from xtts_ft.quality.predictor import MIN_AUDIO_S, predict_quality
 from xtts_ft.quality.voice_activity import RATE, snr_db, speech_after, speech_mask, speech_probabilities
 from xtts_ft.text.error_rates import error_rates
+
+if TYPE_CHECKING:  # a name for annotations: the recogniser's module imports transformers
+    from xtts_ft.asr.recognizer import Recognizer
 
 
 class UnreadableAudio(Exception):
@@ -48,7 +52,7 @@ class Heard:
     heard: Optional[str] = None  # the recogniser's transcript, with a text
 
 
-def read_clip(path: Path) -> np.ndarray:
+def read_clip(path: Path) -> npt.NDArray[np.float32]:
     """A file's audio, mono at 16 kHz; UnreadableAudio when it cannot be decoded or is too short to rate."""
     try:
         data, rate, _ = decode(str(path))
@@ -69,16 +73,18 @@ class Listener:
     ``cer``, the CER for clips that come with a text (an evaluation has its samples' CER already: it asks for
     none, and saves a pass of the recogniser). The models load on first use, once per process."""
 
-    def __init__(self, recognizer=None, window_s: float = IngestConfig.window_s, cer: bool = True) -> None:
+    def __init__(self, recognizer: Optional[Recognizer] = None, window_s: float = IngestConfig.window_s,
+                 cer: bool = True) -> None:
         self.recognizer = recognizer
         self._aligner = WordAligner(recognizer, window_s) if recognizer is not None else None
         self._cer = cer
 
-    def listen(self, audio: np.ndarray, text: Optional[str] = None) -> Heard:
+    def listen(self, audio: npt.NDArray[np.float32], text: Optional[str] = None) -> Heard:
         """Scores of a mono 16 kHz clip (at least MIN_AUDIO_S long); ``text``: what it should say."""
         mask = speech_mask(speech_probabilities(audio))
         mos, snr = predict_quality(audio).overall, snr_db(audio, mask)
-        if not text or not text.split() or self._aligner is None:
+        # the aligner is made from the recogniser: both are there or neither is
+        if not text or not text.split() or self._aligner is None or self.recognizer is None:
             return Heard(mos, snr)
         spans = self._aligner.word_spans(audio, RATE, text.split(), 0.0)  # no score floor: a tail even when unsure
         ends = [span[1] for span in spans or () if span is not None]
@@ -93,7 +99,7 @@ class Listener:
         return self.listen(read_clip(Path(path)), text)
 
 
-def sample_listener(cfg: Config, recognizer) -> Optional[Listener]:
+def sample_listener(cfg: Config, recognizer: Optional[Recognizer]) -> Optional[Listener]:
     """The listener an evaluation hands its samples to (``evaluation.quality``; None when it is off); with the
     evaluation's recogniser (None when ``evaluation.recognize`` is off: no tail) it also measures ``tail_s``."""
     return Listener(recognizer, cfg.ingest.window_s, cer=False) if cfg.evaluation.quality else None

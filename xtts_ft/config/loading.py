@@ -127,13 +127,13 @@ def _is_section_map(tp: Any) -> bool:
     return typing.get_origin(tp) is dict and dataclasses.is_dataclass(typing.get_args(tp)[1])
 
 
-def _build_section_map(cls: type, raw: Any, where: str, problems: list[str]) -> dict:
+def _build_section_map(cls: type, raw: Any, where: str, problems: list[str]) -> dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         problems.append(f"{where}: expected a mapping of names to sections, got {type(raw).__name__}")
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in raw.items():
         if not isinstance(value, dict):  # one problem for it, not a second one about its empty fields
             problems.append(f"{where}.{name}: expected a mapping of keys, got {type(value).__name__}")
@@ -206,7 +206,7 @@ def _check_datasets(cfg: Config, listed: bool, problems: list[str]) -> None:
         elif code not in langs:
             problems.append(f"asr.per_language.{code}: no dataset is in '{code}' (the run's datasets are in "
                             f"{', '.join(sorted(set(langs)))}); remove it or add that language's dataset")
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple[str, str, str], int] = {}
     for i, d in enumerate(cfg.datasets):
         key = (d.path, d.format, d.hf_split)
         if listed and key in seen:
@@ -214,7 +214,7 @@ def _check_datasets(cfg: Config, listed: bool, problems: list[str]) -> None:
         seen.setdefault(key, i)
 
 
-def _unmet_needs(raw: dict, cfg: Config) -> list[str]:
+def _unmet_needs(raw: dict[str, Any], cfg: Config) -> list[str]:
     """Options set in the file that nothing reads with the other settings as they are (never silently ignored)."""
     out = []
     for section, key, needs, met, now in _NEEDS:
@@ -340,7 +340,7 @@ def duplicate_keys(text: str) -> list[str]:
     return found
 
 
-def locate_config(path: str | os.PathLike, project_configs: Path = PROJECT_CONFIGS) -> Path:
+def locate_config(path: str | os.PathLike[str], project_configs: Path = PROJECT_CONFIGS) -> Path:
     """The config file ``--config`` names: the path as given, else ``configs/NAME`` of the project.
 
     A path that exists where the user stands always wins; only a name with no folder part that is not
@@ -356,7 +356,7 @@ def locate_config(path: str | os.PathLike, project_configs: Path = PROJECT_CONFI
     raise ConfigError(f"{given}: config file not found; pass --config with a YAML file (see configs/)")
 
 
-def load_config(path: str | os.PathLike, overrides: list[str] | None = None,
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None,
                 given_as: Mapping[str, str] | None = None, run_checks: bool = False) -> Config:
     """Read, override, type-check and validate a run config; one ConfigError lists every problem.
 
@@ -435,7 +435,7 @@ def _dataset_list_keys(item: str, keys: list[str], count: int) -> list[str]:
     )
 
 
-def config_to_dict(cfg: Config) -> dict:
+def config_to_dict(cfg: Config) -> dict[str, Any]:
     """The config as plain data; several datasets are written back as the `dataset:` list they came from."""
     d = dataclasses.asdict(cfg)
     more = d.pop("more_datasets")
@@ -444,6 +444,6 @@ def config_to_dict(cfg: Config) -> dict:
     return d
 
 
-def dump_config(cfg: Config, path: str | os.PathLike) -> None:
+def dump_config(cfg: Config, path: str | os.PathLike[str]) -> None:
     """Write the resolved config (every default filled in) as YAML."""
     atomic_write(Path(path), yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True))

@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Callable, ContextManager, Iterator, Optional, Protocol, TypeVar
+from typing import Callable, ContextManager, Generic, Iterator, Optional, Protocol, TypeVar
 
 import torch
 import torch.nn as nn
@@ -48,6 +48,10 @@ from xtts_ft.evaluate.decode_cache import SlotCache, window_columns
 log = logging.getLogger(__name__)
 
 Out = TypeVar("Out")  # what a recorded step gives: the decode step a tensor, the prefill a tuple of them
+Key = TypeVar("Key")  # what tells a subclass's recordings apart (a fixed shape, dtypes, autocast)
+Recorded = TypeVar("Recorded")  # what a subclass keeps per key: the replay and the buffers it reads
+#: The decode step's key: (buffer layout, fixed shape, input dtype, autocast on, autocast dtype).
+StepKey = tuple[int, tuple[int, int], torch.dtype, bool, torch.dtype]
 
 
 class Recorder(Protocol):
@@ -255,7 +259,7 @@ def call_directly(step: Callable[[], Out]) -> Callable[[], Out]:
     return step
 
 
-class Recordings:
+class Recordings(Generic[Key, Recorded]):
     """What the recorded decode step and the recorded prefill (:mod:`.prefill_graph`) share: their counts, the
     tolerance a recording's replay is held to against the eager computation, and turning off, once, with the
     reason."""
@@ -269,7 +273,7 @@ class Recordings:
         self.disabled: Optional[str] = None  # why the eager computation runs again, once it does
         self.recordings = 0
         self.replays = 0
-        self._recorded: dict[tuple, tuple] = {}  # per fixed shape: the replay and the buffers it reads
+        self._recorded: dict[Key, Recorded] = {}  # per fixed shape: the replay and the buffers it reads
 
     def _tolerance(self, dtype: torch.dtype) -> float:
         if self.tolerance is not None:
@@ -284,7 +288,7 @@ class Recordings:
         self._log.warning("%s: CUDA graphs off for this decoder (%s); %s runs instead", self.what, why, self.instead)
 
 
-class FixedShapeStep(Recordings):
+class FixedShapeStep(Recordings[StepKey, tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]]):
     """Runs a :class:`SlotCache`'s steps through recorded fixed-shape steps: one recording per fixed shape
     (:meth:`SlotCache.fixed_shape`) of each buffer layout, replayed whenever a step has that shape again."""
 
@@ -295,7 +299,7 @@ class FixedShapeStep(Recordings):
         self.record = record
         self.fused_gelu = fused_gelu
         # per key: the replay, the recorded step's input (fixed rows, 1, dim), the column it writes ((1,) long)
-        self._recorded: dict[tuple, tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]] = {}
+        self._recorded: dict[StepKey, tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]] = {}
 
     def run(self, cache: SlotCache, embeddings: torch.Tensor) -> torch.Tensor:
         """``cache``'s step (called by :meth:`SlotCache.step`, which has made room and marked the column)."""
@@ -314,7 +318,7 @@ class FixedShapeStep(Recordings):
         self.replays += 1
         return replay()[:n].clone()  # the next replay overwrites the graph's output
 
-    def _record(self, cache: SlotCache, embeddings: torch.Tensor, key: tuple) -> torch.Tensor:
+    def _record(self, cache: SlotCache, embeddings: torch.Tensor, key: StepKey) -> torch.Tensor:
         """A new fixed shape: the window step gives this step's result; the new recording must give the same."""
         # recordings of an earlier layout hold buffers that are gone: they can never replay again
         self._recorded = {k: v for k, v in self._recorded.items() if k[0] == cache.layouts}

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
+from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config
 from xtts_ft.errors import CheckpointError
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_run(cfg: Config, checkpoint: Optional[Path] = None,
-                 listener_for: Optional[Callable[[Config, object], Optional[SampleListener]]] = None) -> Path:
+                 listener_for: Optional[Callable[[Config, Optional[Recognizer]], Optional[SampleListener]]] = None) -> Path:
     """Synthesise the configured sentences with ``checkpoint`` (default: latest) and rewrite the report.
 
     ``listener_for(cfg, recognizer)``: the samples' listener (:func:`xtts_ft.assess.listener.sample_listener`,

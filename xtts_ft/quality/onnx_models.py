@@ -19,15 +19,20 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xtts_ft.errors import ModelError
+
+if TYPE_CHECKING:  # names for annotations; at run time each is imported where it is first used
+    import onnxruntime
+    from speechmos import dnsmos as speechmos_dnsmos
 
 VAD_DISTRIBUTION = "silero-vad"
 VAD_MODEL_FILE = "silero_vad/data/silero_vad_16k_sequence.onnx"
 ONNX_THREADS = 1
 
 
-def _session(path: Path):
+def _session(path: Path) -> onnxruntime.InferenceSession:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -38,7 +43,7 @@ def _session(path: Path):
 
 
 @functools.cache
-def vad_session():
+def vad_session() -> onnxruntime.InferenceSession:
     """silero-vad's sequence model as an onnxruntime session (inputs ``input``, ``h``, ``c``)."""
     try:
         path = Path(str(metadata.distribution(VAD_DISTRIBUTION).locate_file(VAD_MODEL_FILE)))
@@ -51,7 +56,7 @@ def vad_session():
 
 
 @functools.cache
-def dnsmos():
+def dnsmos() -> speechmos_dnsmos.DNSMOS:
     """speechmos's DNSMOS (P.835 signal/background/overall and P.808) with single-threaded sessions."""
     from speechmos import dnsmos as speechmos_dnsmos
 

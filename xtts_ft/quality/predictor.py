@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from xtts_ft.audio_io import RECOGNIZER_RATE
 from xtts_ft.quality.onnx_models import dnsmos
@@ -35,7 +36,7 @@ class PredictedQuality:
     background: float  # BAK: of the background (noise); higher is quieter
 
 
-def predict_quality(audio: np.ndarray) -> PredictedQuality:
+def predict_quality(audio: npt.NDArray[np.float32]) -> PredictedQuality:
     """DNSMOS's scores of a mono 16 kHz clip (a clip under MIN_AUDIO_S: ValueError)."""
     audio = np.clip(np.asarray(audio, np.float32).reshape(-1), -1.0, 1.0)
     if audio.size < MIN_AUDIO_S * RATE:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from xtts_ft.audio_io import RECOGNIZER_RATE
 from xtts_ft.quality.onnx_models import vad_session
@@ -45,7 +46,7 @@ PAUSE_PERCENTILE = 20
 QUIET_PERCENTILE = 2
 
 
-def speech_probabilities(audio: np.ndarray) -> np.ndarray:
+def speech_probabilities(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """silero-vad's speech probability of each 32 ms window of a mono 16 kHz clip (the last one zero-padded)."""
     audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
     n = -(-audio.size // WINDOW)
@@ -57,7 +58,8 @@ def speech_probabilities(audio: np.ndarray) -> np.ndarray:
     context[1:] = frames[:-1, -CONTEXT:]
     windows = np.concatenate((context, frames), axis=1)
     session = vad_session()
-    hidden, cell = np.zeros(STATE, np.float32), np.zeros(STATE, np.float32)
+    hidden: npt.NDArray[np.float32] = np.zeros(STATE, np.float32)
+    cell: npt.NDArray[np.float32] = np.zeros(STATE, np.float32)
     out = []
     for first in range(0, n, MAX_FRAMES):
         probs, hidden, cell = session.run(["speech_probs", "hn", "cn"],
@@ -66,15 +68,15 @@ def speech_probabilities(audio: np.ndarray) -> np.ndarray:
     return np.concatenate(out)
 
 
-def runs(mask: np.ndarray) -> list[tuple[int, int]]:
+def runs(mask: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
     """[start, end) of each run of True."""
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
     return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
 
 
-def speech_mask(probs: np.ndarray, threshold: float = SPEECH_THRESHOLD) -> np.ndarray:
+def speech_mask(probs: npt.NDArray[np.float32], threshold: float = SPEECH_THRESHOLD) -> npt.NDArray[np.bool_]:
     """Speech (True) or pause per window, with silero's hysteresis."""
-    mask = np.zeros(len(probs), bool)
+    mask: npt.NDArray[np.bool_] = np.zeros(len(probs), bool)
     on = False
     for k, p in enumerate(probs):
         on = p >= threshold if not on else p >= threshold - HYSTERESIS
@@ -82,16 +84,16 @@ def speech_mask(probs: np.ndarray, threshold: float = SPEECH_THRESHOLD) -> np.nd
     return mask
 
 
-def window_power(audio: np.ndarray, windows: int) -> np.ndarray:
+def window_power(audio: npt.NDArray[np.float64], windows: int) -> npt.NDArray[np.float64]:
     """Mean square of each 32 ms window (the last one zero-padded), ``windows`` of them."""
-    padded = np.zeros(windows * WINDOW, np.float64)
+    padded: npt.NDArray[np.float64] = np.zeros(windows * WINDOW, np.float64)
     take = min(audio.size, padded.size)
     padded[:take] = audio[:take]
     frames = padded.reshape(windows, WINDOW)
     return np.einsum("ij,ij->i", frames, frames) / WINDOW
 
 
-def snr_db(audio: np.ndarray, mask: np.ndarray) -> Optional[float]:
+def snr_db(audio: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_]) -> Optional[float]:
     """Speech power against the noise floor in dB (see the module doc); None without enough speech to measure."""
     if mask.sum() < MIN_SPEECH_WINDOWS or len(mask) < MIN_SPEECH_WINDOWS + MIN_PAUSE_WINDOWS:
         return None
@@ -103,10 +105,11 @@ def snr_db(audio: np.ndarray, mask: np.ndarray) -> Optional[float]:
         floor = min(floor, float(np.percentile(power[pause], PAUSE_PERCENTILE)))
     noise = max(floor, 10.0 ** (NOISE_FLOOR_DB / 10.0))
     speech = float(power[mask].mean())
-    return round(10.0 * np.log10(max(speech - noise, noise * 1e-3) / noise), 2)
+    snr: float = round(10.0 * np.log10(max(speech - noise, noise * 1e-3) / noise), 2)  # numpy: Any to mypy
+    return snr
 
 
-def speech_after(mask: np.ndarray, t: float) -> float:
+def speech_after(mask: npt.NDArray[np.bool_], t: float) -> float:
     """Seconds of speech in the windows that start at or after ``t`` seconds (a window cut by ``t``: its part after)."""
     starts = np.arange(len(mask)) * WINDOW_S
     after = np.clip(starts + WINDOW_S - max(t, 0.0), 0.0, WINDOW_S)

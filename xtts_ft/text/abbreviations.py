@@ -96,7 +96,8 @@ def _written_pattern(written: str) -> str:
 
 
 def _build() -> tuple[re.Pattern[str], list[str]]:
-    alternatives, spoken = [], []
+    alternatives: list[str] = []
+    spoken: list[str] = []
     # Longest written form first, so ወ/ሮ wins over ወ/ and ጠ/ሚ/ር over ጠ/ሚ.
     for written, expansion, kind in sorted(ABBREVIATIONS, key=lambda entry: -len(entry[0])):
         if kind == CLOSED:
@@ -119,7 +120,8 @@ _HINT_RE = re.compile(
 
 
 def _sub(m: re.Match[str]) -> str:
-    return apart_from_digits((m.group("pre") or "") + _SPOKEN[int(m.lastgroup[1:])], m)  # type: ignore[index]
+    alternative = m.lastgroup or ""  # "a<i>": a match is one alternative, and its group closes last
+    return apart_from_digits((m.group("pre") or "") + _SPOKEN[int(alternative[1:])], m)
 
 
 def expand_abbreviations(text: str) -> str:

@@ -51,7 +51,7 @@ def _train(sequences: Sequence[str], num_merges: int, min_frequency: int) -> tup
     )
     tok.train_from_iterator(sequences, trainer=trainer)
     raw = json.loads(tok.to_str())["model"]["merges"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in raw]
+    merges = [(a, b) for a, b in (m.split(" ") if isinstance(m, str) else m for m in raw)]  # "a b" or ["a", "b"]
     return merges, tok.get_vocab_size() >= vocab_size
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
+from tokenizers import Tokenizer
+
+from xtts_ft.json_types import JsonObject
 from xtts_ft.languages import AMHARIC
 from xtts_ft.tokenizer.vocab_file import encode_many
 
@@ -46,7 +49,7 @@ class TokenizerReport:
     eval_texts: int = 0
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         out = asdict(self)
         out["tokens_per_char_definition"] = TOKENS_PER_CHAR_DEFINITION
         return out
@@ -57,7 +60,7 @@ class Compression:
     tokens: int
     characters: int
     unknown: int
-    counts: Counter  # id -> occurrences
+    counts: Counter[int]  # id -> occurrences
 
     @property
     def tokens_per_char(self) -> float:
@@ -68,11 +71,11 @@ class Compression:
         return self.unknown / self.tokens if self.tokens else 0.0
 
 
-def measure(tokenizer, texts: Sequence[str], lang: str = AMHARIC) -> Compression:
+def measure(tokenizer: Tokenizer, texts: Sequence[str], lang: str = AMHARIC) -> Compression:
     """Tokens per character and [UNK] count of already-normalised ``texts`` (see module docstring)."""
     unk_id = tokenizer.token_to_id("[UNK]")
     lang_id = tokenizer.token_to_id(f"[{lang}]")
-    counts: Counter = Counter()
+    counts: Counter[int] = Counter()
     tokens = characters = 0
     for text, ids in zip(texts, encode_many(tokenizer, texts, lang)):
         if lang_id is not None and ids and ids[0] == lang_id:
@@ -80,12 +83,13 @@ def measure(tokenizer, texts: Sequence[str], lang: str = AMHARIC) -> Compression
         counts.update(ids)
         tokens += len(ids)
         characters += len(text)
-    return Compression(tokens=tokens, characters=characters, unknown=counts.get(unk_id, 0), counts=counts)
+    return Compression(tokens=tokens, characters=characters, unknown=counts[unk_id] if unk_id is not None else 0,
+                       counts=counts)
 
 
-def top_new_tokens(tokenizer, compression: Compression, first_new_id: int, n: int = 20) -> list[str]:
+def top_new_tokens(tokenizer: Tokenizer, compression: Compression, first_new_id: int, n: int = 20) -> list[str]:
     """The ``n`` most frequent new tokens longer than one character, most frequent first."""
-    out = []
+    out: list[str] = []
     for token_id, _ in compression.counts.most_common():
         if token_id >= first_new_id:
             token = tokenizer.id_to_token(token_id)

@@ -14,11 +14,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from tokenizers import Tokenizer, pre_tokenizers
 
 from xtts_ft.errors import TokenizerError
+from xtts_ft.json_types import JsonObject, JsonValue
 from xtts_ft.languages import AMHARIC
 from xtts_ft.tempfiles import atomic_write
 
@@ -30,14 +31,15 @@ class VocabTable:
     """The parts of a vocab.json that decide encoding, plus the raw JSON to write back."""
 
     path: Path
-    data: dict[str, Any]  # the whole file; vocab and merges below are views into it
+    data: JsonObject  # the whole file; vocab and merges below are views into it
     vocab: dict[str, int]
     merges: list[tuple[str, str]]
     merges_as_strings: bool  # old files store "a b", tokenizers >= 0.20 writes ["a", "b"]
 
     @property
-    def added_tokens(self) -> list[dict[str, Any]]:
-        return self.data.setdefault("added_tokens", [])
+    def added_tokens(self) -> list[JsonObject]:
+        tokens: list[JsonObject] = self.data.setdefault("added_tokens", [])  # each {"id", "content", ...}
+        return tokens
 
     def all_ids(self) -> dict[str, int]:
         ids = dict(self.vocab)
@@ -52,7 +54,7 @@ class VocabTable:
     def single_characters(self) -> set[str]:
         return {token for token in self.vocab if len(token) == 1}
 
-    def synced_data(self) -> dict[str, Any]:
+    def synced_data(self) -> JsonObject:
         """The JSON to write: ``data`` with the current vocab and merges, merges in the file's own format."""
         model = self.data["model"]
         model["vocab"] = self.vocab
@@ -70,7 +72,7 @@ def effective_merges(merges: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted(last, key=last.__getitem__)
 
 
-def _split_merge(merge: Any, path: Path) -> tuple[str, str]:
+def _split_merge(merge: JsonValue, path: Path) -> tuple[str, str]:
     if isinstance(merge, str):
         parts = merge.split(" ")
     elif isinstance(merge, list):
@@ -120,11 +122,11 @@ def write_vocab(table: VocabTable, out_path: Path) -> None:
     write_json_atomic(out_path, table.synced_data())
 
 
-def write_json_atomic(out_path: Path, obj: Any, indent: int | None = 2) -> None:
+def write_json_atomic(out_path: Path, obj: JsonValue, indent: int | None = 2) -> None:
     atomic_write(out_path, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
 
 
-def load_tokenizer(path: str | os.PathLike[str]):
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from a vocab.json, or a TokenizerError naming the file."""
     table = read_vocab(path)  # readable, JSON, BPE, XTTS specials: clear messages for the common mistakes
     try:
@@ -164,6 +166,6 @@ def xtts_words(text: str) -> list[str]:
     return [word for chunk in text.split(" ") if chunk for word, _ in pre.pre_tokenize_str(chunk)]
 
 
-def encode_many(tokenizer, texts: Iterable[str], lang: str = AMHARIC) -> list[list[int]]:
+def encode_many(tokenizer: Tokenizer, texts: Iterable[str], lang: str = AMHARIC) -> list[list[int]]:
     """Ids as ``VoiceBpeTokenizer.encode`` gives them for already-preprocessed texts (batched, no warnings)."""
     return [enc.ids for enc in tokenizer.encode_batch([xtts_text(t, lang) for t in texts])]

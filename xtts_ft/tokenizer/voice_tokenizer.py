@@ -15,8 +15,9 @@ Differences from the parent, all deliberate:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional
+from typing import Callable, Iterable, Optional, Union
 
+import torch
 from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
 
 from xtts_ft.errors import TokenizerError
@@ -39,12 +40,12 @@ class AmharicTokenizer(VoiceBpeTokenizer):
 
     def __init__(
         self,
-        vocab_file: str | os.PathLike[Any] | None = None,
+        vocab_file: str | os.PathLike[str] | None = None,
         *,
         char_limit: int,
         fold_homophones: bool,
         normalizer: Optional[Callable[[str], str]] = None,
-    ):
+    ) -> None:
         self.vocab_file = vocab_file
         if vocab_file is not None:
             load_tokenizer(vocab_file)  # a missing or broken file becomes a one-line TokenizerError
@@ -59,7 +60,8 @@ class AmharicTokenizer(VoiceBpeTokenizer):
             if self._normalize is None:
                 self._normalize = make_normalizer(self._fold_homophones)
             return self._normalize(txt)
-        return super().preprocess_text(txt, lang)
+        text: str = super().preprocess_text(txt, lang)
+        return text
 
     def encode(self, txt: str, lang: str) -> list[int]:
         lang = canonical_language(lang)
@@ -68,13 +70,15 @@ class AmharicTokenizer(VoiceBpeTokenizer):
                 f"{self.vocab_file}: this vocabulary has no [am] token, so it cannot encode Amharic; "
                 f"use the extended vocab.json written by the tokenizer stage (tokenizer/vocab.json in the run folder)"
             )
-        return super().encode(txt, lang)
+        ids: list[int] = super().encode(txt, lang)
+        return ids
 
-    def decode(self, seq) -> str:
+    def decode(self, seq: Union[Iterable[int], torch.Tensor]) -> str:
         if hasattr(seq, "tolist"):
             seq = seq.tolist()
         tags = self._tag_ids()
-        return super().decode([int(i) for i in seq if int(i) not in tags])
+        text: str = super().decode([int(i) for i in seq if int(i) not in tags])
+        return text
 
     def _tag_ids(self) -> set[int]:
         """Ids of [START] and the language tokens: added special tokens other than [SPACE]/[STOP]/[UNK]."""

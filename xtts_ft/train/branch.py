@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from xtts_ft.checkpoint_store import CheckpointStore, Owner
+from xtts_ft.json_types import JsonValue
 from xtts_ft.layout import OLD_RUNS, SAMPLES_DIR, RunLayout, branch_dir_name, step_of
 from xtts_ft.run_history import copy_history, truncate_evaluations
 
@@ -40,7 +41,7 @@ class Branch:
     folder: Path  # branches/<date>_after_step_NNNNNN/
     steps: tuple[int, ...]  # the checkpoints moved there
 
-    def event(self) -> dict:
+    def event(self) -> dict[str, JsonValue]:
         return {"from_step": self.step, "old_branch": str(self.folder), "moved_steps": list(self.steps)}
 
 

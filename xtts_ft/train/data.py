@@ -29,7 +29,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import Optional, Protocol, Sequence, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -42,10 +42,53 @@ from xtts_ft.stop_signals import ignore_stop_signals, raise_if_stopped
 from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 from xtts_ft.train.sampler import ItemKey, ResumableBatchSampler
 
-#: A collated batch (:func:`collate`): tensors by name ("clips", "padded_text", "wav", ...).
-Batch = dict[str, torch.Tensor]
-#: XttsTrainingModel.forward's keyword arguments on the device (``cond_idxs`` / ``cond_lens`` may be None).
-ModelInputs = dict[str, Optional[torch.Tensor]]
+
+# The keys that are always there; the audio or its cached DVAE codes (one of the two) in the total=False class below
+# (typing.NotRequired is Python 3.11's; the package runs on 3.10).
+class _ClipItemKeys(TypedDict):
+    clip: int  # index into the dataset's clips
+    position: tuple[int, int]  # the sampler's (epoch, batch_index) of the batch it is in
+    wav_length: int
+    text: torch.Tensor  # int32 token ids
+    cond_idxs: torch.Tensor  # [start, end] of the conditioning crop in the clip
+    conditioning: torch.Tensor  # (1, 1, cond_max) the crop, zero-padded
+
+
+class ClipItem(_ClipItemKeys, total=False):
+    """One clip as :class:`ClipDataset` reads it: its tokens, a conditioning crop, and its audio or DVAE codes."""
+
+    wav: torch.Tensor  # (1, samples) when the codes are not cached
+    codes: torch.Tensor  # the cached DVAE codes
+
+
+class _BatchKeys(TypedDict):
+    padded_text: torch.Tensor  # (B, T_text) int32
+    text_lengths: torch.Tensor
+    wav_lengths: torch.Tensor
+    conditioning: torch.Tensor  # (B, 1, 1, T_cond)
+    cond_idxs: torch.Tensor
+    clips: torch.Tensor  # the clips' indices
+    position: tuple[int, int]  # the sampler's (epoch, batch_index) of this batch
+
+
+class Batch(_BatchKeys, total=False):
+    """A collated batch (:func:`collate`): the clips' tensors padded and stacked, and the batch's data position."""
+
+    wav: torch.Tensor  # (B, 1, T)
+    codes: torch.Tensor  # (B, T_codes)
+
+
+class ModelInputs(TypedDict):
+    """XttsTrainingModel.forward's keyword arguments on the device (train/step.py ``model_inputs``)."""
+
+    text_inputs: torch.Tensor
+    text_lengths: torch.Tensor
+    audio_codes: torch.Tensor
+    wav_lengths: torch.Tensor
+    cond_mels: torch.Tensor
+    cond_idxs: Optional[torch.Tensor]  # None in evaluation: the whole clip conditions
+    cond_lens: Optional[torch.Tensor]
+
 
 
 class BatchInputs(Protocol):
@@ -69,6 +112,18 @@ class Clip:
     num_samples: int
     sha256: str  # of the audio file's bytes (the DVAE code cache key)
     language: str = ""  # the language token the text was encoded with
+
+
+class DataReportRecord(TypedDict):
+    """:meth:`DataReport.to_dict`: the report as plain data (``TrainResult.data_reports``)."""
+
+    csv: str
+    total: int
+    kept: int
+    kept_seconds: float
+    rejected: dict[str, int]
+    examples: dict[str, list[str]]
+    languages: dict[str, int]
 
 
 @dataclass
@@ -99,7 +154,7 @@ class DataReport:
                  for reason, n in sorted(self.rejected.items())]
         return head + "; rejected: " + "; ".join(parts)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> DataReportRecord:
         return {"csv": self.csv, "total": self.total, "kept": self.kept, "kept_seconds": round(self.kept_seconds, 2),
                 "rejected": dict(self.rejected), "examples": {k: list(v) for k, v in self.examples.items()},
                 "languages": dict(self.languages)}
@@ -256,33 +311,36 @@ class ClipDataset(torch.utils.data.Dataset):
             return None
         return np.random.default_rng([self.seed, key.epoch, key.rank, key.batch_index, key.slot, key.clip])
 
-    def __getitem__(self, key: ItemKey) -> dict:
+    def __getitem__(self, key: ItemKey) -> ClipItem:
         clip = self.clips[key.clip]
         start, end = crop_bounds(clip.num_samples, self.cond_min, self.cond_max, self._rng(key))
-        item = {"clip": key.clip, "position": (key.epoch, key.batch_index), "wav_length": clip.num_samples,
-                "text": torch.tensor(clip.tokens, dtype=torch.int32), "cond_idxs": torch.tensor([start, end])}
+        codes: Optional[torch.Tensor] = None
         if self.code_paths is not None:
-            codes = np.load(self.code_paths[key.clip], allow_pickle=False)
-            item["codes"] = torch.from_numpy(codes.astype(np.int64))
+            codes = torch.from_numpy(np.load(self.code_paths[key.clip], allow_pickle=False).astype(np.int64))
             crop = read_segment(clip.audio_path, start, end)
         else:
             wav = read_segment(clip.audio_path, 0, None)
-            item["wav"] = torch.from_numpy(wav).unsqueeze(0)
             crop = wav[start:end]
         cond = torch.zeros(1, 1, self.cond_max)
         cond[0, 0, : crop.shape[0]] = torch.from_numpy(crop)
-        item["conditioning"] = cond
+        item: ClipItem = {"clip": key.clip, "position": (key.epoch, key.batch_index), "wav_length": clip.num_samples,
+                          "text": torch.tensor(clip.tokens, dtype=torch.int32), "cond_idxs": torch.tensor([start, end]),
+                          "conditioning": cond}
+        if codes is not None:
+            item["codes"] = codes
+        else:
+            item["wav"] = torch.from_numpy(wav).unsqueeze(0)
         return item
 
 
-def collate(items: list[dict]) -> dict:
+def collate(items: Sequence[ClipItem]) -> Batch:
     """Pad like coqui: int32 text (B, T_text), float wav (B, 1, T), conditioning (B, 1, 1, T_cond)."""
     b = len(items)
     text_lengths = torch.tensor([it["text"].shape[0] for it in items], dtype=torch.long)
     text = torch.zeros(b, int(text_lengths.max()), dtype=torch.int32)
     for i, it in enumerate(items):
         text[i, : it["text"].shape[0]] = it["text"]
-    batch = {
+    batch: Batch = {
         "padded_text": text,
         "text_lengths": text_lengths,
         "wav_lengths": torch.tensor([it["wav_length"] for it in items], dtype=torch.long),

@@ -46,6 +46,7 @@ from xtts_ft import stages
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.config import Config
 from xtts_ft.errors import CheckpointError, ConfigError, DataError, TrainingStopped
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import DVAE_FILE, DVAE_STATE_FILE, EVAL_CSV, STAGE_REPORT, TRAIN_CSV, RunLayout
 from xtts_ft.model import _build_dvae, load_xtts_config, new_dvae_mel
 from xtts_ft.safe_load import load_weights
@@ -68,17 +69,17 @@ class DvaeStageResult:
     steps: int
     skipped_steps: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JsonObject:
         return {**dataclasses.asdict(self), "dvae_pth": str(self.dvae_pth)}
 
 
-def read_dvae_report(run_dir: Path) -> Optional[dict]:
+def read_dvae_report(run_dir: Path) -> Optional[JsonObject]:
     """The DVAE stage's report.json of a run, or None (no DVAE stage, or not finished)."""
     path = RunLayout(run_dir).dvae_report
     if not path.is_file():
         return None
     try:
-        report: dict = json.loads(path.read_text(encoding="utf-8"))
+        report: JsonObject = json.loads(path.read_text(encoding="utf-8"))
         return report
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
@@ -205,7 +206,7 @@ class DvaeTrainer:
         self.seconds = 0.0
 
     # ------------------------------------------------------------------ state
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, object]:  # dvae_state.pt: torch state dicts and the stage's counters
         return {"inputs": self.key, "step": self.step, "skipped_steps": self.skipped, "loss_before": self.loss_before,
                 "seconds": self.seconds, "dvae": self.dvae.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict()}

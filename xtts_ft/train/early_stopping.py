@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 from xtts_ft.checkpoint_store import CheckpointStore, is_better, score_of
 from xtts_ft.config import TrainingConfig
 from xtts_ft.train.metrics import MetricsLogger
+from xtts_ft.training_state import EvaluationState, JudgesState, OverfitFinding, OverfitState, StopperState
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,11 @@ class EarlyStopping:
     def should_stop(self) -> bool:
         return self.evals_without_improvement >= self.patience
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> StopperState:
         return {"best_score": self.best_score, "best_step": self.best_step,
                 "evals_without_improvement": self.evals_without_improvement}
 
-    def load_state_dict(self, state: Optional[dict]) -> None:
+    def load_state_dict(self, state: Optional[StopperState]) -> None:
         """Continue a saved count (None: a checkpoint from before early stopping existed: start afresh)."""
         if not state:
             return
@@ -82,6 +83,9 @@ class Evaluation:
     score: float
     train_loss: Optional[float]  # mean training loss of the steps since the evaluation before
 
+    def state_dict(self) -> EvaluationState:
+        return {"step": self.step, "score": self.score, "train_loss": self.train_loss}
+
 
 @dataclass
 class OverfitDetector:
@@ -90,9 +94,9 @@ class OverfitDetector:
     evals: int  # N: evaluations in a row worse than the best; 0 disables the detector
     best: Optional[Evaluation] = None
     since_best: list[Evaluation] = field(default_factory=list)
-    finding: Optional[dict] = None  # set once, when the detector fires
+    finding: Optional[OverfitFinding] = None  # set once, when the detector fires
 
-    def update(self, step: int, score: Optional[float], train_loss: Optional[float]) -> Optional[dict]:
+    def update(self, step: int, score: Optional[float], train_loss: Optional[float]) -> Optional[OverfitFinding]:
         """Record an evaluation; returns the finding (a dict for the event) the first time overfitting shows."""
         if self.evals < 1 or score is None:
             return None
@@ -112,16 +116,17 @@ class OverfitDetector:
         self.finding = {"at_step": now.step, "best_step": self.best.step, "best_score": self.best.score,
                         "score": now.score, "evals_worse": len(self.since_best),
                         "train_loss_from": known[0].train_loss, "train_loss_to": now.train_loss}
-        return dict(self.finding)
+        return self.finding.copy()
 
-    def state_dict(self) -> dict:
-        return {"best": asdict(self.best) if self.best else None, "since_best": [asdict(e) for e in self.since_best],
-                "finding": self.finding}
+    def state_dict(self) -> OverfitState:
+        return {"best": self.best.state_dict() if self.best else None,
+                "since_best": [e.state_dict() for e in self.since_best], "finding": self.finding}
 
-    def load_state_dict(self, state: Optional[dict]) -> None:
+    def load_state_dict(self, state: Optional[OverfitState]) -> None:
         if not state:
             return
-        self.best = Evaluation(**state["best"]) if state.get("best") else None
+        best = state.get("best")
+        self.best = Evaluation(**best) if best else None
         self.since_best = [Evaluation(**e) for e in state.get("since_best", [])]
         self.finding = state.get("finding")
 
@@ -145,7 +150,7 @@ class RunJudges:
             self._loss_sum += loss
             self._loss_n += 1
 
-    def after_eval(self, step: int, metrics: Optional[dict]) -> tuple[bool, Optional[dict]]:
+    def after_eval(self, step: int, metrics: Optional[Mapping[str, float]]) -> tuple[bool, Optional[OverfitFinding]]:
         score = score_of(self.metric, metrics)
         train_loss = self._loss_sum / self._loss_n if self._loss_n else None
         self._loss_sum, self._loss_n = 0.0, 0
@@ -159,7 +164,7 @@ class RunJudges:
     def best_step(self) -> Optional[int]:
         return self.stopper.best_step if self.stopper is not None else None
 
-    def warn_overfitting(self, finding: dict, step: int, metrics: MetricsLogger) -> None:
+    def warn_overfitting(self, finding: OverfitFinding, step: int, metrics: MetricsLogger) -> None:
         """Said once per run (the detector remembers it across resumes): console, events.jsonl, report banner."""
         log.warning("overfitting: %s has been worse than its best (%.4g at step %d) for %d evaluations while the "
                     "training loss fell from %.4g to %.4g; the best checkpoint is step %d. Set "
@@ -183,11 +188,11 @@ class RunJudges:
                       best_score=stopper.best_score, patience=stopper.patience,
                       best_checkpoint=str(best_checkpoint) if best_checkpoint is not None else None)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> JudgesState:
         return {"stopper": self.stopper.state_dict() if self.stopper is not None else None,
                 "overfit": self.overfit.state_dict(), "train_loss": [self._loss_sum, self._loss_n]}
 
-    def load_state_dict(self, state: Optional[dict]) -> None:
+    def load_state_dict(self, state: Optional[JudgesState]) -> None:
         if not state:
             return
         if self.stopper is not None:

@@ -7,10 +7,11 @@ see tests/fixtures/faults.py), not through seams kept in production code.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 if TYPE_CHECKING:
     from xtts_ft.model import XttsTrainingModel
 
-#: ``hook(step, model) -> metrics``: called on rank 0 after each evaluation (xtts_ft.evaluate.hook builds it).
-EvalHook = Callable[[int, "XttsTrainingModel"], dict]
+#: ``hook(step, model) -> metrics``: called on rank 0 after each evaluation (xtts_ft.evaluate.hook builds it); of what
+#: it returns, the numbers are kept (train/evaluation.py ``run_eval_hook``).
+EvalHook = Callable[[int, "XttsTrainingModel"], Optional[Mapping[str, object]]]

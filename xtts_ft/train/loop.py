@@ -37,7 +37,7 @@ from xtts_ft.run_lock import confirm_held
 from xtts_ft.stop_signals import StopRequested, StopSignals
 from xtts_ft.train import session
 from xtts_ft.train.branch import keep_foreign_aside
-from xtts_ft.train.data import Limits, eval_batches
+from xtts_ft.train.data import Batch, DataReportRecord, Limits, ModelInputs, eval_batches
 from xtts_ft.train.disk_budget import check_disk_budget, estimate_run_disk
 from xtts_ft.train.distributed import wrap_model
 from xtts_ft.train.dvae_stage import fine_tuned_dvae
@@ -59,10 +59,10 @@ from xtts_ft.train.session import (  # noqa: F401 - BatchPlan: interface
 )
 from xtts_ft.train.stability import StabilityGuard, StepStats, gpt_state_dict, to_cpu
 from xtts_ft.train.stability_control import RolledBack, StabilityController
-from xtts_ft.train.step import Batch, ModelInputs, StepAbandoned, StepRunner, model_inputs
+from xtts_ft.train.step import StepAbandoned, StepRunner, model_inputs
 from xtts_ft.train.stopping import StopCoordinator
 from xtts_ft.train.trainable import apply_trainable, check_resume_trainable
-from xtts_ft.training_state import TrainingState
+from xtts_ft.training_state import OverfitFinding, TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,10 @@ class TrainResult:
     stopped_by_signal: bool
     final_eval_loss: Optional[float]
     first_eval_loss: Optional[float]
-    data_reports: dict[str, dict] = field(default_factory=dict)  # per split: clips kept / rejected per reason
+    data_reports: dict[str, DataReportRecord] = field(default_factory=dict)  # per split: clips kept / rejected per reason
     best_step: Optional[int] = None  # the step of best_checkpoint
     stopped_early: bool = False  # training.early_stopping ended the run before max_steps / max_epochs
-    overfit_warning: Optional[dict] = None  # the overfitting detector's finding (this run or before)
+    overfit_warning: Optional[OverfitFinding] = None  # the overfitting detector's finding (this run or before)
 
 
 def train(cfg: Config, inputs: TrainInputs, *, handles: RunHandles) -> TrainResult:

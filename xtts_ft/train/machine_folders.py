@@ -32,6 +32,7 @@ import torch
 
 from xtts_ft.errors import DataError
 from xtts_ft.input_hash import file_digest
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import DVAE_FILE, EVAL_CSV, TRAIN_CSV, RunLayout
 from xtts_ft.run_lock import RunLock
 from xtts_ft.tempfiles import atomic_write
@@ -114,7 +115,7 @@ def dvae_for_every_machine(main_first: MainFirst, folders: MachineFolders, run_d
     shared = folders.shared[main_first.ctx.rank]
     result = main_first.run("dvae", lambda: stage() if shared else None)
 
-    def rank0_weights() -> Optional[tuple[dict, torch.Tensor]]:
+    def rank0_weights() -> Optional[tuple[JsonObject, torch.Tensor]]:
         if result is None:
             return None
         return result.to_dict(), torch.frombuffer(bytearray(result.dvae_pth.read_bytes()), dtype=torch.uint8)

@@ -46,7 +46,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from xtts_ft.errors import TrainingStopped
-from xtts_ft.train.data import Batch, BatchInputs, Clip, ClipDataset, ModelInputs, collate
+from xtts_ft.train.data import Batch, BatchInputs, Clip, ClipDataset, ClipItem, ModelInputs, collate
 from xtts_ft.train.precision import Autocast
 from xtts_ft.train.sampler import ItemKey
 
@@ -234,7 +234,7 @@ def worst_case_batch(dataset: ClipDataset, text_lengths: Sequence[int], audio_le
     longest_audio = max(range(len(audio_lengths)), key=audio_lengths.__getitem__)
     longest_text = max(range(len(text_lengths)), key=text_lengths.__getitem__)
     text = dataset[ItemKey(longest_text, 0, 0, 0, rank)]["text"]
-    items = []
+    items: list[ClipItem] = []
     for slot in range(n):
         item = dataset[ItemKey(longest_audio, 0, 0, slot, rank)]
         items.append({**item, "text": text})

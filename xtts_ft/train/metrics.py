@@ -26,6 +26,7 @@ from xtts_ft.json_types import JsonValue
 from xtts_ft.layout import RunLayout
 from xtts_ft.run_history import Appender, Event, MetricsRow, open_events, open_metrics, truncate_metrics
 from xtts_ft.train.stability import StabilityGuard, StepStats
+from xtts_ft.training_state import IntervalState
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +78,13 @@ class MetricsLogger:
         """Whether this process reports (rank 0, until :meth:`close`)."""
         return self._out is not None
 
-    def interval_state(self) -> dict:
+    def interval_state(self) -> IntervalState:
         """The running average of the steps since the last logged row, for the checkpoint: a resumed run's first
         row then averages the same steps as an uninterrupted run's."""
         return {"n": self._n, "finite": self._finite, "sums": list(self._sums), "samples": self._samples,
                 "seconds": self._seconds, "compile": self._compile}
 
-    def load_interval_state(self, state: Optional[dict]) -> None:
+    def load_interval_state(self, state: Optional[IntervalState]) -> None:
         """Continue the running average saved by :meth:`interval_state` (None: an older checkpoint, start afresh)."""
         if not state:
             return

@@ -31,7 +31,7 @@ passes and the all-reduce would hang, so there an out-of-memory error stops the 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Optional, TypedDict, Union, cast
 
 import torch
 
@@ -42,27 +42,39 @@ from xtts_ft.train.stability import StabilityGuard
 
 log = logging.getLogger(__name__)
 
-Forward = Callable[[dict], tuple[torch.Tensor, torch.Tensor]]  # piece -> (loss to backpropagate, detached loss row)
+Forward = Callable[[Batch], tuple[torch.Tensor, torch.Tensor]]  # piece -> (loss to backpropagate, detached loss row)
 Backward = Callable[[torch.Tensor], None]  # weighted loss -> backward pass
+# "pass" (the pass that ran out of memory) is a keyword in Python, hence this spelling of the type
+_OomEventDetails = TypedDict("_OomEventDetails", {"size": int, "pass": str}, total=False)
+
+
+class OomEvent(_OomEventDetails):
+    """One event of a window for events.jsonl: its name ("oom_split", "oom_skip", "oom_cleared") and fields."""
+
+    event: str
+    clips: Union[int, str]  # how many, or their names
+
+
 _TRIM = {"padded_text": "text_lengths", "wav": "wav_lengths"}  # padded tensor -> the lengths that bound it
 
 
-def batch_len(batch: dict) -> int:
+def batch_len(batch: Batch) -> int:
     return int(batch["clips"].shape[0])
 
 
-def split_batch(batch: dict) -> tuple[dict, dict]:
+def split_batch(batch: Batch) -> tuple[Batch, Batch]:
     """The first and second half of a collated batch (every batch-first tensor sliced, padding trimmed)."""
     n = batch_len(batch)
     half = n // 2
-    pieces = []
+    pieces: list[Batch] = []
     for sl in (slice(0, half), slice(half, n)):
         piece = {k: (v[sl] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n else v)
                  for k, v in batch.items()}
         for key, lengths in _TRIM.items():
-            if key in piece:
-                piece[key] = piece[key][..., : int(piece[lengths].max())]
-        pieces.append(piece)
+            padded, bound = piece.get(key), piece.get(lengths)  # no wav when the codes are cached
+            if isinstance(padded, torch.Tensor) and isinstance(bound, torch.Tensor):
+                piece[key] = padded[..., : int(bound.max())]
+        pieces.append(cast(Batch, piece))  # batch's own keys, each value cut to the half's rows
     return pieces[0], pieces[1]
 
 
@@ -73,7 +85,7 @@ class MicroBatchRunner:
                  zero_grads: Callable[[], None], recover: bool = True) -> None:
         self.counters, self.device, self.describe = counters, device, describe
         self.zero_grads, self.recover = zero_grads, recover
-        self.events: list[dict] = []
+        self.events: list[OomEvent] = []  # this window's (train/step.py logs them)
         self._nominal = self._counted = 0
 
     def begin(self) -> None:
@@ -81,12 +93,12 @@ class MicroBatchRunner:
         self._nominal = self._counted = 0
         self.events = []
 
-    def run(self, batch: dict, weight_per_clip: float, forward: Forward, backward: Backward, *,
+    def run(self, batch: Batch, weight_per_clip: float, forward: Forward, backward: Backward, *,
             step: int) -> Optional[torch.Tensor]:
         """Forward and backward of one micro-batch (split on OOM); its clip-weighted loss row, None if nothing ran."""
         self._nominal += batch_len(batch)
         pending: list[Batch] = [batch]
-        rows: list[torch.Tensor] = []
+        rows: list[tuple[torch.Tensor, int]] = []  # (clip-weighted loss row, clips) per piece that ran
         while pending:
             piece = pending.pop(0)
             n = batch_len(piece)
@@ -129,7 +141,8 @@ class MicroBatchRunner:
         return sum(row * (n / total) for row, n in rows)
 
     @staticmethod
-    def _attempt(piece: dict, weight: float, forward: Forward, backward: Backward, rows: list) -> Optional[str]:
+    def _attempt(piece: Batch, weight: float, forward: Forward, backward: Backward,
+                 rows: list[tuple[torch.Tensor, int]]) -> Optional[str]:
         """None when the piece ran; else the pass ('forward' / 'backward') that ran out of memory."""
         phase = "forward"
         try:

@@ -26,13 +26,17 @@ changes neither the model, the optimizer nor any random stream (exact resume dep
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
 from xtts_ft.errors import TrainingStopped
+from xtts_ft.train.precision import Autocast
 from xtts_ft.train.stability import diagnose_nonfinite
+
+if TYPE_CHECKING:  # a name for annotations: train/data.py loads soundfile and the tokenizer, unused here
+    from xtts_ft.train.data import ModelInputs
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +131,8 @@ def _head_rows_connected(logits: Optional[torch.Tensor], weight: torch.Tensor, f
 
 def check_forward_backward(
     model: nn.Module,
-    inputs: dict,
-    autocast: Callable,
+    inputs: ModelInputs,
+    autocast: Autocast,
     base_vocab_size: int,
     device: torch.device,
     scaler: Optional[torch.amp.GradScaler] = None,
@@ -161,7 +165,7 @@ def check_forward_backward(
     return value
 
 
-def _check_new_rows(gpt: nn.Module, inputs: dict, logits: Optional[torch.Tensor], loss: torch.Tensor,
+def _check_new_rows(gpt: nn.Module, inputs: ModelInputs, logits: Optional[torch.Tensor], loss: torch.Tensor,
                     base_vocab_size: int, device: torch.device, scaler: Optional[torch.amp.GradScaler]) -> None:
     """Check 4 (see the module doc); runs the scaled backward whether or not the vocabulary grew."""
     rows = gpt.text_embedding.weight.shape[0]

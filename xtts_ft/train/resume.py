@@ -32,7 +32,7 @@ from xtts_ft.layout import META_FILE, CheckpointLayout
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.stability import StabilityGuard, gpt_state_dict
-from xtts_ft.training_state import TrainingState
+from xtts_ft.training_state import RngState, SamplerKey, TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class ResumePoint:
 
     progress: Progress  # step, data position, LR factor, eval results and best score of the checkpoint
     policy: PrecisionPolicy
-    rng: Optional[dict]  # this rank's RNG states, None when they cannot be matched
+    rng: Optional[RngState]  # this rank's RNG states, None when they cannot be matched
 
     @property
     def step(self) -> int:
@@ -149,7 +149,7 @@ class ResumePoint:
 def apply_checkpoint(
     state: TrainingState, path: Path, *, gpt: nn.Module, optimizer: torch.optim.Optimizer, guard: StabilityGuard,
     tcfg: TrainingConfig, policy: PrecisionPolicy, device: torch.device, rank: int, world_size: int,
-    sampler_key: dict, best_metric: str = "eval_loss",
+    sampler_key: SamplerKey, best_metric: str = "eval_loss",
 ) -> ResumePoint:
     """Load a verified checkpoint into the fresh GPT/optimizer/guard; return where training continues.
 

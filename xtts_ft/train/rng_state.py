@@ -11,11 +11,13 @@ import random
 import numpy as np
 import torch
 
+from xtts_ft.training_state import RngState
 
-def capture_rng(device: torch.device) -> dict:
+
+def capture_rng(device: torch.device) -> RngState:
     version, mt, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    out = {
+    out: RngState = {
         "python": [version, list(mt), gauss],
         "numpy": [str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
@@ -25,7 +27,7 @@ def capture_rng(device: torch.device) -> dict:
     return out
 
 
-def restore_rng(state: dict, device: torch.device) -> None:
+def restore_rng(state: RngState, device: torch.device) -> None:
     version, mt, gauss = state["python"]
     random.setstate((version, tuple(mt), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]

@@ -24,6 +24,7 @@ from typing import Iterator, NamedTuple, Sequence
 import torch
 
 from xtts_ft.errors import DataError
+from xtts_ft.training_state import SamplerState
 
 BUCKET_BATCHES = 32  # batches per length-sorting window
 
@@ -108,7 +109,7 @@ class ResumableBatchSampler:
                 yield [ItemKey(clip, epoch, b, slot, self.rank) for slot, clip in enumerate(batches[b])]
             epoch, index = epoch + 1, 0
 
-    def state_dict(self, consumed_position: tuple[int, int]) -> dict:
+    def state_dict(self, consumed_position: tuple[int, int]) -> SamplerState:
         return {
             "epoch": int(consumed_position[0]),
             "batch_index": int(consumed_position[1]),

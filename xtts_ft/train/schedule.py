@@ -23,7 +23,7 @@ linear in the LR, so this is exactly AdamW with LR ``k * lr`` for those rows.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, TypedDict
 
 import torch
 import torch.nn as nn
@@ -60,7 +60,15 @@ def _is_decayed(module: nn.Module, name: str, param: nn.Parameter) -> bool:
     return type(module).__name__ == "Conv1D"  # transformers' GPT-2 projection (a Linear with a transposed weight)
 
 
-def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
+class ParamGroup(TypedDict):
+    """One AdamW parameter group as :func:`param_groups` builds it (``name`` tells the two apart on a resume)."""
+
+    params: list[nn.Parameter]
+    weight_decay: float
+    name: str
+
+
+def param_groups(module: nn.Module, weight_decay: float) -> list[ParamGroup]:
     """Trainable parameters of ``module`` split into a decayed and a non-decayed AdamW group."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []

@@ -40,7 +40,18 @@ from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 from xtts_ft.train.branch import Branch, set_aside_later_steps
 from xtts_ft.train.codes_cache import build_codes_cache
 from xtts_ft.train.cpu_threads import CpuPlan, apply_cpu_plan
-from xtts_ft.train.data import Batch, BatchInputs, Clip, ClipDataset, Limits, ModelInputs, collate, load_clips, make_loader
+from xtts_ft.train.data import (
+    Batch,
+    BatchInputs,
+    Clip,
+    ClipDataset,
+    DataReportRecord,
+    Limits,
+    ModelInputs,
+    collate,
+    load_clips,
+    make_loader,
+)
 from xtts_ft.train.distributed import DistContext, MainFirst
 from xtts_ft.train.hooks import EvalHook
 from xtts_ft.train.memory import enable_gradient_checkpointing, plan_accumulation, probe_batch_size
@@ -55,7 +66,7 @@ from xtts_ft.train.schedule import NewTokenRows, build_optimizer
 from xtts_ft.train.stability_control import StabilityController
 from xtts_ft.train.stopping import CommandLine
 from xtts_ft.train.trainable import TrainableSetup
-from xtts_ft.training_state import TrainingState
+from xtts_ft.training_state import RngState, SamplerKey, TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +144,7 @@ class TrainingData:
 
     train_clips: list[Clip]
     eval_clips: list[Clip]
-    reports: dict  # per split: clips kept / rejected per reason
+    reports: dict[str, DataReportRecord]  # per split: clips kept / rejected per reason
     train_set: ClipDataset
     eval_set: ClipDataset
 
@@ -277,7 +288,7 @@ def find_resume_source(cfg: Config, run_dir: Path, handles: RunHandles) -> Resum
     it; the other ranks get its state through the process group, so their machines need not see rank 0's disk."""
     dist, run = handles.dist, handles.run
 
-    def read() -> tuple[Optional[Path], Optional[dict]]:
+    def read() -> tuple[Optional[Path], Optional[dict[str, object]]]:
         path = choose_checkpoint(cfg.checkpoint.resume, run_dir, run.owns)
         return path, CheckpointStore.load_state(path).to_dict() if path is not None else None
 
@@ -324,7 +335,7 @@ def build_optimisation(model: XttsTrainingModel, tcfg: TrainingConfig, device: t
                         new_rows=NewTokenRows(model.gpt, base_vocab_size, tcfg.new_token_lr_multiplier))
 
 
-def sampler_key(runtime: Runtime, plan: BatchPlan, data: TrainingData, seed: int) -> dict:
+def sampler_key(runtime: Runtime, plan: BatchPlan, data: TrainingData, seed: int) -> SamplerKey:
     """What must not change for a saved data position to mean the same batches."""
     return {"world_size": runtime.dist.world_size, "batch_size": plan.batch_size, "num_clips": len(data.train_clips),
             "seed": seed}
@@ -359,7 +370,7 @@ def preflight(model: XttsTrainingModel, optimizer: torch.optim.Optimizer, runtim
                            runtime.device, scaler=scaler)
 
 
-def seed_or_restore_rng(rng_state: Optional[dict], seed: int, rank: int, step: int, device: torch.device) -> None:
+def seed_or_restore_rng(rng_state: Optional[RngState], seed: int, rank: int, step: int, device: torch.device) -> None:
     """The checkpoint's random streams of this rank, or fresh ones from the seed (last in setup)."""
     if rng_state is not None:
         restore_rng(rng_state, device)

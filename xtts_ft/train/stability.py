@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Callable, Iterable, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, TypeVar, cast
 
 import torch
 import torch.nn as nn
 
 from xtts_ft.config import StabilityConfig
+from xtts_ft.train.precision import Autocast
+from xtts_ft.training_state import TensorState, TorchState
+
+if TYPE_CHECKING:  # a name for annotations: train/data.py loads soundfile and the tokenizer, unused here
+    from xtts_ft.train.data import ModelInputs
 
 # GPT state-dict keys that are not parameters of their own (inference wrapper built by synthesis)
 _ALIAS_PREFIXES = ("gpt_inference.", "gpt.wte.")
@@ -126,10 +131,10 @@ class StabilityGuard:
         self.rollbacks += 1
         self.consecutive_bad = 0
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "cfg"}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
         for key, value in state.items():
             if key != "cfg" and hasattr(self, key):
                 setattr(self, key, int(value))
@@ -208,8 +213,8 @@ class Snapshot:
     def __init__(self, pinned: bool = False) -> None:
         self.pinned = pinned
         self.step: Optional[int] = None
-        self._gpt: dict = {}
-        self._optimizer: dict = {}
+        self._gpt: TensorState = {}
+        self._optimizer: TorchState = {}
         self._copied: Optional[torch.cuda.Event] = None
 
     def take(self, step: int, gpt: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -252,7 +257,7 @@ def _first_nonfinite_param(named: Iterable[tuple[str, torch.Tensor]]) -> Optiona
     return None
 
 
-def diagnose_nonfinite(model: nn.Module, batches: list[dict], autocast: Callable) -> str:
+def diagnose_nonfinite(model: nn.Module, batches: list[ModelInputs], autocast: Autocast) -> str:
     """Replay ``batches`` (model keyword inputs) with forward hooks; say where the first non-finite value appears."""
     gpt = model.xtts.gpt
     bad = _first_nonfinite_param(gpt.named_parameters())

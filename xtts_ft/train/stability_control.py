@@ -27,9 +27,11 @@ import torch
 from xtts_ft.config import Config
 from xtts_ft.errors import TrainingStopped
 from xtts_ft.model import XttsTrainingModel
+from xtts_ft.train.data import ModelInputs
 from xtts_ft.train.metrics import MetricsLogger
 from xtts_ft.train.precision import PrecisionPolicy, fallback_policy, make_scaler, scale_tensor
 from xtts_ft.train.stability import Snapshot, StabilityGuard, StepStats, diagnose_nonfinite, pin_snapshots
+from xtts_ft.training_state import TorchState
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,7 @@ class StabilityController:
     """Guard, snapshot, loss scaler and precision fallback of one run (see the module doc)."""
 
     def __init__(self, cfg: Config, device: torch.device, policy: PrecisionPolicy, guard: StabilityGuard, *,
-                 model: XttsTrainingModel, optimizer: torch.optim.Optimizer, scaler_state: Optional[dict] = None) -> None:
+                 model: XttsTrainingModel, optimizer: torch.optim.Optimizer, scaler_state: Optional[TorchState] = None) -> None:
         self.cfg, self.device, self.model, self.optimizer = cfg, device, model, optimizer
         self.policy = policy  # may fall back from fp16 during the run
         self.guard = guard  # loaded from the checkpoint on a resume (resume.apply_checkpoint)
@@ -69,12 +71,12 @@ class StabilityController:
         if scaler_state and self.scaler.is_enabled():
             self.scaler.load_state_dict(scaler_state)
         self.snapshot = Snapshot(pinned=pin_snapshots(device))  # page-locked host memory on a GPU
-        self.last_bad: tuple[list[dict], list[int]] = ([], [])  # inputs and clips of the newest bad step
+        self.last_bad: tuple[list[ModelInputs], list[int]] = ([], [])  # inputs and clips of the newest bad step
 
     def scale_tensor(self) -> torch.Tensor:
         return scale_tensor(self.scaler, self.device)
 
-    def apply_step(self, stats: StepStats, optimizer_step: Callable[[], None], inputs: list[dict],
+    def apply_step(self, stats: StepStats, optimizer_step: Callable[[], None], inputs: list[ModelInputs],
                    clips: list[int]) -> None:
         """Step the optimizer when every loss and gradient is finite; otherwise skip it (and back the scale off
         after an overflow; a bad loss leaves the scale as it is)."""

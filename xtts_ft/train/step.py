@@ -31,17 +31,13 @@ import torch
 
 from xtts_ft.model import XttsTrainingModel
 from xtts_ft.train.codes_cache import codes_for_batch
+from xtts_ft.train.data import Batch, ModelInputs
 from xtts_ft.train.oom import MicroBatchRunner
 from xtts_ft.train.progress import Progress
 from xtts_ft.train.schedule import get_lr, set_lr
 from xtts_ft.train.session import MovingParts, Optimisation, Session
 from xtts_ft.train.stability import StepStats, fetch_step_stats
 from xtts_ft.train.stopping import StopCoordinator
-
-#: A collated batch (xtts_ft.train.data.collate): tensors by name ("clips", "padded_text", "wav", ...).
-Batch = dict[str, torch.Tensor]
-#: XttsTrainingModel.forward's keyword arguments (``cond_idxs`` / ``cond_lens`` may be None).
-ModelInputs = dict[str, Optional[torch.Tensor]]
 
 
 @dataclass(frozen=True)

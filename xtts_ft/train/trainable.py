@@ -39,6 +39,7 @@ import torch.nn as nn
 
 from xtts_ft.config import TrainingConfig
 from xtts_ft.errors import CheckpointError, ConfigError
+from xtts_ft.json_types import JsonMapping
 from xtts_ft.lora_weights import _LORA_MARK, ADAPTER, has_adapters, merged_gpt_state  # noqa: F401 - merged_gpt_state: re-exported
 from xtts_ft.train.schedule import NEW_TOKEN_ROW_PARAMS
 
@@ -55,7 +56,7 @@ class KeptRows:
         self.base = int(base_vocab_size)
         self.params = {n: params[n] for n in names if n in params and params[n].requires_grad}
         self._saved: list[torch.Tensor] = []
-        self._handles: list = []
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
         for param in self.params.values():
             self._handles.append(param.register_hook(self._mask))
 
@@ -175,7 +176,7 @@ def merge_adapters(gpt: nn.Module) -> int:
 _STRUCTURAL = {"lora": ("lora_rank", "lora_alpha", "lora_targets")}
 
 
-def check_resume_trainable(saved: Optional[dict], tcfg: TrainingConfig, ckpt_dir: Path) -> None:
+def check_resume_trainable(saved: Optional[JsonMapping], tcfg: TrainingConfig, ckpt_dir: Path) -> None:
     """Refuse a resume whose ``training.trainable`` (or LoRA shape) differs from the checkpoint's, naming the key.
 
     Checkpoints written before the option existed trained everything (``all``)."""
