@@ -78,11 +78,9 @@ def mel_cepstra(
 def _trim(audio: npt.NDArray[np.float32], top_db: Optional[float]) -> npt.NDArray[np.float32]:
     if top_db is None or audio.size == 0:
         return audio
-    # imported here, where librosa's lazy loader would load it: at import it costs seconds (numba), and librosa's
-    # stubs name its submodules without exporting them
-    from librosa.effects import trim
-
-    trimmed, _ = trim(audio, top_db=top_db)
+    # librosa's stubs import its submodules without exporting them; librosa loads them lazily on first use (an import
+    # at the top would cost seconds of numba)
+    trimmed, _ = librosa.effects.trim(audio, top_db=top_db)  # type: ignore[attr-defined]
     return trimmed if trimmed.size else audio
 
 
@@ -98,9 +96,7 @@ def mcd_dtw(ref_wav: npt.NDArray[np.float32], syn_wav: npt.NDArray[np.float32], 
     if ref.size == 0 or syn.size == 0:
         return float("nan")
     c_ref, c_syn = mel_cepstra(ref, sr), mel_cepstra(syn, sr)
-    from librosa.sequence import dtw  # (as in _trim)
-
-    _, path = dtw(X=c_ref.T, Y=c_syn.T, metric="euclidean")
+    _, path = librosa.sequence.dtw(X=c_ref.T, Y=c_syn.T, metric="euclidean")  # type: ignore[attr-defined]  # (_trim)
     diff = c_ref[path[:, 0]] - c_syn[path[:, 1]]
     return float(MCD_CONSTANT * np.mean(np.sqrt(np.sum(diff * diff, axis=1))))
 
