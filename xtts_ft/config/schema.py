@@ -52,6 +52,11 @@ def is_hub_id(source: str) -> bool:
 
 #: The dataset layouts ``dataset.format`` names (readers: xtts_ft/data/readers.py, commonvoice.py, hf_source.py).
 DatasetFormat = Literal["auto", "ljspeech", "coqui", "folder", "commonvoice", "hf"]
+# serve's choices, named once for the schema and the serve command's options
+DecodePrecision = Literal["fp32", "bf16"]
+VocoderPrecision = Literal["fp32", "fp16", "bf16"]
+AutoOff = Literal["auto", "off"]
+AutoOffOn = Literal["auto", "off", "on"]
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 
 #: A short text is one of fewer than this many characters (of normalised text): where XTTS most often babbles past
@@ -825,34 +830,34 @@ class ServeConfig:
         "a call starts); 1: one chunk per call. On an H200, 8 and 32 windows took 3.7x and 4.4x less time in one call "
         "(benchmarks/vocoder_windows.py). The CPU always vocodes one chunk per call (batching measured slower there).",
     )
-    decode_precision: Literal["fp32", "bf16"] = opt(
+    decode_precision: DecodePrecision = opt(
         "fp32", "The GPT's decode on CUDA: fp32, or bf16 (a copy of the GPT-2 blocks with its weights cast once; "
         "needs compute capability 8.0+). Under autocast, bf16 paid on an H200 only with CUDA graphs and many callers "
         "(a step for 32 rows 8.8 against 13.4 ms; for one row 5.1 against 4.1 ms, and without graphs 3-4x slower than "
         "fp32); the weights cast once are not measured on a card yet. The CPU always decodes in fp32.",
     )
-    vocoder_precision: Literal["fp32", "fp16", "bf16"] = opt(
+    vocoder_precision: VocoderPrecision = opt(
         "fp32", "HiFiGAN on CUDA: fp32, fp16 or bf16 (autocast). On an H200 neither paid: fp16 took 3.2x longer than "
         "fp32, bf16 0.85x as long, its largest difference 1/50 of the peak (benchmarks/gpu_smoke.py section "
         "10). The CPU always vocodes in fp32.",
     )
-    vocoder_stream: Literal["auto", "off"] = opt(
+    vocoder_stream: AutoOff = opt(
         "auto", "auto: on CUDA, the streamed chunks are vocoded on a CUDA stream of their own, so HiFiGAN's kernels run "
         "beside the decode steps instead of queueing behind them (and the steps behind HiFiGAN); off: one stream for "
         "both. The CPU has no streams.",
     )
-    decode_overlap: Literal["auto", "off"] = opt(
+    decode_overlap: AutoOff = opt(
         "auto", "auto: on CUDA, each decode step is launched before the step before it is read back, so the host's "
         "work of a step (the readers' codes, the next launches) runs while the GPU computes; the same codes, and a "
         "row that finished is computed once more for nothing. off: launch, read, launch. The CPU never overlaps "
         "(nothing runs ahead there). Not measured on a card yet.",
     )
-    warm_up: Literal["auto", "off", "on"] = opt(
+    warm_up: AutoOffOn = opt(
         "auto", "Before listening, speak a short sentence to 1, 2, 4, ... max_active_streams callers at once, so the "
         "first callers do not pay the one-time costs (CUDA graph recordings, cuDNN's kernel choice, the voice's "
         "latents); auto: on CUDA only (on a CPU it would take minutes).",
     )
-    decode_graphs: Literal["auto", "off", "on"] = opt(
+    decode_graphs: AutoOffOn = opt(
         "auto", "auto (on on CUDA, off on a CPU) or on: the GPT's decode step and each request's prefill on CUDA are "
         "replayed from CUDA graphs (one launch instead of about 450 a step; on an H200 a step for 1/8/32 rows took "
         "4.1/7.6/13.4 ms against 18.3/19.9/24.4 eager). Each recording is checked against the eager computation, and "

@@ -16,11 +16,15 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import atomic_write
 from xtts_ft.text.error_rates import error_rates
+
+if TYPE_CHECKING:  # (intelligibility imports torch: a report is written without it)
+    from xtts_ft.evaluate.intelligibility import Transcriber
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +38,26 @@ def floor_key(recognizer_name: str, clips: Sequence[tuple[Path, str]]) -> str:
     return h.hexdigest()
 
 
-def write_measurement(path: Path, record: dict) -> None:
+def write_measurement(path: Path, record: JsonObject) -> None:
     """A once-per-run measurement of the real eval recordings (this floor, their predicted quality), atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
 
 
-def read_cer_floor(run_dir: Path) -> Optional[dict]:
+def read_cer_floor(run_dir: Path) -> Optional[JsonObject]:
     """The stored floor record ({cer_floor, clips, recognizer, key, per_clip}), or None when there is none."""
     path = RunLayout(run_dir).cer_floor
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    value = record.get("cer_floor") if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    value = record.get("cer_floor")
     return record if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def measure_cer_floor(run_dir: Path, recognizer, recognizer_name: str, clips: Sequence[tuple[Path, str]],
+def measure_cer_floor(run_dir: Path, recognizer: Optional[Transcriber], recognizer_name: str, clips: Sequence[tuple[Path, str]],
                       max_clips: int) -> Optional[float]:
     """The floor for this run: read back when stored for the same recogniser and clips, else measured and stored.
 
@@ -66,9 +72,10 @@ def measure_cer_floor(run_dir: Path, recognizer, recognizer_name: str, clips: Se
     if stored is not None and stored.get("key") == key:
         return float(stored["cer_floor"])
     heard = recognizer.transcribe_files([w for w, _ in clips])
-    per_clip = [{"wav": w.name, "text": t, "heard": h, "cer": round(error_rates(t, h).cer, 4)}
-                for (w, t), h in zip(clips, heard)]
-    floor = sum(p["cer"] for p in per_clip) / len(per_clip)
+    cers = [round(error_rates(t, h).cer, 4) for (_, t), h in zip(clips, heard)]
+    per_clip: list[JsonObject] = [{"wav": w.name, "text": t, "heard": h, "cer": cer}
+                                  for (w, t), h, cer in zip(clips, heard, cers)]
+    floor = sum(cers) / len(per_clip)
     write_measurement(RunLayout(run_dir).cer_floor, {"cer_floor": round(floor, 4), "clips": len(per_clip),
                                                      "recognizer": recognizer_name, "key": key, "per_clip": per_clip})
     log.info("evaluation: the recogniser's CER on %d real eval recordings (the floor of sample CER): %.3f",

@@ -16,7 +16,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
@@ -24,7 +24,7 @@ from xtts_ft.audio_io import DATASET_RATE, load_audio
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.cer_floor import measure_cer_floor
-from xtts_ft.evaluate.intelligibility import finite_mean, intelligibility_metrics, score_samples
+from xtts_ft.evaluate.intelligibility import Transcriber, finite_mean, intelligibility_metrics, score_samples
 from xtts_ft.evaluate.languages import LanguageEval, evaluate_languages, say_why_no_cer
 from xtts_ft.evaluate.listening import SampleListener, listen_to_samples, quality_metrics, reference_quality
 from xtts_ft.evaluate.metrics import mcd_files
@@ -33,6 +33,12 @@ from xtts_ft.layout import RunLayout
 from xtts_ft.run_history import EvalRecord, append_evaluation
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
 from xtts_ft.train.hooks import EvalHook
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from xtts_ft.model import XttsTrainingModel
+    from xtts_ft.tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +69,7 @@ def _recognizer_name(cfg: Config) -> str:
     return f"{cfg.asr.model}@{cfg.asr.revision or 'main'}"
 
 
-def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) -> None:
+def _log_audio(writer: SummaryWriter, step: int, results: Sequence[SampleResult], prefix: str) -> None:
     for r in results:
         audio, sr = load_audio(r.path)
         writer.add_audio(f"{prefix}/{r.name}", torch.from_numpy(audio).reshape(1, -1), step, sample_rate=sr)
@@ -71,16 +77,16 @@ def _log_audio(writer, step: int, results: Sequence[SampleResult], prefix: str) 
 
 def evaluate_step(
     step: int,
-    model,
+    model: torch.nn.Module,
     *,
     cfg: Config,
     run_dir: Path,
-    tokenizer,
+    tokenizer: AmharicTokenizer,
     speaker_wavs: Sequence[Path],
     eval_clips: Sequence[tuple[Path, str]] = (),
     duration_range: Optional[tuple[float, float]] = None,
-    writer=None,
-    recognizer=None,
+    writer: Optional[SummaryWriter] = None,
+    recognizer: Optional[Transcriber] = None,
     languages: Sequence[LanguageEval] = (),
     listener: Optional[SampleListener] = None,
 ) -> dict[str, float]:
@@ -93,10 +99,6 @@ def evaluate_step(
     if out_dir.exists():  # a resumed or rolled-back run evaluates this step again: no stale files
         shutil.rmtree(out_dir)
     started = time.perf_counter()
-    common = dict(
-        language=cfg.run.language, temperature=ev.temperature, seed=cfg.run.seed,
-        max_new_tokens=ev.max_new_tokens, seconds_per_char_range=duration_range,
-    )
     # Every module's own flag, not model.training: XttsTrainingModel.train() keeps the wrapper in eval
     # mode while its GPT trains, so one flag cannot say how to restore it.
     modes = [(m, m.training) for m in model.modules()]
@@ -104,7 +106,9 @@ def evaluate_step(
         sample_reqs = sample_requests(list(ev.sentences), list(speaker_wavs))
         clips = list(eval_clips)[: ev.mcd_clips]
         mcd_reqs = [(f"mcd_{j}_{Path(wav).stem}", j, text, Path(wav)) for j, (wav, text) in enumerate(clips)]
-        synthesized = synthesize_requests(xtts, tokenizer, sample_reqs + mcd_reqs, out_dir, **common)  # one batch
+        synthesized = synthesize_requests(  # one batch
+            xtts, tokenizer, sample_reqs + mcd_reqs, out_dir, language=cfg.run.language, temperature=ev.temperature,
+            seed=cfg.run.seed, max_new_tokens=ev.max_new_tokens, seconds_per_char_range=duration_range)
         samples, mcd_samples = synthesized[: len(sample_reqs)], synthesized[len(sample_reqs) :]
         for r in mcd_samples:
             raise_if_stopped("the MCD measurement")
@@ -158,13 +162,13 @@ def evaluate_step(
 def make_eval_hook(
     cfg: Config,
     run_dir: Path,
-    tokenizer,
+    tokenizer: AmharicTokenizer,
     speaker_wavs: Sequence[Path],
     eval_clips: Sequence[tuple[Path, str]],
     duration_range: Optional[tuple[float, float]],
     *,
-    writer=None,
-    recognizer=None,
+    writer: Optional[SummaryWriter] = None,
+    recognizer: Optional[Transcriber] = None,
     languages: Sequence[LanguageEval] = (),
     listener: Optional[SampleListener] = None,
 ) -> EvalHook:
@@ -202,7 +206,7 @@ def make_eval_hook(
         lo, hi = (float(x) for x in duration_range)
         duration_range = (lo, hi)
 
-    def eval_hook(step: int, model) -> dict[str, float]:
+    def eval_hook(step: int, model: XttsTrainingModel) -> dict[str, float]:
         return evaluate_step(
             step, model, cfg=cfg, run_dir=Path(run_dir), tokenizer=tokenizer, speaker_wavs=speaker_wavs,
             eval_clips=eval_clips, duration_range=duration_range, writer=writer, recognizer=recognizer,

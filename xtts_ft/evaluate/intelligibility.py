@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Protocol
 
 import numpy as np
 import torch
 
 from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.audio_io import load_audio
-from xtts_ft.config import is_short_text
+from xtts_ft.config import Config, is_short_text
 from xtts_ft.text.error_rates import error_rates
+
+if TYPE_CHECKING:
+    from TTS.tts.models.xtts import Xtts
+
+    from xtts_ft.evaluate.synthesis import SampleResult
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +41,20 @@ LENGTH_BUCKETS = ("short", "medium", "long")
 MEDIUM_TEXT_CHARS = 150  # the most characters of a medium text; a longer one is long
 
 
+class Transcriber(Protocol):
+    """What evaluation needs of a recogniser (:class:`~xtts_ft.asr.recognizer.Recognizer`, or a test's stand-in):
+    the text heard in each audio file, in order."""
+
+    def transcribe_files(self, paths: Sequence[Path]) -> list[str]: ...
+
+
 def length_bucket(normalized_text: str) -> str:
     if is_short_text(normalized_text):
         return "short"
     return "medium" if len(normalized_text) <= MEDIUM_TEXT_CHARS else "long"
 
 
-def _embedding(xtts, path: Path):
+def _embedding(xtts: Xtts, path: Path) -> torch.Tensor:
     mono, sr = load_audio(path)
     audio = torch.from_numpy(mono).reshape(1, -1)
     param = next(xtts.hifigan_decoder.parameters())
@@ -50,10 +62,10 @@ def _embedding(xtts, path: Path):
         return xtts.get_speaker_embedding(audio.to(param.device), sr).flatten().float().cpu()
 
 
-def speaker_similarities(xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float]:
+def speaker_similarities(xtts: Xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float]:
     """Cosine similarity of XTTS speaker embeddings for each (sample, reference) pair."""
-    cache: dict[Path, object] = {}
-    out = []
+    cache: dict[Path, torch.Tensor] = {}
+    out: list[float] = []
     encoder = xtts.hifigan_decoder.speaker_encoder
     was_training = encoder.training
     encoder.train(False)  # batch norm statistics must not move
@@ -68,7 +80,7 @@ def speaker_similarities(xtts, pairs: Sequence[tuple[Path, Path]]) -> list[float
     return out
 
 
-def score_samples(samples: Sequence, xtts, recognizer=None) -> None:
+def score_samples(samples: Sequence[SampleResult], xtts: Xtts, recognizer: Optional[Transcriber] = None) -> None:
     """Fill ``speaker_similarity`` (always) and ``recognized_text``/``cer`` (with a recogniser) in place."""
     if not samples:
         return
@@ -81,13 +93,13 @@ def score_samples(samples: Sequence, xtts, recognizer=None) -> None:
         s.cer = error_rates(s.text, text).cer
 
 
-def finite_mean(values) -> Optional[float]:
+def finite_mean(values: Iterable[Optional[float]]) -> Optional[float]:
     """The mean of the finite values (None: there are none)."""
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return float(np.mean(finite)) if finite else None
 
 
-def intelligibility_metrics(samples: Sequence) -> dict[str, float]:
+def intelligibility_metrics(samples: Sequence[SampleResult]) -> dict[str, float]:
     """``sample_cer``, ``sample_speaker_similarity`` and per-bucket stop rate and CER (absent: nothing to average)."""
     out: dict[str, Optional[float]] = {
         "sample_cer": finite_mean([s.cer for s in samples]),
@@ -101,7 +113,7 @@ def intelligibility_metrics(samples: Sequence) -> dict[str, float]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def load_eval_recognizer(cfg):
+def load_eval_recognizer(cfg: Config) -> Optional[Recognizer]:
     """The recogniser evaluation uses (None when ``evaluation.recognize`` is off); fails early, in one line."""
     if not cfg.evaluation.recognize:
         return None

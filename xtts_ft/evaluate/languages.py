@@ -20,17 +20,24 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 from xtts_ft.asr.recognizer import Recognizer
-from xtts_ft.config import LANGUAGE_ALIASES, Config
+from xtts_ft.config import LANGUAGE_ALIASES, AsrConfig, Config
 from xtts_ft.errors import UserError
+from xtts_ft.evaluate.intelligibility import Transcriber
 from xtts_ft.evaluate.references import pick_references
 from xtts_ft.evaluate.synthesis import synthesize_requests
 from xtts_ft.stop_signals import raise_if_stopped
 from xtts_ft.text.error_rates import error_rates
+
+if TYPE_CHECKING:
+    from TTS.tts.models.xtts import Xtts
+
+    from xtts_ft.evaluate.synthesis import SampleResult
+    from xtts_ft.tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +48,7 @@ class LanguageEval:
 
     language: str
     clips: list[tuple[Path, str]]
-    recognizer: Optional[object] = None
+    recognizer: Optional[Transcriber] = None
     why_no_cer: str = ""  # said once when recognizer is None
 
 
@@ -53,7 +60,8 @@ def other_languages(cfg: Config) -> list[str]:
     return sorted({lang for lang in map(cfg.dataset_language, cfg.datasets) if code(lang) != code(cfg.run.language)})
 
 
-def language_evals(cfg: Config, data_dir: Path, load_recognizer=None) -> list[LanguageEval]:
+def language_evals(cfg: Config, data_dir: Path,
+                   load_recognizer: Optional[Callable[[AsrConfig], Transcriber]] = None) -> list[LanguageEval]:
     """What each other language of the run is evaluated with, from the prepared data in ``data_dir``.
 
     ``load_recognizer(asr_settings)`` builds a recogniser (default: :meth:`Recognizer.from_config`).
@@ -62,7 +70,7 @@ def language_evals(cfg: Config, data_dir: Path, load_recognizer=None) -> list[La
     if load_recognizer is None:
 
         load_recognizer = Recognizer.from_config
-    out = []
+    out: list[LanguageEval] = []
     for language in other_languages(cfg):
         clips = pick_references(cfg.evaluation, Path(data_dir), language).eval_clips[: cfg.evaluation.language_clips]
         if not clips:
@@ -90,20 +98,21 @@ def say_why_no_cer(languages: Sequence[LanguageEval]) -> None:
                      lang.language, lang.why_no_cer or "no recogniser", lang.language)
 
 
-def _mean(values) -> Optional[float]:
+def _mean(values: Iterable[Optional[float]]) -> Optional[float]:
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return float(np.mean(finite)) if finite else None
 
 
-def evaluate_languages(xtts, tokenizer, languages: Sequence[LanguageEval], out_dir: Path, *, temperature: float,
-                       seed: int, max_new_tokens: Optional[int]) -> tuple[dict[str, float], dict[str, list]]:
+def evaluate_languages(xtts: Xtts, tokenizer: AmharicTokenizer, languages: Sequence[LanguageEval], out_dir: Path, *,
+                       temperature: float, seed: int,
+                       max_new_tokens: Optional[int]) -> tuple[dict[str, float], dict[str, list[SampleResult]]]:
     """``({"sample_cer_<code>": ..., "sample_stop_rate_<code>": ...}, {code: [SampleResult, ...]})``.
 
     Samples go to ``out_dir/<code>_<j>_<clip stem>.wav``; languages without a recogniser are skipped.
     """
 
     metrics: dict[str, float] = {}
-    samples: dict[str, list] = {}
+    samples: dict[str, list[SampleResult]] = {}
     for lang in languages:
         if lang.recognizer is None:
             continue

@@ -24,13 +24,17 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from xtts_ft.evaluate.cer_floor import floor_key, write_measurement
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS, finite_mean, length_bucket
+from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import RunLayout
 from xtts_ft.quality.predictor import PREDICTOR_NAME
 from xtts_ft.stop_signals import raise_if_stopped
+
+if TYPE_CHECKING:
+    from xtts_ft.evaluate.synthesis import SampleResult
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +65,7 @@ class SampleListener(Protocol):
     def listen_file(self, path: Path, text: Optional[str] = None) -> ClipScores: ...
 
 
-def listen_to_samples(samples: Sequence, listener: SampleListener) -> None:
+def listen_to_samples(samples: Sequence[SampleResult], listener: SampleListener) -> None:
     """Fill ``quality_mos``, ``snr_db`` and ``tail_s`` of each sample (tail_s: when the listener has a recogniser)."""
     for s in samples:
         raise_if_stopped("listening to the samples")
@@ -69,13 +73,15 @@ def listen_to_samples(samples: Sequence, listener: SampleListener) -> None:
         s.quality_mos, s.snr_db, s.tail_s = heard.mos, heard.snr_db, heard.tail_s
 
 
-def read_reference_quality(run_dir: Path) -> Optional[dict]:
+def read_reference_quality(run_dir: Path) -> Optional[JsonObject]:
     """The stored record ({reference_quality_mos, clips, predictor, key, per_clip}), or None."""
     try:
         record = json.loads(RunLayout(run_dir).reference_quality.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    value = record.get("reference_quality_mos") if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    value = record.get("reference_quality_mos")
     return record if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
@@ -90,12 +96,16 @@ def reference_quality(run_dir: Path, listener: SampleListener, clips: Sequence[t
     stored = read_reference_quality(run_dir)
     if stored is not None and stored.get("key") == key:
         return float(stored["reference_quality_mos"])
-    per_clip = []
+    per_clip: list[JsonObject] = []
+    scores: list[float] = []
     for wav, _ in clips:
         raise_if_stopped("scoring the real eval clips")
         heard = listener.listen_file(wav)
+        if heard.mos is None:  # DNSMOS scores every clip the listener could read: not expected, but not averaged
+            raise ValueError(f"evaluation: no predicted quality for the real eval clip '{wav}'")
+        scores.append(heard.mos)
         per_clip.append({"wav": wav.name, "mos": heard.mos, "snr_db": heard.snr_db})
-    value = round(sum(p["mos"] for p in per_clip) / len(per_clip), 3)
+    value = round(sum(scores) / len(per_clip), 3)
     write_measurement(RunLayout(run_dir).reference_quality, {"reference_quality_mos": value, "clips": len(per_clip),
                                                              "predictor": PREDICTOR_NAME, "key": key,
                                                              "per_clip": per_clip})
@@ -104,7 +114,7 @@ def reference_quality(run_dir: Path, listener: SampleListener, clips: Sequence[t
     return value
 
 
-def quality_metrics(samples: Sequence, reference: Optional[float], max_tail_s: float) -> dict[str, float]:
+def quality_metrics(samples: Sequence[SampleResult], reference: Optional[float], max_tail_s: float) -> dict[str, float]:
     """The evaluation's listening keys (absent: nothing measured)."""
     out: dict[str, Optional[float]] = {
         "sample_quality_mos": finite_mean([s.quality_mos for s in samples]),
@@ -119,5 +129,5 @@ def quality_metrics(samples: Sequence, reference: Optional[float], max_tail_s: f
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _tail_rate(samples: Sequence, max_tail_s: float) -> Optional[float]:
+def _tail_rate(samples: Sequence[SampleResult], max_tail_s: float) -> Optional[float]:
     return finite_mean([float(s.tail_s > max_tail_s) for s in samples if s.tail_s is not None])

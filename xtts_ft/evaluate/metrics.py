@@ -20,6 +20,7 @@ from typing import Optional
 
 import librosa
 import numpy as np
+import numpy.typing as npt
 
 from xtts_ft.audio_io import DATASET_RATE, load_audio
 
@@ -27,18 +28,18 @@ MCD_CONSTANT = 10.0 * math.sqrt(2.0) / math.log(10.0)
 SILENCE_DBFS = -40.0
 
 
-def load_wav(path: str | Path, sr: int) -> np.ndarray:
+def load_wav(path: str | Path, sr: int) -> npt.NDArray[np.float32]:
     """Mono float32 audio resampled to ``sr`` (the project's one audio reader)."""
     return load_audio(path, sr)[0]
 
 
-def _frames_rms(audio: np.ndarray, frame_length: int, hop_length: int) -> np.ndarray:
+def _frames_rms(audio: npt.NDArray[np.float32], frame_length: int, hop_length: int) -> npt.NDArray[np.float32]:
     if audio.size == 0:
         return np.zeros(0, dtype=np.float32)
     return librosa.feature.rms(y=audio, frame_length=frame_length, hop_length=hop_length, center=True)[0]
 
 
-def silence_ratio(audio: np.ndarray, sr: int, threshold_dbfs: float = SILENCE_DBFS) -> float:
+def silence_ratio(audio: npt.NDArray[np.float32], sr: int, threshold_dbfs: float = SILENCE_DBFS) -> float:
     """Share of 20 ms frames whose RMS level is below ``threshold_dbfs`` (full scale = 1.0)."""
     frame = max(16, int(round(0.02 * sr)))
     rms = _frames_rms(np.asarray(audio, dtype=np.float32), frame, frame // 2)
@@ -63,8 +64,8 @@ def in_range(value: float, value_range: Optional[tuple[float, float]]) -> Option
 
 
 def mel_cepstra(
-    audio: np.ndarray, sr: int, *, n_mfcc: int = 25, n_mels: int = 80, n_fft: int = 1024, hop_length: int = 256
-) -> np.ndarray:
+    audio: npt.NDArray[np.float32], sr: int, *, n_mfcc: int = 25, n_mels: int = 80, n_fft: int = 1024, hop_length: int = 256
+) -> npt.NDArray[np.float64]:
     """(frames, n_mfcc - 1) mel cepstra without c0: DCT-II (ortho) of the natural-log mel amplitude."""
     power = librosa.feature.melspectrogram(
         y=np.asarray(audio, dtype=np.float32), sr=sr, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels, power=2.0
@@ -74,14 +75,17 @@ def mel_cepstra(
     return cep[1:].T.astype(np.float64)
 
 
-def _trim(audio: np.ndarray, top_db: Optional[float]) -> np.ndarray:
+def _trim(audio: npt.NDArray[np.float32], top_db: Optional[float]) -> npt.NDArray[np.float32]:
     if top_db is None or audio.size == 0:
         return audio
-    trimmed, _ = librosa.effects.trim(audio, top_db=top_db)
+    # librosa's stubs import its submodules without exporting them; librosa loads them lazily on first use (an import
+    # at the top would cost seconds of numba)
+    trimmed, _ = librosa.effects.trim(audio, top_db=top_db)  # type: ignore[attr-defined]
     return trimmed if trimmed.size else audio
 
 
-def mcd_dtw(ref_wav: np.ndarray, syn_wav: np.ndarray, sr: int, *, trim_db: Optional[float] = 40.0) -> float:
+def mcd_dtw(ref_wav: npt.NDArray[np.float32], syn_wav: npt.NDArray[np.float32], sr: int, *,
+            trim_db: Optional[float] = 40.0) -> float:
     """Mel-cepstral distortion in dB between two signals at sample rate ``sr``, DTW-aligned.
 
     Leading/trailing audio more than ``trim_db`` below each signal's peak is trimmed first (None
@@ -92,7 +96,7 @@ def mcd_dtw(ref_wav: np.ndarray, syn_wav: np.ndarray, sr: int, *, trim_db: Optio
     if ref.size == 0 or syn.size == 0:
         return float("nan")
     c_ref, c_syn = mel_cepstra(ref, sr), mel_cepstra(syn, sr)
-    _, path = librosa.sequence.dtw(X=c_ref.T, Y=c_syn.T, metric="euclidean")
+    _, path = librosa.sequence.dtw(X=c_ref.T, Y=c_syn.T, metric="euclidean")  # type: ignore[attr-defined]  # (_trim)
     diff = c_ref[path[:, 0]] - c_syn[path[:, 1]]
     return float(MCD_CONSTANT * np.mean(np.sqrt(np.sum(diff * diff, axis=1))))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xtts_ft.json_types import JsonMapping
 from xtts_ft.layout import VOCAB_FILE
 from xtts_ft.model_folder import CONFIG_JSON
 
@@ -16,7 +17,7 @@ TOKENIZER_IMPORT = "from xtts_ft.tokenizer import AmharicTokenizer"
 EXAMPLE_TEXT = "ሰላም፣ እንዴት ነህ?"
 
 
-def tokenizer_lines(export_dir: Path, meta: dict) -> list[str]:
+def tokenizer_lines(export_dir: Path, meta: JsonMapping) -> list[str]:
     """Import the tokenizer, plug it into the loaded model, synthesise (text front-end settings of the run)."""
     text = meta["text"]  # always written by export_model
     args = [
@@ -32,7 +33,7 @@ def tokenizer_lines(export_dir: Path, meta: dict) -> list[str]:
     ]
 
 
-def export_readme(export_dir: Path, meta: dict) -> str:
+def export_readme(export_dir: Path, meta: JsonMapping) -> str:
     d = str(export_dir)
     step = meta.get("step")
     source = meta.get("source_checkpoint") or "an in-memory model"

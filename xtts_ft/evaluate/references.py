@@ -28,13 +28,13 @@ class References:
 
 def _duration(path: str) -> float:
     info = sf.info(path)
-    return info.frames / info.samplerate
+    return float(info.frames / info.samplerate)
 
 
 def pick_references(ev: EvaluationConfig, data_dir: Path, language: Optional[str] = None) -> References:
     """``language``: keep only clips of that language (a run mixing in base-language clips compares the samples,
     which are in the run's language, with clips of that language); None: every clip."""
-    def of_language(rows: list[dict]) -> list[dict]:
+    def of_language(rows: list[dict[str, str]]) -> list[dict[str, str]]:
         return [r for r in rows if language is None or r.get("language", language) == language]
 
     train = of_language(read_metadata(data_dir / TRAIN_CSV))

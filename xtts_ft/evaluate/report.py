@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 from urllib.parse import quote
 
 from xtts_ft.checkpoint_store import CheckpointStore
@@ -22,6 +22,7 @@ from xtts_ft.evaluate.cer_floor import read_cer_floor
 from xtts_ft.evaluate.intelligibility import LENGTH_BUCKETS
 from xtts_ft.evaluate.listening import LISTENING_NOTE
 from xtts_ft.evaluate.plots import PlotSpec, clean_series, plot_data_uri
+from xtts_ft.json_types import JsonMapping, JsonValue
 from xtts_ft.layout import RunLayout
 from xtts_ft.run_history import EvalRecord, MetricsRow, latest_by_step, read_evaluations, read_events, read_metrics
 from xtts_ft.tempfiles import atomic_write
@@ -40,11 +41,11 @@ audio{height:32px;width:260px}td.text{max-width:420px}
 """
 
 
-def _points(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple]:
+def _points(rows: Sequence[JsonMapping], key: str) -> list[tuple[JsonValue, JsonValue]]:
     return [(r["step"], r.get(key)) for r in rows if key in r]
 
 
-def _fmt(value, digits: int = 3) -> str:
+def _fmt(value: object, digits: int = 3) -> str:
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -129,7 +130,7 @@ def _sample_plots(index: list[EvalRecord]) -> list[str]:
         ]),
         PlotSpec("Seconds per character", "s/char", [
             clean_series("samples", _points(rows, "sample_seconds_per_char"), "points"),
-        ], band=tuple(spc_range) if spc_range else None, band_label="training data"),
+        ], band=spc_range, band_label="training data"),
         PlotSpec("Real-time factor (synthesis time / audio time)", "RTF", [
             clean_series("RTF", _points(rows, "sample_rtf"), "points"),
         ]),
@@ -145,17 +146,17 @@ def _checkpoints(run_dir: Path) -> dict[int, str]:
 
 def _best_step(values: dict[int, Optional[float]]) -> Optional[int]:
     finite = {s: v for s, v in values.items() if v is not None and math.isfinite(v)}
-    return min(finite, key=finite.get) if finite else None
+    return min(finite, key=lambda step: finite[step]) if finite else None
 
 
-def _cer_cell(cer, floor: Optional[dict]) -> str:
+def _cer_cell(cer: Optional[float], floor: Optional[JsonMapping]) -> str:
     """A sample CER, with the recogniser's floor beside it when the run measured one."""
     if cer is None or floor is None:
         return _fmt(cer)
     return f"{_fmt(cer, 2)} against a floor of {_fmt(floor['cer_floor'], 2)}"
 
 
-def _quality_cell(m: Mapping[str, Any]) -> str:
+def _quality_cell(m: Mapping[str, Optional[float]]) -> str:
     """The samples' predicted quality against the recordings' (and the difference), as far as measured."""
     sample, reference = m.get("sample_quality_mos"), m.get("reference_quality_mos")
     if sample is None:
@@ -218,7 +219,7 @@ def _audio(run_dir: Path, path: Optional[str]) -> str:
     return f'<audio controls preload="metadata" src="{_src(p.as_posix())}"></audio>'
 
 
-def _heard(sample: dict) -> str:
+def _heard(sample: JsonMapping) -> str:
     """The recognised text under the player, when the evaluation transcribed the sample."""
     text = sample.get("recognized_text")
     if text is None:
@@ -226,7 +227,7 @@ def _heard(sample: dict) -> str:
     return f'<div class="heard">heard: {html.escape(text) if text else "<i>(nothing)</i>"}</div>'
 
 
-def _sample_rows(run_dir: Path, samples: Sequence[dict[str, Any]], with_reference: bool) -> str:
+def _sample_rows(run_dir: Path, samples: Sequence[JsonMapping], with_reference: bool) -> str:
     head = "<tr><th>voice</th><th>text</th><th>sample</th>"
     head += "<th>recording</th><th>MCD</th>" if with_reference else ""
     head += "<th>CER</th><th>similarity</th><th>tail (s)</th><th>quality</th>" if not with_reference else ""
@@ -279,7 +280,7 @@ def _training_banners(run_dir: Path) -> list[str]:
                        f"({_fmt(e.get('train_loss_from'), 4)} -> {_fmt(e.get('train_loss_to'), 4)}). The best "
                        f"checkpoint is step {e.get('best_step')}.")
         elif e.event == "early_stop":
-            kept = f" (the best checkpoint kept: {Path(e['best_checkpoint']).name})" if e.get("best_checkpoint") else ""
+            kept = f" (the best checkpoint kept: {Path(str(e['best_checkpoint'])).name})" if e.get("best_checkpoint") else ""
             out.append(f"Stopped early at step {e.get('step')}: {e.get('metric')} did not improve for "
                        f"{e.get('patience')} evaluations; the best was step {e.get('best_step')}{kept}.")
     return out
@@ -327,7 +328,7 @@ def render_report(run_dir: Path) -> str:
 def write_report(run_dir: Path) -> Path:
     """Write ``<run_dir>/report.html`` (atomically) and return its path."""
     run_dir = Path(run_dir)
-    out = RunLayout(run_dir).report
+    out: Path = RunLayout(run_dir).report
     atomic_write(out, render_report(run_dir))
     log.info("report written to %s", out)
     return out

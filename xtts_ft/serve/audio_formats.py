@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 
 from xtts_ft.data.audio import to_pcm16
@@ -53,7 +54,7 @@ _CANDIDATES = {
 def available_formats() -> dict[str, AudioFormat]:
     """The formats the installed libsndfile can write, in OpenAI's order of names."""
     containers = sf.available_formats()
-    out = {}
+    out: dict[str, AudioFormat] = {}
     for name in OPENAI_FORMATS:
         fmt = _CANDIDATES.get(name)
         if fmt is None:
@@ -64,7 +65,7 @@ def available_formats() -> dict[str, AudioFormat]:
     return out
 
 
-def pcm16(audio: np.ndarray) -> bytes:
+def pcm16(audio: npt.NDArray[np.float32]) -> bytes:
     """Raw 16-bit little-endian samples of float ``audio`` (rounded, saturated)."""
     return to_pcm16(audio).tobytes()
 
@@ -79,7 +80,7 @@ def wav_stream_header(sample_rate: int) -> bytes:
     )
 
 
-def encode_whole(audio: np.ndarray, sample_rate: int, fmt: AudioFormat) -> bytes:
+def encode_whole(audio: npt.NDArray[np.float32], sample_rate: int, fmt: AudioFormat) -> bytes:
     """One complete file (or raw PCM) of ``audio`` in ``fmt``."""
     if fmt.sf_format is None:
         return pcm16(audio)
@@ -96,9 +97,9 @@ class StreamEncoder:
         self.fmt = fmt
         self.sample_rate = sample_rate
         self._started = False
-        self._held: list[np.ndarray] = []
+        self._held: list[npt.NDArray[np.float32]] = []
 
-    def piece(self, audio: np.ndarray) -> bytes:
+    def piece(self, audio: npt.NDArray[np.float32]) -> bytes:
         if not self.fmt.streams:
             self._held.append(audio)
             return b""

@@ -18,10 +18,11 @@ import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from types import FrameType
+from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlparse
 
-from xtts_ft.config import ServeConfig
+from xtts_ft.config.schema import AutoOff, AutoOffOn, DecodePrecision, ServeConfig, VocoderPrecision
 from xtts_ft.errors import UserError
 from xtts_ft.serve import warm_up
 from xtts_ft.serve.chunk_pump import Generations
@@ -30,6 +31,9 @@ from xtts_ft.serve.http_app import create_app, uploads_note
 from xtts_ft.serve.model_source import ResolvedModel, resolve_model
 from xtts_ft.serve.wyoming_server import run_wyoming
 from xtts_ft.speech_device import speech_device
+
+if TYPE_CHECKING:  # uvicorn is imported where the server starts
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +60,12 @@ class ServeOptions:
     stream_first_chunk_codes: int = ServeConfig.stream_first_chunk_codes
     stream_chunk_codes: int = ServeConfig.stream_chunk_codes
     vocoder_batch: int = ServeConfig.vocoder_batch
-    decode_precision: str = ServeConfig.decode_precision
-    vocoder_precision: str = ServeConfig.vocoder_precision
-    decode_graphs: str = ServeConfig.decode_graphs
-    vocoder_stream: str = ServeConfig.vocoder_stream
-    decode_overlap: str = ServeConfig.decode_overlap
-    warm_up: str = ServeConfig.warm_up
+    decode_precision: DecodePrecision = ServeConfig.decode_precision
+    vocoder_precision: VocoderPrecision = ServeConfig.vocoder_precision
+    decode_graphs: AutoOffOn = ServeConfig.decode_graphs
+    vocoder_stream: AutoOff = ServeConfig.vocoder_stream
+    decode_overlap: AutoOff = ServeConfig.decode_overlap
+    warm_up: AutoOffOn = ServeConfig.warm_up
 
     def settings(self) -> ServeConfig:
         """The engine's settings: the schema's defaults with this command line's streaming and precision options."""
@@ -150,13 +154,13 @@ class StopReport:
     cut_short: int = 0
 
 
-def _stopping_server(config, generations: Generations, report: StopReport):
+def _stopping_server(config: uvicorn.Config, generations: Generations, report: StopReport) -> uvicorn.Server:
     """uvicorn's server, whose stop signal first cancels every synthesis under way; the signal is not raised
     again after the shutdown (uvicorn's own handler does that): a requested stop is a clean exit."""
     import uvicorn
 
     class StoppingServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame) -> None:
+        def handle_exit(self, sig: int, frame: Optional[FrameType]) -> None:
             if self.should_exit:
                 self.force_exit = sig == signal.SIGINT  # a second Ctrl-C: do not wait for connections
                 return
@@ -167,7 +171,7 @@ def _stopping_server(config, generations: Generations, report: StopReport):
     return StoppingServer(config)
 
 
-async def serve_forever(engine, opts: ServeOptions, generations: Optional[Generations] = None,
+async def serve_forever(engine: SpeechEngine, opts: ServeOptions, generations: Optional[Generations] = None,
                         sockets: Optional[list[socket.socket]] = None) -> StopReport:
     """Serve until stopped; ``sockets``: the HTTP port, bound already (:func:`bind_port`; None: uvicorn binds it)."""
     import uvicorn

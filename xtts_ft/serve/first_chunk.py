@@ -46,7 +46,7 @@ class FirstChunkTimes:
 
     @property
     def total(self) -> float:
-        return sum(getattr(self, name) for name in PARTS)
+        return sum(float(getattr(self, name)) for name in PARTS)
 
     @classmethod
     def from_moments(cls, *, began: Optional[float], submitted: float, code_times: list[float], first_codes: int,

@@ -27,22 +27,26 @@ import secrets
 import threading
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, AsyncIterator, Callable, Iterator, Mapping, Optional
 
 import numpy as np
+import numpy.typing as npt
 from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from xtts_ft import __version__
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import UserError
-from xtts_ft.serve.audio_formats import StreamEncoder, available_formats, encode_whole
+from xtts_ft.json_types import JsonObject
+from xtts_ft.serve.audio_formats import AudioFormat, StreamEncoder, available_formats, encode_whole
 from xtts_ft.serve.chunk_pump import ChunkPump, Generations
 from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.speech_request import ApiError, SpeechRequest, check_speech_request
+from xtts_ft.serve.voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +55,13 @@ RETRY_AFTER_S = 2
 JSON_OR_FORM = ("application/json", "multipart/form-data", "application/x-www-form-urlencoded")
 
 
-def error_response(status: int, message: str, *, param=None, kind="invalid_request_error", headers=None) -> JSONResponse:
+def error_response(status: int, message: str, *, param: Optional[str] = None, kind: str = "invalid_request_error",
+                   headers: Optional[Mapping[str, str]] = None) -> JSONResponse:
     body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def uploads_note(voices) -> str:
+def uploads_note(voices: VoiceLibrary) -> str:
     """Where uploaded voices go, and whether they outlive the server (said at start, on upload, in /v1/voices)."""
     if voices.uploads_kept:
         return f"saved in {voices.folder}"
@@ -124,15 +129,15 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
     app.state.generations = generations
 
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError):
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, exc.message, param=exc.param, kind=exc.kind, headers=exc.headers)
 
     @app.exception_handler(UserError)
-    async def _user_error(_request: Request, exc: UserError):
+    async def _user_error(_request: Request, exc: UserError) -> JSONResponse:
         return error_response(400, str(exc).splitlines()[0])
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         loc = tuple(first.get("loc", ()))
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -143,11 +148,11 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         return error_response(400, f"{where}: {first.get('msg', 'invalid request')}", param=where)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException):
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception):
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected failure while answering a request")
         return error_response(500, f"internal error ({type(exc).__name__}); see the server log", kind="server_error")
 
@@ -162,8 +167,10 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_key)])
 
-    @app.get("/health")
-    async def health():
+    # response_model=None: the return annotations below are for the type checker; FastAPI would otherwise make them
+    # response models (validation, a schema) where these routes have always returned their dicts as they are
+    @app.get("/health", response_model=None)
+    async def health() -> JsonObject:
         s = engine.stats
         return {
             "status": "ok", "model": engine.source.describe(), "language": engine.language,
@@ -175,20 +182,21 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
             "events": s.events[-5:],
         }
 
-    @v1.get("/models")
-    async def models():
+    @v1.get("/models", response_model=None)
+    async def models() -> JsonObject:
         return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "xtts-ft",
                                             "language": engine.language, "source": engine.source.describe()}]}
 
-    def voice_list():
+    def voice_list() -> JsonObject:
         return {"voices": [{"id": v.name, "name": v.name, **v.to_json()} for v in engine.voices.list()],
                 "uploads": uploads_note(engine.voices)}
 
-    v1.get("/voices")(voice_list)
-    v1.get("/audio/voices")(voice_list)
+    v1.get("/voices", response_model=None)(voice_list)
+    v1.get("/audio/voices", response_model=None)(voice_list)
 
     @v1.post("/voices")
-    async def add_voice(request: Request, name: Annotated[str, Form()], file: Annotated[UploadFile, File()]):
+    async def add_voice(request: Request, name: Annotated[str, Form()],
+                        file: Annotated[UploadFile, File()]) -> JSONResponse:
         limit = int(settings.max_upload_mb * 1024 * 1024)
         declared = int(request.headers.get("content-length") or 0)
         data = await file.read(limit + 1)
@@ -200,7 +208,7 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
                             status_code=201)
 
     @v1.post("/audio/speech")
-    async def speech(body: SpeechRequest, request: Request):
+    async def speech(body: SpeechRequest, request: Request) -> Response:
         fmt = check_speech_request(body, engine, formats, settings)
         if generations.stopping.is_set():
             raise ApiError(503, "the server is stopping; send the request to it again once it is back",
@@ -220,8 +228,12 @@ def create_app(engine: SpeechEngine, *, settings: Optional[ServeConfig] = None, 
         # Raw PCM has no header, so even one piece is sent as the engine decodes it (its first codes first); a
         # container of one piece (wav) stays a plain, complete file with its true length in the header.
         if body.stream_format == "sse" or (fmt.streams and (len(pieces) > 1 or fmt.sf_format is None)):
+            def release() -> None:
+                cancel.set()
+                place.release()
+
             return AdmittedStream(_stream(chunks, fmt, body.stream_format, engine.sample_rate, cancel, generations, place),
-                                  release=lambda: (cancel.set(), place.release()),
+                                  release=release,
                                   media_type="text/event-stream" if body.stream_format == "sse" else fmt.media_type)
         try:
             audio = await _collect(chunks, request, cancel, generations, place)
@@ -243,21 +255,22 @@ class AdmittedStream(StreamingResponse):
     never started (a client gone before the first byte never runs the body generator, so its ``finally``
     cannot be relied on for this)."""
 
-    def __init__(self, content, *, release, **kwargs) -> None:
-        super().__init__(content, **kwargs)
+    def __init__(self, content: AsyncIterator[str | bytes], *, release: Callable[[], None], media_type: str) -> None:
+        super().__init__(content, media_type=media_type)
         self._release = release
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self._release()
 
 
-async def _collect(chunks, request: Request, cancel: threading.Event, generations: Generations, place: Place):
+async def _collect(chunks: Iterator[npt.NDArray[np.float32]], request: Request, cancel: threading.Event,
+                   generations: Generations, place: Place) -> Optional[npt.NDArray[np.float32]]:
     """All chunks, synthesised in a worker thread while the client's connection is watched; None if it went away.
     The thread holds ``place`` until it has ended."""
-    parts: list = []
+    parts: list[npt.NDArray[np.float32]] = []
 
     async def gather() -> None:
         async for chunk in ChunkPump(chunks, cancel, generations, on_end=place.hold()):
@@ -273,8 +286,8 @@ async def _collect(chunks, request: Request, cancel: threading.Event, generation
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-async def _stream(chunks, fmt, stream_format: str, sample_rate: int, cancel: threading.Event,
-                  generations: Generations, place: Place):
+async def _stream(chunks: Iterator[npt.NDArray[np.float32]], fmt: AudioFormat, stream_format: str, sample_rate: int,
+                  cancel: threading.Event, generations: Generations, place: Place) -> AsyncIterator[str | bytes]:
     """The response body; cancelled by the server when the client goes away, which stops the synthesis (whose
     thread holds ``place`` until it has ended).
 

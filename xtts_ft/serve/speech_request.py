@@ -7,7 +7,7 @@ words whatever the mistake, instead of a schema validator's list of errors.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,6 +17,9 @@ from xtts_ft.serve.audio_formats import OPENAI_FORMATS, AudioFormat
 from xtts_ft.serve.text_pieces import UnreadableText, check_readable
 from xtts_ft.serve.voices import DEFAULT_VOICE, VoiceError, check_voice_name
 
+if TYPE_CHECKING:  # (the engine imports torch; this module is the request's shape)
+    from xtts_ft.serve.engine import SpeechEngine
+
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 STREAM_FORMATS = ("audio", "sse")
 
@@ -25,12 +28,13 @@ class ApiError(Exception):
     """A refusal: HTTP status, one-line message, OpenAI error type and the offending parameter."""
 
     def __init__(self, status: int, message: str, *, param: Optional[str] = None, kind: str = "invalid_request_error",
-                 headers: Optional[dict] = None) -> None:
+                 headers: Optional[dict[str, str]] = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.headers = status, message, param, kind, headers
 
 
-class SpeechRequest(BaseModel):
+# the Any mypy reports here is pydantic's (the __init__ its dataclass_transform declares), not one of these fields
+class SpeechRequest(BaseModel):  # type: ignore[explicit-any]
     model_config = ConfigDict(extra="ignore")  # apps send fields of newer OpenAI models (instructions, ...)
 
     model: str = "xtts-ft"  # any name is accepted: apps send "tts-1"; there is one model
@@ -42,7 +46,7 @@ class SpeechRequest(BaseModel):
     language: Optional[str] = None
 
 
-def check_speech_request(body: SpeechRequest, engine, formats: dict[str, AudioFormat],
+def check_speech_request(body: SpeechRequest, engine: SpeechEngine, formats: dict[str, AudioFormat],
                          settings: ServeConfig) -> AudioFormat:
     """The output format; an ``ApiError`` (400) naming the first field that cannot be served."""
     if not body.input.strip():

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import threading
 from functools import partial
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
@@ -27,12 +27,16 @@ from xtts_ft.serve.engine import SpeechEngine
 from xtts_ft.serve.speech_request import ApiError, check_input_length
 from xtts_ft.serve.text_pieces import check_readable
 
+if TYPE_CHECKING:  # imported where used: wyoming is needed only with --wyoming
+    from wyoming.info import Info
+    from wyoming.server import AsyncEventHandler
+
 log = logging.getLogger(__name__)
 
 ATTRIBUTION = ("xtts-ft (Coqui XTTS-v2 fine-tune)", "https://huggingface.co/coqui/XTTS-v2")
 
 
-def wyoming_info(engine: SpeechEngine):
+def wyoming_info(engine: SpeechEngine) -> Info:
     from wyoming.info import Attribution, Info, TtsProgram, TtsVoice
 
     attribution = Attribution(*ATTRIBUTION)
@@ -61,7 +65,7 @@ def refusal_of(engine: SpeechEngine, text: str, voice: str, language: Optional[s
     return None
 
 
-def make_handler_class(engine: SpeechEngine, generations: Optional[Generations] = None):
+def make_handler_class(engine: SpeechEngine, generations: Optional[Generations] = None) -> type[AsyncEventHandler]:
     from wyoming.audio import AudioChunk, AudioStart, AudioStop
     from wyoming.error import Error
     from wyoming.event import Event
