@@ -74,7 +74,12 @@ def test_the_speak_tab_opens_its_engine_on_the_device_ui_was_given(monkeypatch, 
     from xtts_ft.webapp import speak as speak_module
 
     devices = []
-    monkeypatch.setattr(speak_module.SpeechEngine, "open", lambda source, device, **kw: devices.append(device))
+
+    def open_on(source, device, **kw):  # a stand-in engine: only the device it was opened on matters here
+        devices.append(device)
+        return object()
+
+    monkeypatch.setattr(speak_module.SpeechEngine, "open", open_on)
     monkeypatch.setattr(speak_module, "resolve_model", lambda model: model)
     speak_module.EngineHolder("mps").get(tmp_path / "model", speak_module.SpeakSettings(0.7, None))
     speak_module.EngineHolder().get(tmp_path / "other", speak_module.SpeakSettings(0.7, None))
