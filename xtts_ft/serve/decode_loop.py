@@ -2,7 +2,7 @@
 
 Requests are :class:`Stream` objects: :meth:`DecodeLoop.submit` queues one; at its next turn the loop
 prefills it, in one forward pass with every other request that arrived meanwhile, and it joins the batch
-(:class:`xtts_ft.evaluate.batch_decode.BatchDecoder`); every step appends one code and its latent to each
+(:class:`xtts_ft.inference.batch_decode.BatchDecoder`); every step appends one code and its latent to each
 row and wakes the row's reader; a row that reaches its stop code
 or its code limit, or whose reader cancelled, leaves. At most ``max_active`` rows decode at once (memory:
 each holds a KV cache); more wait in the loop's queue, in order. The HTTP server's admission limit
@@ -24,10 +24,10 @@ from typing import Callable, Optional, TypeVar
 
 import torch
 
-from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, decode_transformer, prefill_forward
-from xtts_ft.evaluate.decode_graph import FixedShapeStep
-from xtts_ft.evaluate.head_graph import FixedShapeHead
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+from xtts_ft.inference.batch_decode import BatchDecoder, DecodeRequest, decode_transformer, prefill_forward
+from xtts_ft.inference.decode_graph import FixedShapeStep
+from xtts_ft.inference.head_graph import FixedShapeHead
+from xtts_ft.inference.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.precision import EnginePrecision
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class DecodeLoop:
 
     def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None,
                  overlap: Optional[bool] = None) -> None:
-        """``overlap``: each step launched before the one before it is read back (:mod:`xtts_ft.evaluate.step_in_flight`:
+        """``overlap``: each step launched before the one before it is read back (:mod:`xtts_ft.inference.step_in_flight`:
         the host's work of a step, the readers' wake-ups included, then runs while the GPU computes the next); None:
         on a card (on the CPU nothing runs ahead, and a finished row's extra step would be work for nothing). The
         engine passes ``ServeConfig.decode_overlap``'s choice."""

@@ -1,7 +1,7 @@
 """The one synthesis engine: the HTTP server, the Wyoming server and the web app's Speak tab all use it.
 
 It is the evaluation's synthesis, kept loaded: the model comes from the project's loaders
-(``xtts_ft.evaluate.infer`` via :mod:`.model_source`), the text goes through the model's own
+(``xtts_ft.inference.loading`` via :mod:`.model_source`), the text goes through the model's own
 tokenizer and normaliser (the export's recorded text settings: numbers read as words, as in
 training); the caller's cancel callback is asked while its codes or its vocoder turn are awaited and
 before each chunk, so a client that goes away leaves the batch at the next decode step and its synthesis
@@ -48,15 +48,15 @@ import torch.nn.functional as F
 
 from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
-from xtts_ft.evaluate.decode_cache import host_to_device
-from xtts_ft.evaluate.decode_graph import side_stream
-from xtts_ft.evaluate.synthesis import _conditioning, check_language
+from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, prefix_embeddings
+from xtts_ft.inference.conditioning import check_language, conditioning
+from xtts_ft.inference.decode_cache import host_to_device
+from xtts_ft.inference.decode_graph import side_stream
+from xtts_ft.inference.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
 from xtts_ft.serve.model_source import ResolvedModel
 from xtts_ft.serve.precision import EnginePrecision, choose_precision
-from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
@@ -237,7 +237,7 @@ class SpeechEngine:
 
     def _latents(self, voice: Voice) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.inference_mode():
-            return self.voices.latents(voice, lambda path: _conditioning(self.xtts, path))
+            return self.voices.latents(voice, lambda path: conditioning(self.xtts, path))
 
     def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[tuple[int, bool]]:
         """Yield (codes, final) each time the next chunk's codes exist, and once at the end (final True: ``codes`` is

@@ -6,7 +6,7 @@ guarantees (its codes equal coqui's ``Xtts.inference``'s; a row's codes do not d
 the batch) are tested in fp32.
 
 - decode bf16: the decode loop runs a copy of the GPT-2 blocks with its weights cast to bf16 once
-  (:func:`xtts_ft.evaluate.batch_decode.decode_transformer`); the embeddings, coqui's final norm and the
+  (:func:`xtts_ft.inference.batch_decode.decode_transformer`); the embeddings, coqui's final norm and the
   output head stay fp32, so the latents HiFiGAN gets and the logits that are sampled are fp32. The first
   version ran the steps under ``torch.autocast``, which casts every weight at every step: on an H200 that
   made a step 3-4x slower than fp32 without CUDA graphs, and paid only with graphs at many rows
@@ -18,7 +18,7 @@ bf16 needs native support (compute capability 8.0 or newer, :func:`xtts_ft.train
 without it the engine stays in fp32 and says so. Both defaults stay fp32.
 
 The same choice decides whether the decode step and the prefill are replayed from CUDA graphs
-(``ServeConfig.decode_graphs``, :mod:`xtts_ft.evaluate.decode_graph`, :mod:`xtts_ft.evaluate.prefill_graph`):
+(``ServeConfig.decode_graphs``, :mod:`xtts_ft.inference.decode_graph`, :mod:`xtts_ft.inference.prefill_graph`):
 CUDA only; ``auto`` (the default) is on on CUDA and off elsewhere without a note, ``on`` on a CPU says it was
 not granted.
 """

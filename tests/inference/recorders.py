@@ -89,7 +89,7 @@ class StandInCuda:
 
     def install(self, monkeypatch) -> None:
         """Stand in for torch.cuda's stream and graph calls, and start with no capture stream made."""
-        from xtts_ft.evaluate import decode_graph
+        from xtts_ft.inference import decode_graph
 
         cuda = self
 
