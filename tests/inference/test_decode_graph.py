@@ -17,11 +17,15 @@ import torch
 from tests.inference.golden import TEMPERATURE, golden_model
 from tests.inference.recorders import StandInCuda, refused, tf32_like
 from tests.inference.test_batch_decode import COQUI, _request, _run_schedule
+from xtts_ft.config import ServeConfig
 from xtts_ft.inference.batch_decode import BatchDecoder, Sampling, prefill_forward
 from xtts_ft.inference.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
+from xtts_ft.inference.decoder_settings import decoder_settings
 from xtts_ft.inference.head_graph import FixedShapeHead
 from xtts_ft.inference.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.engine import new_vocoder_stream
+
+CARD = decoder_settings(torch.device("cuda"), ServeConfig())  # what SpeechEngine decides on a card
 
 
 @pytest.fixture(scope="module")
@@ -247,17 +251,19 @@ def test_no_recording_is_captured_on_the_vocoders_stream_however_many_are_made(m
     draws = random.Random(47)
     for _ in range(draws.randrange(32)):
         torch.cuda.Stream()
-    vocoder = new_vocoder_stream(torch.device("cuda"), "auto")  # what SpeechEngine makes at its start
+    vocoder = new_vocoder_stream(torch.device("cuda"), CARD)  # what SpeechEngine makes at its start
     for i in range(100):
         decode_graph.cuda_graph(lambda: torch.ones(1))
         for _ in range(draws.randrange(3)):
             torch.cuda.Stream()
         if i == 50:
-            second = new_vocoder_stream(torch.device("cuda"), "auto")  # a second engine in the same process
+            second = new_vocoder_stream(torch.device("cuda"), CARD)  # a second engine in the same process
     assert len(cuda.captured_on) == 100 and cuda.current == cuda.default, "each recording gives the stream back"
     assert vocoder not in cuda.captured_on and second not in cuda.captured_on
     assert len(set(cuda.captured_on)) == 1 and cuda.default not in cuda.captured_on, "one capture stream, made once"
-    assert new_vocoder_stream(torch.device("cuda"), "off") is None and new_vocoder_stream(torch.device("cpu"), "auto") is None
+    for device, setting in (("cuda", "off"), ("cpu", "auto")):
+        chosen = decoder_settings(torch.device(device), ServeConfig(vocoder_stream=setting))
+        assert new_vocoder_stream(torch.device(device), chosen) is None
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32-off", "tf32-on"])

@@ -117,11 +117,12 @@ def test_the_decode_loop_with_overlap_gives_solo_codes_through_a_late_join_and_a
     codes; the cancelled one's are the start of its own."""
     from tests.inference.test_batch_decode import _solo
     from tests.serve.test_engine_streaming import Gated
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
 
     texts = ["hi", "a much longer sentence than the others here", "peter piper", "zebra"]
-    loop = DecodeLoop(golden[0].gpt, max_active=8, overlap=True)
-    assert loop._decoder.overlap and not DecodeLoop(golden[0].gpt, max_active=8).overlap  # (on the CPU: off)
+    loop = DecodeLoop(golden[0].gpt, max_active=8, settings=DecoderSettings(overlap=True))
+    assert loop._decoder.overlap and not DecodeLoop(golden[0].gpt, max_active=8)._decoder.overlap  # (default: off)
     held = Gated(temperature=TEMPERATURE, hold_at=6)  # the second request's choices wait at its 7th: no race to its end
     requests = [_request(golden, t, i, sampling=held if i == 1 else COQUI) for i, t in enumerate(texts)]
     try:

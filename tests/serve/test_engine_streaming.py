@@ -346,10 +346,10 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     fixed shapes (here with recorders that record nothing, no GPU), reports them, and each request still gets its
     solo codes."""
     from xtts_ft.inference.decode_graph import call_directly
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
-    from xtts_ft.serve.precision import EnginePrecision
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True))
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True))
     decoder = loop._decoder
     assert decoder.fixed_step is not None and decoder.fixed_prefill is not None and decoder.fixed_head is not None
     # recorded with the blocks' GELU as one kernel (within an ulp of Hugging Face's: here every code the same still)
@@ -387,11 +387,11 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
     three callers at once, two of them with two-piece texts (the second piece decoded ahead): each caller's audio is
     what the CPU engine gives it alone, and the loop is empty after."""
     from xtts_ft.inference.decode_graph import call_directly
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
     from xtts_ft.serve.engine import SpeechEngine
-    from xtts_ft.serve.precision import EnginePrecision
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True), overlap=True)
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True, overlap=True))
     decoder = loop._decoder
     assert decoder.overlap and decoder.fixed_step is not None and decoder.fixed_head is not None
     decoder.fixed_step.record = decoder.fixed_head.record = call_directly
@@ -419,10 +419,10 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
 def test_a_bf16_loop_decodes_with_its_own_cast_blocks_and_fp32_latents(engine):
     """decode_precision bf16 (granted on a card only; here the loop is given it directly, the CPU runs bf16 too): the
     loop holds a bf16 copy of the GPT-2 blocks, the shared model keeps fp32, and what a reader gets is fp32."""
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
-    from xtts_ft.serve.precision import EnginePrecision
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=2, precision=EnginePrecision(decode=torch.bfloat16))
+    loop = DecodeLoop(engine.xtts.gpt, max_active=2, settings=DecoderSettings(decode=torch.bfloat16))
     try:
         assert loop.transformer is not engine.xtts.gpt.gpt
         assert next(loop.transformer.parameters()).dtype == torch.bfloat16

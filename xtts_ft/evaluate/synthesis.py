@@ -31,6 +31,7 @@ from xtts_ft.errors import DataError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
 from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
 from xtts_ft.inference.conditioning import check_language, check_reference, conditioning
+from xtts_ft.inference.decoder_settings import decoder_settings
 from xtts_ft.inference.vocoding import vocode_all
 from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
 from xtts_ft.tempfiles import atomic_write
@@ -198,7 +199,9 @@ def synthesize_requests(
                 decodes.append(DecodeRequest(prefix_embeddings(xtts.gpt, gpt_cond_latent, text_tokens),
                                              int(xtts.gpt.max_gen_mel_tokens), Sampling(temperature=temperature), seed))
             start = time.perf_counter()
-            decode_all(xtts.gpt, decodes, max_batch=EVAL_BATCH)  # every sample's GPT in one batch
+            # coqui's way on any device (no serve settings): fp32, eager steps, one at a time
+            decoder = decoder_settings(next(xtts.parameters()).device).decoder(xtts.gpt, EVAL_BATCH)
+            decode_all(xtts.gpt, decodes, max_batch=EVAL_BATCH, decoder=decoder)  # every sample's GPT in one batch
             _synchronize(xtts)
             decode_share = (time.perf_counter() - start) / max(1, len(decodes))
             # HiFiGAN: on a CPU several samples at once, one intra-op thread each (inference/vocoding.py)

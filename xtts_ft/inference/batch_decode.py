@@ -409,9 +409,12 @@ def decode_transformer(gpt, dtype: Optional[torch.dtype]) -> nn.Module:
     return copy_.eval()
 
 
-def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None) -> None:
-    """Decode ``requests`` to the end in batches of at most ``max_batch`` rows (new ones join as others finish)."""
-    decoder = BatchDecoder(gpt)
+def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None,
+               decoder: Optional[BatchDecoder] = None) -> None:
+    """Decode ``requests`` to the end in batches of at most ``max_batch`` rows (new ones join as others finish);
+    ``decoder``: the one to run (:meth:`xtts_ft.inference.decoder_settings.DecoderSettings.decoder`), empty;
+    None: an eager fp32 one."""
+    decoder = BatchDecoder(gpt) if decoder is None else decoder
     waiting = list(requests)
     while waiting or decoder.rows:
         room = len(waiting) if max_batch is None else max(0, max_batch - len(decoder))

@@ -52,11 +52,11 @@ from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, prefix_embed
 from xtts_ft.inference.conditioning import check_language, conditioning
 from xtts_ft.inference.decode_cache import host_to_device
 from xtts_ft.inference.decode_graph import side_stream
+from xtts_ft.inference.decoder_settings import DecoderSettings, decoder_settings
 from xtts_ft.inference.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
 from xtts_ft.serve.model_source import ResolvedModel
-from xtts_ft.serve.precision import EnginePrecision, choose_precision
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
@@ -113,17 +113,11 @@ class PieceResult:
     attempts: int
 
 
-def new_decode_loop(gpt, device: torch.device, settings: ServeConfig, precision: EnginePrecision) -> DecodeLoop:
-    """The decode loop of one model: ``max_active_streams`` rows, ``precision``'s graphs and dtypes, and on CUDA each
-    step launched before the one before it is read back (``ServeConfig.decode_overlap``)."""
-    return DecodeLoop(gpt, settings.max_active_streams, precision,
-                      overlap=device.type == "cuda" and settings.decode_overlap == "auto")
-
-
-def new_vocoder_stream(device: torch.device, setting: str) -> Optional[torch.cuda.Stream]:
-    """The CUDA stream the readers vocode on (``ServeConfig.vocoder_stream`` auto, on CUDA; None: the decode steps'
-    stream): never the one the decode graphs are recorded on (:func:`.decode_graph.side_stream`)."""
-    return side_stream(device) if device.type == "cuda" and setting == "auto" else None
+def new_vocoder_stream(device: torch.device, decoder: DecoderSettings) -> Optional[torch.cuda.Stream]:
+    """The CUDA stream the readers vocode on (``decoder.vocoder_stream``: ``ServeConfig.vocoder_stream`` auto, on
+    CUDA; None: the decode steps' stream): never the one the decode graphs are recorded on
+    (:func:`xtts_ft.inference.decode_graph.side_stream`)."""
+    return side_stream(device) if decoder.vocoder_stream else None
 
 
 class SpeechEngine:
@@ -156,25 +150,25 @@ class SpeechEngine:
         fold_weight_norm(xtts.hifigan_decoder)  # and HiFiGAN's weights computed once, not at every call
         device = next(xtts.parameters()).device
         self.device = device  # where the model runs
-        # fp32 unless asked for, CUDA graphs on a card unless turned off; half precision and graphs on CUDA only
-        self.precision = choose_precision(device, settings.decode_precision,
-                                          settings.vocoder_precision, settings.decode_graphs)
-        for note in self.precision.notes:
+        # How the decoder runs, decided once from the device and the settings: fp32 unless asked for, CUDA graphs,
+        # overlapped steps and a vocoder stream on a card unless turned off; half precision and all those on CUDA only
+        self.decoding = decoder_settings(device, settings)
+        for note in self.decoding.notes:
             log.info("engine: %s", note)
         # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.
-        self.loop = loop or new_decode_loop(xtts.gpt, device, settings, self.precision)
+        self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams, self.decoding)
         # One vocoder call at a time (one chunk, never across a piece), the most urgent first: callers' threads
         # running HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
         # On CUDA the call whose turn it is also vocodes other callers' waiting chunks (ServeConfig.vocoder_batch).
         self.vocoder_turns: VocoderTurns[Window, torch.Tensor] = VocoderTurns(
-            settings.vocoder_batch if device.type == "cuda" else 1,
+            self.decoding.vocoder_batch,
             run=lambda windows: vocode_windows(xtts.hifigan_decoder, windows), fits=windows_fit)
         # On CUDA the vocoding (a chunk's frames, HiFiGAN, the crossfade) goes on a stream of its own: on the decode
         # loop's stream a chunk's kernels wait behind the steps queued before them, and the next step behind the
         # chunk. Reading the latents there needs no wait on the loop's stream: the loop has read each step's codes
         # back (a synchronisation) before a reader sees them, and a reader holds its latents until its audio is on
         # the host (another one).
-        self.vocoder_stream = new_vocoder_stream(device, settings.vocoder_stream)
+        self.vocoder_stream = new_vocoder_stream(device, self.decoding)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
@@ -286,7 +280,7 @@ class SpeechEngine:
                 gpt_latents = F.interpolate(gpt_latents.transpose(1, 2), scale_factor=length_scale,
                                             mode="linear").transpose(1, 2)
             deadline = time.perf_counter() if needed_at is None else needed_at
-            with self.vocoder_turns.turn(deadline, abandon=_waiting_check(cancel)), self.precision.vocoding():
+            with self.vocoder_turns.turn(deadline, abandon=_waiting_check(cancel)), self.decoding.vocoding():
                 wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
             return wav.detach().float().cpu().numpy().reshape(-1)  # (on the host: the stream's work is done)
 
@@ -375,7 +369,7 @@ class SpeechEngine:
                     if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
                         chunk, vocoded = plan, time.perf_counter()
                     else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
-                        with self.precision.vocoding():
+                        with self.decoding.vocoding():
                             wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan,
                                                             abandon=_waiting_check(cancel))
                         vocoded = time.perf_counter()
