@@ -14,7 +14,8 @@ after it arrives until its stop code, with its own seed and generator, so its co
 would get alone. Each piece is streamed: the first ``stream_first_chunk_codes`` codes are vocoded and
 sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`.streaming_vocoder`:
 each stretch of audio vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
-seed (tests/serve/test_engine_codes.py; golden codes in tests/assets/).
+seed: the decoder's against coqui's in tests/inference/test_batch_decode.py (golden codes in tests/assets/), the decode
+loop's batched rows against each one's solo codes in tests/serve/test_engine_streaming.py.
 
 Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
 
@@ -67,8 +68,10 @@ Cancel = Callable[[], bool]  # True: the caller no longer wants the audio
 
 
 class SynthesisCancelled(BaseException):
-    """Raised inside the model when the cancel callback says so. A BaseException (like the training stop) so
-    no ``except Exception`` on the way (coqui, transformers) swallows it."""
+    """Raised in the caller's thread when the cancel callback says so: by :meth:`SpeechEngine._codes` before each
+    chunk and while codes are awaited (every 50 ms), and while a vocoder turn is awaited; never inside a model call
+    (a vocoder call under way finishes first; the decode loop drops the row at its next step). A BaseException
+    (like the training stop) so no ``except Exception`` on the way swallows it."""
 
 
 def _check(cancel: Optional[Cancel]) -> None:
