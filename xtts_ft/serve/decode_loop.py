@@ -10,7 +10,7 @@ each holds a KV cache); more wait in the loop's queue, in order. The HTTP server
 
 No lock is held across a piece: the loop holds its condition only to take new requests, and a
 reader only to look at its own stream's counters. Vocoding happens in the reader's thread
-(:mod:`.streaming_vocoder`), while the loop goes on decoding.
+(:mod:`xtts_ft.inference.streaming_vocoder`), while the loop goes on decoding.
 """
 
 from __future__ import annotations

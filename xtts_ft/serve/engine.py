@@ -12,7 +12,7 @@ character and token limits. One model serves everyone through one decode thread
 (:mod:`.decode_loop`, continuous batching): each piece is a row of the GPT's batch from the step
 after it arrives until its stop code, with its own seed and generator, so its codes are the ones it
 would get alone. Each piece is streamed: the first ``stream_first_chunk_codes`` codes are vocoded and
-sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`.streaming_vocoder`:
+sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`xtts_ft.inference.streaming_vocoder`:
 each stretch of audio vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
 seed: the decoder's against coqui's in tests/inference/test_batch_decode.py (golden codes in tests/assets/), the decode
 loop's batched rows against each one's solo codes in tests/serve/test_engine_streaming.py.
