@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.inference.golden import golden_model
-from tests.inference.recorders import refused
+from tests.inference.recorders import assert_turned_off_once, refused
 from tests.inference.test_batch_decode import _request
 from tests.inference.test_decode_graph import _sampling_of
 from xtts_ft.inference.batch_decode import BatchDecoder, prefill_forward, prefill_rows
@@ -94,10 +94,7 @@ def test_a_prefill_recording_that_fails_or_differs_turns_its_graphs_off_and_chan
         prefill = FixedShapePrefill(prefill_forward, record=recorder)
         with caplog.at_level(logging.WARNING, logger="xtts_ft.inference.prefill_graph"):
             rows = _decode(golden, prefill)
-        assert prefill.disabled is not None and why in prefill.disabled and "\n" not in prefill.disabled
-        assert prefill.recordings == 0 and prefill.replays == 0
-        assert [r.codes for r in rows] == [r.codes for r in eager]
-        assert sum("prefill: CUDA graphs off" in r.message for r in caplog.records) == 1
+        assert_turned_off_once(prefill, why, rows, eager, caplog.records, "prefill: CUDA graphs off")
         caplog.clear()
 
 
