@@ -6,7 +6,7 @@ The GPU machines' image has torch and torchaudio >= 2.9 without torchcodec. coqu
 its ``TTS/__init__.py`` asks whether torch's distribution is at 2.9 or later and whether a package named
 ``torchcodec`` can be found (``importlib.util.find_spec``), because torchaudio's ``load`` reads through torchcodec from
 2.9 on. This project never loads audio through torchaudio (voice references included:
-``xtts_ft.evaluate.synthesis.reference_audio``), so where coqui refuses for that reason, a placeholder ``torchcodec``
+``xtts_ft.inference.conditioning.reference_audio``), so where coqui refuses for that reason, a placeholder ``torchcodec``
 package goes into SITE: coqui finds it and imports, and anything that really imports torchcodec gets an ImportError
 that says what it is. coqui's own check decides (``import TTS`` in a child process, before and after), not a copy of
 it. Then the serving engine is imported and the demo's voice clip decoded as the engine reads a voice.
@@ -74,7 +74,7 @@ def check(site: Path) -> str:
         import TTS
 
         import xtts_ft.serve.engine  # noqa: F401 (coqui, transformers and the engine's own modules)
-        from xtts_ft.evaluate.synthesis import reference_audio
+        from xtts_ft.inference.conditioning import reference_audio
 
         step = f"decoding the demo voice {VOICE.relative_to(ROOT)}"
         rate = 22050

@@ -7,20 +7,20 @@ Both decoders decode the same requests (a random GPT of the real XTTS-v2 size wi
 30 layers x 1024 channels, 8194 audio codes; random conditioning and text of 20-50 tokens per row,
 coqui's sampling) in the same process, one after the other for each batch size:
 
-- ``reference``: :class:`xtts_ft.evaluate.batch_decode_reference.ReferenceDecoder` (a ``DynamicCache``
+- ``reference``: :class:`xtts_ft.inference.batch_decode_reference.ReferenceDecoder` (a ``DynamicCache``
   rebuilt and concatenated at every step, the output head and the logits processors row by row with a
   host read per row);
-- ``current``: :class:`xtts_ft.evaluate.batch_decode.BatchDecoder` (the cache written in place, one
+- ``current``: :class:`xtts_ft.inference.batch_decode.BatchDecoder` (the cache written in place, one
   batched choice and one host read per step);
 - ``graphs``: the same decoder with its step replayed from a CUDA graph
-  (:mod:`xtts_ft.evaluate.decode_graph`), on CUDA; on the CPU ``fixed shapes``: the same fixed-shape step
+  (:mod:`xtts_ft.inference.decode_graph`), on CUDA; on the CPU ``fixed shapes``: the same fixed-shape step
   run directly (no graph to record: it shows the path works and what its extra masked columns cost);
 - ``graphs + head``: the same with the step's head (final norm, output head, penalty, warpers, softmax) replayed
-  from a graph too (:mod:`xtts_ft.evaluate.head_graph`); on the CPU ``fixed shapes + head``;
+  from a graph too (:mod:`xtts_ft.inference.head_graph`); on the CPU ``fixed shapes + head``;
 - ``graphs + head + fused GELU``: the same with the recorded blocks' GELU as one kernel instead of eight
-  (:func:`xtts_ft.evaluate.decode_cache.mlp`);
+  (:func:`xtts_ft.inference.decode_cache.mlp`);
 - ``... + overlap``: the same with each step launched before the one before it is read back
-  (:mod:`xtts_ft.evaluate.step_in_flight`), as serve runs it on a card.
+  (:mod:`xtts_ft.inference.step_in_flight`), as serve runs it on a card.
 
 With ``--precision bf16`` (CUDA) the current and graphed decoders run the GPT-2 blocks' weights cast to bf16 once
 (``decode_transformer``, what serve's ``--decode-precision bf16`` runs), and two more run under bf16 autocast as the
@@ -36,7 +36,7 @@ every recording, and rounding may change a sampled code, so its rows are counted
 failure. Then, for each batch size above 1, the current decoder prefills that many requests one by one and together
 (one right-padded forward pass, as the serving loop does with requests that arrive together): both times, and
 whether the next 10 codes of every row are the same either way (checked in fp32 only, as above). For every batch
-size the same two prefills run again through the fixed-shape prefill (:mod:`xtts_ft.evaluate.prefill_graph`: CUDA
+size the same two prefills run again through the fixed-shape prefill (:mod:`xtts_ft.inference.prefill_graph`: CUDA
 graphs on a card; on the CPU run directly), after an untimed run that records its buckets: both times, the ratios
 to the eager prefill, the recordings and replays, and how many rows' next 10 codes stayed the same. The codes per
 second of all rows are also given as seconds of audio per second (21.5 codes per second of audio).
@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_throughput import FULL, SMALL, build_gpt  # noqa: E402
 
-from xtts_ft.evaluate.batch_decode import (  # noqa: E402
+from xtts_ft.inference.batch_decode import (  # noqa: E402
     BatchDecoder,
     DecodeRequest,
     Sampling,
@@ -68,10 +68,10 @@ from xtts_ft.evaluate.batch_decode import (  # noqa: E402
     prefill_forward,
     prefix_embeddings,
 )
-from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder  # noqa: E402
-from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly, cuda_graph  # noqa: E402
-from xtts_ft.evaluate.head_graph import FixedShapeHead  # noqa: E402
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill  # noqa: E402
+from xtts_ft.inference.batch_decode_reference import ReferenceDecoder  # noqa: E402
+from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly, cuda_graph  # noqa: E402
+from xtts_ft.inference.head_graph import FixedShapeHead  # noqa: E402
+from xtts_ft.inference.prefill_graph import FixedShapePrefill  # noqa: E402
 
 CODES_PER_AUDIO_SECOND = 22050 / 1024  # XTTS-v2's DVAE: one code per 1024 samples at 22.05 kHz
 

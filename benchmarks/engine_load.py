@@ -183,7 +183,7 @@ def _measure(engine, synthesize, path: str, clients: int, text: str, warmup_roun
             "graphs": graphs, "warmup_rounds": warmup_rounds,
             "first_chunk_ms": {k: 1000 * v for k, v in engine.stats.first_chunks.medians().items()} if new_engine else {},
             "largest_vocoder_call": engine.vocoder_turns.largest if new_engine else None, "profile": profile,
-            "engine_precision": engine.precision.describe() if new_engine else None}
+            "engine_precision": engine.decoding.describe() if new_engine else None}
 
 
 def silent_gaps(arrivals: list[tuple[float, float]]) -> float:

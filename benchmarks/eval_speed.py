@@ -9,7 +9,7 @@ batch, from the run's seed, exactly as ``evaluate/synthesis.py`` does. Their lat
 
 - ``old``: what the evaluation did before, at the trainer's thread count (``--threads``, default torch's):
   ``hifigan_decoder(latents, g)`` under ``no_grad``, its weight norm recomputed at every call;
-- ``new``: :func:`xtts_ft.evaluate.vocoding.vocode_all`: as many samples at once as the trainer has
+- ``new``: :func:`xtts_ft.inference.vocoding.vocode_all`: as many samples at once as the trainer has
   threads, each on one intra-op thread, each weight-normed weight computed once.
 
 The two alternate for ``--rounds`` rounds (a shared machine's load changes; alternating gives both the same
@@ -40,8 +40,9 @@ def decode_samples(work: Path, samples: int, codes: int, seed: int, base_dir: Pa
     from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
 
     from xtts_ft.base_model import BaseModelFiles
-    from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
-    from xtts_ft.evaluate.synthesis import EVAL_BATCH, _conditioning, gpt_ready_for_inference
+    from xtts_ft.evaluate.synthesis import EVAL_BATCH, gpt_ready_for_inference
+    from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
+    from xtts_ft.inference.conditioning import conditioning
     from xtts_ft.model import build_xtts
     from xtts_ft.random_model import write_tiny_model
 
@@ -49,7 +50,7 @@ def decode_samples(work: Path, samples: int, codes: int, seed: int, base_dir: Pa
     tokenizer = VoiceBpeTokenizer(str(base.vocab_json))
     xtts = build_xtts(base, base.vocab_json, tokenizer)
     with torch.no_grad(), gpt_ready_for_inference(xtts, codes):
-        gpt_latent, speaker = _conditioning(xtts, VOICE)
+        gpt_latent, speaker = conditioning(xtts, VOICE)
         requests = []
         for i in range(samples):
             tokens = torch.IntTensor(tokenizer.encode(TEXTS[i % len(TEXTS)], lang="en")).unsqueeze(0)
@@ -72,7 +73,7 @@ def old_vocoding(xtts, items) -> list:
 
 
 def new_vocoding(xtts, items) -> list:
-    from xtts_ft.evaluate.vocoding import vocode_all
+    from xtts_ft.inference.vocoding import vocode_all
 
     return [audio for audio, _seconds in vocode_all(xtts.hifigan_decoder, items)]
 

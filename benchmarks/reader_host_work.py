@@ -6,8 +6,8 @@
 Every streamed chunk of every caller runs in that caller's thread, between the decode loop's steps, and takes the
 GIL while it runs; at 32 callers these costs queue behind one another (issue 33's first audio). Two of them:
 
-- **planning the window** (:meth:`xtts_ft.serve.streaming_vocoder.StreamingVocoder.plan`): the upsampled frames
-  of the chunk's window. The first way (:mod:`xtts_ft.serve.streaming_vocoder_reference`) stacked every latent
+- **planning the window** (:meth:`xtts_ft.inference.streaming_vocoder.StreamingVocoder.plan`): the upsampled frames
+  of the chunk's window. The first way (:mod:`xtts_ft.inference.streaming_vocoder_reference`) stacked every latent
   of the utterance so far at every chunk and worked out the indices with about twenty small tensor operations on
   the latents' device, one of them ``torch.unique`` (on a GPU a wait for the stream). Now the index tables are
   built on the host with NumPy and only the window's latents are stacked.
@@ -40,8 +40,8 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xtts_ft.serve.streaming_vocoder import StreamingVocoder  # noqa: E402
-from xtts_ft.serve.streaming_vocoder_reference import ReferenceStreamingVocoder  # noqa: E402
+from xtts_ft.inference.streaming_vocoder import StreamingVocoder  # noqa: E402
+from xtts_ft.inference.streaming_vocoder_reference import ReferenceStreamingVocoder  # noqa: E402
 from xtts_ft.serve.voices import VoiceLibrary  # noqa: E402
 
 HIFIGAN = SimpleNamespace(output_hop_length=256, ar_mel_length_compression=1024, output_sample_rate=24000,

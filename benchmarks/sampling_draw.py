@@ -1,4 +1,4 @@
-"""Drawing each row's code: ``torch.multinomial`` row by row against :func:`xtts_ft.evaluate.batch_decode.draw`.
+"""Drawing each row's code: ``torch.multinomial`` row by row against :func:`xtts_ft.inference.batch_decode.draw`.
 
     python benchmarks/sampling_draw.py --batches 1 8 32
     python benchmarks/sampling_draw.py --device cuda --batches 1 8 32
@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from xtts_ft.evaluate.batch_decode import Sampling, draw  # noqa: E402
+from xtts_ft.inference.batch_decode import Sampling, draw  # noqa: E402
 
 VOCAB = 8194  # XTTS-v2's audio codes
 

@@ -63,7 +63,7 @@ def _streams(engine, voice: str, clients: int, text: str) -> dict:
 
 
 def _half_precision_vocoder(engine, device: torch.device) -> None:
-    from xtts_ft.serve.precision import EnginePrecision
+    from xtts_ft.inference.decoder_settings import DecoderSettings
 
     if device.type != "cuda":
         print("HiFiGAN fp16/bf16 vs fp32: not measured (no CUDA here; half precision is off on the CPU)", flush=True)
@@ -76,7 +76,7 @@ def _half_precision_vocoder(engine, device: torch.device) -> None:
     outputs = {}
     for name, dtype in (("fp32", None), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
         # the engine's own switch (ServeConfig.vocoder_precision): HiFiGAN under autocast in that dtype
-        with torch.inference_mode(), EnginePrecision(vocoder=dtype).vocoding():
+        with torch.inference_mode(), DecoderSettings(vocoder=dtype).vocoding():
             hifigan(latents, g=speaker)  # warm-up (kernel choice)
             torch.cuda.synchronize(device)
             start = time.perf_counter()

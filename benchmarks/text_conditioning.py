@@ -160,7 +160,7 @@ def compare(model, clips, cfg, args) -> dict:
 
 
 def load_model(base, vocab_path: Path, cfg, checkpoint=None):
-    from xtts_ft.evaluate.export import load_checkpoint_gpt_state
+    from xtts_ft.inference.checkpoint_folder import load_checkpoint_gpt_state
     from xtts_ft.model import build_training_model
     from xtts_ft.text_settings import TextSettings
     from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer

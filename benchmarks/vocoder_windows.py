@@ -4,9 +4,9 @@
     python benchmarks/vocoder_windows.py --device cuda --batches 1 8 32
 
 The speech engine vocodes each streamed chunk as a window of upsampled GPT latents
-(:class:`xtts_ft.serve.streaming_vocoder.Window`). On CUDA the caller whose vocoder turn it is also
+(:class:`xtts_ft.inference.streaming_vocoder.Window`). On CUDA the caller whose vocoder turn it is also
 takes the windows waiting behind it into the same call (``ServeConfig.vocoder_batch``,
-:func:`xtts_ft.serve.streaming_vocoder.vocode_windows`: right-padded to the longest); on the CPU
+:func:`xtts_ft.inference.streaming_vocoder.vocode_windows`: right-padded to the longest); on the CPU
 each window has its own call. This times both ways on XTTS-v2's HiFiGAN (random weights, the real
 size), for windows the size of a first chunk (10 codes: 44 frames) and of a later one (40 codes and
 the left context: 190 frames), alternating, and checks that the kept audio of each window is the same
@@ -16,7 +16,7 @@ kernels, and TF32 products keep a 10-bit mantissa (``--tf32 off`` checks the fp3
 
 First, one window as HiFiGAN computes it with coqui's weight norm (every weight computed again from
 ``g`` and ``v`` at each call) and with the weights folded once, as the engine does
-(:func:`xtts_ft.serve.streaming_vocoder.fold_weight_norm`): both times, and whether the audio is the same.
+(:func:`xtts_ft.inference.streaming_vocoder.fold_weight_norm`): both times, and whether the audio is the same.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xtts_ft.serve.streaming_vocoder import LOOKAHEAD_FRAMES, Window, fold_weight_norm, vocode_windows  # noqa: E402
+from xtts_ft.inference.streaming_vocoder import LOOKAHEAD_FRAMES, Window, fold_weight_norm, vocode_windows  # noqa: E402
 
 WINDOW_FRAMES = (44, 190)  # a first chunk's window, a later chunk's (frames of 256 samples at 24 kHz)
 

@@ -30,7 +30,8 @@ def test_the_import_graph_follows_the_layers_and_the_drawing_is_current(tmp_path
 
     # the checker itself finds what it is there to find: a small package with one of each problem
     pkg = tmp_path / "xtts_ft"
-    (pkg / "data").mkdir(parents=True)
+    for sub in ("data", "serve", "evaluate", "inference"):
+        (pkg / sub).mkdir(parents=True)
     files = {
         "__init__.py": "",
         "errors.py": "import gradio\n",  # heavy optional package outside its adapter
@@ -41,6 +42,12 @@ def test_the_import_graph_follows_the_layers_and_the_drawing_is_current(tmp_path
         "data/readers.py": "from xtts_ft.data import commonvoice\n",
         "data/commonvoice.py": "import torch\nfrom xtts_ft.data import readers\n\n\ndef f():\n    import numpy\n",
         "layout.py": "from xtts_ft.data import readers\n",  # foundation -> data: upward
+        "serve/__init__.py": "",
+        "serve/engine.py": "from xtts_ft.evaluate import synthesis\n",  # allowed by the layers, not by FORBIDDEN
+        "evaluate/__init__.py": "",
+        "evaluate/synthesis.py": "from xtts_ft.inference import conditioning\n",
+        "inference/__init__.py": "",
+        "inference/conditioning.py": "",
         "mystery.py": "",  # in no layer
     }
     for name, text in files.items():
@@ -53,6 +60,8 @@ def test_the_import_graph_follows_the_layers_and_the_drawing_is_current(tmp_path
     assert "xtts_ft.errors:1 imports gradio (heavy, optional) at the top" in bad
     assert "xtts_ft.languages:1 imports xtts_ft.errors: a foundation module" in bad
     assert "readers import commonvoice" in bad
+    assert "xtts_ft.serve.engine:1 imports xtts_ft.evaluate.synthesis: serving and evaluation share" in bad
+    assert "xtts_ft.evaluate.synthesis:1 imports" not in bad  # both may import generation
     assert "torch" not in bad  # a core package at the top is how it should be
     assert "stop_signals" not in bad
 

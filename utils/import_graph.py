@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("checkpoints", ("checkpoint_record", "checkpoint_retention", "checkpoint_store")),
     ("train", ("train",)),
     ("run folder", ("run_folder",)),
+    ("inference", ("inference",)),  # generation: loading, conditioning, batched decoder, vocoders (evaluate + serve)
     ("evaluate", ("evaluate",)),
     ("ingest", ("ingest",)),
     ("assess", ("assess",)),
@@ -65,6 +66,8 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
     ("ingest", ("train",), "ingest does not depend on training"),
     ("evaluate.synthesis", ("train",), "synthesis does not depend on training"),
     ("data.commonvoice", ("data.readers",), "readers import commonvoice; both share data/entries.py"),
+    ("serve", ("evaluate",), "serving and evaluation share generation through xtts_ft/inference/, not each other"),
+    ("evaluate", ("serve",), "serving and evaluation share generation through xtts_ft/inference/, not each other"),
 ]
 # Foundation modules that import (almost) nothing of ours: the project modules each may import.
 ONLY: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,4 @@
-"""Write tests/assets/golden_codes.json: coqui's codes for the golden texts and seeds (tests/evaluate/golden.py).
+"""Write tests/assets/golden_codes.json: coqui's codes for the golden texts and seeds (tests/inference/golden.py).
 
 Run from the repository root after a deliberate change of the tiny model, its vocabulary or the texts
 (``PYTHONPATH=. python -m tests.assets.make_golden_codes``); never to make a failing golden test pass
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from tests.evaluate.golden import GOLDEN, SEEDS, TEXTS, coqui_codes, golden_model
+from tests.inference.golden import GOLDEN, SEEDS, TEXTS, coqui_codes, golden_model
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.random_model import write_tiny_model
 

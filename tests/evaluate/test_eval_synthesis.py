@@ -8,7 +8,8 @@ import torch
 
 from tests.evaluate.evalhelpers import MAX_NEW_TOKENS, identity
 from xtts_ft.errors import DataError, TokenizerError
-from xtts_ft.evaluate.synthesis import _conditioning, check_reference, gpt_ready_for_inference, speaker_names, synthesize_samples
+from xtts_ft.evaluate.synthesis import gpt_ready_for_inference, speaker_names, synthesize_samples
+from xtts_ft.inference.conditioning import check_reference, conditioning
 
 
 def _snapshot(model):
@@ -115,7 +116,7 @@ def test_voice_latents_are_coquis_from_audio_read_without_torchaudio(trained, tm
     for (wav, norm), theirs in zip(clips, expected):
         monkeypatch.setattr(cfg, "sound_norm_refs", norm)
         check_reference(wav)
-        ours = _conditioning(xtts, wav)
+        ours = conditioning(xtts, wav)
         assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), wav.name
 
 

@@ -17,7 +17,7 @@ import pytest
 from tests.reliability.relhelpers import copy_run, read_events, small_config
 from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.errors import CheckpointError
-from xtts_ft.evaluate.export import load_checkpoint_gpt_state
+from xtts_ft.inference.checkpoint_folder import load_checkpoint_gpt_state
 from xtts_ft.train.resume import choose_checkpoint
 
 

@@ -25,8 +25,9 @@ from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore, file_sha256
 from xtts_ft.config import load_config
 from xtts_ft.errors import CheckpointError, ConfigError, ModelError
-from xtts_ft.evaluate.export import export_from_checkpoint, load_checkpoint_gpt_state
+from xtts_ft.evaluate.export import export_from_checkpoint
 from xtts_ft.evaluate.infer import synthesize_command
+from xtts_ft.inference.checkpoint_folder import load_checkpoint_gpt_state
 from xtts_ft.model import build_training_model
 from xtts_ft.text_settings import make_normalizer
 from xtts_ft.train.resume import choose_checkpoint

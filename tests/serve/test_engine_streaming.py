@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.serve.servehelpers import engine_like, speak_at_once
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all
+from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, decode_all
 
 PIECE = "ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው"  # longer than short_text_chars: streamed
 
@@ -137,7 +137,7 @@ def test_callers_chunks_vocoded_in_one_call_are_each_callers_own_audio(engine):
     their chunks gathered into shared calls, each caller's audio is what it gets alone."""
     import time
 
-    from xtts_ft.serve.streaming_vocoder import vocode_windows, windows_fit
+    from xtts_ft.inference.streaming_vocoder import vocode_windows, windows_fit
     from xtts_ft.serve.vocoder_turns import VocoderTurns
 
     texts = ["ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው", "ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት", "ተማሪዎች ትምህርት ቤት ሄዱ ዛሬ"]
@@ -345,11 +345,11 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     """The loop serve runs on a card (``decode_graphs``): its decoder steps, their heads and its prefills through
     fixed shapes (here with recorders that record nothing, no GPU), reports them, and each request still gets its
     solo codes."""
-    from xtts_ft.evaluate.decode_graph import call_directly
+    from xtts_ft.inference.decode_graph import call_directly
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
-    from xtts_ft.serve.precision import EnginePrecision
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True))
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True))
     decoder = loop._decoder
     assert decoder.fixed_step is not None and decoder.fixed_prefill is not None and decoder.fixed_head is not None
     # recorded with the blocks' GELU as one kernel (within an ulp of Hugging Face's: here every code the same still)
@@ -386,12 +386,12 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
     recorders that record nothing), the fused GELU, and each step launched before the one before is read back;
     three callers at once, two of them with two-piece texts (the second piece decoded ahead): each caller's audio is
     what the CPU engine gives it alone, and the loop is empty after."""
-    from xtts_ft.evaluate.decode_graph import call_directly
+    from xtts_ft.inference.decode_graph import call_directly
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
     from xtts_ft.serve.engine import SpeechEngine
-    from xtts_ft.serve.precision import EnginePrecision
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=4, precision=EnginePrecision(graphs=True), overlap=True)
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True, overlap=True))
     decoder = loop._decoder
     assert decoder.overlap and decoder.fixed_step is not None and decoder.fixed_head is not None
     decoder.fixed_step.record = decoder.fixed_head.record = call_directly
@@ -419,10 +419,10 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
 def test_a_bf16_loop_decodes_with_its_own_cast_blocks_and_fp32_latents(engine):
     """decode_precision bf16 (granted on a card only; here the loop is given it directly, the CPU runs bf16 too): the
     loop holds a bf16 copy of the GPT-2 blocks, the shared model keeps fp32, and what a reader gets is fp32."""
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
-    from xtts_ft.serve.precision import EnginePrecision
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=2, precision=EnginePrecision(decode=torch.bfloat16))
+    loop = DecodeLoop(engine.xtts.gpt, max_active=2, settings=DecoderSettings(decode=torch.bfloat16))
     try:
         assert loop.transformer is not engine.xtts.gpt.gpt
         assert next(loop.transformer.parameters()).dtype == torch.bfloat16

@@ -56,10 +56,10 @@ def test_streaming_options_reach_the_engine_with_the_schema_defaults(tiny_export
         assert (engine.settings.decode_precision, engine.settings.vocoder_precision) == ("bf16", "fp16")
         assert engine.settings.decode_graphs == "on" and engine.settings.vocoder_batch == 4
         assert engine.vocoder_turns.max_batch == 1  # a CPU vocodes one chunk per call (batching measured slower)
-        assert engine.precision.decode is None and engine.precision.vocoder is None and not engine.precision.graphs
-        assert engine.loop.precision is engine.precision and len(engine.precision.notes) == 3
+        assert engine.decoding.decode is None and engine.decoding.vocoder is None and not engine.decoding.graphs
+        assert engine.loop.settings is engine.decoding and len(engine.decoding.notes) == 3
         assert engine.loop.fixed_step is None and engine.vocoder_stream is None  # (a CPU has none either way)
-        assert not engine.loop.overlap  # (nor overlapped steps)
+        assert not engine.loop.settings.overlap  # (nor overlapped steps)
     finally:
         engine.close()
 

@@ -33,7 +33,7 @@ def _own_engine(engine, **settings):
 
 
 def test_the_warm_up_runs_its_rounds_and_leaves_no_counts(engine, monkeypatch):
-    from xtts_ft.evaluate.batch_decode import BatchDecoder
+    from xtts_ft.inference.batch_decode import BatchDecoder
 
     asked: list[tuple[int, str]] = []
     real = BatchDecoder.record_prefills

@@ -23,7 +23,7 @@ def _state(folder):
 def test_older_checkpoints_keep_weights_only_and_resume_uses_the_latest_full_one(trainer, tiny_base, tmp_path,
                                                                                    caplog):
     from xtts_ft.evaluate import export_from_checkpoint
-    from xtts_ft.evaluate.infer import load_checkpoint_folder
+    from xtts_ft.inference.loading import load_checkpoint_folder
 
     run = tmp_path / "run"
     sections = dict(evaluation={"every_steps": 2},

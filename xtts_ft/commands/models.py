@@ -13,8 +13,8 @@ from xtts_ft.base_model import resolve_base_model
 from xtts_ft.commands.common import command, load_config_from, setup_logging
 from xtts_ft.config import BaseModelConfig, EvaluationConfig
 from xtts_ft.evaluate import export_from_checkpoint, synthesize_command
-from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.evaluate.score import score_command
+from xtts_ft.inference.checkpoint_folder import base_for_checkpoint
 from xtts_ft.model_folder import EXPORT_META
 from xtts_ft.output_folder import check_output, staged_output
 from xtts_ft.publish.hub import publish as publish_model

@@ -6,7 +6,9 @@
 - ``report``: ``write_report(run_dir)`` -> a self-contained ``report.html``
 - ``export``: ``export_model`` / ``export_from_checkpoint`` -> a folder stock coqui-tts loads
 - ``infer``: ``synthesize_command`` (export or checkpoint folder -> one WAV)
-- ``checkpoint_base``: which checkpoint a path names and the base model it was trained from
+
+Loading a model, conditioning and the batched decoder live one layer down, in :mod:`xtts_ft.inference`, which the
+speech server shares.
 """
 
 from xtts_ft.evaluate.export import export_from_checkpoint, export_model

@@ -26,18 +26,22 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import yaml
 from tokenizers import Tokenizer
 
 from xtts_ft import __version__
 from xtts_ft.base_model import BaseModelFiles
-from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
-from xtts_ft.config import RunConfig
+from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.errors import CheckpointError, ModelError, TokenizerError
-from xtts_ft.evaluate.checkpoint_base import refuse_folder_of_checkpoints
 from xtts_ft.evaluate.readme import export_readme
-from xtts_ft.languages import canonical_language
-from xtts_ft.layout import STATE_FILE, VOCAB_FILE, CheckpointLayout
+from xtts_ft.inference.checkpoint_folder import (
+    INFERENCE_PREFIXES,
+    TRAINING_STATE,
+    checkpoint_settings,
+    gpt_relative_state,
+    load_checkpoint_gpt_state,
+    refuse_folder_of_checkpoints,
+)
+from xtts_ft.layout import VOCAB_FILE, CheckpointLayout
 from xtts_ft.model import base_state_dict, describe_vocab, load_state_dict_file
 from xtts_ft.model_folder import EXPORT_META, ModelFolder
 from xtts_ft.output_folder import REFUSE, check_output, staged_output
@@ -47,28 +51,6 @@ from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 
 log = logging.getLogger(__name__)
-
-TRAINING_STATE = STATE_FILE  # the name callers of this module know it by
-_INFERENCE_PREFIXES = ("gpt_inference.", "gpt.wte.")  # copies made by GPT.init_gpt_for_inference
-
-
-def gpt_relative_state(state: dict, source: str = "checkpoint") -> dict[str, torch.Tensor]:
-    """GPT weights keyed relative to ``xtts.gpt``, whichever prefix style they were saved with.
-
-    Accepts keys relative to ``xtts.gpt`` (``text_embedding.weight``), to ``xtts``
-    (``gpt.text_embedding.weight``), to coqui's trainer (``xtts.gpt.``), with or without a
-    DistributedDataParallel ``module.`` prefix. Inference-only copies are dropped.
-    """
-    if not isinstance(state, dict) or not state:
-        raise CheckpointError(f"{source}: holds no GPT state dict")
-    for outer in ("module.", ""):
-        for prefix in ("xtts.gpt.", "gpt.", ""):
-            full = outer + prefix
-            if full + "text_embedding.weight" in state:
-                out = {k[len(full) :]: v for k, v in state.items() if k.startswith(full)}
-                return {k: v for k, v in out.items() if not k.startswith(_INFERENCE_PREFIXES)}
-    raise CheckpointError(f"{source}: no GPT weights found (no 'text_embedding.weight' key); is it an XTTS GPT checkpoint?")
-
 
 def _check_gpt_state(gpt_state: dict, base_gpt: dict, n_tokens: int, vocab_path: Path) -> None:
     rows = gpt_state["text_embedding.weight"].shape[0]
@@ -141,7 +123,7 @@ def export_model(
     gpt_state = gpt_relative_state(gpt_state_dict, "fine-tuned GPT state")
     n_tokens = describe_vocab(vocab_path)
     state = base_state_dict(base.model_pth)
-    state = {k: v for k, v in state.items() if not k.startswith(tuple("gpt." + p for p in _INFERENCE_PREFIXES))}
+    state = {k: v for k, v in state.items() if not k.startswith(tuple("gpt." + p for p in INFERENCE_PREFIXES))}
     base_gpt = {k[4:]: v for k, v in state.items() if k.startswith("gpt.")}
     _check_gpt_state(gpt_state, base_gpt, n_tokens, vocab_path)
     model_state = {k: v for k, v in state.items() if not k.startswith("gpt.")}
@@ -183,32 +165,6 @@ def export_model(
         log.info("moved the earlier content of %s to %s", out_dir, staged.moved_to)
     log.info("exported %d text tokens, language '%s' to %s", n_tokens, language, out_dir)
     return out_dir
-
-
-def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
-    """The GPT weights of a training checkpoint folder (verified by the store when its record has a sha256;
-    a coqui-trainer-style ``{"model": ...}`` folder is accepted too), relative to the GPT module."""
-    return gpt_relative_state(CheckpointStore.load_gpt_weights(Path(ckpt_dir)), str(CheckpointLayout(ckpt_dir).state))
-
-
-def checkpoint_settings(ckpt_dir: Path) -> dict:
-    """Language, text front-end settings and step recorded in a checkpoint folder (tolerant of gaps)."""
-    files = CheckpointLayout(ckpt_dir)
-    record = CheckpointRecord.find(Path(ckpt_dir))
-    cfg: dict = {}
-    if files.config.is_file():
-        try:
-            cfg = yaml.safe_load(files.config.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise CheckpointError(f"{files.config}: not valid YAML ({exc})") from None
-    section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
-    return {
-        "language": canonical_language(section("run").get("language", RunConfig.language)),
-        "text": TextSettings.from_sections(section("text"), section("tokenizer")),
-        "step": record.step if record is not None else files.step,
-        "checkpoint_meta": record.to_json() if record is not None else {},
-        "vocab_fingerprint": record.vocab_fingerprint if record is not None else None,
-    }
 
 
 def export_from_checkpoint(ckpt_dir: Path, out_dir: Path, base: BaseModelFiles, on_existing: str = REFUSE) -> Path:

@@ -1,84 +1,29 @@
-"""Synthesise one text from an export folder (or a training checkpoint folder plus the base model).
+"""``python -m xtts_ft synthesize``: one text from an export folder (or a training checkpoint folder plus the base
+model) into one WAV.
 
-The tokenizer is always the folder's own ``vocab.json`` with the text front-end settings the
-run used (from ``xtts_ft_meta.json`` or the checkpoint's ``config.yaml``), and the language
-defaults to the one the model was fine-tuned for, so a user passes only text and a voice.
-An export is loaded with stock coqui (``Xtts.load_checkpoint``), exactly as the README shows.
+The model is loaded by :mod:`xtts_ft.inference.loading`; the language defaults to the one the model was fine-tuned
+for, so a user passes only text and a voice.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import pickle
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-from TTS.tts.models.xtts import Xtts
 
 from xtts_ft.base_model import BaseModelFiles
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import RunConfig
 from xtts_ft.errors import CheckpointError, DataError, ModelError
-from xtts_ft.evaluate.export import TRAINING_STATE, checkpoint_settings, load_checkpoint_gpt_state
-from xtts_ft.evaluate.synthesis import check_reference, synthesize_requests
-from xtts_ft.layout import CheckpointLayout
-from xtts_ft.model import build_xtts, load_state_dict_file, load_xtts_config
-from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
-from xtts_ft.safe_load import first_line, load_weights, unpickling_message
-from xtts_ft.text_settings import TextSettings
-from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
+from xtts_ft.evaluate.synthesis import synthesize_requests
+from xtts_ft.inference.checkpoint_folder import TRAINING_STATE
+from xtts_ft.inference.conditioning import check_reference
+from xtts_ft.inference.loading import load_checkpoint_folder, load_export
+from xtts_ft.model_folder import EXPORT_FILES, is_export
 
 log = logging.getLogger(__name__)
-
-
-def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"):
-    """(xtts, tokenizer, meta) from an export folder, loaded with stock coqui classes."""
-    model_dir = Path(model_dir)
-    folder = ModelFolder(model_dir)
-    meta_path = folder.export_meta
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{meta_path}: not valid JSON ({exc}); export the model again") from None
-    config = load_xtts_config(folder.config_json)
-    speakers = folder.speakers
-    if speakers.is_file():  # coqui's SpeakerManager reads it; refuse a file that would run code first
-        load_weights(speakers, ModelError)
-    xtts = Xtts(config)
-    try:  # coqui reads model.pth with torch.load(weights_only=True) (torch >= 2.4, pinned in requirements.txt)
-        xtts.load_checkpoint(config, checkpoint_dir=str(model_dir), eval=True)
-    except pickle.UnpicklingError as exc:
-        raise ModelError(unpickling_message(folder.model, exc)) from None
-    except (RuntimeError, FileNotFoundError, KeyError, EOFError) as exc:
-        raise ModelError(f"{model_dir}: coqui cannot load this folder ({first_line(exc)})") from None
-    settings = TextSettings.from_dict(meta.get("text"), str(meta_path), ModelError)
-    xtts.tokenizer = make_tokenizer(folder.vocab, settings, normalizer=normalizer)
-    return xtts.to(device), xtts.tokenizer, meta
-
-
-def load_checkpoint_folder(
-    ckpt_dir: Path, base: BaseModelFiles, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"
-):
-    """(xtts, tokenizer, meta) from a training checkpoint folder and the base model it was trained from."""
-    ckpt_dir = Path(ckpt_dir)
-    settings = checkpoint_settings(ckpt_dir)
-    vocab = CheckpointLayout(ckpt_dir).vocab
-    if not vocab.is_file():
-        raise CheckpointError(f"{ckpt_dir}: no vocab.json; a checkpoint folder keeps the vocabulary it was trained with")
-    tokenizer = make_tokenizer(vocab, settings["text"], normalizer=normalizer)
-    xtts = build_xtts(base, vocab, tokenizer)
-    try:
-        xtts.gpt.load_state_dict(load_checkpoint_gpt_state(ckpt_dir), strict=True)
-    except RuntimeError as exc:
-        raise CheckpointError(
-            f"{ckpt_dir}: GPT weights do not fit the base model ({str(exc).splitlines()[0]}); pass the base it was "
-            f"trained from"
-        ) from None
-    xtts.mel_stats.copy_(load_state_dict_file(base.mel_stats_pth))
-    xtts.train(False)
-    return xtts.to(device), tokenizer, {"language": settings["language"], "step": settings["step"]}
 
 
 def synthesize_command(

@@ -18,12 +18,11 @@ from xtts_ft.asr.recognizer import Recognizer
 from xtts_ft.checkpoint_store import CheckpointStore
 from xtts_ft.config import Config
 from xtts_ft.errors import DataError, ModelError
-from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
-from xtts_ft.evaluate.export import TRAINING_STATE
 from xtts_ft.evaluate.hook import summarize
-from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
 from xtts_ft.evaluate.intelligibility import length_bucket, score_samples
 from xtts_ft.evaluate.synthesis import synthesize_samples
+from xtts_ft.inference.checkpoint_folder import TRAINING_STATE, base_for_checkpoint
+from xtts_ft.inference.loading import load_checkpoint_folder, load_export
 from xtts_ft.model_folder import EXPORT_FILES, is_export
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from xtts_ft.checkpoint_store import CheckpointRecord, CheckpointStore
 from xtts_ft.config import Config
 from xtts_ft.errors import CheckpointError
 from xtts_ft.evaluate.hook import make_eval_hook
-from xtts_ft.evaluate.infer import load_checkpoint_folder
 from xtts_ft.evaluate.intelligibility import load_eval_recognizer
 from xtts_ft.evaluate.languages import language_evals
 from xtts_ft.evaluate.listening import SampleListener
 from xtts_ft.evaluate.references import pick_references
 from xtts_ft.evaluate.report import write_report
+from xtts_ft.inference.loading import load_checkpoint_folder
 from xtts_ft.layout import RunLayout
 from xtts_ft.random_model import resolve_or_create_base_model
 from xtts_ft.run_folder import read_record

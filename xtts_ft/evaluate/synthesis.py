@@ -6,7 +6,7 @@ The GPT is made ready for generation the way coqui's ``GPTTrainer.test_run`` doe
 keeps its keys. Every module's train/eval flag is restored, and the random generators are
 forked: evaluating never changes the training run's random stream.
 
-The GPT decodes every sample of a call together (:mod:`.batch_decode`: the codes each sample
+The GPT decodes every sample of a call together (:mod:`xtts_ft.inference.batch_decode`: the codes each sample
 would get from ``Xtts.inference`` alone, with the same seed), and HiFiGAN then vocodes each one.
 Whether generation ended with the stop token or ran into the length limit is read from the
 generated codes themselves. During training every module checks the run's stop request
@@ -26,21 +26,18 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import soundfile as sf
 import torch
-import torchaudio
 
-from xtts_ft.audio_io import DATASET_RATE, DecodeError, decode
-from xtts_ft.errors import DataError, TokenizerError
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
+from xtts_ft.errors import DataError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
-from xtts_ft.evaluate.vocoding import vocode_all
-from xtts_ft.languages import canonical_language
-from xtts_ft.safe_load import first_line
+from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
+from xtts_ft.inference.conditioning import check_language, check_reference, conditioning
+from xtts_ft.inference.decoder_settings import decoder_settings
+from xtts_ft.inference.vocoding import vocode_all
 from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
 from xtts_ft.tempfiles import atomic_write
 
 log = logging.getLogger(__name__)
 
-MIN_REFERENCE_S = 0.5  # shortest voice reference accepted (the dataset's default shortest clip)
 EVAL_BATCH = 32  # most samples whose GPT decodes together (each row holds a KV cache: memory)
 
 
@@ -143,65 +140,6 @@ def _rng_devices(xtts) -> list[int]:
     return [device.index or 0] if device.type == "cuda" else []
 
 
-def check_language(tokenizer, language: str) -> None:
-    code = canonical_language(language).split("-")[0]
-    if tokenizer.tokenizer is None or tokenizer.tokenizer.token_to_id(f"[{code}]") is None:
-        raise TokenizerError(
-            f"the vocabulary has no [{code}] token, so language '{language}' cannot be encoded; use the extended "
-            f"vocab.json built for this run"
-        )
-
-
-def reference_audio(wav: Path, rate: int = DATASET_RATE) -> torch.Tensor:
-    """A voice reference as coqui's ``load_audio`` gives it to ``Xtts.get_conditioning_latents``: (1, samples) float32
-    at ``rate``, the channels averaged, resampled as coqui resamples (``torchaudio.functional.resample``), clipped to
-    [-1, 1]. Read with soundfile (:func:`xtts_ft.audio_io.decode`, ffmpeg for what it cannot read) on every torch:
-    coqui reads with ``torchaudio.load``, which from torchaudio 2.9 on needs torchcodec and FFmpeg's libraries."""
-    data, file_rate, _ = decode(str(wav))
-    audio = torch.from_numpy(np.ascontiguousarray(data.T))  # (channels, samples)
-    if audio.shape[0] != 1:
-        audio = audio.mean(dim=0, keepdim=True)
-    if file_rate != rate:
-        audio = torchaudio.functional.resample(audio, file_rate, rate)
-    return audio.clip_(-1, 1)
-
-
-def _conditioning(xtts, wav: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """``Xtts.get_conditioning_latents`` of one clip with the model config's settings (the GPT's conditioning latent,
-    the speaker embedding), its steps on the audio :func:`reference_audio` reads: coqui's own method reads the file
-    with ``torchaudio.load``."""
-    cfg = xtts.config
-    rate = DATASET_RATE  # get_conditioning_latents' load_sr
-    with torch.inference_mode():
-        audio = reference_audio(wav, rate)[:, : rate * cfg.max_ref_len].to(xtts.device)
-        if cfg.sound_norm_refs:
-            audio = (audio / torch.abs(audio).max()) * 0.75
-        speaker_embedding = xtts.get_speaker_embedding(audio, rate)
-        gpt_cond_latent = xtts.get_gpt_cond_latents(audio, rate, length=cfg.gpt_cond_len,
-                                                    chunk_length=cfg.gpt_cond_chunk_len)
-    return gpt_cond_latent, speaker_embedding
-
-
-def check_reference(wav: Path) -> None:
-    """A voice reference must exist and decode the way :func:`reference_audio` reads it, or it is a one-line
-    DataError."""
-    if not wav.is_file():
-        raise DataError(f"speaker wav '{wav}' does not exist; pass an existing audio file as the voice reference")
-    try:
-        audio, sr, _ = decode(str(wav))
-    except DecodeError as exc:
-        raise DataError(
-            f"speaker wav '{wav}': cannot be decoded as audio ({first_line(exc)}); pass a WAV or FLAC recording of "
-            f"the voice"
-        ) from None
-    if audio.size == 0:
-        raise DataError(f"speaker wav '{wav}': holds no samples; pass a 3-10 s recording of the voice")
-    seconds = audio.shape[0] / sr
-    if seconds < MIN_REFERENCE_S:  # coqui's conditioning fails deep inside below about 0.33 s
-        raise DataError(f"speaker wav '{wav}': only {seconds:.2f} s of audio; a voice reference needs at least "
-                        f"{MIN_REFERENCE_S} s (3-10 s recommended)")
-
-
 def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: sf.write(f, np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV"))
@@ -223,9 +161,9 @@ def synthesize_requests(
 
     Each sample is generated from ``seed`` (its own generator), so the same request at two
     checkpoints differs only by the weights. The GPT decodes all requests together
-    (:func:`xtts_ft.evaluate.batch_decode.decode_all`, at most ``EVAL_BATCH`` rows at once): each
+    (:func:`xtts_ft.inference.batch_decode.decode_all`, at most ``EVAL_BATCH`` rows at once): each
     sample gets the codes ``Xtts.inference`` gives it alone; HiFiGAN then vocodes several samples at once
-    on a CPU (:func:`xtts_ft.evaluate.vocoding.vocode_all`). ``synthesis_s`` is its share of the batch's
+    on a CPU (:func:`xtts_ft.inference.vocoding.vocode_all`). ``synthesis_s`` is its share of the batch's
     decoding plus its own vocoding.
     """
     check_language(tokenizer, language)
@@ -255,16 +193,18 @@ def synthesize_requests(
                     )
                 wav = Path(wav)
                 if wav not in latents:
-                    latents[wav] = _conditioning(xtts, wav)
+                    latents[wav] = conditioning(xtts, wav)
                 gpt_cond_latent = latents[wav][0].to(xtts.device)
                 text_tokens = torch.IntTensor(tokens).unsqueeze(0).to(xtts.device)
                 decodes.append(DecodeRequest(prefix_embeddings(xtts.gpt, gpt_cond_latent, text_tokens),
                                              int(xtts.gpt.max_gen_mel_tokens), Sampling(temperature=temperature), seed))
             start = time.perf_counter()
-            decode_all(xtts.gpt, decodes, max_batch=EVAL_BATCH)  # every sample's GPT in one batch
+            # coqui's way on any device (no serve settings): fp32, eager steps, one at a time
+            decoder = decoder_settings(next(xtts.parameters()).device).decoder(xtts.gpt, EVAL_BATCH)
+            decode_all(xtts.gpt, decodes, max_batch=EVAL_BATCH, decoder=decoder)  # every sample's GPT in one batch
             _synchronize(xtts)
             decode_share = (time.perf_counter() - start) / max(1, len(decodes))
-            # HiFiGAN: on a CPU several samples at once, one intra-op thread each (evaluate/vocoding.py)
+            # HiFiGAN: on a CPU several samples at once, one intra-op thread each (inference/vocoding.py)
             vocoded = vocode_all(xtts.hifigan_decoder, [(decoded.latents, latents[Path(wav)][1].to(xtts.device))
                                                         for (_n, _i, _t, wav), decoded in zip(requests, decodes)])
             _synchronize(xtts)

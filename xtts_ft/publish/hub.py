@@ -30,8 +30,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from xtts_ft import __version__
 from xtts_ft.errors import UserError
-from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
 from xtts_ft.evaluate.export import export_from_checkpoint
+from xtts_ft.inference.checkpoint_folder import base_for_checkpoint
 from xtts_ft.json_types import JsonObject
 from xtts_ft.layout import OUTPUT_MARKER
 from xtts_ft.model_folder import EXPORT_META

@@ -4,15 +4,17 @@ Awaiting each ``next(chunks)`` in a thread pool does not work for cancellation: 
 threads shield the awaiting task, so a client that hangs up is noticed only after the piece in
 progress finishes (seconds with a full model) and the engine never learns it was abandoned. Here
 one thread drives the engine's generator to its end and posts chunks to an ``asyncio.Queue``;
-the consumer sets the cancel event when it stops listening, the engine sees it at its next model
-layer (or before its next piece), counts the cancellation and ends, and the thread exits.
+the consumer sets the cancel event when it stops listening, the engine sees it between steps of its own
+(``SpeechEngine._codes``: before each chunk, and every 50 ms while it waits for codes or for a vocoder turn; a vocoder
+call under way finishes first), takes the piece out of the decode batch, counts the cancellation and ends, and the
+thread exits.
 
 The consumer's end is not the synthesis's: the thread may still be inside a vocoder call when the consumer
 stops listening. ``on_end`` is called when the thread has ended (the HTTP server gives a request's admission
 back then, so work nobody listens to still counts against the limit until it has really stopped).
 
 A server keeps its pumps in one :class:`Generations`: when it is told to stop (Ctrl-C, SIGTERM) it
-cancels every generation under way at once, so the answers end within a model layer instead of
+cancels every generation under way at once, so the answers end within one vocoder call instead of
 being cut off by uvicorn's shutdown timeout, and it waits for their threads before the process
 exits (a thread left inside torch at interpreter exit aborts the process: "terminate called
 without an active exception").

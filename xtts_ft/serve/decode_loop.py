@@ -2,7 +2,7 @@
 
 Requests are :class:`Stream` objects: :meth:`DecodeLoop.submit` queues one; at its next turn the loop
 prefills it, in one forward pass with every other request that arrived meanwhile, and it joins the batch
-(:class:`xtts_ft.evaluate.batch_decode.BatchDecoder`); every step appends one code and its latent to each
+(:class:`xtts_ft.inference.batch_decode.BatchDecoder`); every step appends one code and its latent to each
 row and wakes the row's reader; a row that reaches its stop code
 or its code limit, or whose reader cancelled, leaves. At most ``max_active`` rows decode at once (memory:
 each holds a KV cache); more wait in the loop's queue, in order. The HTTP server's admission limit
@@ -10,7 +10,7 @@ each holds a KV cache); more wait in the loop's queue, in order. The HTTP server
 
 No lock is held across a piece: the loop holds its condition only to take new requests, and a
 reader only to look at its own stream's counters. Vocoding happens in the reader's thread
-(:mod:`.streaming_vocoder`), while the loop goes on decoding.
+(:mod:`xtts_ft.inference.streaming_vocoder`), while the loop goes on decoding.
 """
 
 from __future__ import annotations
@@ -24,11 +24,9 @@ from typing import Callable, Optional, TypeVar
 
 import torch
 
-from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, decode_transformer, prefill_forward
-from xtts_ft.evaluate.decode_graph import FixedShapeStep
-from xtts_ft.evaluate.head_graph import FixedShapeHead
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
-from xtts_ft.serve.precision import EnginePrecision
+from xtts_ft.inference.batch_decode import BatchDecoder, DecodeRequest
+from xtts_ft.inference.decode_graph import FixedShapeStep
+from xtts_ft.inference.decoder_settings import DecoderSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,18 +87,13 @@ class DecodeLoop:
 
     stream_type = Stream  # what :meth:`submit` hands back (benchmarks/reader_wakeups.py subclasses it)
 
-    def __init__(self, gpt, max_active: int, precision: Optional[EnginePrecision] = None,
-                 overlap: Optional[bool] = None) -> None:
-        """``overlap``: each step launched before the one before it is read back (:mod:`xtts_ft.evaluate.step_in_flight`:
-        the host's work of a step, the readers' wake-ups included, then runs while the GPU computes the next); None:
-        on a card (on the CPU nothing runs ahead, and a finished row's extra step would be work for nothing). The
-        engine passes ``ServeConfig.decode_overlap``'s choice."""
+    def __init__(self, gpt, max_active: int, settings: Optional[DecoderSettings] = None) -> None:
+        """``settings``: how its decoders run (:func:`xtts_ft.inference.decoder_settings.decoder_settings`: the
+        engine's from the device and ``ServeConfig``); None: coqui's way, eager and one step at a time."""
         self.gpt = gpt
-        weight = next(gpt.parameters(), None)
-        self.overlap = weight is not None and weight.device.type == "cuda" if overlap is None else overlap
         self.max_active = max(1, int(max_active))
-        self.precision = precision or EnginePrecision()
-        self.transformer = decode_transformer(gpt, self.precision.decode)  # the GPT-2 blocks in the decode dtype
+        self.settings = settings or DecoderSettings()
+        self.transformer = self.settings.transformer(gpt)  # the GPT-2 blocks in the decode dtype, made once
         self._decoder = self._new_decoder()
         self._active: list[Stream] = []
         self._pending: deque[Stream] = deque()
@@ -114,13 +107,7 @@ class DecodeLoop:
         self.largest_join = 0  # most requests prefilled together in one forward pass
 
     def _new_decoder(self) -> BatchDecoder:
-        # graphs: the step, its head and the prefill replayed from CUDA graphs (recorded in this loop's thread), the
-        # recorded blocks with their GELU as one kernel (decode_cache.mlp)
-        if not self.precision.graphs:
-            return BatchDecoder(self.gpt, transformer=self.transformer, overlap=self.overlap)
-        return BatchDecoder(self.gpt, fixed_step=FixedShapeStep(fused_gelu=True), max_rows=self.max_active,
-                            fixed_prefill=FixedShapePrefill(prefill_forward, fused_gelu=True),
-                            transformer=self.transformer, fixed_head=FixedShapeHead(), overlap=self.overlap)
+        return self.settings.decoder(self.gpt, self.max_active, self.transformer)
 
     def submit(self, request: DecodeRequest) -> Stream:
         stream = self.stream_type(request)

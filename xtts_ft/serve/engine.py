@@ -1,7 +1,7 @@
 """The one synthesis engine: the HTTP server, the Wyoming server and the web app's Speak tab all use it.
 
 It is the evaluation's synthesis, kept loaded: the model comes from the project's loaders
-(``xtts_ft.evaluate.infer`` via :mod:`.model_source`), the text goes through the model's own
+(``xtts_ft.inference.loading`` via :mod:`.model_source`), the text goes through the model's own
 tokenizer and normaliser (the export's recorded text settings: numbers read as words, as in
 training); the caller's cancel callback is asked while its codes or its vocoder turn are awaited and
 before each chunk, so a client that goes away leaves the batch at the next decode step and its synthesis
@@ -12,9 +12,10 @@ character and token limits. One model serves everyone through one decode thread
 (:mod:`.decode_loop`, continuous batching): each piece is a row of the GPT's batch from the step
 after it arrives until its stop code, with its own seed and generator, so its codes are the ones it
 would get alone. Each piece is streamed: the first ``stream_first_chunk_codes`` codes are vocoded and
-sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`.streaming_vocoder`:
+sent at once, then chunks twice as long each time up to ``stream_chunk_codes`` (:mod:`xtts_ft.inference.streaming_vocoder`:
 each stretch of audio vocoded once). Alone, the engine's codes are exactly those of coqui's ``Xtts.inference`` for the same
-seed (tests/serve/test_engine_codes.py; golden codes in tests/assets/).
+seed: the decoder's against coqui's in tests/inference/test_batch_decode.py (golden codes in tests/assets/), the decode
+loop's batched rows against each one's solo codes in tests/serve/test_engine_streaming.py.
 
 Short-text mitigation (short inputs are where fine-tuned XTTS babbles):
 
@@ -48,15 +49,15 @@ import torch.nn.functional as F
 
 from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefix_embeddings
-from xtts_ft.evaluate.decode_cache import host_to_device
-from xtts_ft.evaluate.decode_graph import side_stream
-from xtts_ft.evaluate.synthesis import _conditioning, check_language
+from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, prefix_embeddings
+from xtts_ft.inference.conditioning import check_language, conditioning
+from xtts_ft.inference.decode_cache import host_to_device
+from xtts_ft.inference.decode_graph import side_stream
+from xtts_ft.inference.decoder_settings import DecoderSettings, decoder_settings
+from xtts_ft.inference.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.decode_loop import DecodeLoop, Stream
 from xtts_ft.serve.first_chunk import FirstChunkLog, FirstChunkTimes
 from xtts_ft.serve.model_source import ResolvedModel
-from xtts_ft.serve.precision import EnginePrecision, choose_precision
-from xtts_ft.serve.streaming_vocoder import StreamingVocoder, Window, fold_weight_norm, vocode_windows, windows_fit
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
@@ -67,8 +68,10 @@ Cancel = Callable[[], bool]  # True: the caller no longer wants the audio
 
 
 class SynthesisCancelled(BaseException):
-    """Raised inside the model when the cancel callback says so. A BaseException (like the training stop) so
-    no ``except Exception`` on the way (coqui, transformers) swallows it."""
+    """Raised in the caller's thread when the cancel callback says so: by :meth:`SpeechEngine._codes` before each
+    chunk and while codes are awaited (every 50 ms), and while a vocoder turn is awaited; never inside a model call
+    (a vocoder call under way finishes first; the decode loop drops the row at its next step). A BaseException
+    (like the training stop) so no ``except Exception`` on the way swallows it."""
 
 
 def _check(cancel: Optional[Cancel]) -> None:
@@ -113,17 +116,11 @@ class PieceResult:
     attempts: int
 
 
-def new_decode_loop(gpt, device: torch.device, settings: ServeConfig, precision: EnginePrecision) -> DecodeLoop:
-    """The decode loop of one model: ``max_active_streams`` rows, ``precision``'s graphs and dtypes, and on CUDA each
-    step launched before the one before it is read back (``ServeConfig.decode_overlap``)."""
-    return DecodeLoop(gpt, settings.max_active_streams, precision,
-                      overlap=device.type == "cuda" and settings.decode_overlap == "auto")
-
-
-def new_vocoder_stream(device: torch.device, setting: str) -> Optional[torch.cuda.Stream]:
-    """The CUDA stream the readers vocode on (``ServeConfig.vocoder_stream`` auto, on CUDA; None: the decode steps'
-    stream): never the one the decode graphs are recorded on (:func:`.decode_graph.side_stream`)."""
-    return side_stream(device) if device.type == "cuda" and setting == "auto" else None
+def new_vocoder_stream(device: torch.device, decoder: DecoderSettings) -> Optional[torch.cuda.Stream]:
+    """The CUDA stream the readers vocode on (``decoder.vocoder_stream``: ``ServeConfig.vocoder_stream`` auto, on
+    CUDA; None: the decode steps' stream): never the one the decode graphs are recorded on
+    (:func:`xtts_ft.inference.decode_graph.side_stream`)."""
+    return side_stream(device) if decoder.vocoder_stream else None
 
 
 class SpeechEngine:
@@ -156,25 +153,25 @@ class SpeechEngine:
         fold_weight_norm(xtts.hifigan_decoder)  # and HiFiGAN's weights computed once, not at every call
         device = next(xtts.parameters()).device
         self.device = device  # where the model runs
-        # fp32 unless asked for, CUDA graphs on a card unless turned off; half precision and graphs on CUDA only
-        self.precision = choose_precision(device, settings.decode_precision,
-                                          settings.vocoder_precision, settings.decode_graphs)
-        for note in self.precision.notes:
+        # How the decoder runs, decided once from the device and the settings: fp32 unless asked for, CUDA graphs,
+        # overlapped steps and a vocoder stream on a card unless turned off; half precision and all those on CUDA only
+        self.decoding = decoder_settings(device, settings)
+        for note in self.decoding.notes:
             log.info("engine: %s", note)
         # One decode thread per model: engines that share a model (tests, benchmarks) share its loop.
-        self.loop = loop or new_decode_loop(xtts.gpt, device, settings, self.precision)
+        self.loop = loop or DecodeLoop(xtts.gpt, settings.max_active_streams, self.decoding)
         # One vocoder call at a time (one chunk, never across a piece), the most urgent first: callers' threads
         # running HiFiGAN side by side only fight over the same cores (measured: 8 at once gave 0.4x the throughput).
         # On CUDA the call whose turn it is also vocodes other callers' waiting chunks (ServeConfig.vocoder_batch).
         self.vocoder_turns: VocoderTurns[Window, torch.Tensor] = VocoderTurns(
-            settings.vocoder_batch if device.type == "cuda" else 1,
+            self.decoding.vocoder_batch,
             run=lambda windows: vocode_windows(xtts.hifigan_decoder, windows), fits=windows_fit)
         # On CUDA the vocoding (a chunk's frames, HiFiGAN, the crossfade) goes on a stream of its own: on the decode
         # loop's stream a chunk's kernels wait behind the steps queued before them, and the next step behind the
         # chunk. Reading the latents there needs no wait on the loop's stream: the loop has read each step's codes
         # back (a synchronisation) before a reader sees them, and a reader holds its latents until its audio is on
         # the host (another one).
-        self.vocoder_stream = new_vocoder_stream(device, settings.vocoder_stream)
+        self.vocoder_stream = new_vocoder_stream(device, self.decoding)
 
     @classmethod
     def open(cls, source: ResolvedModel, device: str = "cpu", *, voices_dir: Optional[Path] = None,
@@ -237,7 +234,7 @@ class SpeechEngine:
 
     def _latents(self, voice: Voice) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.inference_mode():
-            return self.voices.latents(voice, lambda path: _conditioning(self.xtts, path))
+            return self.voices.latents(voice, lambda path: conditioning(self.xtts, path))
 
     def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[tuple[int, bool]]:
         """Yield (codes, final) each time the next chunk's codes exist, and once at the end (final True: ``codes`` is
@@ -286,7 +283,7 @@ class SpeechEngine:
                 gpt_latents = F.interpolate(gpt_latents.transpose(1, 2), scale_factor=length_scale,
                                             mode="linear").transpose(1, 2)
             deadline = time.perf_counter() if needed_at is None else needed_at
-            with self.vocoder_turns.turn(deadline, abandon=_waiting_check(cancel)), self.precision.vocoding():
+            with self.vocoder_turns.turn(deadline, abandon=_waiting_check(cancel)), self.decoding.vocoding():
                 wav = self.xtts.hifigan_decoder(gpt_latents, g=speaker_embedding)
             return wav.detach().float().cpu().numpy().reshape(-1)  # (on the host: the stream's work is done)
 
@@ -375,7 +372,7 @@ class SpeechEngine:
                     if isinstance(plan, np.ndarray):  # nothing to vocode (yet)
                         chunk, vocoded = plan, time.perf_counter()
                     else:  # in this caller's vocoder turn, or with another caller's chunk in its turn
-                        with self.precision.vocoding():
+                        with self.decoding.vocoding():
                             wav = self.vocoder_turns.vocode(needed_at + samples / self.sample_rate, plan,
                                                             abandon=_waiting_check(cancel))
                         vocoded = time.perf_counter()

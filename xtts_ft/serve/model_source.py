@@ -29,8 +29,8 @@ import yaml
 from xtts_ft.checkpoint_store import BEST_METRICS, CheckpointStore
 from xtts_ft.config import CheckpointConfig
 from xtts_ft.errors import ModelError
-from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
-from xtts_ft.evaluate.infer import load_checkpoint_folder, load_export
+from xtts_ft.inference.checkpoint_folder import base_for_checkpoint
+from xtts_ft.inference.loading import load_checkpoint_folder, load_export
 from xtts_ft.layout import CONFIG_FILE, RUN_FILE, STATE_FILE, RunLayout
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.run_folder import read_record
@@ -59,7 +59,7 @@ class ResolvedModel:
         return f"{self.kind} folder {self.model_dir}"
 
     def load(self, device: str = "cpu"):
-        """(xtts, tokenizer, meta) with the project's loaders (``xtts_ft.evaluate.infer``)."""
+        """(xtts, tokenizer, meta) with the project's loaders (``xtts_ft.inference.loading``)."""
         if self.loads_as == "export":
             return load_export(self.model_dir, device=device)
         base = base_for_checkpoint(self.model_dir, self.base_model)

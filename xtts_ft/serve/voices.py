@@ -37,7 +37,7 @@ from xtts_ft.audio_io import DecodeError, load_audio
 from xtts_ft.config import DatasetConfig
 from xtts_ft.data import read_metadata
 from xtts_ft.errors import DataError, UserError
-from xtts_ft.evaluate.synthesis import check_reference
+from xtts_ft.inference.conditioning import check_reference
 from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import atomic_write
 

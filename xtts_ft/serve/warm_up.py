@@ -1,9 +1,9 @@
 """Before the first caller: the engine speaks a sentence to 1, 2, 4, ... ``max_active_streams`` callers at once.
 
 A server's first requests pay costs that later ones do not: on CUDA each batch size's decode step is recorded
-as a CUDA graph the first time a step needs it (:mod:`xtts_ft.evaluate.decode_graph`: on an H200 a caller
+as a CUDA graph the first time a step needs it (:mod:`xtts_ft.inference.decode_graph`: on an H200 a caller
 alone heard audio after 0.39 s while the graphs were being recorded, 0.22 s afterwards), and so is each
-prefill bucket (:mod:`xtts_ft.evaluate.prefill_graph`), cuDNN chooses its HiFiGAN kernels for each window
+prefill bucket (:mod:`xtts_ft.inference.prefill_graph`), cuDNN chooses its HiFiGAN kernels for each window
 length and batch, and the voice's conditioning latents are computed. The warm-up pays them before ``serve``
 prints its address: one round per batch size, its callers starting together and synthesising the same short
 sentence, so the decode loop meets the row counts up to its limit (threads cannot promise it: a caller that is

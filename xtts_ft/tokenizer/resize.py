@@ -5,7 +5,7 @@ appended). New rows of ``text_embedding.weight`` and ``text_head.weight`` are dr
 diagonal Gaussian with the per-dimension mean and standard deviation of the trained rows, so a
 new token looks like a typical old one to the layers that read it. coqui's own resize path uses
 unit-variance noise instead, which is tens of times larger than trained XTTS rows and inflates
-the first losses (tests/tokenizer/test_resize.py measures this on a tiny model).
+the first losses (tests/tokenizer/test_tokenizer_resize.py measures this on a tiny model).
 
 ``text_head.bias``: every new entry is the mean of the trained biases, without noise. A bias is
 one number per token, the token's prior log-odds; the head weights already break the symmetry

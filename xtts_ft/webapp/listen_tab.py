@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 from xtts_ft.errors import UserError
 from xtts_ft.evaluate import export_from_checkpoint
-from xtts_ft.evaluate.checkpoint_base import base_for_checkpoint
+from xtts_ft.inference.checkpoint_folder import base_for_checkpoint
 from xtts_ft.layout import RunLayout
 from xtts_ft.webapp import gradio_adapter, run_view
 from xtts_ft.webapp.context import AppContext

@@ -23,7 +23,7 @@ import torch
 
 from xtts_ft.config import ServeConfig
 from xtts_ft.errors import DataError, ModelError
-from xtts_ft.evaluate.export import checkpoint_settings
+from xtts_ft.inference.checkpoint_folder import checkpoint_settings
 from xtts_ft.languages import AMHARIC
 from xtts_ft.layout import RunLayout
 from xtts_ft.model_folder import EXPORT_META

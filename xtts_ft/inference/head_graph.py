@@ -26,8 +26,8 @@ from typing import Callable, Optional
 
 import torch
 
-from xtts_ft.evaluate.decode_graph import Recorder, Recordings, full_fp32_matmuls, relative_difference
-from xtts_ft.evaluate.prefill_graph import shared_pool_graphs
+from xtts_ft.inference.decode_graph import Recorder, Recordings, full_fp32_matmuls, relative_difference
+from xtts_ft.inference.prefill_graph import shared_pool_graphs
 
 log = logging.getLogger(__name__)
 

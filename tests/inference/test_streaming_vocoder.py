@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from xtts_ft.serve.streaming_vocoder import CROSSFADE_FRAMES, StreamingVocoder
-from xtts_ft.serve.streaming_vocoder_reference import ReferenceStreamingVocoder
+from xtts_ft.inference.streaming_vocoder import CROSSFADE_FRAMES, StreamingVocoder
+from xtts_ft.inference.streaming_vocoder_reference import ReferenceStreamingVocoder
 
 
 def _latents(n: int, dim: int, seed: int = 0) -> torch.Tensor:
@@ -131,7 +131,7 @@ def test_vocoder_work_is_linear_in_the_audio(engine):
 def test_windows_of_several_streams_vocoded_in_one_call_give_each_its_own_audio(engine):
     """Streams at different points (so windows of different lengths, right-padded in the shared call) and with
     different voices: each stream's chunks are what it gets vocoding alone, up to float rounding."""
-    from xtts_ft.serve.streaming_vocoder import vocode_windows, windows_fit
+    from xtts_ft.inference.streaming_vocoder import vocode_windows, windows_fit
 
     hifigan = engine.xtts.hifigan_decoder
     dim = engine.xtts.gpt.model_dim
@@ -170,7 +170,7 @@ def test_windows_of_several_streams_vocoded_in_one_call_give_each_its_own_audio(
 
 
 def test_a_final_window_shares_a_call_only_with_windows_of_its_length():
-    from xtts_ft.serve.streaming_vocoder import Window, windows_fit
+    from xtts_ft.inference.streaming_vocoder import Window, windows_fit
 
     def window(frames: int, final: bool) -> Window:
         return Window(torch.zeros(8, frames), torch.zeros(1, 4, 1), final, 0, frames)
@@ -186,7 +186,7 @@ def test_folding_hifigans_weight_norm_changes_no_sample(engine):
     from torch.nn.utils import parametrize
     from TTS.tts.layers.xtts.hifigan_decoder import HifiDecoder
 
-    from xtts_ft.serve.streaming_vocoder import fold_weight_norm
+    from xtts_ft.inference.streaming_vocoder import fold_weight_norm
 
     assert not any(parametrize.is_parametrized(m) for m in engine.xtts.hifigan_decoder.waveform_decoder.modules())
     torch.manual_seed(0)

@@ -14,12 +14,12 @@ import logging
 import pytest
 import torch
 
-from tests.evaluate.golden import TEMPERATURE, golden_model
-from tests.evaluate.recorders import graph_like, refused
-from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
-from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
-from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
-from xtts_ft.evaluate.head_graph import FixedShapeHead, head
+from tests.inference.golden import TEMPERATURE, golden_model
+from tests.inference.recorders import assert_turned_off_once, graph_like, refused
+from tests.inference.test_batch_decode import COQUI, _request, _run_schedule
+from xtts_ft.inference.batch_decode import BatchDecoder, Sampling
+from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
+from xtts_ft.inference.head_graph import FixedShapeHead, head
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +108,10 @@ def test_a_head_recording_that_fails_or_differs_turns_head_graphs_off_and_change
     for recorder, why in ((refused, "recording the decode head failed: operation not permitted"),
                           (wrong, "the recorded decode head differs from the eager one")):
         fixed = FixedShapeHead(record=recorder)
-        with caplog.at_level(logging.WARNING, logger="xtts_ft.evaluate.head_graph"):
+        with caplog.at_level(logging.WARNING, logger="xtts_ft.inference.head_graph"):
             rows = _decode(golden, lambda i: COQUI, fixed, long_codes=30)
-        assert fixed.disabled is not None and why in fixed.disabled and "\n" not in fixed.disabled
-        assert fixed.recordings == 0 and fixed.replays == 0
-        assert [r.codes for r in rows] == [r.codes for r in eager]
-        assert sum("CUDA graphs off" in r.message and "eager head" in r.message for r in caplog.records) == 1
+        assert_turned_off_once(fixed, why, rows, eager, [r for r in caplog.records if "eager head" in r.message],
+                               "CUDA graphs off")
         caplog.clear()
 
 
@@ -135,7 +133,7 @@ def test_logits_that_are_not_finite_are_refused_through_the_replayed_head(golden
 def test_by_default_every_head_shape_is_recorded_into_one_shared_pool(golden, monkeypatch):
     """serve's head graphs (no recorder given) share one memory pool, made at the first recording: a head's outputs
     are read before the next step, so the shapes need not each keep their own working memory."""
-    from xtts_ft.evaluate import head_graph
+    from xtts_ft.inference import head_graph
 
     made = []
 

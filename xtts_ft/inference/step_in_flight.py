@@ -6,7 +6,7 @@ and launches the next step's operations one by one. With ``BatchDecoder(overlap=
 first, its input the codes still on the device, and the codes of the step before are read back after: on a card
 the host's work of one step runs while the GPU computes the next. A row that finished (its stop code, its length)
 is computed once more in the step already launched, and that code is dropped: each row's codes are the ones it
-gets without overlap (tests/evaluate/test_step_overlap.py).
+gets without overlap (tests/inference/test_step_overlap.py).
 
 :class:`InFlight` holds such a step: its device tensors in the order the step computed its rows, and which of them
 are still the batch's rows (rows that left since are no longer looked at). The codes' copy to the host is started
@@ -20,7 +20,7 @@ from typing import Generic, Optional, TypeVar
 
 import torch
 
-from xtts_ft.evaluate.decode_cache import indices
+from xtts_ft.inference.decode_cache import indices
 
 Row = TypeVar("Row")  # what the decoder's rows are (its DecodeRequest)
 

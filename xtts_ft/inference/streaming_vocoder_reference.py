@@ -1,10 +1,10 @@
 """The streaming vocoder's frames as they were first computed, kept as the oracle and the baseline of the faster way.
 
-:meth:`xtts_ft.serve.streaming_vocoder.StreamingVocoder._frames` computes the same upsampled frames from index
+:meth:`xtts_ft.inference.streaming_vocoder.StreamingVocoder._frames` computes the same upsampled frames from index
 tables built on the host (NumPy), over the latents of the window only. This first version stacked every latent
 of the utterance at every chunk (work that grows with the utterance, not the chunk), worked out the indices with
 about twenty small tensor operations on the latents' device, and called ``torch.unique`` there (on a GPU a wait
-for the stream, at every chunk). tests/serve/test_streaming_vocoder.py checks that both give the same frames bit for
+for the stream, at every chunk). tests/inference/test_streaming_vocoder.py checks that both give the same frames bit for
 bit; ``benchmarks/streaming_plan.py`` times both in one run. Nothing in the product uses this module.
 """
 
@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from xtts_ft.serve.streaming_vocoder import StreamingVocoder
+from xtts_ft.inference.streaming_vocoder import StreamingVocoder
 
 
 class ReferenceStreamingVocoder(StreamingVocoder):

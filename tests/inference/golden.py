@@ -1,4 +1,4 @@
-"""The golden-codes setup shared by tests/evaluate/test_batch_decode.py and tests/assets/make_golden_codes.py.
+"""The golden-codes setup shared by tests/inference/test_batch_decode.py and tests/assets/make_golden_codes.py.
 
 The tiny random model (seed 0, tests/fixtures) with its attention made to matter, the tiny vocab plus
 ``[am]``, an identity normaliser, the demo dataset's first clip as the voice, fixed texts and seeds,
@@ -41,7 +41,7 @@ class CodeRecorder(StoppingCriteria):
 
 def golden_model(tiny_base, am_vocab):
     """(xtts, tokenizer, (gpt_cond_latent, speaker_embedding)) ready for inference."""
-    from xtts_ft.evaluate.synthesis import _conditioning
+    from xtts_ft.inference.conditioning import conditioning
     from xtts_ft.model import build_xtts
     from xtts_ft.tokenizer.voice_tokenizer import AmharicTokenizer
 
@@ -53,7 +53,7 @@ def golden_model(tiny_base, am_vocab):
             block.attn.c_proj.weight.mul_(30.0)
             block.attn.c_attn.weight[:, : 2 * block.attn.c_attn.weight.shape[0]].mul_(4.0)  # queries and keys
     with torch.inference_mode():
-        latents = _conditioning(xtts, VOICE)
+        latents = conditioning(xtts, VOICE)
     return xtts, tokenizer, latents
 
 

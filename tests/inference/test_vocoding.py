@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from xtts_ft.evaluate.vocoding import vocode, vocode_all
+from xtts_ft.inference.vocoding import vocode, vocode_all
 from xtts_ft.stop_signals import StopRequested
 
 

@@ -13,13 +13,13 @@ import logging
 import pytest
 import torch
 
-from tests.evaluate.golden import golden_model
-from tests.evaluate.recorders import refused
-from tests.evaluate.test_batch_decode import _request
-from tests.evaluate.test_decode_graph import _sampling_of
-from xtts_ft.evaluate.batch_decode import BatchDecoder, prefill_forward, prefill_rows
-from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, causal_blocks
+from tests.inference.golden import golden_model
+from tests.inference.recorders import assert_turned_off_once, refused
+from tests.inference.test_batch_decode import _request
+from tests.inference.test_decode_graph import _sampling_of
+from xtts_ft.inference.batch_decode import BatchDecoder, prefill_forward, prefill_rows
+from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
+from xtts_ft.inference.prefill_graph import FixedShapePrefill, causal_blocks
 
 TEXTS = ["hi", "a much longer sentence than the others here to pad the cache", "peter piper", "zebra",
          "the quick brown fox jumps", "xy", "one two three four five six seven eight nine ten eleven"]
@@ -92,12 +92,9 @@ def test_a_prefill_recording_that_fails_or_differs_turns_its_graphs_off_and_chan
     for recorder, why in ((refused, "recording the prefill failed: operation not permitted"),
                           (wrong, "differs from the eager one")):
         prefill = FixedShapePrefill(prefill_forward, record=recorder)
-        with caplog.at_level(logging.WARNING, logger="xtts_ft.evaluate.prefill_graph"):
+        with caplog.at_level(logging.WARNING, logger="xtts_ft.inference.prefill_graph"):
             rows = _decode(golden, prefill)
-        assert prefill.disabled is not None and why in prefill.disabled and "\n" not in prefill.disabled
-        assert prefill.recordings == 0 and prefill.replays == 0
-        assert [r.codes for r in rows] == [r.codes for r in eager]
-        assert sum("prefill: CUDA graphs off" in r.message for r in caplog.records) == 1
+        assert_turned_off_once(prefill, why, rows, eager, caplog.records, "prefill: CUDA graphs off")
         caplog.clear()
 
 
@@ -117,7 +114,7 @@ def test_a_prefix_longer_than_the_largest_bucket_is_prefilled_eagerly(golden):
 
 
 def test_the_shared_pool_recorder_hands_every_recording_the_same_pool(monkeypatch):
-    from xtts_ft.evaluate import prefill_graph
+    from xtts_ft.inference import prefill_graph
 
     pools = []
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", 1))

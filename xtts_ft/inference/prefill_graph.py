@@ -34,8 +34,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xtts_ft.evaluate.decode_cache import indices, mlp
-from xtts_ft.evaluate.decode_graph import Out, Recorder, Recordings, cuda_graph, full_fp32_matmuls, relative_difference
+from xtts_ft.inference.decode_cache import indices, mlp
+from xtts_ft.inference.decode_graph import Out, Recorder, Recordings, cuda_graph, full_fp32_matmuls, relative_difference
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ written one column per step:
 The step runs the blocks' own modules (``ln_1``, ``c_attn``, ``c_proj``, ``ln_2``, ``mlp``, the
 model's ``ln_f``) and the attention Hugging Face's GPT-2 calls (SDPA, its scale, no mask when no row
 is padded), so a row alone computes what ``GPT2Model`` computes with its cache
-(tests/evaluate/test_batch_decode.py compares the two, and coqui's codes).
+(tests/inference/test_batch_decode.py compares the two, and coqui's codes).
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.evaluate.golden import TEMPERATURE, golden_model
-from tests.evaluate.test_batch_decode import COQUI, _request
-from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling
-from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
-from xtts_ft.evaluate.head_graph import FixedShapeHead
+from tests.inference.golden import TEMPERATURE, golden_model
+from tests.inference.test_batch_decode import COQUI, _request
+from xtts_ft.inference.batch_decode import BatchDecoder, Sampling
+from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
+from xtts_ft.inference.head_graph import FixedShapeHead
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +115,14 @@ def test_the_decode_loop_with_overlap_gives_solo_codes_through_a_late_join_and_a
     """serve's loop on a card overlaps its steps (here forced on the CPU): a request that arrives while others decode
     (the step in flight is read back first and its codes handed on), and one cancelled mid-way, change no one's
     codes; the cancelled one's are the start of its own."""
-    from tests.evaluate.test_batch_decode import _solo
+    from tests.inference.test_batch_decode import _solo
     from tests.serve.test_engine_streaming import Gated
+    from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
 
     texts = ["hi", "a much longer sentence than the others here", "peter piper", "zebra"]
-    loop = DecodeLoop(golden[0].gpt, max_active=8, overlap=True)
-    assert loop._decoder.overlap and not DecodeLoop(golden[0].gpt, max_active=8).overlap  # (on the CPU: off)
+    loop = DecodeLoop(golden[0].gpt, max_active=8, settings=DecoderSettings(overlap=True))
+    assert loop._decoder.overlap and not DecodeLoop(golden[0].gpt, max_active=8)._decoder.overlap  # (default: off)
     held = Gated(temperature=TEMPERATURE, hold_at=6)  # the second request's choices wait at its 7th: no race to its end
     requests = [_request(golden, t, i, sampling=held if i == 1 else COQUI) for i, t in enumerate(texts)]
     try:
@@ -151,8 +152,16 @@ def test_the_decode_path_makes_no_tensor_on_the_device_by_a_copy_that_waits():
     import inspect
     import re
 
-    from xtts_ft.evaluate import batch_decode, decode_cache, decode_graph, head_graph, prefill_graph, step_in_flight
-    from xtts_ft.serve import decode_loop, engine, streaming_vocoder
+    from xtts_ft.inference import (
+        batch_decode,
+        decode_cache,
+        decode_graph,
+        head_graph,
+        prefill_graph,
+        step_in_flight,
+        streaming_vocoder,
+    )
+    from xtts_ft.serve import decode_loop, engine
 
     blocking = re.compile(r"torch\.(?:tensor|as_tensor)\((?:[^()]|\([^()]*\))*device=")
     for module in (batch_decode, decode_cache, decode_graph, head_graph, prefill_graph, step_in_flight, decode_loop,

@@ -1,6 +1,6 @@
 """The batched decoder: golden codes, coqui's own codes when alone, and rows that do not depend on each other.
 
-The model is the tiny random one with its attention made to matter (tests/evaluate/golden.py), so the
+The model is the tiny random one with its attention made to matter (tests/inference/golden.py), so the
 codes depend on the text, the voice and every earlier code.
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.evaluate.golden import (
+from tests.inference.golden import (
     MAX_CODES,
     SEEDS,
     TEMPERATURE,
@@ -20,7 +20,7 @@ from tests.evaluate.golden import (
     golden_model,
     read_golden,
 )
-from xtts_ft.evaluate.batch_decode import BatchDecoder, DecodeRequest, Sampling, decode_all, prefix_embeddings
+from xtts_ft.inference.batch_decode import BatchDecoder, DecodeRequest, Sampling, decode_all, prefix_embeddings
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_evaluation_samples_in_one_batch_sound_as_coquis_one_by_one(golden, tmp_
     """synthesize_samples decodes all samples together; each still sounds as Xtts.inference makes it alone."""
     import soundfile as sf
 
-    from tests.evaluate.golden import VOICE
+    from tests.inference.golden import VOICE
     from xtts_ft.evaluate.synthesis import synthesize_samples
 
     xtts, tokenizer, latents = golden
@@ -193,7 +193,7 @@ def _run_schedule(decoder, golden, sampling_of, long_codes: int):
 def test_the_decoder_computes_exactly_what_the_reference_decoder_computes(golden, mixed):
     """The cache written in place and the batched choice give the first decoder's codes and latents, bit for bit
     (the reference: a DynamicCache concatenated at every step, each row chosen on its own)."""
-    from xtts_ft.evaluate.batch_decode_reference import ReferenceDecoder
+    from xtts_ft.inference.batch_decode_reference import ReferenceDecoder
 
     hot = Sampling(temperature=1.3, top_k=20, top_p=0.95, repetition_penalty=2.0)
     greedy = Sampling(temperature=TEMPERATURE, do_sample=False, repetition_penalty=1.0)
@@ -216,7 +216,7 @@ def test_the_decoder_computes_exactly_what_the_reference_decoder_computes(golden
 
 def test_batched_choice_equals_transformers_processors_row_by_row():
     """Sampling.choose on many rows at once picks each row's code as transformers' processors pick it alone."""
-    from xtts_ft.evaluate.batch_decode_reference import choose_one
+    from xtts_ft.inference.batch_decode_reference import choose_one
 
     rows, vocab = 6, 300
     draw = torch.Generator().manual_seed(0)
@@ -249,7 +249,7 @@ def test_a_gpt_the_decoder_cannot_run_is_refused_in_one_line(golden):
 
 
 def test_the_cache_stays_near_what_its_rows_need_and_is_freed_when_they_leave(golden):
-    from xtts_ft.evaluate.decode_cache import HEADROOM_COLUMNS
+    from xtts_ft.inference.decode_cache import HEADROOM_COLUMNS
 
     xtts = golden[0]
     bias = xtts.gpt.mel_head.bias
@@ -283,7 +283,7 @@ def test_the_cache_stays_near_what_its_rows_need_and_is_freed_when_they_leave(go
 def test_requests_prefilled_together_decode_as_they_do_alone(golden):
     """Prefixes of different lengths in one right-padded prefill: each row's first hidden state and keys are its
     solo prefill's (up to float rounding of the wider products), and each request decodes its solo codes."""
-    from xtts_ft.evaluate.batch_decode import prefill
+    from xtts_ft.inference.batch_decode import prefill
 
     texts = ["hi", "a much longer sentence than the others here", "peter piper", "zebra crossing"]
     solo = [_solo(golden, t, i) for i, t in enumerate(texts)]
@@ -329,7 +329,7 @@ def test_the_decode_loop_prefills_arrivals_together_with_their_solo_codes(golden
 
 
 def test_a_failed_prefill_together_is_tried_again_one_by_one(golden, monkeypatch, caplog):
-    import xtts_ft.evaluate.batch_decode as batch_decode
+    import xtts_ft.inference.batch_decode as batch_decode
 
     real = batch_decode.prefill_forward
 
@@ -347,7 +347,7 @@ def test_a_failed_prefill_together_is_tried_again_one_by_one(golden, monkeypatch
 
 
 def test_draw_is_multinomial_row_by_row_bit_for_bit_and_moves_each_generator_alike():
-    from xtts_ft.evaluate.batch_decode import draw
+    from xtts_ft.inference.batch_decode import draw
 
     sampling = Sampling()
     for rows in (1, 5):
@@ -377,10 +377,10 @@ def test_a_bf16_decoder_runs_a_cast_copy_of_the_blocks_and_leaves_the_models_own
     """decode_precision bf16: the GPT-2 blocks' weights cast once into a copy (the model's stay fp32: evaluation shares
     it with training); the latents and logits still come out of the fp32 final norm and head. The CPU runs bf16
     matrix products too (slowly), so the path runs here, eager and through the fixed shapes a CUDA graph replays."""
-    from tests.evaluate.test_decode_graph import GREEDY
-    from xtts_ft.evaluate.batch_decode import decode_transformer, prefill, prefill_forward, prefill_rows
-    from xtts_ft.evaluate.decode_graph import FixedShapeStep, call_directly
-    from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+    from tests.inference.test_decode_graph import GREEDY
+    from xtts_ft.inference.batch_decode import decode_transformer, prefill, prefill_forward, prefill_rows
+    from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
+    from xtts_ft.inference.prefill_graph import FixedShapePrefill
 
     gpt = golden[0].gpt
     before = [p.clone() for p in gpt.gpt.parameters()]

@@ -24,12 +24,12 @@ evaluation's batches:
 The first version of this decoder (kept as :mod:`.batch_decode_reference`, the tests' oracle and the
 baseline of ``benchmarks/decode_step.py``) rebuilt a ``DynamicCache`` at every step and chose row by
 row; this one gives the same codes and latents, bit for bit on the CPU
-(tests/evaluate/test_batch_decode.py).
+(tests/inference/test_batch_decode.py).
 
 Sampling repeats transformers' ``generate`` with coqui's arguments exactly (repetition penalty over
 the whole input, which in coqui holds ``prefix_len`` dummy ids 1 and the start code, then temperature,
 top-k, top-p and ``torch.multinomial``'s draw, :func:`draw`), so a request alone gives the codes of ``Xtts.inference`` for the
-same seed (tests/evaluate/test_batch_decode.py, and the golden codes in tests/assets/).
+same seed (tests/inference/test_batch_decode.py, and the golden codes in tests/assets/).
 
 Each generated code comes with its *latent* (the final-normed hidden state that predicted it): what
 coqui recomputes with a second forward pass and hands to HiFiGAN.
@@ -51,11 +51,11 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from xtts_ft.evaluate.decode_cache import SlotCache, host_to_device, indices, unsupported
-from xtts_ft.evaluate.decode_graph import FixedShapeStep, StaticSlotCache
-from xtts_ft.evaluate.head_graph import FixedShapeHead, latents_and_logits
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
-from xtts_ft.evaluate.step_in_flight import InFlight
+from xtts_ft.inference.decode_cache import SlotCache, host_to_device, indices, unsupported
+from xtts_ft.inference.decode_graph import FixedShapeStep, StaticSlotCache
+from xtts_ft.inference.head_graph import FixedShapeHead, latents_and_logits
+from xtts_ft.inference.prefill_graph import FixedShapePrefill, Prefilled, gathered, padded_prefill, right_padded
+from xtts_ft.inference.step_in_flight import InFlight
 
 
 @dataclass(frozen=True)
@@ -409,9 +409,12 @@ def decode_transformer(gpt, dtype: Optional[torch.dtype]) -> nn.Module:
     return copy_.eval()
 
 
-def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None) -> None:
-    """Decode ``requests`` to the end in batches of at most ``max_batch`` rows (new ones join as others finish)."""
-    decoder = BatchDecoder(gpt)
+def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None,
+               decoder: Optional[BatchDecoder] = None) -> None:
+    """Decode ``requests`` to the end in batches of at most ``max_batch`` rows (new ones join as others finish);
+    ``decoder``: the one to run (:meth:`xtts_ft.inference.decoder_settings.DecoderSettings.decoder`), empty;
+    None: an eager fp32 one."""
+    decoder = BatchDecoder(gpt) if decoder is None else decoder
     waiting = list(requests)
     while waiting or decoder.rows:
         room = len(waiting) if max_batch is None else max(0, max_batch - len(decoder))

@@ -1,11 +1,11 @@
 """The batched decoder as it was first written, kept as the oracle and the baseline of the faster one.
 
-:class:`xtts_ft.evaluate.batch_decode.BatchDecoder` computes the same codes and latents with its cache
+:class:`xtts_ft.inference.batch_decode.BatchDecoder` computes the same codes and latents with its cache
 written in place (:mod:`.decode_cache`) and one read of the codes per step. This one hands Hugging
 Face's ``GPT2Model`` a ``DynamicCache`` rebuilt at every step (which concatenates every layer's keys
 and values with the new column), pads the whole cache again when a request joins, and runs the
 output head and transformers' logits processors row by row with a host read per row. The tests
-compare the two (tests/evaluate/test_batch_decode.py) and ``benchmarks/decode_step.py`` measures both
+compare the two (tests/inference/test_batch_decode.py) and ``benchmarks/decode_step.py`` measures both
 in one run; nothing in the product calls this module.
 """
 
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from xtts_ft.evaluate.batch_decode import DecodeRequest, Sampling, prefill, staying
+from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, prefill, staying
 
 
 def choose_one(sampling: Sampling, scores: torch.Tensor, seen: torch.Tensor, generator: torch.Generator) -> int:

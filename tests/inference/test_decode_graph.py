@@ -14,14 +14,18 @@ import random
 import pytest
 import torch
 
-from tests.evaluate.golden import TEMPERATURE, golden_model
-from tests.evaluate.recorders import StandInCuda, refused, tf32_like
-from tests.evaluate.test_batch_decode import COQUI, _request, _run_schedule
-from xtts_ft.evaluate.batch_decode import BatchDecoder, Sampling, prefill_forward
-from xtts_ft.evaluate.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
-from xtts_ft.evaluate.head_graph import FixedShapeHead
-from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+from tests.inference.golden import TEMPERATURE, golden_model
+from tests.inference.recorders import StandInCuda, assert_turned_off_once, refused, tf32_like
+from tests.inference.test_batch_decode import COQUI, _request, _run_schedule
+from xtts_ft.config import ServeConfig
+from xtts_ft.inference.batch_decode import BatchDecoder, Sampling, prefill_forward
+from xtts_ft.inference.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
+from xtts_ft.inference.decoder_settings import decoder_settings
+from xtts_ft.inference.head_graph import FixedShapeHead
+from xtts_ft.inference.prefill_graph import FixedShapePrefill
 from xtts_ft.serve.engine import new_vocoder_stream
+
+CARD = decoder_settings(torch.device("cuda"), ServeConfig())  # what SpeechEngine decides on a card
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +101,7 @@ def test_a_static_cache_that_does_not_fit_is_laid_out_as_needed_and_decodes_the_
         return real(*args)
 
     cache._relayout = out_of_memory_first
-    with caplog.at_level(logging.WARNING, logger="xtts_ft.evaluate.decode_graph"):
+    with caplog.at_level(logging.WARNING, logger="xtts_ft.inference.decode_graph"):
         rows = _run_schedule(decoder, golden, _sampling_of, 60)
     assert calls[0] == (cache.capacity_rows, cache.capacity_columns) and len(calls) >= 3, "then laid out as needed"
     assert not cache.static and fixed.disabled is None and fixed.recordings >= 2
@@ -182,12 +186,9 @@ def test_a_recording_that_fails_or_differs_turns_graphs_off_and_changes_no_code(
     for recorder, why in ((refused, "recording the decode step failed: operation not permitted"),
                           (wrong, "differs from the eager one")):
         fixed = FixedShapeStep(record=recorder)
-        with caplog.at_level(logging.WARNING, logger="xtts_ft.evaluate.decode_graph"):
+        with caplog.at_level(logging.WARNING, logger="xtts_ft.inference.decode_graph"):
             _, rows = _decode(golden, fixed, long_codes=40)
-        assert fixed.disabled is not None and why in fixed.disabled and "\n" not in fixed.disabled
-        assert fixed.recordings == 0 and fixed.replays == 0
-        assert [r.codes for r in rows] == [r.codes for r in eager]
-        assert sum("CUDA graphs off" in r.message for r in caplog.records) == 1
+        assert_turned_off_once(fixed, why, rows, eager, caplog.records, "CUDA graphs off")
         caplog.clear()
 
 
@@ -195,7 +196,7 @@ def test_the_cuda_recorder_warms_up_records_once_and_replays_without_running_the
     """torch.cuda's graph API stood in for (no GPU here): the order of the calls the recorder makes."""
     import contextlib
 
-    from xtts_ft.evaluate import decode_graph
+    from xtts_ft.inference import decode_graph
 
     events: list[str] = []
 
@@ -240,24 +241,26 @@ def test_no_recording_is_captured_on_the_vocoders_stream_however_many_are_made(m
     one of them: a new stream per recording was the vocoder's every 32nd time. 100 recordings, other streams drawn
     before and between them (other libraries, a second engine): every one is captured on the one capture stream,
     which is neither engine's vocoder stream."""
-    from xtts_ft.evaluate import decode_graph
+    from xtts_ft.inference import decode_graph
 
     cuda = StandInCuda(pool_size=32)
     cuda.install(monkeypatch)
     draws = random.Random(47)
     for _ in range(draws.randrange(32)):
         torch.cuda.Stream()
-    vocoder = new_vocoder_stream(torch.device("cuda"), "auto")  # what SpeechEngine makes at its start
+    vocoder = new_vocoder_stream(torch.device("cuda"), CARD)  # what SpeechEngine makes at its start
     for i in range(100):
         decode_graph.cuda_graph(lambda: torch.ones(1))
         for _ in range(draws.randrange(3)):
             torch.cuda.Stream()
         if i == 50:
-            second = new_vocoder_stream(torch.device("cuda"), "auto")  # a second engine in the same process
+            second = new_vocoder_stream(torch.device("cuda"), CARD)  # a second engine in the same process
     assert len(cuda.captured_on) == 100 and cuda.current == cuda.default, "each recording gives the stream back"
     assert vocoder not in cuda.captured_on and second not in cuda.captured_on
     assert len(set(cuda.captured_on)) == 1 and cuda.default not in cuda.captured_on, "one capture stream, made once"
-    assert new_vocoder_stream(torch.device("cuda"), "off") is None and new_vocoder_stream(torch.device("cpu"), "auto") is None
+    for device, setting in (("cuda", "off"), ("cpu", "auto")):
+        chosen = decoder_settings(torch.device(device), ServeConfig(vocoder_stream=setting))
+        assert new_vocoder_stream(torch.device(device), chosen) is None
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32-off", "tf32-on"])
@@ -283,7 +286,7 @@ def test_the_mlp_is_hugging_faces_exactly_unless_fused_and_fused_is_one_gelu_ker
 
     from torch.profiler import ProfilerActivity, profile
 
-    from xtts_ft.evaluate.decode_cache import mlp
+    from xtts_ft.inference.decode_cache import mlp
 
     block = golden[0].gpt.gpt.h[0]
     x = torch.randn(3, 1, golden[0].gpt.gpt.config.n_embd, generator=torch.Generator().manual_seed(0)) * 3
@@ -309,9 +312,9 @@ def test_the_mlp_is_hugging_faces_exactly_unless_fused_and_fused_is_one_gelu_ker
 def test_recordings_with_the_fused_gelu_stay_within_the_eager_steps_tolerance(golden, monkeypatch):
     """serve's recorded steps and prefills run the fused GELU (checked against the eager, exact ones at each
     recording): none turns off, the latents stay within rounding, and greedy rows keep the eager codes."""
-    from xtts_ft.evaluate import decode_cache, prefill_graph
-    from xtts_ft.evaluate.batch_decode import prefill_forward
-    from xtts_ft.evaluate.prefill_graph import FixedShapePrefill
+    from xtts_ft.inference import decode_cache, prefill_graph
+    from xtts_ft.inference.batch_decode import prefill_forward
+    from xtts_ft.inference.prefill_graph import FixedShapePrefill
 
     _, eager = _decode(golden, None, long_codes=60)
     fused_calls = {"step": 0, "prefill": 0}
@@ -343,7 +346,7 @@ def test_the_attention_mask_is_made_additive_once_per_step_and_the_numbers_stay_
     for bit, in the eager and the fixed-shape step alike."""
     from torch.profiler import ProfilerActivity, profile
 
-    from xtts_ft.evaluate import decode_cache
+    from xtts_ft.inference import decode_cache
 
     def conversions_in_attention(decoder) -> int:
         with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:

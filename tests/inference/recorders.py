@@ -89,7 +89,7 @@ class StandInCuda:
 
     def install(self, monkeypatch) -> None:
         """Stand in for torch.cuda's stream and graph calls, and start with no capture stream made."""
-        from xtts_ft.evaluate import decode_graph
+        from xtts_ft.inference import decode_graph
 
         cuda = self
 
@@ -109,3 +109,13 @@ class StandInCuda:
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
         monkeypatch.setattr(decode_graph, "_capture_streams", {}, raising=False)  # none made yet (the old recorder: none kept)
+
+
+def assert_turned_off_once(graphed, why: str, rows, eager, records, said: str) -> None:
+    """After a recording that failed or differed: ``graphed`` (a fixed-shape step, head or prefill) turned off with
+    ``why`` in one line and recorded or replayed nothing, every row kept its eager codes, and the log said ``said``
+    once (``records``: caplog's records)."""
+    assert graphed.disabled is not None and why in graphed.disabled and "\n" not in graphed.disabled
+    assert graphed.recordings == 0 and graphed.replays == 0
+    assert [r.codes for r in rows] == [r.codes for r in eager]
+    assert sum(said in r.message for r in records) == 1

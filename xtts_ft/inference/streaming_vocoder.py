@@ -16,7 +16,7 @@ its new frames plus a fixed left context and right look-ahead, so the work is li
 - the ``CROSSFADE_FRAMES`` before that point are held back and cross-faded (linear) with the next
   chunk's version of the same samples, so a join is a blend of two near-identical signals.
 
-The sizes follow from the generator's receptive field (below); tests/serve/test_streaming_vocoder.py
+The sizes follow from the generator's receptive field (below); tests/inference/test_streaming_vocoder.py
 checks the streamed audio against the whole-utterance vocoding away from the joins, the sample-to-sample
 jumps at the joins, and the linear work.
 """
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
-from xtts_ft.evaluate.decode_cache import host_to_device
+from xtts_ft.inference.decode_cache import host_to_device
 
 # XTTS's HiFiGAN generator (conv_pre, upsampling 8-8-2-2, resblocks of kernels 3/7/11 with dilations 1/3/5) sees
 # about 13 frames to the left and 14 to the right of each output frame (measured: one input frame changed, the

@@ -43,7 +43,7 @@ from typing import Callable, ContextManager, Generic, Iterator, Optional, Protoc
 import torch
 import torch.nn as nn
 
-from xtts_ft.evaluate.decode_cache import SlotCache, window_columns
+from xtts_ft.inference.decode_cache import SlotCache, window_columns
 
 log = logging.getLogger(__name__)
 
