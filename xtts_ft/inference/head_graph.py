@@ -22,24 +22,30 @@ On the CPU there are no launches to save; the CPU tests run it with a recorder t
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import torch
 
 from xtts_ft.inference.decode_graph import Recorder, Recordings, full_fp32_matmuls, relative_difference
 from xtts_ft.inference.prefill_graph import shared_pool_graphs
 
-if TYPE_CHECKING:
-    from xtts_ft.inference.batch_decode import Sampling
-
 log = logging.getLogger(__name__)
 
 # What the head gives: each row's latent (rows, dim, fp32), its distribution (rows, vocab: probabilities when
 # sampling, the penalised scores when greedy) and whether all its logits were finite (rows,).
 Head = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class SamplingSetting(Protocol):
+    """What the head needs of a sampling setting (:class:`.batch_decode.Sampling`, which imports this module): its
+    distribution over the codes. A setting is hashable: the head keeps one recording per setting."""
+
+    def distribution(self, scores: torch.Tensor, seen: torch.Tensor) -> torch.Tensor: ...
+
+
 # What tells the head's recordings apart: the rows rounded up to a power of two, the sampling setting, the hidden
 # states' dtype and device, and the autocast state.
-HeadKey = tuple[int, "Sampling", torch.dtype, torch.device, bool, torch.dtype]
+HeadKey = tuple[int, SamplingSetting, torch.dtype, torch.device, bool, torch.dtype]
 
 
 def latents_and_logits(gpt: torch.nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,7 +56,7 @@ def latents_and_logits(gpt: torch.nn.Module, hidden: torch.Tensor) -> tuple[torc
     return latents, gpt.mel_head(latents)
 
 
-def head(gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: Sampling) -> Head:
+def head(gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: SamplingSetting) -> Head:
     """The eager head: :func:`latents_and_logits`, then ``sampling``'s distribution (``seen``: (rows, vocab), the ids
     already in each row's input) and the finite flags."""
     latents, logits = latents_and_logits(gpt, hidden)
@@ -73,7 +79,7 @@ class FixedShapeHead(Recordings[HeadKey, tuple[Callable[[], Head], torch.Tensor,
         # per key: the replay, and the inputs it reads (hidden states, seen ids) for the fixed rows
         self._recorded: dict[HeadKey, tuple[Callable[[], Head], torch.Tensor, torch.Tensor]] = {}
 
-    def run(self, gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: Sampling) -> Head:
+    def run(self, gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: SamplingSetting) -> Head:
         """:func:`head` of the batch's ``hidden`` (n, dim) and ``seen`` (n, vocab). The latents are the caller's to
         keep; the distribution and the finite flags are the graph's outputs, read before the next step."""
         if self.disabled is not None:
@@ -92,7 +98,7 @@ class FixedShapeHead(Recordings[HeadKey, tuple[Callable[[], Head], torch.Tensor,
         self.replays += 1
         return latents[:n].clone(), distribution[:n], finite[:n]  # the requests keep their latents past this step
 
-    def _first(self, gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: Sampling,
+    def _first(self, gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: SamplingSetting,
                key: HeadKey) -> Head:
         """A new shape: the eager head gives this step's result; the new recording must give the same."""
         expected = head(gpt, hidden, seen, sampling)
