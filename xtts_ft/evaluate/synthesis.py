@@ -31,7 +31,7 @@ import torch
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
 from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
-from xtts_ft.inference.conditioning import check_language, check_reference, conditioning
+from xtts_ft.inference.conditioning import Latents, check_language, check_reference, conditioning
 from xtts_ft.inference.decoder_settings import decoder_settings
 from xtts_ft.inference.vocoding import vocode_all
 from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
@@ -182,7 +182,7 @@ def synthesize_requests(
     sr = int(xtts.args.output_sample_rate)
     previous_tokenizer = xtts.tokenizer
     xtts.tokenizer = tokenizer
-    latents: dict[Path, tuple[torch.Tensor, torch.Tensor]] = {}
+    latents: dict[Path, Latents] = {}
     results: list[SampleResult] = []
     code_language = language.split("-")[0]  # what Xtts.inference encodes with
     try:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
     from xtts_ft.tokenizer import AmharicTokenizer
 
+#: What conditioning on a voice gives: (the GPT's conditioning latent, the speaker embedding).
+Latents = tuple[torch.Tensor, torch.Tensor]
+
 MIN_REFERENCE_S = 0.5  # shortest voice reference accepted (the dataset's default shortest clip)
 
 
@@ -49,7 +52,7 @@ def reference_audio(wav: Path, rate: int = DATASET_RATE) -> torch.Tensor:
     return audio.clip_(-1, 1)
 
 
-def conditioning(xtts: Xtts, wav: Path) -> tuple[torch.Tensor, torch.Tensor]:
+def conditioning(xtts: Xtts, wav: Path) -> Latents:
     """``Xtts.get_conditioning_latents`` of one clip with the model config's settings (the GPT's conditioning latent,
     the speaker embedding), its steps on the audio :func:`reference_audio` reads: coqui's own method reads the file
     with ``torchaudio.load``."""
