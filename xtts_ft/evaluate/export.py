@@ -23,7 +23,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from tokenizers import Tokenizer
@@ -50,9 +50,13 @@ from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.fingerprint import vocab_fingerprint
 from xtts_ft.tokenizer.resize import TEXT_ROW_KEYS
 
+if TYPE_CHECKING:
+    from xtts_ft.json_types import JsonObject
+
 log = logging.getLogger(__name__)
 
-def _check_gpt_state(gpt_state: dict, base_gpt: dict, n_tokens: int, vocab_path: Path) -> None:
+def _check_gpt_state(gpt_state: dict[str, torch.Tensor], base_gpt: dict[str, torch.Tensor], n_tokens: int,
+                     vocab_path: Path) -> None:
     rows = gpt_state["text_embedding.weight"].shape[0]
     if rows != n_tokens:
         raise TokenizerError(
@@ -74,8 +78,8 @@ def _check_gpt_state(gpt_state: dict, base_gpt: dict, n_tokens: int, vocab_path:
             )
 
 
-def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, language: str) -> dict:
-    raw = json.loads(base.config_json.read_text(encoding="utf-8"))
+def _export_config(base: BaseModelFiles, vocab_path: Path, n_tokens: int, language: str) -> JsonObject:
+    raw: JsonObject = json.loads(base.config_json.read_text(encoding="utf-8"))
     tok = Tokenizer.from_file(str(vocab_path))
     ids = {name: tok.token_to_id(name) for name in ("[START]", "[STOP]", f"[{language}]")}
     absent = [name for name, i in ids.items() if i is None]
@@ -104,11 +108,11 @@ def export_model(
     *,
     base: BaseModelFiles,
     vocab_path: Path,
-    gpt_state_dict: dict,
+    gpt_state_dict: dict[str, torch.Tensor],
     out_dir: Path,
     text: TextSettings,
     language: str,
-    extra_meta: Optional[dict] = None,
+    extra_meta: Optional[JsonObject] = None,
     on_existing: str = REFUSE,
 ) -> Path:
     """Write the export folder (atomically) and return its path.

@@ -16,7 +16,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import torch
 
@@ -32,7 +32,6 @@ from xtts_ft.evaluate.synthesis import SampleResult, check_language, sample_requ
 from xtts_ft.layout import RunLayout
 from xtts_ft.run_history import EvalRecord, append_evaluation
 from xtts_ft.stop_signals import StopRequested, raise_if_stopped
-from xtts_ft.train.hooks import EvalHook
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -43,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MCD_SAMPLE_RATE = DATASET_RATE  # both the recording and the synthesis are resampled to this for MCD
+
+#: What :func:`make_eval_hook` builds: a trainer's ``EvalHook`` (xtts_ft/train/hooks.py) whose metrics are always
+#: numbers, so a caller here (the standalone evaluation) reads them without checking.
+MetricsHook = Callable[[int, "XttsTrainingModel"], dict[str, float]]
 
 
 
@@ -171,7 +174,7 @@ def make_eval_hook(
     recognizer: Optional[Transcriber] = None,
     languages: Sequence[LanguageEval] = (),
     listener: Optional[SampleListener] = None,
-) -> EvalHook:
+) -> MetricsHook:
     """``hook(step, model) -> dict[str, float]`` for the trainer.
 
     ``duration_range`` is the training data's seconds-per-character range ``(lo, hi)`` (None: not

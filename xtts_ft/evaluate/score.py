@@ -22,13 +22,13 @@ from xtts_ft.evaluate.hook import summarize
 from xtts_ft.evaluate.intelligibility import length_bucket, score_samples
 from xtts_ft.evaluate.synthesis import synthesize_samples
 from xtts_ft.inference.checkpoint_folder import TRAINING_STATE, base_for_checkpoint
-from xtts_ft.inference.loading import load_checkpoint_folder, load_export
+from xtts_ft.inference.loading import LoadedModel, load_checkpoint_folder, load_export
 from xtts_ft.model_folder import EXPORT_FILES, is_export
 
 log = logging.getLogger(__name__)
 
 
-def load_model(model_dir: Path, base_model: Optional[str], device: str):
+def load_model(model_dir: Path, base_model: Optional[str], device: str) -> LoadedModel:
     """(xtts, tokenizer, meta) of an export folder or a training checkpoint folder."""
     if is_export(model_dir):
         return load_export(model_dir, device=device)

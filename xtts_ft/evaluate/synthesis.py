@@ -21,20 +21,27 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import torch
 
 from xtts_ft.errors import DataError
 from xtts_ft.evaluate.metrics import in_range, seconds_per_char, silence_ratio
 from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, decode_all, prefix_embeddings
-from xtts_ft.inference.conditioning import check_language, check_reference, conditioning
+from xtts_ft.inference.conditioning import Latents, check_language, check_reference, conditioning
 from xtts_ft.inference.decoder_settings import decoder_settings
 from xtts_ft.inference.vocoding import vocode_all
 from xtts_ft.stop_signals import raise_if_stopped, stopping_enabled
 from xtts_ft.tempfiles import atomic_write
+
+if TYPE_CHECKING:
+    from TTS.tts.models.xtts import Xtts
+
+    from xtts_ft.json_types import JsonObject
+    from xtts_ft.tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +77,7 @@ class SampleResult:
     snr_db: Optional[float] = None  # the SNR estimate (evaluation.quality)
     tail_s: Optional[float] = None  # seconds of speech after the text's last word (evaluation.quality + recognize)
 
-    def to_json(self, relative_to: Optional[Path] = None) -> dict:
+    def to_json(self, relative_to: Optional[Path] = None) -> JsonObject:
         """A JSON-ready dict; paths relative to ``relative_to`` when inside it, else absolute."""
         out = asdict(self)
         for key in ("path", "reference_wav"):
@@ -82,7 +89,7 @@ class SampleResult:
 
 
 @contextlib.contextmanager
-def stop_checks(xtts, check: Optional[Callable[[], None]] = None) -> Iterator[None]:
+def stop_checks(xtts: Xtts, check: Optional[Callable[[], None]] = None) -> Iterator[None]:
     """Inside a training run: every module of ``xtts`` checks the run's stop request before it runs.
 
     One sample passes through the speaker encoder, the GPT (once per generated token) and the HiFiGAN
@@ -106,7 +113,7 @@ def stop_checks(xtts, check: Optional[Callable[[], None]] = None) -> Iterator[No
 
 
 @contextlib.contextmanager
-def gpt_ready_for_inference(xtts, max_new_tokens: Optional[int] = None) -> Iterator[None]:
+def gpt_ready_for_inference(xtts: Xtts, max_new_tokens: Optional[int] = None) -> Iterator[None]:
     """Inside: GPT in inference mode (limit lowered to ``max_new_tokens``); after: exactly as before."""
     gpt = xtts.gpt
     had_inference = "gpt_inference" in gpt._modules
@@ -130,24 +137,24 @@ def gpt_ready_for_inference(xtts, max_new_tokens: Optional[int] = None) -> Itera
             module.training = mode
 
 
-def _synchronize(xtts) -> None:
+def _synchronize(xtts: Xtts) -> None:
     if next(xtts.parameters()).is_cuda:
         torch.cuda.synchronize()
 
 
-def _rng_devices(xtts) -> list[int]:
+def _rng_devices(xtts: Xtts) -> list[int]:
     device = next(xtts.parameters()).device
     return [device.index or 0] if device.type == "cuda" else []
 
 
-def _write_wav(path: Path, wav: np.ndarray, sr: int) -> None:
+def _write_wav(path: Path, wav: npt.NDArray[np.float32], sr: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: sf.write(f, np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16", format="WAV"))
 
 
 def synthesize_requests(
-    xtts,
-    tokenizer,
+    xtts: Xtts,
+    tokenizer: AmharicTokenizer,
     requests: Sequence[tuple[str, int, str, Path]],
     out_dir: Path,
     *,
@@ -175,7 +182,7 @@ def synthesize_requests(
     sr = int(xtts.args.output_sample_rate)
     previous_tokenizer = xtts.tokenizer
     xtts.tokenizer = tokenizer
-    latents: dict[Path, tuple] = {}
+    latents: dict[Path, Latents] = {}
     results: list[SampleResult] = []
     code_language = language.split("-")[0]  # what Xtts.inference encodes with
     try:
@@ -246,8 +253,8 @@ def speaker_names(speaker_wavs: Sequence[Path]) -> list[str]:
 
 
 def synthesize_samples(
-    xtts,
-    tokenizer,
+    xtts: Xtts,
+    tokenizer: AmharicTokenizer,
     sentences: list[str],
     speaker_wavs: list[Path],
     out_dir: Path,

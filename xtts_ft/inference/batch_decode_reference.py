@@ -35,7 +35,7 @@ def choose_one(sampling: Sampling, scores: torch.Tensor, seen: torch.Tensor, gen
 class ReferenceDecoder:
     """The first batched decoder: the cache concatenated at every step, each row chosen on its own."""
 
-    def __init__(self, gpt) -> None:
+    def __init__(self, gpt: torch.nn.Module) -> None:
         self.gpt = gpt
         self.rows: list[DecodeRequest] = []
         self._seen: list[set[int]] = []
@@ -45,6 +45,11 @@ class ReferenceDecoder:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _rows_mask(self) -> torch.Tensor:
+        """The batch's mask, read only while the batch has rows (which always have one)."""
+        assert self._mask is not None, "the batch has no rows"
+        return self._mask
 
     # --- joining -----------------------------------------------------------------------------
     def join(self, request: DecodeRequest) -> None:
@@ -58,11 +63,11 @@ class ReferenceDecoder:
         if not self.rows:
             self._keys, self._values, self._mask = keys, values, mask
         else:
-            width = max(self._mask.shape[1], mask.shape[1])
+            width = max(self._rows_mask().shape[1], mask.shape[1])
             self._keys = [torch.cat([_left_pad(a, width), _left_pad(b, width)]) for a, b in zip(self._keys, keys)]
             self._values = [torch.cat([_left_pad(a, width), _left_pad(b, width)])
                             for a, b in zip(self._values, values)]
-            self._mask = torch.cat([_left_pad(self._mask, width, dim=1), _left_pad(mask, width, dim=1)])
+            self._mask = torch.cat([_left_pad(self._rows_mask(), width, dim=1), _left_pad(mask, width, dim=1)])
         self.rows.append(request)
         self._seen.append(seen)
 
@@ -72,11 +77,11 @@ class ReferenceDecoder:
         if not self.rows:
             return
         gpt = self.gpt
-        device = self._mask.device
+        device = self._rows_mask().device
         last = torch.tensor([r.codes[-1] for r in self.rows], dtype=torch.long, device=device)
         position = torch.tensor([len(r.codes) for r in self.rows], dtype=torch.long, device=device)
         emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1)
-        mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
+        mask = torch.cat([self._rows_mask(), torch.ones_like(self._rows_mask()[:, :1])], dim=1)
         cache = DynamicCache()
         for i, (k, v) in enumerate(zip(self._keys, self._values)):
             cache.update(k, v, i)
@@ -108,8 +113,8 @@ class ReferenceDecoder:
         if not keep:
             self._keys, self._values, self._mask = [], [], None
             return
-        index = torch.tensor(keep, dtype=torch.long, device=self._mask.device)
-        mask = self._mask.index_select(0, index)
+        index = torch.tensor(keep, dtype=torch.long, device=self._rows_mask().device)
+        mask = self._rows_mask().index_select(0, index)
         used = mask.any(dim=0).nonzero()
         first = int(used[0]) if used.numel() else 0
         self._mask = mask[:, first:]

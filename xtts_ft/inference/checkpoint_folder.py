@@ -8,7 +8,7 @@ commands above them, so that none of those imports another for these reads.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TypedDict
 
 import torch
 import yaml
@@ -21,11 +21,14 @@ from xtts_ft.languages import canonical_language
 from xtts_ft.layout import META_FILE, STATE_FILE, CheckpointLayout
 from xtts_ft.text_settings import TextSettings
 
+if TYPE_CHECKING:
+    from xtts_ft.json_types import JsonObject
+
 TRAINING_STATE = STATE_FILE  # the name callers of this module know it by
 INFERENCE_PREFIXES = ("gpt_inference.", "gpt.wte.")  # copies made by GPT.init_gpt_for_inference
 
 
-def gpt_relative_state(state: dict, source: str = "checkpoint") -> dict[str, torch.Tensor]:
+def gpt_relative_state(state: object, source: str = "checkpoint") -> dict[str, torch.Tensor]:
     """GPT weights keyed relative to ``xtts.gpt``, whichever prefix style they were saved with.
 
     Accepts keys relative to ``xtts.gpt`` (``text_embedding.weight``), to ``xtts``
@@ -49,20 +52,35 @@ def load_checkpoint_gpt_state(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     return gpt_relative_state(CheckpointStore.load_gpt_weights(Path(ckpt_dir)), str(CheckpointLayout(ckpt_dir).state))
 
 
-def checkpoint_settings(ckpt_dir: Path) -> dict:
+class CheckpointSettings(TypedDict):
+    """What a checkpoint folder records about how it was trained (:func:`checkpoint_settings`)."""
+
+    language: str
+    text: TextSettings
+    step: Optional[int]  # None: neither the record nor the folder's name gives one
+    checkpoint_meta: JsonObject  # the checkpoint record as JSON; empty without a record
+    vocab_fingerprint: Optional[str]
+
+
+def _section(cfg: JsonObject, name: str) -> JsonObject:
+    """One section of a written config.yaml; empty when it is missing or not a mapping."""
+    value = cfg.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def checkpoint_settings(ckpt_dir: Path) -> CheckpointSettings:
     """Language, text front-end settings and step recorded in a checkpoint folder (tolerant of gaps)."""
     files = CheckpointLayout(ckpt_dir)
     record = CheckpointRecord.find(Path(ckpt_dir))
-    cfg: dict = {}
+    cfg: JsonObject = {}
     if files.config.is_file():
         try:
             cfg = yaml.safe_load(files.config.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
             raise CheckpointError(f"{files.config}: not valid YAML ({exc})") from None
-    section = lambda name: cfg.get(name) if isinstance(cfg.get(name), dict) else {}  # noqa: E731
     return {
-        "language": canonical_language(section("run").get("language", RunConfig.language)),
-        "text": TextSettings.from_sections(section("text"), section("tokenizer")),
+        "language": canonical_language(_section(cfg, "run").get("language", RunConfig.language)),
+        "text": TextSettings.from_sections(_section(cfg, "text"), _section(cfg, "tokenizer")),
         "step": record.step if record is not None else files.step,
         "checkpoint_meta": record.to_json() if record is not None else {},
         "vocab_fingerprint": record.vocab_fingerprint if record is not None else None,

@@ -7,6 +7,7 @@ condition the GPT through these functions, so a voice sounds the same in the rep
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,10 +18,18 @@ from xtts_ft.errors import DataError, TokenizerError
 from xtts_ft.languages import canonical_language
 from xtts_ft.safe_load import first_line
 
+if TYPE_CHECKING:
+    from TTS.tts.models.xtts import Xtts
+
+    from xtts_ft.tokenizer import AmharicTokenizer
+
+#: What conditioning on a voice gives: (the GPT's conditioning latent, the speaker embedding).
+Latents = tuple[torch.Tensor, torch.Tensor]
+
 MIN_REFERENCE_S = 0.5  # shortest voice reference accepted (the dataset's default shortest clip)
 
 
-def check_language(tokenizer, language: str) -> None:
+def check_language(tokenizer: AmharicTokenizer, language: str) -> None:
     code = canonical_language(language).split("-")[0]
     if tokenizer.tokenizer is None or tokenizer.tokenizer.token_to_id(f"[{code}]") is None:
         raise TokenizerError(
@@ -43,7 +52,7 @@ def reference_audio(wav: Path, rate: int = DATASET_RATE) -> torch.Tensor:
     return audio.clip_(-1, 1)
 
 
-def conditioning(xtts, wav: Path) -> tuple[torch.Tensor, torch.Tensor]:
+def conditioning(xtts: Xtts, wav: Path) -> Latents:
     """``Xtts.get_conditioning_latents`` of one clip with the model config's settings (the GPT's conditioning latent,
     the speaker embedding), its steps on the audio :func:`reference_audio` reads: coqui's own method reads the file
     with ``torchaudio.load``."""

@@ -22,7 +22,7 @@ On the CPU there are no launches to save; the CPU tests run it with a recorder t
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import torch
 
@@ -36,7 +36,19 @@ log = logging.getLogger(__name__)
 Head = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def latents_and_logits(gpt, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+class SamplingSetting(Protocol):
+    """What the head needs of a sampling setting (:class:`.batch_decode.Sampling`, which imports this module): its
+    distribution over the codes. A setting is hashable: the head keeps one recording per setting."""
+
+    def distribution(self, scores: torch.Tensor, seen: torch.Tensor) -> torch.Tensor: ...
+
+
+# What tells the head's recordings apart: the rows rounded up to a power of two, the sampling setting, the hidden
+# states' dtype and device, and the autocast state.
+HeadKey = tuple[int, SamplingSetting, torch.dtype, torch.device, bool, torch.dtype]
+
+
+def latents_and_logits(gpt: torch.nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``hidden`` (rows, dim) through the final norm and the output head in their own dtype (fp32: the latents
     HiFiGAN gets, the logits sampled)."""
     final_norm = gpt.final_norm
@@ -44,14 +56,14 @@ def latents_and_logits(gpt, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return latents, gpt.mel_head(latents)
 
 
-def head(gpt, hidden: torch.Tensor, seen: torch.Tensor, sampling) -> Head:
+def head(gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: SamplingSetting) -> Head:
     """The eager head: :func:`latents_and_logits`, then ``sampling``'s distribution (``seen``: (rows, vocab), the ids
     already in each row's input) and the finite flags."""
     latents, logits = latents_and_logits(gpt, hidden)
     return latents, sampling.distribution(logits, seen), torch.isfinite(logits).all(dim=-1)
 
 
-class FixedShapeHead(Recordings):
+class FixedShapeHead(Recordings[HeadKey, tuple[Callable[[], Head], torch.Tensor, torch.Tensor]]):
     """The head through recorded fixed-shape graphs: one per (rows rounded up to a power of two, sampling setting,
     dtype), replayed whenever a step has that shape again."""
 
@@ -65,9 +77,9 @@ class FixedShapeHead(Recordings):
         super().__init__(tolerance)
         self.record = record
         # per key: the replay, and the inputs it reads (hidden states, seen ids) for the fixed rows
-        self._recorded: dict[tuple, tuple[Callable[[], Head], torch.Tensor, torch.Tensor]] = {}
+        self._recorded: dict[HeadKey, tuple[Callable[[], Head], torch.Tensor, torch.Tensor]] = {}
 
-    def run(self, gpt, hidden: torch.Tensor, seen: torch.Tensor, sampling) -> Head:
+    def run(self, gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: SamplingSetting) -> Head:
         """:func:`head` of the batch's ``hidden`` (n, dim) and ``seen`` (n, vocab). The latents are the caller's to
         keep; the distribution and the finite flags are the graph's outputs, read before the next step."""
         if self.disabled is not None:
@@ -86,7 +98,8 @@ class FixedShapeHead(Recordings):
         self.replays += 1
         return latents[:n].clone(), distribution[:n], finite[:n]  # the requests keep their latents past this step
 
-    def _first(self, gpt, hidden: torch.Tensor, seen: torch.Tensor, sampling, key: tuple) -> Head:
+    def _first(self, gpt: torch.nn.Module, hidden: torch.Tensor, seen: torch.Tensor, sampling: SamplingSetting,
+               key: HeadKey) -> Head:
         """A new shape: the eager head gives this step's result; the new recording must give the same."""
         expected = head(gpt, hidden, seen, sampling)
         n, rows = hidden.shape[0], key[0]

@@ -13,7 +13,7 @@ import json
 import logging
 import pickle
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from TTS.tts.models.xtts import Xtts
 
@@ -27,10 +27,18 @@ from xtts_ft.safe_load import first_line, load_weights, unpickling_message
 from xtts_ft.text_settings import TextSettings
 from xtts_ft.tokenizer.voice_tokenizer import make_tokenizer
 
+if TYPE_CHECKING:
+    from xtts_ft.json_types import JsonObject
+    from xtts_ft.tokenizer import AmharicTokenizer
+
 log = logging.getLogger(__name__)
 
+#: (xtts, tokenizer, meta): the model, the tokenizer it reads text with, and what the folder says of its training
+#: (an export's xtts_ft_meta.json; a checkpoint's language and step).
+LoadedModel = tuple[Xtts, "AmharicTokenizer", "JsonObject"]
 
-def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"):
+
+def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu") -> LoadedModel:
     """(xtts, tokenizer, meta) from an export folder, loaded with stock coqui classes."""
     model_dir = Path(model_dir)
     folder = ModelFolder(model_dir)
@@ -57,7 +65,7 @@ def load_export(model_dir: Path, *, normalizer: Optional[Callable[[str], str]] =
 
 def load_checkpoint_folder(
     ckpt_dir: Path, base: BaseModelFiles, *, normalizer: Optional[Callable[[str], str]] = None, device: str = "cpu"
-):
+) -> LoadedModel:
     """(xtts, tokenizer, meta) from a training checkpoint folder and the base model it was trained from."""
     ckpt_dir = Path(ckpt_dir)
     settings = checkpoint_settings(ckpt_dir)

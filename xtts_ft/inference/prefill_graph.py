@@ -138,7 +138,13 @@ class _Buffers:
                 [v[:n].view(shape) for v in self.values])
 
 
-class FixedShapePrefill(Recordings):
+#: What tells the prefill's recordings apart: the (rows, positions) bucket, the inputs' dtype and the autocast state.
+PrefillKey = tuple[tuple[int, int], torch.dtype, bool, torch.dtype]
+#: What tells the shared buffers apart: the inputs', hidden states' and keys' dtypes, and the device.
+BufferKey = tuple[torch.dtype, torch.dtype, torch.dtype, torch.device]
+
+
+class FixedShapePrefill(Recordings[PrefillKey, tuple[Callable[[], Blocks], torch.Tensor]]):
     """Prefills through recorded fixed-shape forwards: one recording per (rows, positions) bucket, replayed
     whenever a join falls in it again. ``eager`` is the prefill it stands in for (and checks each recording
     against): :func:`.batch_decode.prefill`."""
@@ -158,8 +164,8 @@ class FixedShapePrefill(Recordings):
         self._record = record  # None: CUDA graphs in one shared pool, made at the first recording
         self.length_bucket = int(length_bucket)
         self.positions = int(positions)  # most rows x positions recorded (the shared buffers' size)
-        self._recorded: dict[tuple, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input view
-        self._buffers: dict[tuple, _Buffers] = {}  # (the dtypes, device) -> the shared buffers
+        self._recorded: dict[PrefillKey, tuple[Callable[[], Blocks], torch.Tensor]] = {}  # bucket -> replay, its input view
+        self._buffers: dict[BufferKey, _Buffers] = {}  # (the dtypes, device) -> the shared buffers
 
     def run(self, transformer: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
         """The prefill of ``rows`` (each (1, length, dim): prefix and start code) through ``transformer`` (the
@@ -183,7 +189,7 @@ class FixedShapePrefill(Recordings):
         self.replays += 1
         return gathered(replay(), lengths)  # views of the graph's outputs: copied into the cache before the next replay
 
-    def _first(self, transformer: nn.Module, rows: list[torch.Tensor], key: tuple) -> Prefilled:
+    def _first(self, transformer: nn.Module, rows: list[torch.Tensor], key: PrefillKey) -> Prefilled:
         """A new bucket: the eager prefill gives this join's result; the new recording must give the same."""
         expected = self.eager(transformer, rows)
         (n_rows, positions), lengths = key[0], expected[3]
@@ -220,7 +226,7 @@ class FixedShapePrefill(Recordings):
     def _buffers_for(self, transformer: nn.Module, dtypes: tuple[torch.dtype, torch.dtype, torch.dtype],
                      device: torch.device) -> _Buffers:
         """The shared buffers for these dtypes (:class:`_Buffers`) on ``device``, made at their first use."""
-        key = (*dtypes, device)
+        key: BufferKey = (*dtypes, device)
         if key not in self._buffers:
             self._buffers[key] = _Buffers(transformer, self.positions, dtypes, device)
         return self._buffers[key]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
@@ -46,7 +47,7 @@ CROSSFADE_FRAMES = 2  # samples blended at each join, in frames (2 x 256 samples
 class StreamingVocoder:
     """Feed latents with :meth:`add`; :meth:`audio` returns the samples ready so far (``final=True``: all)."""
 
-    def __init__(self, hifigan, speaker_embedding: torch.Tensor, *, context_frames: int = CONTEXT_FRAMES,
+    def __init__(self, hifigan: torch.nn.Module, speaker_embedding: torch.Tensor, *, context_frames: int = CONTEXT_FRAMES,
                  lookahead_frames: int = LOOKAHEAD_FRAMES, crossfade_frames: int = CROSSFADE_FRAMES) -> None:
         self.hifigan = hifigan
         self.g = speaker_embedding
@@ -102,14 +103,14 @@ class StreamingVocoder:
         return _lerp(_lerp(latents, i0, i1, v1), k0, k1, v2).T
 
     # --- audio -------------------------------------------------------------------------------
-    def audio(self, final: bool = False) -> np.ndarray:
+    def audio(self, final: bool = False) -> npt.NDArray[np.float32]:
         """The float32 samples that are ready (may be empty); ``final``: the utterance is complete, give the rest."""
         plan = self.plan(final)
         if isinstance(plan, np.ndarray):
             return plan
         return self.finish(plan, vocode_windows(self.hifigan, [plan])[0])
 
-    def plan(self, final: bool = False) -> np.ndarray | Window:
+    def plan(self, final: bool = False) -> npt.NDArray[np.float32] | Window:
         """What :meth:`audio` does up to the waveform generator: the :class:`Window` to vocode, or the samples
         themselves when there is nothing to vocode (none ready yet, or only the held tail)."""
         total, ready = self._sizes(final)
@@ -125,7 +126,7 @@ class StreamingVocoder:
         return Window(self._frames(w0, ready, total), self.g, final, keep_from=(start - w0) * self.hop,
                       keep_to=(good_end - w0) * self.hop)
 
-    def finish(self, window: Window, wav: torch.Tensor) -> np.ndarray:
+    def finish(self, window: Window, wav: torch.Tensor) -> npt.NDArray[np.float32]:
         """The samples of ``window`` (planned by :meth:`plan`, nothing planned since) from its audio ``wav``."""
         self.frames_vocoded += window.frames.shape[-1]
         self.windows += 1
@@ -167,7 +168,7 @@ def windows_fit(a: Window, b: Window) -> bool:
     return stackable and (a.frames.shape == b.frames.shape or not (a.final or b.final))
 
 
-def vocode_windows(hifigan, windows: list[Window]) -> list[torch.Tensor]:
+def vocode_windows(hifigan: torch.nn.Module, windows: list[Window]) -> list[torch.Tensor]:
     """Each window's audio (fp32, one dimension), from one call of the waveform generator for all of them."""
     if len(windows) == 1:  # exactly the call one stream makes alone
         w = windows[0]
@@ -179,7 +180,7 @@ def vocode_windows(hifigan, windows: list[Window]) -> list[torch.Tensor]:
     return [wav[i] for i in range(len(windows))]
 
 
-def fold_weight_norm(hifigan) -> int:
+def fold_weight_norm(hifigan: torch.nn.Module) -> int:
     """Make each weight-normed convolution of HiFiGAN's waveform generator a plain one holding the weight it computes
     (``remove_parametrizations(..., leave_parametrized=True)``: the same numbers, bit for bit); how many were folded
     (0 the second time). For serving only: the engine's model never trains, and otherwise every vocoder call
@@ -196,7 +197,8 @@ def fold_weight_norm(hifigan) -> int:
     return folded
 
 
-def _source(dst: np.ndarray, scale: float, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _source(dst: npt.NDArray[np.float64], scale: float,
+            size: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Where ``interpolate(mode="linear", align_corners=False, scale_factor=scale)`` reads output index ``dst``: the
     two source indices and the second one's weight (float64, the arithmetic of torch's index computation)."""
     src = np.maximum((dst + 0.5) / scale - 0.5, 0.0)

@@ -32,20 +32,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch.nn.utils import parametrize
 
 VocodeJob = tuple[list[torch.Tensor], torch.Tensor]  # (a sample's GPT latents, each (D,); its speaker embedding)
 
 
-def vocode(hifigan: torch.nn.Module, latents: list[torch.Tensor], speaker_embedding: torch.Tensor) -> np.ndarray:
+def vocode(hifigan: torch.nn.Module, latents: list[torch.Tensor], speaker_embedding: torch.Tensor) -> npt.NDArray[np.float32]:
     """One sample's audio (float32, mono) from its GPT latents, as ``Xtts.inference`` vocodes it."""
     with torch.no_grad():  # grad mode is per thread: set here, in whichever thread vocodes
         audio = hifigan(torch.stack(latents)[None], g=speaker_embedding)
     return audio.detach().cpu().numpy().astype(np.float32).reshape(-1)
 
 
-def _timed(hifigan: torch.nn.Module, job: VocodeJob) -> tuple[np.ndarray, float]:
+def _timed(hifigan: torch.nn.Module, job: VocodeJob) -> tuple[npt.NDArray[np.float32], float]:
     start = time.perf_counter()
     audio = vocode(hifigan, *job)
     return audio, time.perf_counter() - start
@@ -62,7 +63,7 @@ def _intra_op_threads(threads: int) -> Iterator[None]:
 
 
 def vocode_all(hifigan: torch.nn.Module, jobs: Sequence[VocodeJob],
-               workers: int | None = None) -> list[tuple[np.ndarray, float]]:
+               workers: int | None = None) -> list[tuple[npt.NDArray[np.float32], float]]:
     """Each job's ``(audio, seconds spent vocoding it)``, in order.
 
     On a CPU ``workers`` samples (default: torch's thread count, i.e. the trainer's) are vocoded at once, each
@@ -78,7 +79,7 @@ def vocode_all(hifigan: torch.nn.Module, jobs: Sequence[VocodeJob],
             if count == 1:
                 return [_timed(hifigan, job) for job in jobs]
             pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="xtts-ft-vocode")
-            futures: list[Future[tuple[np.ndarray, float]]] = [pool.submit(_timed, hifigan, job) for job in jobs]
+            futures: list[Future[tuple[npt.NDArray[np.float32], float]]] = [pool.submit(_timed, hifigan, job) for job in jobs]
             try:
                 return [f.result() for f in futures]
             finally:

@@ -23,13 +23,24 @@ without an active exception").
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
 import time
-from typing import AsyncIterator, Callable, Iterator, Optional
+from typing import AsyncIterator, Callable, Iterator, Optional, TypeAlias, Union
 
 import numpy as np
+import numpy.typing as npt
 
-_END = object()
+
+class _End(enum.Enum):
+    """The queue's last item: the synthesis thread has ended (a one-member enum, so the type checker narrows on it)."""
+
+    END = "end"
+
+
+_END = _End.END
+#: What the synthesis thread hands the event loop: a chunk of audio, the exception that ended it, or the end.
+_Item: TypeAlias = Union[npt.NDArray[np.float32], BaseException, _End]
 
 
 class Generations:
@@ -79,7 +90,7 @@ class Generations:
 
 
 class ChunkPump:
-    def __init__(self, chunks: Iterator[np.ndarray], cancel: threading.Event,
+    def __init__(self, chunks: Iterator[npt.NDArray[np.float32]], cancel: threading.Event,
                  generations: Optional[Generations] = None, on_end: Optional[Callable[[], None]] = None) -> None:
         """``on_end``: called once the synthesis thread has ended (or could not start), in that thread."""
         self.cancel = cancel
@@ -87,7 +98,7 @@ class ChunkPump:
         self._generations = generations
         self._on_end = on_end
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue = asyncio.Queue()
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._thread = threading.Thread(target=self._run, name="xtts-ft-synthesis", daemon=True)
         if generations is not None:
             generations.add(self._thread, cancel)
@@ -103,7 +114,7 @@ class ChunkPump:
         if self._on_end is not None:
             self._on_end()
 
-    def _post(self, item) -> None:
+    def _post(self, item: _Item) -> None:
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the event loop is gone (server shutting down): nobody is listening
@@ -119,7 +130,7 @@ class ChunkPump:
             self._post(_END)
             self._ended()
 
-    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    async def __aiter__(self) -> AsyncIterator[npt.NDArray[np.float32]]:
         try:
             while True:
                 item = await self._queue.get()

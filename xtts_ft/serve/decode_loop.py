@@ -87,7 +87,7 @@ class DecodeLoop:
 
     stream_type = Stream  # what :meth:`submit` hands back (benchmarks/reader_wakeups.py subclasses it)
 
-    def __init__(self, gpt, max_active: int, settings: Optional[DecoderSettings] = None) -> None:
+    def __init__(self, gpt: torch.nn.Module, max_active: int, settings: Optional[DecoderSettings] = None) -> None:
         """``settings``: how its decoders run (:func:`xtts_ft.inference.decoder_settings.decoder_settings`: the
         engine's from the device and ``ServeConfig``); None: coqui's way, eager and one step at a time."""
         self.gpt = gpt
@@ -97,7 +97,8 @@ class DecodeLoop:
         self._decoder = self._new_decoder()
         self._active: list[Stream] = []
         self._pending: deque[Stream] = deque()
-        self._calls: deque[tuple[Callable[[BatchDecoder], object], Future]] = deque()  # run in the thread (call)
+        # run in the thread (call): each call's run (its result handed to its caller) and fail (an exception instead)
+        self._calls: deque[tuple[Callable[[BatchDecoder], None], Callable[[BaseException], None]]] = deque()
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
@@ -122,15 +123,18 @@ class DecodeLoop:
     def call(self, fn: Callable[[BatchDecoder], T], timeout: float = 600.0) -> T:
         """``fn(decoder)`` run in the loop's thread between two steps (the decoder is not thread-safe), its result
         (or its exception raised here). The serve warm-up records prefill graphs this way."""
-        future: Future = Future()
+        future: Future[T] = Future()
+
+        def run(decoder: BatchDecoder) -> None:
+            future.set_result(fn(decoder))
+
         with self._cond:
             if self._closed:
                 raise RuntimeError("the decode loop is closed")
-            self._calls.append((fn, future))
+            self._calls.append((run, future.set_exception))
             self._start()
             self._cond.notify()
-        result: T = future.result(timeout)
-        return result
+        return future.result(timeout)
 
     def _start(self) -> None:
         """Start the thread if it is not running (holding the condition)."""
@@ -185,11 +189,11 @@ class DecodeLoop:
                     joining = [self._pending.popleft()
                                for _ in range(min(len(self._pending), self.max_active - len(self._active)))]
                     calls = [self._calls.popleft() for _ in range(len(self._calls))]
-                for fn, future in calls:
+                for run, fail in calls:
                     try:
-                        future.set_result(fn(self._decoder))
+                        run(self._decoder)
                     except Exception as exc:  # noqa: BLE001 - the caller's failure, raised in the caller's thread
-                        future.set_exception(exc)
+                        fail(exc)
                 self._join(joining)
                 self._leave([s for s in self._active if s.cancelled], cancelled=True)
                 if not self._active:
@@ -265,8 +269,8 @@ class DecodeLoop:
         if pending:  # (called holding the condition)
             streams += list(self._pending)
             self._pending.clear()
-            for _fn, future in self._calls:
-                future.set_exception(exc)
+            for _run, fail in self._calls:
+                fail(exc)
             self._calls.clear()
         self._active = []
         self._decoder = self._new_decoder()

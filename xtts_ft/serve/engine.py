@@ -41,16 +41,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, ContextManager, Generator, Iterator, Optional
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
 from xtts_ft.config import EvaluationConfig, RunConfig, ServeConfig
 from xtts_ft.errors import DataError
 from xtts_ft.inference.batch_decode import DecodeRequest, Sampling, prefix_embeddings
-from xtts_ft.inference.conditioning import check_language, conditioning
+from xtts_ft.inference.conditioning import Latents, check_language, conditioning
 from xtts_ft.inference.decode_cache import host_to_device
 from xtts_ft.inference.decode_graph import side_stream
 from xtts_ft.inference.decoder_settings import DecoderSettings, decoder_settings
@@ -61,6 +62,12 @@ from xtts_ft.serve.model_source import ResolvedModel
 from xtts_ft.serve.text_pieces import split_pieces
 from xtts_ft.serve.vocoder_turns import VocoderTurns
 from xtts_ft.serve.voices import Voice, VoiceLibrary, run_speaker_clips
+
+if TYPE_CHECKING:
+    from TTS.tts.models.xtts import Xtts
+
+    from xtts_ft.json_types import JsonObject
+    from xtts_ft.tokenizer import AmharicTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +116,7 @@ class EngineStats:
 
 @dataclass(frozen=True)
 class PieceResult:
-    audio: np.ndarray  # float32, mono, at SpeechEngine.sample_rate
+    audio: npt.NDArray[np.float32]  # float32, mono, at SpeechEngine.sample_rate
     ended_with_stop: bool
     n_codes: int
     cap: int
@@ -126,7 +133,7 @@ def new_vocoder_stream(device: torch.device, decoder: DecoderSettings) -> Option
 class SpeechEngine:
     """A loaded model with its voices. Build with :meth:`open`."""
 
-    def __init__(self, xtts, tokenizer, meta: dict, source: ResolvedModel, voices: VoiceLibrary, *,
+    def __init__(self, xtts: Xtts, tokenizer: AmharicTokenizer, meta: JsonObject, source: ResolvedModel, voices: VoiceLibrary, *,
                  settings: ServeConfig, temperature: float, max_codes: Optional[int] = None,
                  loop: Optional[DecodeLoop] = None) -> None:
         self.xtts = xtts
@@ -232,11 +239,12 @@ class SpeechEngine:
             prefix = prefix_embeddings(self.xtts.gpt, gpt_cond_latent, tokens)
         return DecodeRequest(prefix, max_codes, self.sampling, seed)
 
-    def _latents(self, voice: Voice) -> tuple[torch.Tensor, torch.Tensor]:
+    def _latents(self, voice: Voice) -> Latents:
         with torch.inference_mode():
             return self.voices.latents(voice, lambda path: conditioning(self.xtts, path))
 
-    def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int, first: int) -> Iterator[tuple[int, bool]]:
+    def _codes(self, stream: Stream, cancel: Optional[Cancel], every: int,
+               first: int) -> Generator[tuple[int, bool], None, None]:
         """Yield (codes, final) each time the next chunk's codes exist, and once at the end (final True: ``codes`` is
         every code the piece has). Chunks double from ``first`` codes up to ``every`` (10, 20, 40, 40, ... by
         default): the first chunk's audio (10 codes: 0.25 s kept, the rest held back as the next window's context)
@@ -272,7 +280,7 @@ class SpeechEngine:
                 stream.cancel()
 
     def _vocode_whole(self, latents: list[torch.Tensor], speaker_embedding: torch.Tensor, speed: float,
-                      needed_at: Optional[float] = None, cancel: Optional[Cancel] = None) -> np.ndarray:
+                      needed_at: Optional[float] = None, cancel: Optional[Cancel] = None) -> npt.NDArray[np.float32]:
         """HiFiGAN over a whole piece, as ``Xtts.inference`` does it (``speed`` stretches the latents); ``needed_at``:
         when its listener runs out of audio (default now: nothing is playing). ``cancel`` is asked while the turn is
         awaited (the call itself, one piece of at most its cap, runs to its end)."""
@@ -291,9 +299,10 @@ class SpeechEngine:
         """Around a reader's vocoding: the engine's vocoder stream (CUDA, ``ServeConfig.vocoder_stream``), if any."""
         if self.vocoder_stream is None:
             return contextlib.nullcontext()
-        return torch.cuda.stream(self.vocoder_stream)
+        on_stream: ContextManager[object] = torch.cuda.stream(self.vocoder_stream)
+        return on_stream
 
-    def _decode_whole(self, piece: str, language: str, latents: tuple, seed: int, cap: int,
+    def _decode_whole(self, piece: str, language: str, latents: Latents, seed: int, cap: int,
                       cancel: Optional[Cancel]) -> DecodeRequest:
         request = self.decode_request(piece, language, latents[0], seed, cap)
         for _ in self._codes(self.loop.submit(request), cancel, every=cap + 1, first=cap + 1):
@@ -318,7 +327,7 @@ class SpeechEngine:
         attempts = 1 + (self.settings.short_text_retries if short else 0)
         start = time.perf_counter()
         latents = self._latents(voice)
-        kept = None
+        kept: Optional[DecodeRequest] = None
         for attempt in range(attempts):
             request = self._decode_whole(piece, language, latents, self.settings.seed + attempt, cap, cancel)
             if kept is None or request.ended_with_stop:  # the first attempt, or the first that stopped
@@ -328,6 +337,7 @@ class SpeechEngine:
             if attempt + 1 < attempts:
                 with self.stats.lock:
                     self.stats.retries += 1
+        assert kept is not None  # attempts >= 1: the first attempt is always kept
         audio = self._vocode_whole(kept.latents, latents[1], speed, needed_at, cancel)
         self._count(kept.ended_with_stop, start, audio.size)
         return PieceResult(audio, kept.ended_with_stop, len(kept.codes), cap, attempt + 1)
@@ -343,7 +353,7 @@ class SpeechEngine:
 
     def stream_piece(self, piece: str, voice: Voice, *, language: Optional[str] = None, speed: float = 1.0,
                      cancel: Optional[Cancel] = None, submitted: Optional[tuple[DecodeRequest, Stream, float]] = None,
-                     needed_at: Optional[float] = None, began: Optional[float] = None) -> Iterator[np.ndarray]:
+                     needed_at: Optional[float] = None, began: Optional[float] = None) -> Iterator[npt.NDArray[np.float32]]:
         """One piece as float32 chunks: the first after ``stream_first_chunk_codes`` codes, then chunks of twice as
         many codes each time up to ``stream_chunk_codes`` (:meth:`_codes`). A short piece that may be retried, or
         ``speed`` other than 1, is synthesised whole (one chunk). ``submitted``: its decoding, already started
@@ -390,7 +400,7 @@ class SpeechEngine:
         self._count(request.ended_with_stop, start, samples)
 
     def synthesize(self, text: str, voice: str, *, language: Optional[str] = None, speed: float = 1.0,
-                   cancel: Optional[Cancel] = None) -> Iterator[np.ndarray]:
+                   cancel: Optional[Cancel] = None) -> Iterator[npt.NDArray[np.float32]]:
         """Float32 audio chunks (at :attr:`sample_rate`) as they are ready, piece after piece.
 
         The next piece's decoding starts when this piece's first audio is ready (one piece ahead, so a long
@@ -434,7 +444,8 @@ class SpeechEngine:
             if ahead is not None and not ahead[1].finished:
                 ahead[1].cancel()  # ended early (cancelled, failed, or the caller stopped reading)
 
-    def synthesize_all(self, text: str, voice: str, **kwargs) -> np.ndarray:
+    def synthesize_all(self, text: str, voice: str, *, language: Optional[str] = None, speed: float = 1.0,
+                       cancel: Optional[Cancel] = None) -> npt.NDArray[np.float32]:
         """The whole text as one float32 array (the chunks of :meth:`synthesize` joined)."""
-        chunks = list(self.synthesize(text, voice, **kwargs))
+        chunks = list(self.synthesize(text, voice, language=language, speed=speed, cancel=cancel))
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)

@@ -30,7 +30,7 @@ from xtts_ft.checkpoint_store import BEST_METRICS, CheckpointStore
 from xtts_ft.config import CheckpointConfig
 from xtts_ft.errors import ModelError
 from xtts_ft.inference.checkpoint_folder import base_for_checkpoint
-from xtts_ft.inference.loading import load_checkpoint_folder, load_export
+from xtts_ft.inference.loading import LoadedModel, load_checkpoint_folder, load_export
 from xtts_ft.layout import CONFIG_FILE, RUN_FILE, STATE_FILE, RunLayout
 from xtts_ft.model_folder import EXPORT_FILES, ModelFolder, is_export
 from xtts_ft.run_folder import read_record
@@ -58,7 +58,7 @@ class ResolvedModel:
             return f"run folder {self.given}: {self.chosen_by} checkpoint {self.model_dir.name}"
         return f"{self.kind} folder {self.model_dir}"
 
-    def load(self, device: str = "cpu"):
+    def load(self, device: str = "cpu") -> LoadedModel:
         """(xtts, tokenizer, meta) with the project's loaders (``xtts_ft.inference.loading``)."""
         if self.loads_as == "export":
             return load_export(self.model_dir, device=device)

@@ -29,7 +29,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import soundfile as sf
 
@@ -40,6 +40,9 @@ from xtts_ft.errors import DataError, UserError
 from xtts_ft.inference.conditioning import check_reference
 from xtts_ft.layout import RunLayout
 from xtts_ft.tempfiles import atomic_write
+
+if TYPE_CHECKING:
+    from xtts_ft.inference.conditioning import Latents
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ class Voice:
     path: Path
     source: str  # "run", "folder" or "upload"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str]:
         return {"name": self.name, "source": self.source, "file": self.path.name}
 
 
@@ -117,10 +120,10 @@ class VoiceLibrary:
     def __init__(self, *, run_clips: Optional[dict[str, Path]] = None, folder: Optional[Path] = None) -> None:
         self._lock = threading.Lock()
         self._voices: dict[str, Voice] = {}
-        self._latents: dict[str, tuple] = {}  # sha256 of the clip's bytes -> (gpt_cond_latent, speaker_embedding)
+        self._latents: dict[str, Latents] = {}  # sha256 of the clip's bytes -> (gpt_cond_latent, speaker_embedding)
         self._digests: dict[Path, tuple[tuple[int, int, int], str]] = {}  # clip -> (its file's stat, its sha256)
         self.folder = Path(folder) if folder is not None else None
-        self._own_folder: Optional[tempfile.TemporaryDirectory] = None
+        self._own_folder: Optional[tempfile.TemporaryDirectory[str]] = None
         self.skipped: list[str] = []  # one line per file of the voices folder that is not offered
         for name, path in (run_clips or {}).items():
             if VOICE_NAME.match(name):
@@ -209,7 +212,7 @@ class VoiceLibrary:
         log.info("voices: added %r from an upload (%d bytes), %s", name, len(data), kept)
         return voice
 
-    def latents(self, voice: Voice, compute) -> tuple:
+    def latents(self, voice: Voice, compute: Callable[[Path], Latents]) -> Latents:
         """``compute(path)`` once per clip content; later calls (any name, same bytes) reuse the result."""
         digest = self._digest(voice.path)
         with self._lock:

@@ -21,10 +21,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from xtts_ft.config import DEFAULT_TEST_SENTENCES
 from xtts_ft.errors import UserError
+
+if TYPE_CHECKING:
+    from xtts_ft.serve.engine import SpeechEngine
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class WarmUpReport:
                 f"{self.seconds:.1f} s; {self.recordings} CUDA graph(s) recorded")
 
 
-def warm_up(engine) -> WarmUpReport:
+def warm_up(engine: SpeechEngine) -> WarmUpReport:
     """Run the rounds on ``engine`` (a :class:`.engine.SpeechEngine`) with its first voice; then forget their stats."""
     voices = engine.voices.names()
     if not voices:
@@ -83,7 +86,7 @@ def warm_up(engine) -> WarmUpReport:
     return WarmUpReport(rounds, time.perf_counter() - start, recordings)
 
 
-def _round(engine, text: str, voice: str, callers: int) -> Optional[str]:
+def _round(engine: SpeechEngine, text: str, voice: str, callers: int) -> Optional[str]:
     """``callers`` threads synthesising ``text`` at once; a user error's message (e.g. a language the tokenizer
     lacks) or None. Any other failure is raised: a model that cannot speak should stop the server here."""
     problems: list[BaseException] = []
