@@ -63,6 +63,7 @@ from gpu_throughput import FULL, SMALL, build_gpt  # noqa: E402
 from xtts_ft.inference.batch_decode import (  # noqa: E402
     BatchDecoder,
     DecodeRequest,
+    DecoderParts,
     Sampling,
     decode_transformer,
     prefill_forward,
@@ -86,14 +87,14 @@ def decoders(device: torch.device, blocks) -> dict:
     compared = {"reference": (lambda gpt, rows: ReferenceDecoder(gpt), half)}
     if half:
         compared["autocast"] = (lambda gpt, rows: BatchDecoder(gpt), True)
-    compared["current"] = (lambda gpt, rows: BatchDecoder(gpt, transformer=blocks), False)
-    compared[fixed_name] = (lambda gpt, rows: BatchDecoder(gpt, fixed_step=FixedShapeStep(record=record), max_rows=rows,
-                                                           transformer=blocks), False)
+    compared["current"] = (lambda gpt, rows: BatchDecoder(gpt, DecoderParts(transformer=blocks)), False)
+    compared[fixed_name] = (lambda gpt, rows: BatchDecoder(gpt, DecoderParts(
+        transformer=blocks, step=FixedShapeStep(record=record), max_rows=rows)), False)
     for name, fused, overlap in ((f"{fixed_name} + head", False, False), (f"{fixed_name} + head + fused GELU", True, False),
                                  ("... + overlap", True, True)):
-        compared[name] = (lambda gpt, rows, fused=fused, overlap=overlap: BatchDecoder(
-            gpt, fixed_step=FixedShapeStep(record=record, fused_gelu=fused), max_rows=rows, transformer=blocks,
-            fixed_head=FixedShapeHead(record=record), overlap=overlap), False)
+        compared[name] = (lambda gpt, rows, fused=fused, overlap=overlap: BatchDecoder(gpt, DecoderParts(
+            transformer=blocks, step=FixedShapeStep(record=record, fused_gelu=fused), max_rows=rows,
+            head=FixedShapeHead(record=record), overlap=overlap)), False)
     return compared
 
 
@@ -180,7 +181,7 @@ def measure_prefill(gpt, size: dict, batch: int, device: torch.device, blocks, s
     for way in ("one by one", "together"):
         for timed in ([False, True] if prefill is not None else [True]):
             rows = requests(gpt, size, batch, device, max_codes=1 + steps)
-            decoder = BatchDecoder(gpt, fixed_prefill=prefill, transformer=blocks)
+            decoder = BatchDecoder(gpt, DecoderParts(transformer=blocks, prefill=prefill))
             with torch.inference_mode():
                 sync(device)
                 start = time.perf_counter()
@@ -265,9 +266,9 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
             times[name], codes[name], made[name], ops[name] = measure(make, gpt, size, batch, device, autocast, warmup,
                                                                       steps)
         same = codes["reference"] == codes["current"]
-        fixed_step = made[fixed_name].fixed_step
+        fixed_step = made[fixed_name].parts.step
         failures += (0 if same or not exact else 1) + (0 if fixed_step.disabled is None else 1)
-        failures += sum(made[n].fixed_step.disabled is not None or made[n].fixed_head.disabled is not None
+        failures += sum(made[n].parts.step.disabled is not None or made[n].parts.head.disabled is not None
                         for n in (head_name, fused_name, overlap_name))
         audio = batch / CODES_PER_AUDIO_SECOND  # seconds of audio per step, all rows together
         cells = "; ".join(f"{d} {1000 * t:.1f} ms/step ({audio / t:.2f} s of audio per s)" for d, t in times.items())
@@ -277,10 +278,10 @@ def _compare(size_name: str, batches: list[int], device: torch.device, precision
                  f"{fixed_same} of {batch} rows' codes identical to current's")
         later = []
         for before, name in ((fixed_name, head_name), (head_name, fused_name), (fused_name, overlap_name)):
-            head = made[name].fixed_head
+            head = made[name].parts.head
             kept = sum(a == b for a, b in zip(codes[name], codes[before]))
-            later.append(f"{name}: off ({head.disabled or made[name].fixed_step.disabled}; FAILED)"
-                         if head.disabled or made[name].fixed_step.disabled else
+            later.append(f"{name}: off ({head.disabled or made[name].parts.step.disabled}; FAILED)"
+                         if head.disabled or made[name].parts.step.disabled else
                          f"{name}: {head.recordings} head recording(s), {head.replays} replays, {kept} of {batch} rows' "
                          f"codes identical to {before}'")
         autocast = f"autocast/current {times['autocast'] / times['current']:.2f}x, " if "autocast" in times else ""

@@ -20,7 +20,7 @@ from tests.inference.golden import (
     golden_model,
     read_golden,
 )
-from xtts_ft.inference.batch_decode import BatchDecoder, DecodeRequest, Sampling, decode_all, prefix_embeddings
+from xtts_ft.inference.batch_decode import BatchDecoder, DecodeRequest, DecoderParts, Sampling, decode_all, prefix_embeddings
 
 
 @pytest.fixture(scope="module")
@@ -397,9 +397,10 @@ def test_a_bf16_decoder_runs_a_cast_copy_of_the_blocks_and_leaves_the_models_own
     decoded = {}
     for graphs in (False, True):
         rows = [_request(golden, t, i, sampling=GREEDY, max_codes=30) for i, t in enumerate(texts)]
-        decoder = BatchDecoder(gpt, transformer=blocks, max_rows=4 if graphs else None,
-                               fixed_step=FixedShapeStep(record=call_directly) if graphs else None,
-                               fixed_prefill=FixedShapePrefill(prefill_forward, record=call_directly) if graphs else None)
+        decoder = BatchDecoder(gpt, DecoderParts(
+            transformer=blocks, max_rows=4 if graphs else None,
+            step=FixedShapeStep(record=call_directly) if graphs else None,
+            prefill=FixedShapePrefill(prefill_forward, record=call_directly) if graphs else None))
         with torch.inference_mode():
             decoder.join(*rows[:2])
             assert decoder._cache.keys[0].dtype == torch.bfloat16
@@ -411,7 +412,7 @@ def test_a_bf16_decoder_runs_a_cast_copy_of_the_blocks_and_leaves_the_models_own
             latents = torch.stack(row.latents)
             assert row.codes and latents.dtype == torch.float32 and bool(torch.isfinite(latents).all())
         if graphs:
-            assert decoder.fixed_step.disabled is None and decoder.fixed_prefill.disabled is None
-            assert decoder.fixed_step.recordings >= 1 and decoder.fixed_prefill.recordings >= 1
+            assert decoder.parts.step.disabled is None and decoder.parts.prefill.disabled is None
+            assert decoder.parts.step.recordings >= 1 and decoder.parts.prefill.recordings >= 1
         decoded[graphs] = [r.codes[0] for r in rows]
     assert decoded[True] == decoded[False]

@@ -18,7 +18,7 @@ from tests.inference.golden import TEMPERATURE, golden_model
 from tests.inference.recorders import StandInCuda, assert_turned_off_once, refused, tf32_like
 from tests.inference.test_batch_decode import COQUI, _request, _run_schedule
 from xtts_ft.config import ServeConfig
-from xtts_ft.inference.batch_decode import BatchDecoder, Sampling, prefill_forward
+from xtts_ft.inference.batch_decode import BatchDecoder, DecoderParts, Sampling, prefill_forward
 from xtts_ft.inference.decode_graph import COLUMN_BUCKET, FixedShapeStep, StaticSlotCache, call_directly
 from xtts_ft.inference.decoder_settings import decoder_settings
 from xtts_ft.inference.head_graph import FixedShapeHead
@@ -43,7 +43,7 @@ def _sampling_of(i: int) -> Sampling:
 
 
 def _decode(golden, fixed: FixedShapeStep | None, long_codes: int = 200, bucket: int = COLUMN_BUCKET):
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8 if fixed else None)
+    decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=fixed, max_rows=8 if fixed else None))
     if fixed is not None and bucket != COLUMN_BUCKET:  # smaller buckets: more shapes and moves in a short run
         decoder._cache = StaticSlotCache(golden[0].gpt.gpt, rows=8, column_bucket=bucket)
     return decoder, _run_schedule(decoder, golden, _sampling_of, long_codes)
@@ -90,7 +90,7 @@ def test_a_static_cache_that_does_not_fit_is_laid_out_as_needed_and_decodes_the_
     grows as the ordinary one does and the graphs are recorded per layout; the codes are the eager step's."""
     _, eager = _decode(golden, None, long_codes=60)
     fixed = FixedShapeStep(record=call_directly)
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8)
+    decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=fixed, max_rows=8))
     cache = decoder._cache
     real, calls = cache._relayout, []
 
@@ -158,7 +158,7 @@ def test_a_request_after_the_batch_emptied_replays_the_recorded_step(golden):
     """With graphs the cache keeps its buffers when the last row leaves, so a request alone after another is not
     recorded again (a recording costs about three eager steps); without, the buffers are freed."""
     def alone_one_after_another(fixed):
-        decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8 if fixed else None)
+        decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=fixed, max_rows=8 if fixed else None))
         requests = [_request(golden, "peter piper picked", 1, max_codes=30), _request(golden, "zebra", 2, max_codes=30)]
         recordings = []
         with torch.inference_mode():
@@ -272,7 +272,7 @@ def test_the_recordings_verdict_is_the_same_whatever_tf32_says(golden, monkeypat
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
     step, head = FixedShapeStep(record=tf32_like), FixedShapeHead(record=tf32_like)
     prefill = FixedShapePrefill(prefill_forward, record=tf32_like)
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=step, max_rows=8, fixed_head=head, fixed_prefill=prefill)
+    decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=step, max_rows=8, head=head, prefill=prefill))
     _run_schedule(decoder, golden, lambda i: COQUI, long_codes=20)
     assert [part.disabled for part in (step, head, prefill)] == [None, None, None]
     assert step.recordings and head.recordings and prefill.recordings and step.replays
@@ -330,7 +330,7 @@ def test_recordings_with_the_fused_gelu_stay_within_the_eager_steps_tolerance(go
     monkeypatch.setattr(decode_cache, "mlp", counting("step"))
     fixed = FixedShapeStep(record=call_directly, fused_gelu=True)
     prefill = FixedShapePrefill(prefill_forward, record=call_directly, fused_gelu=True)
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=fixed, max_rows=8, fixed_prefill=prefill)
+    decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=fixed, max_rows=8, prefill=prefill))
     rows = _run_schedule(decoder, golden, _sampling_of, 60)
     assert fixed.disabled is None and prefill.disabled is None and fixed.recordings >= 2 and prefill.recordings >= 2
     greedy = [i for i in range(len(rows)) if _sampling_of(i) == GREEDY]
@@ -360,8 +360,8 @@ def test_the_attention_mask_is_made_additive_once_per_step_and_the_numbers_stay_
         return count
 
     def run(fixed: bool):
-        decoder = BatchDecoder(golden[0].gpt, fixed_step=FixedShapeStep(record=call_directly) if fixed else None,
-                               max_rows=4 if fixed else None)
+        decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=FixedShapeStep(record=call_directly) if fixed else None,
+                                                            max_rows=4 if fixed else None))
         requests = [_request(golden, "a much longer sentence than the others", 0, max_codes=30),
                     _request(golden, "hi", 1, max_codes=30)]
         with torch.inference_mode():

@@ -17,7 +17,7 @@ import torch
 from tests.inference.golden import TEMPERATURE, golden_model
 from tests.inference.recorders import assert_turned_off_once, graph_like, refused
 from tests.inference.test_batch_decode import COQUI, _request, _run_schedule
-from xtts_ft.inference.batch_decode import BatchDecoder, Sampling
+from xtts_ft.inference.batch_decode import BatchDecoder, DecoderParts, Sampling
 from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
 from xtts_ft.inference.head_graph import FixedShapeHead, head
 
@@ -46,8 +46,8 @@ class _CountingHead(FixedShapeHead):
 def _decode(golden, sampling_of, fixed_head=None, graphs: bool = True, long_codes: int = 60):
     """The schedule of joins, leaves and a cancel through a decoder with (or without) fixed shapes."""
     if graphs:
-        decoder = BatchDecoder(golden[0].gpt, fixed_step=FixedShapeStep(record=call_directly), max_rows=8,
-                               fixed_head=fixed_head)
+        decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=FixedShapeStep(record=call_directly), max_rows=8,
+                                                            head=fixed_head))
     else:
         decoder = BatchDecoder(golden[0].gpt)
     return _run_schedule(decoder, golden, sampling_of, long_codes)
@@ -117,17 +117,17 @@ def test_a_head_recording_that_fails_or_differs_turns_head_graphs_off_and_change
 
 def test_logits_that_are_not_finite_are_refused_through_the_replayed_head(golden):
     requests = [_request(golden, "hi", 0), _request(golden, "peter piper", 1)]
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=FixedShapeStep(record=call_directly), max_rows=4,
-                           fixed_head=FixedShapeHead(record=call_directly))
+    decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=FixedShapeStep(record=call_directly), max_rows=4,
+                                                        head=FixedShapeHead(record=call_directly)))
     with torch.inference_mode():
         decoder.join(*requests)
         decoder.step()  # the 2-row shape recorded
         hidden = torch.zeros(2, golden[0].gpt.gpt.config.n_embd)
         hidden[1, 0] = float("nan")
-        replays = decoder.fixed_head.replays
+        replays = decoder.parts.head.replays
         with pytest.raises(RuntimeError, match="logits are not finite .* for 1 of 2 requests"):
             decoder._accept(decoder.rows, decoder._seen, hidden)
-    assert decoder.fixed_head.replays == replays + 1
+    assert decoder.parts.head.replays == replays + 1
 
 
 def test_by_default_every_head_shape_is_recorded_into_one_shared_pool(golden, monkeypatch):

@@ -17,7 +17,7 @@ from tests.inference.golden import golden_model
 from tests.inference.recorders import assert_turned_off_once, refused
 from tests.inference.test_batch_decode import _request
 from tests.inference.test_decode_graph import _sampling_of
-from xtts_ft.inference.batch_decode import BatchDecoder, prefill_forward, prefill_rows
+from xtts_ft.inference.batch_decode import BatchDecoder, DecoderParts, prefill_forward, prefill_rows
 from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
 from xtts_ft.inference.prefill_graph import FixedShapePrefill, causal_blocks
 
@@ -32,8 +32,8 @@ def golden(tiny_base, am_vocab):
 
 def _decode(golden, prefill: FixedShapePrefill | None, groups=((0,), (1, 2, 3), (4,), (5, 6))):
     """The texts joined in ``groups`` (a group prefilled together), one step between joins, decoded to the end."""
-    decoder = BatchDecoder(golden[0].gpt, fixed_step=FixedShapeStep(record=call_directly) if prefill else None,
-                           max_rows=8, fixed_prefill=prefill)
+    decoder = BatchDecoder(golden[0].gpt, DecoderParts(step=FixedShapeStep(record=call_directly) if prefill else None,
+                                                        max_rows=8, prefill=prefill))
     rows = [_request(golden, t, i, sampling=_sampling_of(i), max_codes=25 + 5 * i) for i, t in enumerate(TEXTS)]
     with torch.inference_mode():
         for group in groups:
@@ -150,7 +150,7 @@ def test_the_warm_ups_recordings_cover_every_length_a_request_alone_can_have(gol
     replay copies its own in), after which a request alone of any of those lengths replays without recording."""
     gpt = golden[0].gpt
     prefill = FixedShapePrefill(prefill_forward, record=call_directly, length_bucket=16)
-    decoder = BatchDecoder(gpt, fixed_step=FixedShapeStep(record=call_directly), max_rows=2, fixed_prefill=prefill)
+    decoder = BatchDecoder(gpt, DecoderParts(step=FixedShapeStep(record=call_directly), max_rows=2, prefill=prefill))
     eager = _decode(golden, None, groups=((0,), (1,), (2,)))
     with torch.inference_mode():
         assert decoder.record_prefills(100) == 7 and prefill.recordings == 7  # 16, 32, ... 112 positions

@@ -1,4 +1,4 @@
-"""Decode steps launched before the step before them is read back (``BatchDecoder(overlap=True)``, serve's decoder on
+"""Decode steps launched before the step before them is read back (``DecoderParts(overlap=True)``, serve's decoder on
 a card): on the CPU, where nothing runs ahead, every code must be what the decoder gives without overlap (and every
 latent within a padded attention's rounding), through joins, leaves, a cancel and rows that finish while the next step
 is already launched."""
@@ -10,7 +10,7 @@ import torch
 
 from tests.inference.golden import TEMPERATURE, golden_model
 from tests.inference.test_batch_decode import COQUI, _request
-from xtts_ft.inference.batch_decode import BatchDecoder, Sampling
+from xtts_ft.inference.batch_decode import BatchDecoder, DecoderParts, Sampling
 from xtts_ft.inference.decode_graph import FixedShapeStep, call_directly
 from xtts_ft.inference.head_graph import FixedShapeHead
 
@@ -26,9 +26,9 @@ HOT = Sampling(temperature=1.3, top_k=20, top_p=0.95, repetition_penalty=2.0)
 
 def _decoder(golden, fixed: bool, overlap: bool) -> BatchDecoder:
     if not fixed:
-        return BatchDecoder(golden[0].gpt, overlap=overlap)
-    return BatchDecoder(golden[0].gpt, fixed_step=FixedShapeStep(record=call_directly), max_rows=8,
-                        fixed_head=FixedShapeHead(record=call_directly), overlap=overlap)
+        return BatchDecoder(golden[0].gpt, DecoderParts(overlap=overlap))
+    return BatchDecoder(golden[0].gpt, DecoderParts(step=FixedShapeStep(record=call_directly), max_rows=8,
+                                                    head=FixedShapeHead(record=call_directly), overlap=overlap))
 
 
 def _schedule(decoder, golden, sampling_of, long_codes: int):
@@ -122,7 +122,7 @@ def test_the_decode_loop_with_overlap_gives_solo_codes_through_a_late_join_and_a
 
     texts = ["hi", "a much longer sentence than the others here", "peter piper", "zebra"]
     loop = DecodeLoop(golden[0].gpt, max_active=8, settings=DecoderSettings(overlap=True))
-    assert loop._decoder.overlap and not DecodeLoop(golden[0].gpt, max_active=8)._decoder.overlap  # (default: off)
+    assert loop._decoder.parts.overlap and not DecodeLoop(golden[0].gpt, max_active=8)._decoder.parts.overlap  # (default: off)
     held = Gated(temperature=TEMPERATURE, hold_at=6)  # the second request's choices wait at its 7th: no race to its end
     requests = [_request(golden, t, i, sampling=held if i == 1 else COQUI) for i, t in enumerate(texts)]
     try:

@@ -349,13 +349,11 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
     from xtts_ft.inference.decoder_settings import DecoderSettings
     from xtts_ft.serve.decode_loop import DecodeLoop
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True))
-    decoder = loop._decoder
-    assert decoder.fixed_step is not None and decoder.fixed_prefill is not None and decoder.fixed_head is not None
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True, record=call_directly))
+    parts = loop._decoder.parts
+    assert parts.step is not None and parts.prefill is not None and parts.head is not None
     # recorded with the blocks' GELU as one kernel (within an ulp of Hugging Face's: here every code the same still)
-    assert decoder.fixed_step.fused_gelu and decoder.fixed_prefill.fused_gelu
-    decoder.fixed_step.record = decoder.fixed_head.record = call_directly
-    decoder.fixed_prefill._record = call_directly
+    assert parts.step.fused_gelu and parts.prefill.fused_gelu
     gpt_cond_latent, _speaker = engine._latents(engine.voices.get("spk1"))
     texts = ["ሰላም", "ዛሬ የአየሩ ሁኔታ", "ኢትዮጵያ ጥንታዊ ሀገር ናት"]
 
@@ -371,11 +369,11 @@ def test_a_loop_with_graphs_replays_its_steps_and_prefills_and_keeps_the_solo_co
         assert [r.codes for r in batched] == solo
         described = loop.describe_graphs()
         assert described is not None and " off" not in described
-        graphed = (decoder.fixed_prefill, decoder.fixed_step, decoder.fixed_head)
-        assert all(g.recordings >= 1 for g in graphed) and decoder.fixed_head.replays >= 10
+        graphed = (parts.prefill, parts.step, parts.head)
+        assert all(g.recordings >= 1 for g in graphed) and parts.head.replays >= 10
         assert loop.graph_recordings == sum(g.recordings for g in graphed)
-        assert f"prefill {decoder.fixed_prefill.recordings} recordings" in described
-        assert f"head {decoder.fixed_head.recordings} recordings, {decoder.fixed_head.replays} replays" in described
+        assert f"prefill {parts.prefill.recordings} recordings" in described
+        assert f"head {parts.head.recordings} recordings, {parts.head.replays} replays" in described
     finally:
         loop.close()
     assert DecodeLoop(engine.xtts.gpt, max_active=2).describe_graphs() is None  # eager: nothing to report
@@ -391,11 +389,10 @@ def test_the_engine_as_a_card_runs_it_speaks_as_the_cpu_engine_does(engine):
     from xtts_ft.serve.decode_loop import DecodeLoop
     from xtts_ft.serve.engine import SpeechEngine
 
-    loop = DecodeLoop(engine.xtts.gpt, max_active=4, settings=DecoderSettings(graphs=True, overlap=True))
-    decoder = loop._decoder
-    assert decoder.overlap and decoder.fixed_step is not None and decoder.fixed_head is not None
-    decoder.fixed_step.record = decoder.fixed_head.record = call_directly
-    decoder.fixed_prefill._record = call_directly
+    loop = DecodeLoop(engine.xtts.gpt, max_active=4,
+                      settings=DecoderSettings(graphs=True, overlap=True, record=call_directly))
+    parts = loop._decoder.parts
+    assert parts.overlap and parts.step is not None and parts.head is not None and parts.prefill is not None
     card = SpeechEngine(engine.xtts, engine.tokenizer, engine.meta, engine.source, engine.voices,
                         settings=engine.settings, temperature=engine.temperature, max_codes=engine.max_codes, loop=loop)
     texts = ["ዛሬ የአየሩ ሁኔታ በጣም ጥሩ ነው። ኢትዮጵያ በምሥራቅ አፍሪካ የምትገኝ ሀገር ናት።",

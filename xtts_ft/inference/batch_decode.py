@@ -160,7 +160,7 @@ def staying(rows: list[DecodeRequest], leaving: list[DecodeRequest]) -> list[int
     return [i for i, r in enumerate(rows) if id(r) not in gone]
 
 
-def prefix_embeddings(gpt, cond_latents: torch.Tensor, text_tokens: torch.Tensor) -> torch.Tensor:
+def prefix_embeddings(gpt: nn.Module, cond_latents: torch.Tensor, text_tokens: torch.Tensor) -> torch.Tensor:
     """coqui's ``GPT.compute_embeddings`` without storing anything on the model: [cond][start text stop]."""
     text = F.pad(text_tokens, (0, 1), value=gpt.stop_text_token)
     text = F.pad(text, (1, 0), value=gpt.start_text_token)
@@ -175,14 +175,14 @@ def prefix_embeddings(gpt, cond_latents: torch.Tensor, text_tokens: torch.Tensor
 PREFILL_GROUP = 8
 
 
-def prefill_rows(gpt, prefixes: list[torch.Tensor]) -> list[torch.Tensor]:
+def prefill_rows(gpt: nn.Module, prefixes: list[torch.Tensor]) -> list[torch.Tensor]:
     """What each request's prefill runs: its prefix (1, P, dim) and then the start code's embedding."""
     start = torch.full((1, 1), gpt.start_audio_token, dtype=torch.long, device=prefixes[0].device)
     start_emb = gpt.mel_embedding(start) + gpt.mel_pos_embedding(start)
     return [torch.cat([p, start_emb.to(p.dtype)], dim=1) for p in prefixes]
 
 
-def prefill_forward(transformer, rows: list[torch.Tensor]) -> Prefilled:
+def prefill_forward(transformer: nn.Module, rows: list[torch.Tensor]) -> Prefilled:
     """coqui's first generation step for each of ``rows`` (:func:`prefill_rows`) through Hugging Face's
     ``GPT2Model`` (``transformer``: coqui's ``gpt.gpt``, or the decoder's copy of it) with a fresh cache, for all
     of them in one forward pass: the last position's hidden state of each (n, dim), each layer's keys and values
@@ -207,9 +207,36 @@ def prefill_forward(transformer, rows: list[torch.Tensor]) -> Prefilled:
                     lengths)
 
 
-def prefill(gpt, prefixes: list[torch.Tensor]) -> Prefilled:
+def prefill(gpt: nn.Module, prefixes: list[torch.Tensor]) -> Prefilled:
     """:func:`prefill_forward` of the requests with these prefixes."""
     return prefill_forward(gpt.gpt, prefill_rows(gpt, prefixes))
+
+
+@dataclass(frozen=True)
+class DecoderParts:
+    """What a :class:`BatchDecoder` runs besides its GPT's own modules; the default is coqui's way (``gpt.gpt``, eager
+    steps, prefills and head, one step at a time). :meth:`xtts_ft.inference.decoder_settings.DecoderSettings.decoder`
+    builds it from the settings; a test builds one itself, each graph part with a stand-in recorder (``record=``,
+    e.g. ``DecoderParts(step=FixedShapeStep(record=call_directly), max_rows=8)``) to run the graphs' code on a CPU.
+
+    ``transformer``: the GPT-2 blocks to run instead of ``gpt.gpt`` (a copy in another dtype,
+    :func:`decode_transformer`); the embeddings, the final norm and the output head stay ``gpt``'s. ``step``: steps
+    replayed from CUDA graphs (:mod:`.decode_graph`), over a cache laid out once for ``max_rows`` rows (the most the
+    decoder will hold: required with it). ``prefill``: prefills replayed from CUDA graphs (:mod:`.prefill_graph`).
+    ``head``: the step's head (final norm to distribution) replayed from CUDA graphs (:mod:`.head_graph`).
+    ``overlap``: each step launched before the one before it is read back (:mod:`.step_in_flight`: on a card the
+    host's work then runs while the GPU computes), the same codes."""
+
+    transformer: Optional[nn.Module] = None
+    step: Optional[FixedShapeStep] = None
+    max_rows: Optional[int] = None
+    prefill: Optional[FixedShapePrefill] = None
+    head: Optional[FixedShapeHead] = None
+    overlap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.step is not None and not self.max_rows:
+            raise ValueError("a decoder with a fixed-shape step needs max_rows (its cache is laid out once)")
 
 
 class BatchDecoder:
@@ -220,32 +247,19 @@ class BatchDecoder:
     not once per row); the stop and length checks, and the readers' views, are on the host.
     """
 
-    def __init__(self, gpt, fixed_step: Optional[FixedShapeStep] = None, max_rows: Optional[int] = None,
-                 fixed_prefill: Optional[FixedShapePrefill] = None, transformer: Optional[nn.Module] = None,
-                 fixed_head: Optional[FixedShapeHead] = None, overlap: bool = False) -> None:
-        """``fixed_step``: steps replayed from CUDA graphs, over a cache laid out once for ``max_rows`` rows (the most
-        this decoder will hold: required with it). ``fixed_prefill``: prefills replayed from CUDA graphs
-        (:mod:`.prefill_graph`). ``transformer``: the GPT-2 blocks to run instead of ``gpt.gpt`` (a copy in another
-        dtype, :func:`decode_transformer`); the embeddings, the final norm and the output head stay ``gpt``'s.
-        ``fixed_head``: the step's head (final norm to distribution) replayed from CUDA graphs (:mod:`.head_graph`).
-        ``overlap``: each step launched before the one before it is read back (:mod:`.step_in_flight`: on a card the
-        host's work then runs while the GPU computes), the same codes."""
+    def __init__(self, gpt: nn.Module, parts: DecoderParts = DecoderParts()) -> None:
+        """``parts``: what it runs besides ``gpt``'s own modules (:class:`DecoderParts`; the default: coqui's way)."""
         problem = unsupported(gpt)
         if problem:
             raise ValueError(f"the batched decoder cannot run this GPT: {problem}")
-        if fixed_step is not None and not max_rows:
-            raise ValueError("a decoder with a fixed-shape step needs max_rows (its cache is laid out once)")
         self.gpt = gpt
-        self.transformer = gpt.gpt if transformer is None else transformer
+        self.parts = parts
+        self.transformer = gpt.gpt if parts.transformer is None else parts.transformer
         self._dtype = weights_dtype(self.transformer)  # what the blocks are fed
         self.rows: list[DecodeRequest] = []
-        self._cache = (SlotCache(self.transformer) if fixed_step is None else
-                       StaticSlotCache(self.transformer, rows=int(max_rows or 1)))
-        self.fixed_step = fixed_step  # steps replayed from a CUDA graph (:mod:`.decode_graph`); None: eager steps
-        self.fixed_prefill = fixed_prefill  # prefills replayed from CUDA graphs; None: eager prefills
-        self.fixed_head = fixed_head  # the head replayed from CUDA graphs; None: the eager head
+        self._cache = (SlotCache(self.transformer) if parts.step is None else
+                       StaticSlotCache(self.transformer, rows=int(parts.max_rows or 1)))
         self._seen: Optional[torch.Tensor] = None  # (rows, vocab) bool: the ids in each row's generate input
-        self.overlap = overlap
         self._in_flight: Optional[InFlight[DecodeRequest]] = None  # (overlap) the step launched and not read back yet
 
     def __len__(self) -> int:
@@ -263,7 +277,7 @@ class BatchDecoder:
     def _join_group(self, requests_: list[DecodeRequest]) -> None:
         gpt = self.gpt
         rows = [row.to(self._dtype) for row in prefill_rows(gpt, [r.prefix for r in requests_])]
-        forward = prefill_forward if self.fixed_prefill is None else self.fixed_prefill.run
+        forward = prefill_forward if self.parts.prefill is None else self.parts.prefill.run
         hidden, keys, values, lengths = forward(self.transformer, rows)
         seen = torch.zeros(len(requests_), gpt.mel_head.out_features, dtype=torch.bool, device=hidden.device)
         # coqui's generate input: prefix_len ids 1, then the start code (two fills: a list index is a copy that waits)
@@ -282,24 +296,24 @@ class BatchDecoder:
         """Record the fixed-shape prefill of one request for every length bucket up to ``longest`` positions (a
         server's warm-up: a caller alone then never waits for a recording); how many were recorded (0 without
         prefill graphs). The inputs are zeros: a recording's inputs are copied in at every replay."""
-        if self.fixed_prefill is None:
+        if self.parts.prefill is None:
             return 0
-        before = self.fixed_prefill.recordings
-        bucket = self.fixed_prefill.length_bucket
+        before = self.parts.prefill.recordings
+        bucket = self.parts.prefill.length_bucket
         device = next(self.transformer.parameters()).device
         for length in range(bucket, longest + bucket, bucket):
             row = torch.zeros(1, min(length, longest), self.transformer.config.n_embd, dtype=self._dtype, device=device)
-            self.fixed_prefill.run(self.transformer, [row])
-        return self.fixed_prefill.recordings - before
+            self.parts.prefill.run(self.transformer, [row])
+        return self.parts.prefill.recordings - before
 
     # --- stepping ----------------------------------------------------------------------------
     def step(self) -> None:
-        """One code for every row; rows that finish leave the batch. With ``overlap`` the code each row gets here is
-        the one of the step launched before, and the next step is launched before it is read."""
+        """One code for every row; rows that finish leave the batch. With ``parts.overlap`` the code each row gets
+        here is the one of the step launched before, and the next step is launched before it is read."""
         if not self.rows:
             self.flush()
             return
-        if not self.overlap:
+        if not self.parts.overlap:
             self._take(self._launch([r.codes[-1] for r in self.rows], [len(r.codes) for r in self.rows]))
         else:
             before = self._in_flight
@@ -328,7 +342,7 @@ class BatchDecoder:
         else:  # each row's last code and its position, in one transfer that does not wait for the stream
             last, position = host_to_device(torch.tensor([last, positions], dtype=torch.long), device)
         emb = (gpt.mel_embedding(last) + gpt.mel_pos_embedding.emb(position)).unsqueeze(1).to(self._dtype)
-        hidden = self._cache.step(emb, self.fixed_step)
+        hidden = self._cache.step(emb, self.parts.step)
         return self._choose_launched(self.rows, self._seen, hidden)
 
     def _accept(self, requests: list[DecodeRequest], seen: torch.Tensor, hidden: torch.Tensor) -> None:
@@ -361,9 +375,9 @@ class BatchDecoder:
         for i, request in enumerate(requests):
             groups.setdefault(request.sampling, []).append(i)
         generators = [r.generator for r in requests]
-        if len(groups) == 1 and self.fixed_head is not None:  # on a card: the head replayed from a graph
+        if len(groups) == 1 and self.parts.head is not None:  # on a card: the head replayed from a graph
             sampling = requests[0].sampling
-            latents, distribution, finite = self.fixed_head.run(self.gpt, hidden, seen, sampling)
+            latents, distribution, finite = self.parts.head.run(self.gpt, hidden, seen, sampling)
             return latents, sampling.pick(distribution, generators), finite
         latents, logits = latents_and_logits(self.gpt, hidden)
         finite = torch.isfinite(logits).all(dim=-1)
@@ -397,7 +411,7 @@ def weights_dtype(module: nn.Module) -> torch.dtype:
     return next((p.dtype for p in module.parameters()), torch.float32)
 
 
-def decode_transformer(gpt, dtype: Optional[torch.dtype]) -> nn.Module:
+def decode_transformer(gpt: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
     """The GPT-2 blocks a decoder runs in ``dtype``: ``gpt.gpt`` itself (None, or its own dtype), else a copy with its
     weights cast once (the model's own stay as they are: evaluation shares it with training). Autocast instead
     casts every weight at every step: on an H200 its bf16 steps were 3-4x slower than fp32 without CUDA graphs."""
@@ -409,7 +423,7 @@ def decode_transformer(gpt, dtype: Optional[torch.dtype]) -> nn.Module:
     return copy_.eval()
 
 
-def decode_all(gpt, requests: list[DecodeRequest], max_batch: Optional[int] = None,
+def decode_all(gpt: nn.Module, requests: list[DecodeRequest], max_batch: Optional[int] = None,
                decoder: Optional[BatchDecoder] = None) -> None:
     """Decode ``requests`` to the end in batches of at most ``max_batch`` rows (new ones join as others finish);
     ``decoder``: the one to run (:meth:`xtts_ft.inference.decoder_settings.DecoderSettings.decoder`), empty;

@@ -3,7 +3,8 @@
 Evaluation and the speech server both build their decoder through it: evaluation passes no serve settings and gets
 coqui's way (fp32, eager steps, one step at a time; its codes equal ``Xtts.inference``'s for the same seed), the
 server passes its ``ServeConfig``. :meth:`DecoderSettings.decoder` then builds the
-:class:`~xtts_ft.inference.batch_decode.BatchDecoder` with the parts those settings name.
+:class:`~xtts_ft.inference.batch_decode.BatchDecoder` with the parts those settings name (its
+:class:`~xtts_ft.inference.batch_decode.DecoderParts`).
 
 - decode bf16 (``ServeConfig.decode_precision``): the decoder runs a copy of the GPT-2 blocks with its weights cast
   to bf16 once (:func:`xtts_ft.inference.batch_decode.decode_transformer`); the embeddings, coqui's final norm and
@@ -38,8 +39,8 @@ import torch
 
 from xtts_ft.config import ServeConfig, field_choices
 from xtts_ft.errors import ConfigError
-from xtts_ft.inference.batch_decode import BatchDecoder, decode_transformer, prefill_forward
-from xtts_ft.inference.decode_graph import FixedShapeStep
+from xtts_ft.inference.batch_decode import BatchDecoder, DecoderParts, decode_transformer, prefill_forward
+from xtts_ft.inference.decode_graph import FixedShapeStep, Recorder, cuda_graph
 from xtts_ft.inference.head_graph import FixedShapeHead
 from xtts_ft.inference.prefill_graph import FixedShapePrefill
 from xtts_ft.train.precision import cuda_bf16_supported
@@ -55,7 +56,11 @@ class DecoderSettings:
     """How a decoder runs: the dtypes of its GPT-2 blocks' weights and of the vocoder's autocast (None: fp32), whether
     its step, head and prefill are replayed from CUDA graphs, whether each step is launched before the one before it
     is read back, whether streamed chunks are vocoded on a CUDA stream of their own and how many windows one vocoder
-    call takes, and why any request was not granted. The default is evaluation's: coqui's way on any device."""
+    call takes, and why any request was not granted. The default is evaluation's: coqui's way on any device.
+
+    ``record``: what records the graphs' steps; None, CUDA graphs (each graph part's own way). A CPU test passes a
+    stand-in (:func:`xtts_ft.inference.decode_graph.call_directly`: every shape, address and check the same, the
+    step run at each replay) to run the graphs' code without a GPU; :func:`decoder_settings` never sets it."""
 
     decode: Optional[torch.dtype] = None
     vocoder: Optional[torch.dtype] = None
@@ -64,6 +69,7 @@ class DecoderSettings:
     overlap: bool = False
     vocoder_stream: bool = False
     vocoder_batch: int = 1
+    record: Optional[Recorder] = None
 
     def vocoding(self) -> ContextManager[object]:
         """Around one HiFiGAN call."""
@@ -90,12 +96,13 @@ class DecoderSettings:
         not given)."""
         blocks = self.transformer(gpt) if transformer is None else transformer
         if not self.graphs:
-            return BatchDecoder(gpt, transformer=blocks, overlap=self.overlap)
+            return BatchDecoder(gpt, DecoderParts(transformer=blocks, overlap=self.overlap))
         # the step, its head and the prefill replayed from CUDA graphs (recorded in the thread that decodes), the
         # recorded blocks with their GELU as one kernel (decode_cache.mlp)
-        return BatchDecoder(gpt, fixed_step=FixedShapeStep(fused_gelu=True), max_rows=max_rows,
-                            fixed_prefill=FixedShapePrefill(prefill_forward, fused_gelu=True),
-                            transformer=blocks, fixed_head=FixedShapeHead(), overlap=self.overlap)
+        step = FixedShapeStep(cuda_graph if self.record is None else self.record, fused_gelu=True)
+        return BatchDecoder(gpt, DecoderParts(transformer=blocks, step=step, max_rows=max_rows,
+                                              prefill=FixedShapePrefill(prefill_forward, self.record, fused_gelu=True),
+                                              head=FixedShapeHead(self.record), overlap=self.overlap))
 
 
 def decoder_settings(device: torch.device, serve: Optional[ServeConfig] = None, *,

@@ -2,7 +2,7 @@
 
 Each decode step ends with one read of its codes from the device (the stop and length checks, and the readers'
 views, are on the host). Without overlap the GPU then waits while the host takes the codes, wakes the readers
-and launches the next step's operations one by one. With ``BatchDecoder(overlap=True)`` the next step is launched
+and launches the next step's operations one by one. With ``DecoderParts(overlap=True)`` the next step is launched
 first, its input the codes still on the device, and the codes of the step before are read back after: on a card
 the host's work of one step runs while the GPU computes the next. A row that finished (its stop code, its length)
 is computed once more in the step already launched, and that code is dropped: each row's codes are the ones it

@@ -145,19 +145,19 @@ class DecodeLoop:
     @property
     def fixed_step(self) -> Optional[FixedShapeStep]:
         """The CUDA-graph step of the current decoder (its recordings, replays, and why it turned off), if any."""
-        return self._decoder.fixed_step
+        return self._decoder.parts.step
 
     @property
     def graph_recordings(self) -> int:
         """CUDA graphs the current decoder has recorded (its steps', their heads' and its prefills')."""
-        graphed = (self._decoder.fixed_step, self._decoder.fixed_head, self._decoder.fixed_prefill)
+        graphed = (self._decoder.parts.step, self._decoder.parts.head, self._decoder.parts.prefill)
         return sum(g.recordings for g in graphed if g is not None)
 
     def describe_graphs(self) -> Optional[str]:
         """The current decoder's CUDA graphs in a line (recordings and replays, or why they turned off); None: none."""
         parts = []
-        for name, graphed in (("step", self._decoder.fixed_step), ("head", self._decoder.fixed_head),
-                              ("prefill", self._decoder.fixed_prefill)):
+        for name, graphed in (("step", self._decoder.parts.step), ("head", self._decoder.parts.head),
+                              ("prefill", self._decoder.parts.prefill)):
             if graphed is not None:
                 parts.append(f"{name} off: {graphed.disabled}" if graphed.disabled else
                              f"{name} {graphed.recordings} recordings, {graphed.replays} replays")
